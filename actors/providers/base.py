@@ -1,0 +1,248 @@
+"""The provider adapter interface every agent runtime implements.
+
+An adapter is three things (DESIGN.md "Provider adapters"):
+
+* **capabilities** — what the runtime can do natively (steer, native fork,
+  interrupt, rollback, structured questions, empty threads, resume);
+* **primitives** — open a session (a live process), create/resume/fork a
+  native thread, start/steer/interrupt a turn, list turns, roll back, answer a
+  request, stop;
+* **normalized events** — what the runtime reports, mapped once, at the
+  boundary, to the ``ProviderEvent`` structs below, each tagged with the app's
+  ``attempt_id`` so the owning ThreadActor needs no provider knowledge.
+
+The shape follows Codex app-server (threads, turns, items, server requests)
+and Claude Code stream-json (one process per session, resume/fork by session
+id, ``can_use_tool`` requests), so neither needs the interface bent.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Awaitable, Callable
+
+import msgspec
+
+
+class Capabilities(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """What a provider instance can do natively. Switches off exercise fallbacks."""
+
+    steer: bool = True
+    native_fork: bool = True
+    interrupt: bool = True
+    rollback: bool = True
+    structured_questions: bool = True
+    empty_threads: bool = True
+    # Resume is not a switch: every adapter must resume its native threads (SPEC F11).
+
+
+# -- normalized provider events -------------------------------------------------
+
+
+class ProviderEvent(msgspec.Struct, kw_only=True, tag_field="type", tag=str.lower):
+    """Base of every normalized event; ``attempt_id`` correlates it to a RunAttempt."""
+
+    attempt_id: str | None = None
+
+
+class TurnStarted(ProviderEvent, kw_only=True):
+    native_turn_id: str
+
+
+class TurnCompleted(ProviderEvent, kw_only=True):
+    native_turn_id: str | None = None
+    status: str  # completed | failed | interrupted
+    error: str | None = None
+
+
+class ItemStarted(ProviderEvent, kw_only=True):
+    """A provider item began: a tool call, file change, assistant message, …"""
+
+    item_id: str
+    item_type: str  # agent_message | tool | file_change | subagent | plan | reasoning | …
+    parent_item_id: str | None = None
+    title: str = ""
+    detail: dict[str, Any] = {}
+
+
+class ItemCompleted(ProviderEvent, kw_only=True):
+    item_id: str
+    item_type: str
+    status: str = "completed"  # completed | failed | interrupted
+    detail: dict[str, Any] = {}
+
+
+class TextDelta(ProviderEvent, kw_only=True):
+    """Streamed assistant text of an ``agent_message`` item."""
+
+    item_id: str
+    delta: str
+
+
+class PlanUpdated(ProviderEvent, kw_only=True):
+    item_id: str | None = None
+    plan: list[dict[str, Any]] = []
+
+
+class RequestOpened(ProviderEvent, kw_only=True):
+    """The provider waits on the user (approval or user input)."""
+
+    request_ref: str
+    kind: str  # approval | user_input
+    item_id: str | None = None
+    detail: dict[str, Any] = {}
+
+
+class RuntimeWarning_(ProviderEvent, kw_only=True, tag="runtime_warning"):
+    message: str
+
+
+class SessionExited(ProviderEvent, kw_only=True):
+    """The runtime process ended. ``requested`` is False for a crash."""
+
+    session_id: str
+    exit_code: int | None = None
+    signal: int | None = None
+    requested: bool = False
+    reason: str = ""
+
+
+EventSink = Callable[[ProviderEvent], Awaitable[None]]
+
+
+class ResumeInfo(msgspec.Struct, kw_only=True):
+    native_thread_id: str
+    turn_count: int | None = None
+
+
+class ProviderRuntimeError(Exception):
+    """A primitive failed inside the runtime (an error answer, a dead process)."""
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NativeThreadMissing(ProviderRuntimeError):
+    """Resume failed because the native conversation is missing or corrupt."""
+
+
+# -- the interface ----------------------------------------------------------------
+
+
+class ProviderConnection(abc.ABC):
+    """One live provider runtime (a process) and its primitives.
+
+    Every primitive raises ProviderRuntimeError on failure and has a bounded
+    wait: a runtime that never answers must not hang its thread.
+    """
+
+    capabilities: Capabilities
+    #: native thread ids this process has created or resumed
+    loaded_threads: set[str]
+
+    @property
+    @abc.abstractmethod
+    def pid(self) -> int | None: ...
+
+    @abc.abstractmethod
+    async def create_thread(self, *, cwd: str) -> str:
+        """Make a new native thread; return its handle."""
+
+    @abc.abstractmethod
+    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+        """Load a native thread into this process (raises NativeThreadMissing)."""
+
+    @abc.abstractmethod
+    async def start_turn(self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str) -> str:
+        """Start a turn; its events are tagged ``attempt_id``. Returns the native turn id."""
+
+    @abc.abstractmethod
+    async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
+        """Ask the runtime to interrupt; the turn ends only when it says so."""
+
+    async def start_first_turn(self, *, text: str, attempt_id: str, cwd: str) -> tuple[str, str]:
+        """For runtimes without empty threads: create the native thread with its
+        first turn. Returns ``(native_thread_id, native_turn_id)``."""
+        raise ProviderRuntimeError("this provider cannot start a thread with a turn")
+
+    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str) -> None:
+        raise ProviderRuntimeError("steering is not supported by this provider")
+
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+        raise ProviderRuntimeError("native fork is not supported by this provider")
+
+    async def list_turns(self, native_thread_id: str) -> list[dict[str, Any]]:
+        raise ProviderRuntimeError("listing turns is not supported by this provider")
+
+    async def rollback_thread(self, native_thread_id: str, *, before_turn_id: str) -> None:
+        raise ProviderRuntimeError("rollback is not supported by this provider")
+
+    async def answer_request(self, request_ref: str, response: dict[str, Any]) -> None:
+        raise ProviderRuntimeError("this provider has no requests to answer")
+
+    @abc.abstractmethod
+    async def stop(self, *, grace: float = 2.0) -> None:
+        """Shutdown ladder: polite stop, bounded wait, SIGTERM, SIGKILL."""
+
+    @property
+    @abc.abstractmethod
+    def exit_status(self) -> tuple[int | None, int | None]:
+        """``(exit_code, signal)`` once the process has ended, else ``(None, None)``."""
+
+
+class ProviderAdapter(abc.ABC):
+    """A configured provider instance (``[providers.NAME]``) that opens sessions."""
+
+    name: str
+    kind: str
+    capabilities: Capabilities
+
+    @abc.abstractmethod
+    async def open(
+        self,
+        *,
+        session_id: str,
+        emit: EventSink,
+        task_status: Any,
+    ) -> None:
+        """Start a runtime process and serve it until it exits or is cancelled.
+
+        Call ``task_status.started(connection)`` once the runtime is ready;
+        start it with ``await nursery.start(adapter.open, ...)``; return when
+        the process has ended (its ``exit_status`` set). On cancellation, stop
+        the process with the shutdown ladder before returning. Every event the
+        runtime reports goes to ``emit``; the process exit is reported as
+        ``SessionExited`` by the caller, which owns the session's lifecycle.
+        """
+
+    def describe(self) -> dict[str, Any]:
+        """What ``agentd providers`` shows for this instance."""
+        return {"name": self.name, "kind": self.kind, "capabilities": msgspec.to_builtins(self.capabilities)}
+
+
+class SessionHost(abc.ABC):
+    """What ThreadActors need from the provider-session manager (supervisor/).
+
+    Defined here so that imports flow one way: actors never import supervisor.
+    """
+
+    @abc.abstractmethod
+    def adapter(self, provider: str) -> ProviderAdapter:
+        """The configured instance named ``provider`` (KeyError if none)."""
+
+    @abc.abstractmethod
+    async def ensure_session(self, thread_id: str, provider: str) -> tuple[str, ProviderConnection]:
+        """The live session for ``thread_id``, opened if needed: ``(session_id, connection)``.
+
+        Raises:
+            ProviderRuntimeError: the runtime could not be started.
+        """
+
+    @abc.abstractmethod
+    def live_session(self, thread_id: str) -> tuple[str, ProviderConnection] | None:
+        """The live session of ``thread_id``, if any."""
+
+    @abc.abstractmethod
+    def mark_busy(self, thread_id: str, busy: bool) -> None:
+        """Tell the idle reaper whether the thread's session has work in flight."""

@@ -1,0 +1,305 @@
+"""Adapter for the built-in scripted agent (``scripted_agent.py``).
+
+The agent is a real subprocess with its own durable native state, so this
+adapter exercises the same paths a real runtime does: process start and exit,
+request/response over stdio, native thread resume, interrupts, server
+requests. Its capability switches are passed to the agent, which then refuses
+the matching primitives, so every fallback in agentd can be driven.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from .base import (
+    Capabilities,
+    EventSink,
+    ItemCompleted,
+    ItemStarted,
+    NativeThreadMissing,
+    PlanUpdated,
+    ProviderAdapter,
+    ProviderConnection,
+    ProviderRuntimeError,
+    RequestOpened,
+    ResumeInfo,
+    RuntimeWarning_,
+    TextDelta,
+    TurnCompleted,
+    TurnStarted,
+)
+from .jsonl import JsonLinesPeer, stop_process
+
+log = logging.getLogger(__name__)
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+#: the agent's item types -> agentd's node kinds
+ITEM_TYPES = {
+    "agentMessage": "agent_message",
+    "fileChange": "file_change",
+    "tool": "tool",
+    "subagent": "subagent",
+    "plan": "plan",
+    "approval": "approval",
+    "userInput": "user_input_request",
+}
+
+# error codes of the scripted agent
+THREAD_NOT_FOUND = -32001
+THREAD_CORRUPT = -32002
+
+
+class ScriptedAdapter(ProviderAdapter):
+    """A ``kind = "scripted"`` provider instance.
+
+    Args:
+        name: the instance name from the config (``scripted`` by default).
+        home: directory of the agent's native state (kept across sessions).
+        capabilities: switches; off ones make the agent refuse that primitive.
+        request_timeout: bound on every primitive's wait.
+    """
+
+    kind = "scripted"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        home: Path,
+        capabilities: Capabilities | None = None,
+        request_timeout: float = 30.0,
+    ) -> None:
+        self.name = name
+        self.home = Path(home)
+        self.capabilities = capabilities or Capabilities()
+        self.request_timeout = request_timeout
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "actors.providers.scripted_agent", "--home", str(self.home)]
+
+    async def open(self, *, session_id: str, emit: EventSink, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        stderr_path = self.home / "stderr.log"
+        with open(stderr_path, "ab") as stderr:
+            process = await trio.lowlevel.open_process(
+                self.command(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=env,
+                start_new_session=True,  # a Ctrl-C at the daemon's terminal is the daemon's to handle
+            )
+        connection = ScriptedConnection(self, process, emit)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(connection._serve_output)
+                await connection._initialize()
+                task_status.started(connection)
+                await process.wait()
+        finally:
+            await stop_process(process, polite=connection._polite_stop)
+            connection._exit_status = _exit_status(process.returncode)
+
+
+def _exit_status(returncode: int | None) -> tuple[int | None, int | None]:
+    if returncode is None:
+        return (None, None)
+    if returncode < 0:
+        return (None, -returncode)
+    return (returncode, None)
+
+
+class ScriptedConnection(ProviderConnection):
+    """One live scripted-agent process."""
+
+    def __init__(self, adapter: ScriptedAdapter, process: trio.Process, emit: EventSink) -> None:
+        self.adapter = adapter
+        self.capabilities = adapter.capabilities
+        self.loaded_threads: set[str] = set()
+        self._process = process
+        self._emit = emit
+        self._exit_status: tuple[int | None, int | None] = (None, None)
+        #: native thread id -> attempt id of its running turn
+        self._attempts: dict[str, str] = {}
+        self._requests: dict[str, Any] = {}
+        self._first_turn_attempt: str | None = None
+        self._peer = JsonLinesPeer(
+            process.stdin,
+            process.stdout,
+            on_notification=self._on_notification,
+            on_request=self._on_request,
+            request_timeout=adapter.request_timeout,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    @property
+    def exit_status(self) -> tuple[int | None, int | None]:
+        return self._exit_status
+
+    async def _serve_output(self) -> None:
+        await self._peer.run()
+
+    async def _initialize(self) -> None:
+        await self._peer.request(
+            "initialize",
+            {"clientInfo": {"name": "agentd", "version": "0.1"}, "capabilities": msgspec.to_builtins(self.capabilities)},
+        )
+
+    async def _polite_stop(self) -> None:
+        await self._peer.request("shutdown", {}, timeout=1.0)
+
+    # -- primitives -------------------------------------------------------------
+
+    async def create_thread(self, *, cwd: str) -> str:
+        result = await self._peer.request("thread/start", {"cwd": cwd})
+        self.loaded_threads.add(result["threadId"])
+        return result["threadId"]
+
+    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+        try:
+            result = await self._peer.request("thread/resume", {"threadId": native_thread_id})
+        except ProviderRuntimeError as exc:
+            if exc.code in (THREAD_NOT_FOUND, THREAD_CORRUPT):
+                raise NativeThreadMissing(str(exc), code=exc.code) from exc
+            raise
+        self.loaded_threads.add(native_thread_id)
+        return ResumeInfo(native_thread_id=native_thread_id, turn_count=result.get("turnCount"))
+
+    async def start_turn(self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str) -> str:
+        # Registered before the request: the agent may report the turn started
+        # before its answer to turn/start arrives.
+        self._attempts[native_thread_id] = attempt_id
+        result = await self._peer.request("turn/start", {"threadId": native_thread_id, "input": text})
+        return result["turnId"]
+
+    async def start_first_turn(self, *, text: str, attempt_id: str, cwd: str) -> tuple[str, str]:
+        # The thread id is unknown until the answer; events of a thread we
+        # have not seen yet belong to this attempt (one thread per process).
+        self._first_turn_attempt = attempt_id
+        result = await self._peer.request("turn/start", {"cwd": cwd, "input": text})
+        self.loaded_threads.add(result["threadId"])
+        return result["threadId"], result["turnId"]
+
+    async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
+        await self._peer.request("turn/interrupt", {"threadId": native_thread_id, "turnId": native_turn_id})
+
+    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str) -> None:
+        await self._peer.request(
+            "turn/steer", {"threadId": native_thread_id, "expectedTurnId": native_turn_id, "input": text}
+        )
+
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+        params: dict[str, Any] = {"threadId": native_thread_id}
+        if last_turn_id is not None:
+            params["lastTurnId"] = last_turn_id
+        result = await self._peer.request("thread/fork", params)
+        return result["threadId"]
+
+    async def list_turns(self, native_thread_id: str) -> list[dict[str, Any]]:
+        result = await self._peer.request("thread/turns/list", {"threadId": native_thread_id})
+        return list(result["turns"])
+
+    async def rollback_thread(self, native_thread_id: str, *, before_turn_id: str) -> None:
+        await self._peer.request("thread/rollback", {"threadId": native_thread_id, "beforeTurnId": before_turn_id})
+
+    async def answer_request(self, request_ref: str, response: dict[str, Any]) -> None:
+        request_id = self._requests.pop(request_ref, None)
+        if request_id is None:
+            raise ProviderRuntimeError(f"request {request_ref} is not waiting in this session")
+        await self._peer.respond(request_id, response)
+
+    async def stop(self, *, grace: float = 2.0) -> None:
+        await stop_process(self._process, polite=self._polite_stop, grace=grace)
+
+    # -- events -------------------------------------------------------------------
+
+    def _attempt_of(self, native_thread_id: str) -> str | None:
+        attempt_id = self._attempts.get(native_thread_id)
+        if attempt_id is None and self._first_turn_attempt is not None and native_thread_id:
+            attempt_id = self._attempts[native_thread_id] = self._first_turn_attempt
+            self._first_turn_attempt = None
+        return attempt_id
+
+    async def _on_request(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
+        attempt_id = self._attempt_of(params.get("threadId", ""))
+        kinds = {"item/approval/request": "approval", "item/userInput/request": "user_input"}
+        kind = kinds.get(method)
+        if kind is None:
+            await self._peer.respond_error(request_id, -32601, f"agentd does not handle {method}")
+            return
+        ref = str(request_id)
+        self._requests[ref] = request_id
+        await self._emit(
+            RequestOpened(attempt_id=attempt_id, request_ref=ref, kind=kind, item_id=params.get("itemId"), detail=params)
+        )
+
+    async def _on_notification(self, method: str, params: dict[str, Any]) -> None:
+        thread_id = params.get("threadId", "")
+        attempt_id = self._attempt_of(thread_id)
+        if method == "item/agentMessage/delta":
+            await self._emit(TextDelta(attempt_id=attempt_id, item_id=params["itemId"], delta=params["delta"]))
+        elif method == "item/started":
+            item = params["item"]
+            await self._emit(
+                ItemStarted(
+                    attempt_id=attempt_id,
+                    item_id=item["id"],
+                    item_type=ITEM_TYPES.get(item["type"], item["type"]),
+                    parent_item_id=item.get("parentItemId"),
+                    title=_item_title(item),
+                    detail={k: v for k, v in item.items() if k not in ("id", "type", "parentItemId")},
+                )
+            )
+        elif method == "item/completed":
+            item = params["item"]
+            await self._emit(
+                ItemCompleted(
+                    attempt_id=attempt_id,
+                    item_id=item["id"],
+                    item_type=ITEM_TYPES.get(item["type"], item["type"]),
+                    status=item.get("status", "completed"),
+                    detail={k: v for k, v in item.items() if k not in ("id", "type", "parentItemId")},
+                )
+            )
+        elif method == "turn/started":
+            await self._emit(TurnStarted(attempt_id=attempt_id, native_turn_id=params["turnId"]))
+        elif method == "turn/completed":
+            if self._attempts.get(thread_id) == attempt_id:
+                self._attempts.pop(thread_id, None)
+            await self._emit(
+                TurnCompleted(
+                    attempt_id=attempt_id,
+                    native_turn_id=params.get("turnId"),
+                    status=params.get("status", "completed"),
+                    error=params.get("error"),
+                )
+            )
+        elif method == "turn/plan/updated":
+            await self._emit(PlanUpdated(attempt_id=attempt_id, item_id=params.get("itemId"), plan=params.get("plan", [])))
+        elif method == "warning":
+            await self._emit(RuntimeWarning_(attempt_id=attempt_id, message=str(params.get("message", ""))))
+        else:
+            log.debug("scripted agent notification %s ignored", method)
+
+
+def _item_title(item: dict[str, Any]) -> str:
+    kind = item.get("type")
+    if kind == "fileChange":
+        return f"write {item.get('path', '')}"
+    if kind == "tool":
+        return str(item.get("name", "tool"))
+    return str(kind)

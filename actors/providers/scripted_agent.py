@@ -1,0 +1,701 @@
+"""The built-in scripted agent: a real subprocess that speaks JSON lines on stdio.
+
+Run it as::
+
+    python -m actors.providers.scripted_agent --home DIR
+
+It exists so that agentd (and its tests) can drive an agent whose behaviour is
+fully predictable, through exactly the same machinery as a real one.
+
+Wire protocol
+-------------
+
+Modelled on ``codex app-server``: JSON-RPC shaped messages without the
+``"jsonrpc"`` field, one JSON object per line.
+
+* Client requests ``{"id", "method", "params"}`` are answered with
+  ``{"id", "result"}`` or ``{"id", "error": {"code", "message"}}``.
+* The agent sends notifications ``{"method", "params"}`` and server requests
+  ``{"id": "srv-N", "method", "params"}``, which the client answers with
+  ``{"id": "srv-N", "result"}`` (or ``"error"``).
+* A line that is not a JSON object yields a ``warning`` notification.
+
+Methods: ``initialize``, ``thread/start``, ``thread/resume``, ``thread/fork``,
+``thread/turns/list``, ``thread/rollback``, ``turn/start``,
+``turn/interrupt``, ``turn/steer`` and ``shutdown``.  ``initialize`` may
+switch off the capabilities listed in :data:`CAPABILITIES`; the matching
+method then fails with :data:`NOT_SUPPORTED`.  With ``emptyThreads`` off,
+``thread/start`` is refused and ``turn/start {cwd, input}`` (no
+``threadId``) creates the thread together with its first turn.
+
+Each thread is stored natively as ``HOME/threads/<threadId>.json``::
+
+    {"threadId", "cwd", "turns": [{"turnId", "input", "status", "output"}]}
+
+A turn's input is either plain text, answered with ``You said: <text>``, or
+``@script`` alone on the first line followed by a JSON array of steps; see
+:class:`Turn` for the steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import os
+import re
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+# Error codes: -32601 and -32602 are JSON-RPC's own, the -3200x ones ours.
+INVALID_PARAMS = -32602
+METHOD_NOT_FOUND = -32601
+THREAD_NOT_FOUND = -32001
+THREAD_CORRUPT = -32002
+TURN_NOT_FOUND = -32003
+NOT_SUPPORTED = -32004
+TURN_CONFLICT = -32005
+
+#: Switches a client may turn off in ``initialize``; all are on by default.
+CAPABILITIES = {
+    "steer": True,
+    "nativeFork": True,
+    "interrupt": True,
+    "rollback": True,
+    "structuredQuestions": True,
+    "emptyThreads": True,
+}
+
+# Thread ids become file names, so anything else is treated as unknown
+# rather than risking a path outside HOME/threads.
+_THREAD_ID = re.compile(r"sth_[0-9a-f]{32}")
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + uuid.uuid4().hex
+
+
+class RpcError(Exception):
+    """Raised by a method handler; becomes the ``error`` of the reply."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TurnFailed(Exception):
+    """Ends the running turn with status ``failed`` and this message."""
+
+
+class TurnRecord(msgspec.Struct):
+    turnId: str
+    input: str
+    status: str
+    output: str
+
+
+class ThreadRecord(msgspec.Struct):
+    threadId: str
+    cwd: str
+    turns: list[TurnRecord]
+
+
+class NativeStore:
+    """The agent's own durable state: one JSON file per thread."""
+
+    def __init__(self, home: Path) -> None:
+        self.directory = home / "threads"
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def load(self, thread_id: str) -> ThreadRecord:
+        if not _THREAD_ID.fullmatch(thread_id):
+            raise RpcError(THREAD_NOT_FOUND, f"native thread {thread_id} not found")
+        try:
+            data = (self.directory / f"{thread_id}.json").read_bytes()
+        except FileNotFoundError:
+            raise RpcError(THREAD_NOT_FOUND, f"native thread {thread_id} not found") from None
+        try:
+            return msgspec.json.decode(data, type=ThreadRecord)
+        except msgspec.DecodeError as exc:
+            raise RpcError(THREAD_CORRUPT, f"native thread {thread_id} is corrupt: {exc}") from None
+
+    def save(self, thread: ThreadRecord) -> None:
+        # Write-then-rename, so a crash at any moment leaves either the old
+        # or the new file and never a torn one.
+        path = self.directory / f"{thread.threadId}.json"
+        temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        with open(temp, "wb") as file:
+            file.write(msgspec.json.encode(thread))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+
+
+def _param(params: dict, name: str, kind: type, method: str) -> Any:
+    value = params.get(name)
+    if not isinstance(value, kind):
+        raise RpcError(INVALID_PARAMS, f"{method} needs a {kind.__name__} '{name}'")
+    return value
+
+
+class Agent:
+    """Answers client requests, owns the loaded threads and the output stream."""
+
+    def __init__(self, home: Path, stdout: trio.abc.SendStream, nursery: trio.Nursery) -> None:
+        self.store = NativeStore(home)
+        self.capabilities = dict(CAPABILITIES)
+        self.threads: dict[str, ThreadRecord] = {}  # loaded in this process
+        self.active: dict[str, Turn] = {}  # threadId -> its running turn
+        self._stdout = stdout
+        self._write_lock = trio.Lock()
+        self._nursery = nursery
+        self._request_ids = itertools.count(1)
+        self._pending: dict[str, trio.MemorySendChannel] = {}
+        self._after_reply: list = []
+        self._stopping = False
+        self._methods = {
+            "initialize": self._initialize,
+            "thread/start": self._thread_start,
+            "thread/resume": self._thread_resume,
+            "thread/fork": self._thread_fork,
+            "thread/turns/list": self._thread_turns_list,
+            "thread/rollback": self._thread_rollback,
+            "turn/start": self._turn_start,
+            "turn/interrupt": self._turn_interrupt,
+            "turn/steer": self._turn_steer,
+            "shutdown": self._shutdown,
+        }
+
+    # -- Output --------------------------------------------------------------
+
+    async def send(self, message: dict) -> None:
+        line = msgspec.json.encode(message) + b"\n"
+        # Shielded: an interrupted turn must never leave half a line behind.
+        with trio.CancelScope(shield=True):
+            async with self._write_lock:
+                try:
+                    await self._stdout.send_all(line)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    # Nobody is listening any more; wind down as on EOF.
+                    self._stopping = True
+                    self._nursery.cancel_scope.cancel()
+
+    async def notify(self, method: str, params: dict) -> None:
+        await self.send({"method": method, "params": params})
+
+    async def request(self, method: str, params: dict) -> dict:
+        """Send a server request and wait for the client's result."""
+        request_id = f"srv-{next(self._request_ids)}"
+        answers, answer = trio.open_memory_channel(1)
+        self._pending[request_id] = answers
+        try:
+            await self.send({"id": request_id, "method": method, "params": params})
+            reply = await answer.receive()
+        finally:
+            del self._pending[request_id]
+        if "error" in reply:
+            error = reply["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise TurnFailed(f"the client answered {method} with an error: {message}")
+        result = reply.get("result")
+        if not isinstance(result, dict):
+            raise TurnFailed(f"the client answered {method} without a result object")
+        return result
+
+    # -- Input ---------------------------------------------------------------
+
+    async def serve(self, stdin: trio.abc.ReceiveStream) -> None:
+        """Handle input lines until stdin closes or ``shutdown``."""
+        buffer = bytearray()
+        while not self._stopping:
+            data = await stdin.receive_some()
+            if not data:
+                if buffer.strip():
+                    await self._dispatch(bytes(buffer))
+                return
+            buffer += data
+            while not self._stopping and (end := buffer.find(b"\n")) >= 0:
+                line = bytes(buffer[:end])
+                del buffer[: end + 1]
+                if line.strip():
+                    await self._dispatch(line)
+
+    async def _dispatch(self, line: bytes) -> None:
+        try:
+            message = msgspec.json.decode(line)
+        except msgspec.DecodeError as exc:
+            await self._warn(f"ignored a line that is not valid JSON: {exc}")
+            return
+        if not isinstance(message, dict):
+            await self._warn("ignored a line that is not a JSON object")
+        elif "method" in message:
+            if "id" in message:
+                await self._answer(message)
+            # Client notifications (such as "initialized") need no action.
+        elif "id" in message:
+            request_id = message["id"]
+            answers = self._pending.get(request_id) if isinstance(request_id, str) else None
+            if answers is None:
+                await self._warn(f"no server request {request_id} is waiting for an answer")
+            else:
+                answers.send_nowait(message)
+        else:
+            await self._warn("ignored a message with neither 'method' nor 'id'")
+
+    async def _answer(self, message: dict) -> None:
+        method, params = message["method"], message.get("params")
+        if params is None:
+            params = {}
+        self._after_reply.clear()
+        try:
+            handler = self._methods.get(method)
+            if handler is None:
+                raise RpcError(METHOD_NOT_FOUND, f"unknown method {method!r}")
+            if not isinstance(params, dict):
+                raise RpcError(INVALID_PARAMS, f"{method} params must be an object")
+            reply = {"id": message["id"], "result": handler(params)}
+        except RpcError as exc:
+            reply = {"id": message["id"], "error": {"code": exc.code, "message": str(exc)}}
+        await self.send(reply)
+        # Work that must follow the reply, such as starting a turn: clients
+        # learn a turnId before they see any notification about it.
+        for action in self._after_reply:
+            action()
+        self._after_reply.clear()
+
+    async def _warn(self, message: str) -> None:
+        await self.notify("warning", {"message": message})
+
+    # -- Methods -------------------------------------------------------------
+
+    def _require(self, capability: str) -> None:
+        if not self.capabilities[capability]:
+            raise RpcError(NOT_SUPPORTED, f"{capability} is not supported by this agent instance")
+
+    def _loaded(self, thread_id: str) -> ThreadRecord:
+        thread = self.threads.get(thread_id)
+        if thread is None:
+            raise RpcError(
+                THREAD_NOT_FOUND,
+                f"native thread {thread_id} is not loaded; start or resume it first",
+            )
+        return thread
+
+    def _stored(self, thread_id: str) -> ThreadRecord:
+        """The thread as loaded here if it is, else as stored on disk."""
+        return self.threads.get(thread_id) or self.store.load(thread_id)
+
+    def _active_turn(self, thread_id: str, turn_id: Any) -> Turn:
+        turn = self.active.get(thread_id)
+        if turn is None or turn.id != turn_id:
+            raise RpcError(TURN_CONFLICT, f"turn {turn_id} is not running")
+        return turn
+
+    def _new_thread(self, cwd: str, turns: list[TurnRecord]) -> ThreadRecord:
+        thread = ThreadRecord(_new_id("sth_"), cwd, turns)
+        self.store.save(thread)
+        self.threads[thread.threadId] = thread
+        return thread
+
+    def _initialize(self, params: dict) -> dict:
+        switches = params.get("capabilities") or {}
+        if not isinstance(switches, dict):
+            raise RpcError(INVALID_PARAMS, "initialize capabilities must be an object")
+        capabilities = dict(CAPABILITIES)
+        for name, value in switches.items():
+            # Unknown names are ignored so newer clients can talk to us.
+            if name in capabilities:
+                if not isinstance(value, bool):
+                    raise RpcError(INVALID_PARAMS, f"capability {name} must be true or false")
+                capabilities[name] = value
+        self.capabilities = capabilities
+        return {"agent": "scripted", "version": "1", "capabilities": capabilities}
+
+    def _thread_start(self, params: dict) -> dict:
+        self._require("emptyThreads")
+        return {"threadId": self._thread_for_cwd(params, "thread/start").threadId}
+
+    def _thread_for_cwd(self, params: dict, method: str) -> ThreadRecord:
+        cwd = _param(params, "cwd", str, method)
+        if not os.path.isdir(cwd):
+            raise RpcError(INVALID_PARAMS, f"cwd {cwd} is not a directory")
+        return self._new_thread(os.path.realpath(cwd), [])
+
+    def _thread_resume(self, params: dict) -> dict:
+        thread_id = _param(params, "threadId", str, "thread/resume")
+        thread = self.threads.get(thread_id)
+        if thread is None:
+            thread = self.threads[thread_id] = self.store.load(thread_id)
+        return {"threadId": thread_id, "turnCount": len(thread.turns)}
+
+    def _thread_fork(self, params: dict) -> dict:
+        self._require("nativeFork")
+        source = self._stored(_param(params, "threadId", str, "thread/fork"))
+        turns = source.turns
+        if params.get("lastTurnId") is not None:
+            turns = turns[: _turn_index(source, params["lastTurnId"]) + 1]
+        fork = self._new_thread(source.cwd, list(turns))
+        return {"threadId": fork.threadId}
+
+    def _thread_turns_list(self, params: dict) -> dict:
+        thread = self._stored(_param(params, "threadId", str, "thread/turns/list"))
+        return {
+            "turns": [
+                {"turnId": turn.turnId, "input": turn.input, "status": turn.status}
+                for turn in thread.turns
+            ]
+        }
+
+    def _thread_rollback(self, params: dict) -> dict:
+        self._require("rollback")
+        thread = self._stored(_param(params, "threadId", str, "thread/rollback"))
+        if thread.threadId in self.active:
+            raise RpcError(TURN_CONFLICT, f"thread {thread.threadId} has a running turn")
+        del thread.turns[_turn_index(thread, params.get("beforeTurnId")) :]
+        self.store.save(thread)
+        return {"turnCount": len(thread.turns)}
+
+    def _turn_start(self, params: dict) -> dict:
+        text = _param(params, "input", str, "turn/start")
+        result = {}
+        if "threadId" in params:
+            thread = self._loaded(_param(params, "threadId", str, "turn/start"))
+        else:
+            # Without a thread id the turn starts a new thread: the only way
+            # to get a thread when emptyThreads is switched off.
+            thread = self._thread_for_cwd(params, "turn/start")
+            result["threadId"] = thread.threadId
+        if thread.threadId in self.active:
+            raise RpcError(TURN_CONFLICT, f"thread {thread.threadId} already has a running turn")
+        turn = self.active[thread.threadId] = Turn(self, thread, text)
+        self._after_reply.append(functools.partial(self._nursery.start_soon, turn.run))
+        result["turnId"] = turn.id
+        return result
+
+    def _turn_interrupt(self, params: dict) -> dict:
+        self._require("interrupt")
+        thread_id = _param(params, "threadId", str, "turn/interrupt")
+        self._active_turn(thread_id, params.get("turnId")).scope.cancel()
+        return {}
+
+    def _turn_steer(self, params: dict) -> dict:
+        self._require("steer")
+        thread_id = _param(params, "threadId", str, "turn/steer")
+        turn = self._active_turn(thread_id, params.get("expectedTurnId"))
+        turn.steers.append(_param(params, "input", str, "turn/steer"))
+        return {"turnId": turn.id}
+
+    def _shutdown(self, params: dict) -> dict:
+        self._stopping = True
+        return {}
+
+
+def _turn_index(thread: ThreadRecord, turn_id: Any) -> int:
+    for index, turn in enumerate(thread.turns):
+        if turn.turnId == turn_id:
+            return index
+    raise RpcError(TURN_NOT_FOUND, f"turn {turn_id} is not in thread {thread.threadId}")
+
+
+def _chunks(text: str, count: int) -> list[str]:
+    """Split text into at most count nearly equal, non-empty pieces."""
+    count = min(count, len(text))
+    if count == 0:
+        return []
+    size, extra = divmod(len(text), count)
+    pieces, start = [], 0
+    for index in range(count):
+        end = start + size + (index < extra)
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+
+
+def _expect(value: Any, kind: type | tuple, what: str) -> Any:
+    # bool is an int to Python but never a sensible number in a script.
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise TurnFailed(f"{what}, got {msgspec.json.encode(value).decode()}")
+    return value
+
+
+def _number(value: Any, what: str) -> float:
+    value = _expect(value, (int, float), f"{what} must be a number of seconds")
+    if value < 0:
+        raise TurnFailed(f"{what} must not be negative")
+    return value
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+
+
+class Turn:
+    """One turn of a thread: performs its input's steps, reporting each as items.
+
+    Script steps, one JSON object each:
+
+    ``{"say": TEXT, "chunks": N}``
+        An agentMessage item streamed in N deltas.
+    ``{"write": {"path": REL, "content": TEXT}}``
+        A fileChange item writing a file under the thread's cwd.
+    ``{"sleep": SECONDS}`` / ``{"hang": true}``
+        Wait for a while / until interrupted.
+    ``{"crash": CODE}`` / ``{"fail": MESSAGE}``
+        Kill the process at once / end the turn ``failed``.
+    ``{"tool": {"name": NAME, "seconds": S}}`` (or ``"hang": true``)
+        A tool item that takes that long.
+    ``{"reportHistory": true}``
+        Say how many earlier turns the thread holds.
+    ``{"approval": {"kind": KIND, "command": TEXT}}``
+        Ask the client via ``item/approval/request``, then say the decision.
+    ``{"ask": {"questions": [{"id", "question", "options"}]}}``
+        Ask via ``item/userInput/request`` and say the answers; without the
+        structuredQuestions capability, say the questions instead.
+    ``{"plan": [{"step", "status"}]}`` / ``{"proposePlan": MARKDOWN}``
+        A ``turn/plan/updated`` notification / a plan item.
+    ``{"subagent": {"steps": [...]}}``
+        A subagent item whose steps' items name it as ``parentItemId``.
+    """
+
+    def __init__(self, agent: Agent, thread: ThreadRecord, text: str) -> None:
+        self.agent = agent
+        self.thread = thread
+        self.input = text
+        self.id = _new_id("stu_")
+        # Created now so turn/interrupt works even before run() begins.
+        self.scope = trio.CancelScope()
+        self.steers: list[str] = []
+        self._open_items: list[dict] = []
+        self._output: list[str] = []
+
+    async def run(self) -> None:
+        await self._notify("turn/started")
+        status, error = "completed", None
+        with self.scope:
+            try:
+                await self._run_steps(self._steps(), parent=None)
+                await self._say_steers()
+            except TurnFailed as exc:
+                status, error = "failed", str(exc)
+        del self.agent.active[self.thread.threadId]
+        if self.scope.cancel_called:
+            status, error = "interrupted", None
+        # Items the failure or interrupt cut short still get completed, so
+        # clients never hold an item open forever.
+        for item in reversed(self._open_items):
+            item["status"] = status
+            await self._notify("item/completed", item=item)
+        self.thread.turns.append(TurnRecord(self.id, self.input, status, "\n".join(self._output)))
+        # Durable before it is announced: a client that saw turn/completed
+        # may kill us and resume.
+        self.agent.store.save(self.thread)
+        ending = {"status": status} if error is None else {"status": status, "error": error}
+        await self._notify("turn/completed", **ending)
+
+    def _steps(self) -> list:
+        first, _, rest = self.input.partition("\n")
+        if first.strip() != "@script":
+            return [{"say": f"You said: {self.input}", "chunks": 3}]
+        try:
+            steps = msgspec.json.decode(rest)
+        except msgspec.DecodeError as exc:
+            raise TurnFailed(f"the @script body is not valid JSON: {exc}") from None
+        return _expect(steps, list, "the @script body must be a JSON array of steps")
+
+    async def _notify(self, method: str, **params: Any) -> None:
+        await self.agent.notify(
+            method, {"threadId": self.thread.threadId, "turnId": self.id, **params}
+        )
+
+    async def _server_request(self, method: str, item: dict, **params: Any) -> dict:
+        return await self.agent.request(
+            method,
+            {"threadId": self.thread.threadId, "turnId": self.id, "itemId": item["id"], **params},
+        )
+
+    @asynccontextmanager
+    async def _item(self, parent: str | None, kind: str, /, **fields: Any):
+        """Report an item as started, then as completed when the block ends.
+
+        If the block raises, the item stays open and run() completes it with
+        the turn's final status.
+        """
+        item = {"id": _new_id("sit_"), "type": kind, **fields}
+        if parent is not None:
+            item["parentItemId"] = parent
+        await self._notify("item/started", item=item)
+        self._open_items.append(item)
+        yield item
+        self._open_items.remove(item)
+        if "status" in item:
+            item["status"] = "completed"
+        await self._notify("item/completed", item=item)
+
+    async def _message(self, text: str, parent: str | None, chunks: int = 1) -> None:
+        async with self._item(parent, "agentMessage", text="") as item:
+            for delta in _chunks(text, chunks):
+                await self._notify("item/agentMessage/delta", itemId=item["id"], delta=delta)
+            item["text"] = text
+        self._output.append(text)
+
+    async def _say_steers(self) -> None:
+        while self.steers:
+            await self._message(f"steered: {self.steers.pop(0)}", parent=None)
+
+    async def _run_steps(self, steps: list, parent: str | None) -> None:
+        for step in steps:
+            await self._say_steers()
+            # Lets an interrupt land between steps that never block.
+            await trio.lowlevel.checkpoint()
+            step = _expect(step, dict, "each script step must be an object")
+            kind = next((key for key in step if key in self._STEPS), None)
+            if kind is None:
+                raise TurnFailed(f"unknown script step {msgspec.json.encode(step).decode()}")
+            await self._STEPS[kind](self, step, parent)
+
+    # -- Steps ---------------------------------------------------------------
+
+    async def _say(self, step: dict, parent: str | None) -> None:
+        text = _expect(step["say"], str, "say needs text")
+        chunks = _expect(step.get("chunks", 1), int, "say chunks must be a whole number")
+        if chunks < 1:
+            raise TurnFailed("say chunks must be at least 1")
+        await self._message(text, parent, chunks)
+
+    async def _write(self, step: dict, parent: str | None) -> None:
+        spec = _expect(step["write"], dict, "write needs an object with path and content")
+        path = _expect(spec.get("path"), str, "write needs a string path")
+        content = _expect(spec.get("content"), str, "write needs string content")
+        if os.path.isabs(path):
+            raise TurnFailed(f"write path {path} is absolute; it must be relative to the thread's cwd")
+        cwd = os.path.realpath(self.thread.cwd)
+        target = os.path.realpath(os.path.join(cwd, path))
+        if os.path.commonpath([cwd, target]) != cwd:
+            raise TurnFailed(f"write path {path} escapes the thread's cwd")
+        async with self._item(parent, "fileChange", path=path, status="inProgress"):
+            try:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "w", encoding="utf-8") as file:
+                    file.write(content)
+            except OSError as exc:
+                raise TurnFailed(f"could not write {path}: {exc}") from None
+
+    async def _sleep(self, step: dict, parent: str | None) -> None:
+        await trio.sleep(_number(step["sleep"], "sleep"))
+
+    async def _hang(self, step: dict, parent: str | None) -> None:
+        await trio.sleep_forever()
+
+    async def _crash(self, step: dict, parent: str | None) -> None:
+        code = _expect(step["crash"], int, "crash needs an exit code")
+        os._exit(code)
+
+    async def _fail(self, step: dict, parent: str | None) -> None:
+        raise TurnFailed(_as_text(step["fail"]))
+
+    async def _tool(self, step: dict, parent: str | None) -> None:
+        spec = _expect(step["tool"], dict, "tool needs an object with a name")
+        name = _expect(spec.get("name"), str, "tool needs a string name")
+        seconds = None if spec.get("hang") else _number(spec.get("seconds", 0), "tool seconds")
+        async with self._item(parent, "tool", name=name, status="inProgress"):
+            if seconds is None:
+                await trio.sleep_forever()
+            await trio.sleep(seconds)
+
+    async def _report_history(self, step: dict, parent: str | None) -> None:
+        count = len(self.thread.turns)
+        await self._message(f"history: {count} turn{'' if count == 1 else 's'}", parent)
+
+    async def _approval(self, step: dict, parent: str | None) -> None:
+        spec = _expect(step["approval"], dict, "approval needs an object with kind and command")
+        kind = _expect(spec.get("kind"), str, "approval needs a string kind")
+        command = _expect(spec.get("command"), str, "approval needs a string command")
+        fields = {"kind": kind, "command": command}
+        async with self._item(parent, "approval", **fields, status="inProgress") as item:
+            answer = await self._server_request("item/approval/request", item, **fields)
+            decision = answer.get("decision")
+            if decision not in ("accept", "decline"):
+                raise TurnFailed(f"approval decision must be accept or decline, got {decision}")
+            item["decision"] = decision
+        await self._message(f"approval: {decision}", parent)
+
+    async def _ask(self, step: dict, parent: str | None) -> None:
+        spec = _expect(step["ask"], dict, "ask needs an object with questions")
+        questions = _expect(spec.get("questions"), list, "ask needs a list of questions")
+        for question in questions:
+            _expect(question, dict, "each question must be an object")
+            _expect(question.get("id"), str, "each question needs a string id")
+            _expect(question.get("question"), str, "each question needs question text")
+        if not self.agent.capabilities["structuredQuestions"]:
+            # The fallback for agents that can only talk: ask in prose and
+            # let the user's next message carry the answers.
+            await self._message("\n".join(f"? {q['question']}" for q in questions), parent)
+            return
+        async with self._item(parent, "userInput", questions=questions, status="inProgress") as item:
+            answer = await self._server_request("item/userInput/request", item, questions=questions)
+            answers = _expect(answer.get("answers"), dict, "userInput answers must be an object")
+            for question in questions:
+                if question["id"] not in answers:
+                    raise TurnFailed(f"no answer to question {question['id']}")
+            item["answers"] = answers
+        pairs = (f"{q['id']}={_as_text(answers[q['id']])}" for q in questions)
+        await self._message("answers: " + ", ".join(pairs), parent)
+
+    async def _plan(self, step: dict, parent: str | None) -> None:
+        plan = _expect(step["plan"], list, "plan needs a list of steps")
+        extra = {} if parent is None else {"itemId": parent}
+        await self._notify("turn/plan/updated", **extra, plan=plan)
+
+    async def _propose_plan(self, step: dict, parent: str | None) -> None:
+        text = _expect(step["proposePlan"], str, "proposePlan needs markdown text")
+        async with self._item(parent, "plan", text=text):
+            pass
+
+    async def _subagent(self, step: dict, parent: str | None) -> None:
+        spec = _expect(step["subagent"], dict, "subagent needs an object with steps")
+        steps = _expect(spec.get("steps"), list, "subagent needs a list of steps")
+        async with self._item(parent, "subagent", status="inProgress") as item:
+            await self._run_steps(steps, parent=item["id"])
+
+    _STEPS = {
+        "say": _say,
+        "write": _write,
+        "sleep": _sleep,
+        "hang": _hang,
+        "crash": _crash,
+        "fail": _fail,
+        "tool": _tool,
+        "reportHistory": _report_history,
+        "approval": _approval,
+        "ask": _ask,
+        "plan": _plan,
+        "proposePlan": _propose_plan,
+        "subagent": _subagent,
+    }
+
+
+async def _serve(home: Path) -> None:
+    stdin = trio.lowlevel.FdStream(os.dup(0))
+    stdout = trio.lowlevel.FdStream(os.dup(1))
+    async with stdin, stdout:
+        async with trio.open_nursery() as nursery:
+            agent = Agent(home, stdout, nursery)
+            await agent.serve(stdin)
+            # EOF or shutdown: running turns simply stop; their native state
+            # is whatever was saved when earlier turns ended.
+            nursery.cancel_scope.cancel()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--home", required=True, type=Path, help="directory for native state")
+    trio.run(_serve, parser.parse_args(argv).home)
+
+
+if __name__ == "__main__":
+    main()

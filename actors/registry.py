@@ -1,0 +1,205 @@
+"""ThreadRegistry: spawns a ThreadActor on a thread's first command and
+retires it from memory when idle, so a thread that is not loaded costs no task.
+
+``thread.create`` is handled here, not by an actor: a new thread has no
+state to serialize against.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import trio
+
+from protocol.errors import Conflict, InvalidParams, NotFound, Overloaded
+from store.batch import WriteBatch
+from store.db import Store
+from store.hub import EventHub
+from store.ids import new_id
+from store.records import AppThread, CommandReceipt, to_wire
+
+from .messages import Command
+from .providers.base import ProviderEvent, SessionHost
+from .providers.config import DaemonConfig
+from .thread_actor import ThreadActor
+
+log = logging.getLogger(__name__)
+
+
+class ThreadRegistry:
+    """Owns the live ThreadActors.
+
+    Args:
+        store: the durable store.
+        hub: the event hub.
+        sessions: the provider-session manager (as the actors see it).
+        config: the daemon config (provider instances).
+        workspaces_dir: where threads without a workspace get their own folder.
+        wall_clock: timestamps for records and events.
+        actor_idle_timeout: seconds an idle actor stays in memory.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        hub: EventHub,
+        sessions: SessionHost,
+        config: DaemonConfig,
+        *,
+        workspaces_dir: Path,
+        wall_clock: Callable[[], float] = time.time,
+        actor_idle_timeout: float = 60.0,
+    ) -> None:
+        self.store = store
+        self.hub = hub
+        self.sessions = sessions
+        self.config = config
+        self.workspaces_dir = Path(workspaces_dir)
+        self.wall_clock = wall_clock
+        self.actor_idle_timeout = actor_idle_timeout
+        self._actors: dict[str, ThreadActor] = {}
+        self._creating: dict[str, trio.Event] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Host actors until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    @property
+    def loaded(self) -> list[str]:
+        """IDs of threads whose actor is in memory."""
+        return list(self._actors)
+
+    # -- actors -----------------------------------------------------------------
+
+    def _actor(self, thread_id: str) -> ThreadActor:
+        actor = self._actors.get(thread_id)
+        if actor is not None:
+            return actor
+        thread = self.store.thread(thread_id)
+        if thread is None:
+            raise NotFound(f"no thread {thread_id}; list threads with thread.list", threadId=thread_id)
+        queued = [r for r in self.store.thread_runs(thread_id) if r.status == "queued"]
+        provider_thread = self.store.get("provider_threads", thread.provider_thread_id) if thread.provider_thread_id else None
+        actor = ThreadActor(self, thread, queued, provider_thread)
+        self._actors[thread_id] = actor
+        assert self._nursery is not None, "registry is not serving"
+        self._nursery.start_soon(self._run_actor, actor)
+        return actor
+
+    async def _run_actor(self, actor: ThreadActor) -> None:
+        try:
+            await actor.run(idle_timeout=self.actor_idle_timeout)
+        finally:
+            if self._actors.get(actor.thread_id) is actor:
+                del self._actors[actor.thread_id]
+            actor.send_channel.close()
+
+    def _retire(self, actor: ThreadActor) -> bool:
+        """Drop an idle actor, unless something reached its mailbox meanwhile.
+        Synchronous on purpose: no command can slip in between check and drop."""
+        if actor.send_channel.statistics().current_buffer_used:
+            return False
+        if self._actors.get(actor.thread_id) is actor:
+            del self._actors[actor.thread_id]
+        actor.send_channel.close()
+        return True
+
+    async def call(self, thread_id: str, method: str, params: Any, command_id: str | None = None) -> Any:
+        """Send a command to a thread's actor and wait for its answer.
+
+        Raises:
+            NotFound: no such thread.
+            Overloaded: the thread's mailbox is full.
+        """
+        command = Command(method, params, command_id)
+        for _ in range(2):
+            actor = self._actor(thread_id)
+            try:
+                actor.send_channel.send_nowait(command)
+                break
+            except trio.WouldBlock:
+                raise Overloaded(f"thread {thread_id} has too many commands waiting; retry shortly") from None
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                continue  # retired between lookup and send; a new actor takes it
+        return await command.reply.wait()
+
+    async def deliver(self, thread_id: str, event: ProviderEvent) -> None:
+        """Hand a provider event to its thread's actor (waits if the mailbox is full)."""
+        for _ in range(2):
+            try:
+                actor = self._actor(thread_id)
+            except NotFound:
+                log.warning("provider event for unknown thread %s dropped", thread_id)
+                return
+            try:
+                await actor.send_channel.send(event)
+                return
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                continue
+
+    # -- receipts -------------------------------------------------------------------
+
+    @staticmethod
+    def check_receipt(receipt: CommandReceipt, method: str) -> dict[str, Any]:
+        """The stored answer for a repeated commandId (Conflict if reused for another method)."""
+        if receipt.method != method:
+            raise Conflict(
+                f"commandId {receipt.command_id} was already used for {receipt.method}; use a new commandId",
+                commandId=receipt.command_id,
+            )
+        return receipt.result
+
+    # -- thread.create ----------------------------------------------------------------
+
+    async def create_thread(self, params: Any, command_id: str | None = None) -> dict[str, Any]:
+        """SPEC F1: make an AppThread only — no provider session, no provider thread."""
+        if command_id is not None:
+            while command_id in self._creating:
+                await self._creating[command_id].wait()
+            receipt = self.store.receipt(command_id)
+            if receipt is not None:
+                return self.check_receipt(receipt, "thread.create")
+            self._creating[command_id] = trio.Event()
+        try:
+            return await self._create_thread(params, command_id)
+        finally:
+            if command_id is not None:
+                self._creating.pop(command_id).set()
+
+    async def _create_thread(self, params: Any, command_id: str | None) -> dict[str, Any]:
+        provider = params.provider or self.config.default_provider
+        if provider not in self.config.providers:
+            raise InvalidParams(
+                f"unknown provider {provider!r}; configured: {', '.join(sorted(self.config.providers))}",
+                field="provider",
+            )
+        thread_id = new_id("thr")
+        if params.workspace:
+            workspace = Path(params.workspace)
+            if not workspace.is_absolute():
+                raise InvalidParams(f"workspace must be an absolute path, not {params.workspace!r}", field="workspace")
+            if not workspace.is_dir():
+                raise InvalidParams(f"workspace {params.workspace} is not an existing directory", field="workspace")
+        else:
+            # Created when the first run starts: thread.create touches nothing but the store.
+            workspace = self.workspaces_dir / thread_id
+        now = self.wall_clock()
+        thread = AppThread(
+            id=thread_id, title=params.title or "", workspace=str(workspace), provider=provider,
+            created_at=now, updated_at=now, root_thread_id=thread_id,
+        )
+        batch = WriteBatch()
+        batch.put(thread)
+        batch.event("thread.created", thread_id=thread_id, at=now, thread=to_wire(thread))
+        result = {"threadId": thread_id}
+        if command_id is not None:
+            batch.set_receipt(command_id, "thread.create", result, now)
+        committed = await self.store.commit(batch)
+        return {**result, "seq": committed.seq}

@@ -1,0 +1,604 @@
+"""ThreadActor: the one task that changes one AppThread (SPEC F2, F16, F18).
+
+Client commands and provider events for a thread enter the same bounded
+mailbox, and the actor handles them one at a time — that is the thread's lock,
+and no command ever waits on another thread's. A handler reads in-memory
+state, decides, commits one write batch through the group-commit writer and
+only then replies; the writer publishes the batch's events before the actor
+wakes, so nothing is seen that is not durable.
+
+Provider work (starting a runtime, opening the native thread, starting the
+turn) runs in a starter task that reports back through the mailbox, so the
+actor keeps answering while a runtime boots.
+
+Streamed assistant text is the one exception to commit-then-publish: each
+delta is published at once as an ephemeral ``message.delta`` and buffered;
+the buffer is written as one ``message.appended`` record on a short timer, when
+it grows large, when the message ends and at the completion barrier.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+import trio
+
+from protocol.errors import AgentdError, InternalError, InvalidParams, InvalidState, Unsupported
+from store.batch import WriteBatch
+from store.db import Store, struct_copy
+from store.hub import EventHub
+from store.ids import new_id
+from store.records import (
+    NODE_TERMINAL,
+    AppThread,
+    ConversationMessage,
+    ExecutionNode,
+    ProviderThread,
+    ProviderTurn,
+    Run,
+    RunAttempt,
+    to_wire,
+)
+
+from .messages import AttemptStartFailed, Command, FlushDue, ProviderThreadReady
+from .providers.base import (
+    ItemCompleted,
+    ItemStarted,
+    NativeThreadMissing,
+    PlanUpdated,
+    ProviderEvent,
+    ProviderRuntimeError,
+    RequestOpened,
+    RuntimeWarning_,
+    SessionExited,
+    SessionHost,
+    TextDelta,
+    TurnCompleted,
+    TurnStarted,
+)
+
+if TYPE_CHECKING:
+    from .registry import ThreadRegistry
+
+log = logging.getLogger(__name__)
+
+MAILBOX_SIZE = 1024
+TEXT_FLUSH_INTERVAL = 0.05  # seconds a delta may wait before it is durable
+TEXT_FLUSH_BYTES = 64 * 1024
+
+
+@dataclass
+class _OpenMessage:
+    """An assistant message being streamed, with text not yet durable."""
+
+    record: ConversationMessage
+    pending: list[str] = field(default_factory=list)
+    pending_len: int = 0
+
+
+@dataclass
+class _ActiveRun:
+    """The run whose attempt is starting or running, with its live graph."""
+
+    run: Run
+    attempt: RunAttempt
+    root: ExecutionNode
+    user_message: ConversationMessage
+    #: provider item id -> child node
+    nodes: dict[str, ExecutionNode] = field(default_factory=dict)
+    #: provider item id -> open assistant message
+    messages: dict[str, _OpenMessage] = field(default_factory=dict)
+    provider_turn: ProviderTurn | None = None
+    session_id: str | None = None
+
+
+class ThreadActor:
+    """Owns one AppThread's state and mailbox.
+
+    Args:
+        registry: the registry that spawned it (for retiring and effects).
+        thread: the thread record as stored.
+        queued: its queued runs, by ordinal.
+        provider_thread: its current ProviderThread, if any.
+    """
+
+    def __init__(
+        self,
+        registry: ThreadRegistry,
+        thread: AppThread,
+        queued: list[Run],
+        provider_thread: ProviderThread | None,
+    ) -> None:
+        self.registry = registry
+        self.store: Store = registry.store
+        self.hub: EventHub = registry.hub
+        self.sessions: SessionHost = registry.sessions
+        self.now: Callable[[], float] = registry.wall_clock
+        self.thread = thread
+        self.queued = queued
+        self.provider_thread = provider_thread
+        self.active: _ActiveRun | None = None
+        self.send_channel, self._receive_channel = trio.open_memory_channel[Any](MAILBOX_SIZE)
+        self._flush_at: float | None = None
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def thread_id(self) -> str:
+        return self.thread.id
+
+    @property
+    def busy(self) -> bool:
+        """True while a run is starting or running, or runs wait to start."""
+        return self.active is not None or bool(self.queued and not self.thread.queue_held)
+
+    # -- the loop -------------------------------------------------------------
+
+    async def run(self, *, idle_timeout: float, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Handle mailbox items until idle for ``idle_timeout``, then retire."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            self._maybe_start_next()
+            idle_since = trio.current_time()
+            while True:
+                deadline = idle_since + idle_timeout if not self.busy else float("inf")
+                if self._flush_at is not None:
+                    deadline = min(deadline, self._flush_at)
+                item = None
+                with trio.move_on_at(deadline):
+                    item = await self._receive_channel.receive()
+                if item is None:
+                    if self._flush_at is not None and trio.current_time() >= self._flush_at:
+                        await self._handle(FlushDue())
+                        continue
+                    if not self.busy and self.registry._retire(self):
+                        nursery.cancel_scope.cancel()
+                        return
+                    idle_since = trio.current_time()
+                    continue
+                await self._handle(item)
+                idle_since = trio.current_time()
+
+    async def _handle(self, item: Any) -> None:
+        try:
+            if isinstance(item, Command):
+                await self._handle_command(item)
+            elif isinstance(item, ProviderEvent):
+                await self._handle_provider_event(item)
+            elif isinstance(item, ProviderThreadReady):
+                await self._on_provider_thread_ready(item)
+            elif isinstance(item, AttemptStartFailed):
+                await self._on_attempt_start_failed(item)
+            elif isinstance(item, FlushDue):
+                await self._flush_text()
+            else:  # pragma: no cover - a programming error
+                log.error("thread %s: unknown mailbox item %r", self.thread_id, item)
+        except AgentdError as exc:
+            if isinstance(item, Command):
+                item.reply.fail(exc)
+            else:
+                log.warning("thread %s: %s while handling %s", self.thread_id, exc, type(item).__name__)
+        except Exception as exc:
+            log.exception("thread %s: handler failed on %s", self.thread_id, type(item).__name__)
+            if isinstance(item, Command):
+                item.reply.fail(InternalError(f"agentd failed handling {item.method}: {exc}"))
+
+    async def _commit(self, batch: WriteBatch):
+        return await self.store.commit(batch)
+
+    def _event(self, batch: WriteBatch, type: str, *, run_id: str | None = None, node_id: str | None = None, **payload: Any) -> None:
+        batch.event(type, thread_id=self.thread_id, run_id=run_id, node_id=node_id, at=self.now(), **payload)
+
+    # -- commands -----------------------------------------------------------------
+
+    async def _handle_command(self, command: Command) -> None:
+        if command.command_id is not None:
+            receipt = self.store.receipt(command.command_id)
+            if receipt is not None:
+                command.reply.set(self.registry.check_receipt(receipt, command.method))
+                return
+        handler = getattr(self, "_cmd_" + command.method.replace(".", "_"), None)
+        if handler is None:
+            raise Unsupported(f"{command.method} is not handled by thread actors")
+        command.reply.set(await handler(command))
+
+    async def _cmd_thread_message_send(self, command: Command) -> dict[str, Any]:
+        params = command.params
+        mode = params.dispatch_mode.type if params.dispatch_mode is not None else None
+        has_open = self.active is not None or bool(self.queued)
+        if mode is None:
+            mode = "queue_after_active" if has_open else "start_immediately"
+        if mode in ("steer_active", "restart_active"):
+            raise Unsupported(f"dispatch mode {mode} is not available yet in this agentd; send with queue_after_active instead")
+        if mode == "start_immediately" and has_open:
+            busy = self.active.run if self.active is not None else self.queued[0]
+            raise InvalidState(
+                f"thread {self.thread_id} already has run {busy.id} ({busy.status}); "
+                "send with dispatchMode queue_after_active to run after it",
+                runId=busy.id,
+            )
+        provider = params.provider or self.thread.provider
+        if provider not in self.registry.config.providers:
+            raise InvalidParams(
+                f"unknown provider {provider!r}; configured: {', '.join(sorted(self.registry.config.providers))}",
+                field="provider",
+            )
+        if provider != self.thread.provider and self.thread.run_count > 0:
+            raise Unsupported(
+                f"switching thread {self.thread_id} from {self.thread.provider} to {provider} needs a context "
+                "handoff, which this agentd does not do yet; create a new thread for that provider"
+            )
+
+        now = self.now()
+        ordinal = self.thread.run_count + 1
+        run_id, message_id, node_id, attempt_id = new_id("run"), new_id("msg"), new_id("nod"), new_id("att")
+        message = ConversationMessage(
+            id=message_id, thread_id=self.thread_id, run_id=run_id, role="user", text=params.text,
+            status="queued", created_at=now,
+        )
+        root = ExecutionNode(
+            id=node_id, thread_id=self.thread_id, run_id=run_id, attempt_id=attempt_id, kind="root_turn",
+            counts_for_run=True, title=f"run {ordinal}", created_at=now,
+        )
+        attempt = RunAttempt(
+            id=attempt_id, run_id=run_id, thread_id=self.thread_id, number=1, reason="initial",
+            root_node_id=node_id, created_at=now,
+        )
+        run = Run(
+            id=run_id, thread_id=self.thread_id, ordinal=ordinal, provider=provider, user_message_id=message_id,
+            root_node_id=node_id, selected_attempt_id=attempt_id, attempt_count=1, created_at=now,
+        )
+        thread = struct_copy(self.thread, run_count=ordinal, provider=provider, updated_at=now)
+        batch = WriteBatch()
+        batch.put_all(thread, message, run, root, attempt)
+        self._event(batch, "message.created", run_id=run_id, message=to_wire(message))
+        self._event(batch, "run.queued", run_id=run_id, node_id=node_id, run=to_wire(run), dispatchMode=mode)
+        result = {"runId": run_id, "messageId": message_id}
+        if command.command_id is not None:
+            batch.set_receipt(command.command_id, command.method, result, now)
+        committed = await self._commit(batch)
+        self.thread = thread
+        self.queued.append(run)
+        self._maybe_start_next()
+        return {**result, "seq": committed.seq}
+
+    # -- starting runs ------------------------------------------------------------
+
+    def _maybe_start_next(self) -> None:
+        if self.active is not None or not self.queued or self.thread.queue_held or self._nursery is None:
+            return
+        run = self.queued.pop(0)
+        attempt = self.store.get("attempts", run.selected_attempt_id)
+        root = self.store.get("nodes", run.root_node_id)
+        message = self.store.get("messages", run.user_message_id)
+        if attempt is None or root is None or message is None:  # pragma: no cover - store corruption
+            log.error("run %s is missing its attempt, root node or message; skipped", run.id)
+            self._maybe_start_next()
+            return
+        self.active = _ActiveRun(run=run, attempt=attempt, root=root, user_message=message)
+        self.sessions.mark_busy(self.thread_id, True)
+        self._nursery.start_soon(self._starter, self.active)
+
+    async def _starter(self, active: _ActiveRun) -> None:
+        """Open the runtime and native thread, then start the turn; report
+        every outcome through the mailbox."""
+        attempt_id = active.attempt.id
+        try:
+            cwd = self.thread.workspace
+            await trio.to_thread.run_sync(lambda: os.makedirs(cwd, mode=0o700, exist_ok=True))
+            session_id, conn = await self.sessions.ensure_session(self.thread_id, active.run.provider)
+            current = self.provider_thread
+            if current is not None and current.provider == active.run.provider and current.status not in ("error", "unusable"):
+                native = current.native_thread_id
+                turns = None
+                if native not in conn.loaded_threads:
+                    turns = (await conn.resume_thread(native, cwd=cwd)).turn_count
+                ready = ProviderThreadReady(attempt_id, session_id, native, created=False, resumed_turn_count=turns)
+            elif conn.capabilities.empty_threads:
+                native = await conn.create_thread(cwd=cwd)
+                ready = ProviderThreadReady(attempt_id, session_id, native, created=True)
+            else:
+                native, _turn = await conn.start_first_turn(text=active.user_message.text, attempt_id=attempt_id, cwd=cwd)
+                await self._post(ProviderThreadReady(attempt_id, session_id, native, created=True))
+                return
+            # Posted before the turn starts, so the actor knows the provider
+            # thread before any event of the turn reaches the mailbox.
+            await self._post(ready)
+            await conn.start_turn(native, text=active.user_message.text, attempt_id=attempt_id, cwd=cwd)
+        except NativeThreadMissing as exc:
+            await self._post(AttemptStartFailed(attempt_id, "provider_thread_unresumable", exc, native_thread_unusable=True))
+        except (ProviderRuntimeError, AgentdError, OSError) as exc:
+            await self._post(AttemptStartFailed(attempt_id, "provider_start_failed", exc))
+
+    async def _post(self, item: Any) -> None:
+        try:
+            await self.send_channel.send(item)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):  # pragma: no cover - retired meanwhile
+            pass
+
+    async def _on_provider_thread_ready(self, ready: ProviderThreadReady) -> None:
+        active = self.active
+        if active is None or active.attempt.id != ready.attempt_id:
+            return
+        now = self.now()
+        batch = WriteBatch()
+        if ready.created:
+            pt = ProviderThread(
+                id=new_id("pth"), thread_id=self.thread_id, provider=active.run.provider,
+                kind=self.sessions.adapter(active.run.provider).kind, native_thread_id=ready.native_thread_id,
+                created_at=now, updated_at=now,
+            )
+            thread = struct_copy(self.thread, provider_thread_id=pt.id, updated_at=now)
+            batch.put_all(pt, thread)
+            self._event(batch, "provider_thread.created", run_id=active.run.id, providerThread=to_wire(pt))
+            self.thread = thread
+        else:
+            pt = self.provider_thread
+            if ready.resumed_turn_count is not None:
+                pt = struct_copy(pt, status="active", updated_at=now)
+                batch.put(pt)
+                self._event(
+                    batch, "provider_thread.resumed", run_id=active.run.id,
+                    providerThreadId=pt.id, sessionId=ready.session_id, nativeTurnCount=ready.resumed_turn_count,
+                )
+        self.provider_thread = pt
+        attempt = struct_copy(active.attempt, provider_thread_id=pt.id)
+        batch.put(attempt)
+        if active.provider_turn is not None and not active.provider_turn.provider_thread_id:
+            # A thread created with its first turn is known only after the turn began.
+            active.provider_turn = struct_copy(active.provider_turn, provider_thread_id=pt.id)
+            batch.put(active.provider_turn)
+        await self._commit(batch)
+        active.attempt = attempt
+        active.session_id = ready.session_id
+
+    async def _on_attempt_start_failed(self, failed: AttemptStartFailed) -> None:
+        active = self.active
+        if active is None or active.attempt.id != failed.attempt_id:
+            return
+        batch = WriteBatch()
+        if failed.native_thread_unusable and self.provider_thread is not None:
+            pt = struct_copy(self.provider_thread, status="unusable", reason=str(failed.error), updated_at=self.now())
+            batch.put(pt)
+            self._event(batch, "provider_thread.unusable", run_id=active.run.id, providerThreadId=pt.id, reason=str(failed.error))
+            self.provider_thread = pt
+        await self._end_run(batch, "failed", reason=f"{failed.reason}: {failed.error}")
+
+    # -- provider events ----------------------------------------------------------
+
+    def _attempt_is_active(self, event: ProviderEvent) -> bool:
+        return self.active is not None and event.attempt_id == self.active.attempt.id
+
+    async def _handle_provider_event(self, event: ProviderEvent) -> None:
+        if isinstance(event, SessionExited):
+            await self._on_session_exited(event)
+            return
+        if isinstance(event, RuntimeWarning_):
+            batch = WriteBatch()
+            self._event(batch, "runtime.warning", run_id=self.active.run.id if self.active else None, message=event.message)
+            await self._commit(batch)
+            return
+        if not self._attempt_is_active(event):
+            log.debug("thread %s: %s for attempt %s ignored (not active)", self.thread_id, type(event).__name__, event.attempt_id)
+            return
+        active = self.active
+        assert active is not None
+        if isinstance(event, TextDelta):
+            await self._on_text_delta(active, event)
+        elif isinstance(event, TurnStarted):
+            await self._on_turn_started(active, event)
+        elif isinstance(event, ItemStarted):
+            await self._on_item_started(active, event)
+        elif isinstance(event, ItemCompleted):
+            await self._on_item_completed(active, event)
+        elif isinstance(event, TurnCompleted):
+            await self._on_turn_completed(active, event)
+        elif isinstance(event, PlanUpdated):
+            batch = WriteBatch()
+            node = active.nodes.get(event.item_id or "", active.root)
+            self._event(batch, "plan.updated", run_id=active.run.id, node_id=node.id, plan=event.plan)
+            await self._commit(batch)
+        elif isinstance(event, RequestOpened):
+            await self._on_request_opened(active, event)
+
+    async def _on_turn_started(self, active: _ActiveRun, event: TurnStarted) -> None:
+        now = self.now()
+        pt_id = active.attempt.provider_thread_id or (self.provider_thread.id if self.provider_thread else "")
+        turn = ProviderTurn(
+            id=new_id("ptu"), provider_thread_id=pt_id, thread_id=self.thread_id, run_id=active.run.id,
+            attempt_id=active.attempt.id, native_turn_id=event.native_turn_id, started_at=now,
+        )
+        attempt = struct_copy(active.attempt, status="running", provider_turn_id=turn.id)
+        root = struct_copy(active.root, status="running")
+        run = struct_copy(active.run, status="running", started_at=active.run.started_at or now)
+        message = struct_copy(active.user_message, status="complete")
+        thread = struct_copy(self.thread, status="running", active_run_id=run.id, updated_at=now)
+        batch = WriteBatch()
+        batch.put_all(turn, attempt, root, run, message, thread)
+        self._event(batch, "run.started", run_id=run.id, node_id=root.id, run=to_wire(run), attempt=to_wire(attempt))
+        self._event(batch, "root_turn.started", run_id=run.id, node_id=root.id, node=to_wire(root), providerTurnId=turn.id)
+        await self._commit(batch)
+        active.provider_turn, active.attempt, active.root, active.run, active.user_message = turn, attempt, root, run, message
+        self.thread = thread
+
+    def _parent_node(self, active: _ActiveRun, parent_item_id: str | None) -> ExecutionNode:
+        if parent_item_id is not None and parent_item_id in active.nodes:
+            return active.nodes[parent_item_id]
+        return active.root
+
+    async def _on_item_started(self, active: _ActiveRun, event: ItemStarted) -> None:
+        now = self.now()
+        parent = self._parent_node(active, event.parent_item_id)
+        batch = WriteBatch()
+        if event.item_type == "agent_message":
+            message = ConversationMessage(
+                id=new_id("msg"), thread_id=self.thread_id, run_id=active.run.id, attempt_id=active.attempt.id,
+                node_id=parent.id, role="assistant", status="streaming", created_at=now,
+            )
+            batch.put(message)
+            self._event(batch, "message.created", run_id=active.run.id, node_id=parent.id, message=to_wire(message))
+            await self._commit(batch)
+            active.messages[event.item_id] = _OpenMessage(message)
+            return
+        node = ExecutionNode(
+            id=new_id("nod"), thread_id=self.thread_id, run_id=active.run.id, attempt_id=active.attempt.id,
+            parent_node_id=parent.id, kind=event.item_type, status="running", title=event.title,
+            provider_item_id=event.item_id, detail=event.detail, created_at=now,
+        )
+        batch.put(node)
+        self._event(batch, f"{node.kind}.started", run_id=active.run.id, node_id=node.id, node=to_wire(node))
+        await self._commit(batch)
+        active.nodes[event.item_id] = node
+
+    async def _on_item_completed(self, active: _ActiveRun, event: ItemCompleted) -> None:
+        if event.item_type == "agent_message":
+            open_message = active.messages.pop(event.item_id, None)
+            if open_message is None:
+                return
+            batch = WriteBatch()
+            self._close_message(batch, active, open_message, "complete")
+            await self._commit(batch)
+            return
+        node = active.nodes.get(event.item_id)
+        if node is None or node.status in NODE_TERMINAL:
+            return
+        status = event.status if event.status in NODE_TERMINAL else "completed"
+        node = struct_copy(node, status=status, detail={**node.detail, **event.detail}, ended_at=self.now())
+        batch = WriteBatch()
+        batch.put(node)
+        self._event(batch, f"{node.kind}.{status}", run_id=active.run.id, node_id=node.id, node=to_wire(node))
+        await self._commit(batch)
+        active.nodes[event.item_id] = node
+
+    async def _on_request_opened(self, active: _ActiveRun, event: RequestOpened) -> None:
+        # Answering requests arrives with the run-control work (SPEC F15); until
+        # then the request is recorded so the person sees why the run waits.
+        parent = self._parent_node(active, event.item_id)
+        batch = WriteBatch()
+        self._event(
+            batch, "runtime.warning", run_id=active.run.id, node_id=parent.id,
+            message=f"the provider asked for {event.kind}, which this agentd cannot answer yet; interrupt the run",
+            request=event.detail,
+        )
+        await self._commit(batch)
+
+    # -- streamed text ------------------------------------------------------------
+
+    async def _on_text_delta(self, active: _ActiveRun, event: TextDelta) -> None:
+        open_message = active.messages.get(event.item_id)
+        if open_message is None:
+            # A delta before its item: open the message implicitly.
+            await self._on_item_started(active, ItemStarted(attempt_id=event.attempt_id, item_id=event.item_id, item_type="agent_message"))
+            open_message = active.messages[event.item_id]
+        record = open_message.record
+        offset = len(record.text) + open_message.pending_len
+        open_message.pending.append(event.delta)
+        open_message.pending_len += len(event.delta)
+        self.hub.publish_ephemeral(
+            "message.delta", thread_id=self.thread_id, run_id=active.run.id, node_id=record.node_id, at=self.now(),
+            messageId=record.id, offset=offset, text=event.delta,
+        )
+        if open_message.pending_len >= TEXT_FLUSH_BYTES:
+            await self._flush_text()
+        elif self._flush_at is None:
+            self._flush_at = trio.current_time() + TEXT_FLUSH_INTERVAL
+
+    def _flush_message(self, batch: WriteBatch, active: _ActiveRun, open_message: _OpenMessage) -> None:
+        if not open_message.pending:
+            return
+        text = "".join(open_message.pending)
+        record = open_message.record
+        offset = len(record.text)
+        record = struct_copy(record, text=record.text + text)
+        batch.put(record)
+        self._event(batch, "message.appended", run_id=active.run.id, node_id=record.node_id, messageId=record.id, offset=offset, text=text)
+        open_message.record = record
+        open_message.pending.clear()
+        open_message.pending_len = 0
+
+    def _close_message(self, batch: WriteBatch, active: _ActiveRun, open_message: _OpenMessage, status: str) -> None:
+        self._flush_message(batch, active, open_message)
+        record = struct_copy(open_message.record, status=status, completed_at=self.now())
+        batch.put(record)
+        self._event(batch, "message.completed", run_id=active.run.id, node_id=record.node_id, messageId=record.id, status=status, length=len(record.text))
+        open_message.record = record
+
+    async def _flush_text(self) -> None:
+        self._flush_at = None
+        active = self.active
+        if active is None:
+            return
+        batch = WriteBatch()
+        for open_message in active.messages.values():
+            self._flush_message(batch, active, open_message)
+        if batch:
+            await self._commit(batch)
+
+    # -- ending runs ----------------------------------------------------------------
+
+    async def _on_turn_completed(self, active: _ActiveRun, event: TurnCompleted) -> None:
+        status = event.status if event.status in ("completed", "failed", "interrupted") else "failed"
+        reason = None
+        if status == "failed":
+            reason = f"provider_error: {event.error}" if event.error else "provider_error"
+        elif status == "interrupted":
+            reason = "interrupted"
+        await self._end_run(WriteBatch(), status, reason=reason)
+
+    async def _on_session_exited(self, event: SessionExited) -> None:
+        active = self.active
+        if active is None or (active.session_id is not None and active.session_id != event.session_id):
+            return
+        if event.requested:
+            how = event.reason or "stopped"
+            reason = f"provider_stopped: {how}"
+        else:
+            how = f"exit code {event.exit_code}" if event.exit_code is not None else f"signal {event.signal}"
+            reason = f"provider_crashed: the provider process ended unexpectedly ({how})"
+        await self._end_run(WriteBatch(), "failed", reason=reason)
+
+    async def _end_run(self, batch: WriteBatch, status: str, *, reason: str | None) -> None:
+        """The completion barrier (SPEC F16): flush and close assistant text,
+        finalize artifacts, close child nodes the provider left open, end the
+        root node, the attempt and the run, in that order, in one commit."""
+        active = self.active
+        assert active is not None
+        now = self.now()
+        self._flush_at = None
+        message_status = "complete" if status == "completed" else "interrupted"
+        for open_message in active.messages.values():
+            self._close_message(batch, active, open_message, message_status)
+        active.messages.clear()
+        for item_id, node in list(active.nodes.items()):
+            if node.status not in NODE_TERMINAL:
+                closed = "interrupted" if status == "interrupted" else "incomplete"
+                summary = "the turn ended before this step reported a result"
+                node = struct_copy(node, status=closed, summary=summary, ended_at=now)
+                batch.put(node)
+                self._event(batch, f"{node.kind}.{closed}", run_id=active.run.id, node_id=node.id, node=to_wire(node))
+                active.nodes[item_id] = node
+        root = struct_copy(active.root, status=status, ended_at=now)
+        attempt = struct_copy(active.attempt, status=status, error=reason if status == "failed" else None, ended_at=now)
+        run = struct_copy(active.run, status=status, reason=reason, ended_at=now)
+        thread = struct_copy(self.thread, status="idle", active_run_id=None, updated_at=now)
+        batch.put_all(root, attempt)
+        if active.provider_turn is not None:
+            batch.put(struct_copy(active.provider_turn, status=status, ended_at=now))
+        if active.user_message.status == "queued":
+            batch.put(struct_copy(active.user_message, status="complete"))
+        if status == "completed" and self.provider_thread is not None:
+            pt = struct_copy(self.provider_thread, covered_run_count=run.ordinal, updated_at=now)
+            batch.put(pt)
+            self.provider_thread = pt
+        batch.put_all(run, thread)
+        self._event(batch, f"root_turn.{status}", run_id=run.id, node_id=root.id, node=to_wire(root))
+        self._event(batch, f"attempt.{status}", run_id=run.id, node_id=root.id, attempt=to_wire(attempt))
+        self._event(batch, f"run.{status}", run_id=run.id, node_id=root.id, run=to_wire(run))
+        await self._commit(batch)
+        self.thread = thread
+        self.active = None
+        self.sessions.mark_busy(self.thread_id, False)
+        self._maybe_start_next()

@@ -1,0 +1,137 @@
+"""agentd's error types. Each maps to one protocol error kind (``data.kind``).
+
+Raise the most specific one with a sentence a person can act on; the server
+turns it into a JSON-RPC error once, at the boundary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# JSON-RPC 2.0 codes
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+# agentd's application codes (JSON-RPC reserves -32000..-32099 for servers)
+APPLICATION_ERROR = -32000
+
+
+class AgentdError(Exception):
+    """Base of every error a client can be told about."""
+
+    kind = "internal"
+    code = APPLICATION_ERROR
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+    def to_error(self) -> dict[str, Any]:
+        """The JSON-RPC ``error`` object."""
+        return {"code": self.code, "message": self.message, "data": {"kind": self.kind, **self.data}}
+
+
+class ParseError(AgentdError):
+    """The request line is not JSON, or is too long."""
+
+    kind = "parse_error"
+    code = PARSE_ERROR
+
+
+class InvalidRequest(AgentdError):
+    """The JSON is not a JSON-RPC 2.0 request."""
+
+    kind = "invalid_request"
+    code = INVALID_REQUEST
+
+
+class MethodNotFound(AgentdError):
+    kind = "method_not_found"
+    code = METHOD_NOT_FOUND
+
+
+class InvalidParams(AgentdError):
+    """A parameter is missing, of the wrong type or out of range (``data.field``)."""
+
+    kind = "invalid_params"
+    code = INVALID_PARAMS
+
+
+class NotFound(AgentdError):
+    """The thread, run, node or request named does not exist."""
+
+    kind = "not_found"
+
+
+class InvalidState(AgentdError):
+    """The target exists but is not in a state that allows the command."""
+
+    kind = "invalid_state"
+
+
+class Unsupported(AgentdError):
+    """The provider or this agentd cannot do what was asked."""
+
+    kind = "unsupported"
+
+
+class NotResumable(AgentdError):
+    """A live callback or process the command needs is gone."""
+
+    kind = "not_resumable"
+
+
+class Conflict(AgentdError):
+    """The command conflicts with another (e.g. a commandId reused for another method)."""
+
+    kind = "conflict"
+
+
+class Overloaded(AgentdError):
+    """A bounded queue is full; retry later."""
+
+    kind = "overloaded"
+
+
+class InternalError(AgentdError):
+    """agentd failed; nothing half-written was kept."""
+
+    kind = "internal"
+    code = INTERNAL_ERROR
+
+
+class ProviderError(AgentdError):
+    """The provider runtime failed or answered with an error."""
+
+    kind = "provider_error"
+
+
+ERROR_KINDS = {
+    cls.kind: cls
+    for cls in (
+        ParseError,
+        InvalidRequest,
+        MethodNotFound,
+        InvalidParams,
+        NotFound,
+        InvalidState,
+        Unsupported,
+        NotResumable,
+        Conflict,
+        Overloaded,
+        InternalError,
+        ProviderError,
+    )
+}
+
+
+def error_from_wire(error: dict[str, Any]) -> AgentdError:
+    """Rebuild an AgentdError from a JSON-RPC error object (client side)."""
+    data = dict(error.get("data") or {})
+    cls = ERROR_KINDS.get(data.pop("kind", ""), AgentdError)
+    exc = cls(error.get("message", "unknown error"), **data)
+    exc.code = error.get("code", exc.code)
+    return exc

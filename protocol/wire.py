@@ -1,0 +1,103 @@
+"""Wire types: the params of every method, checked once at the boundary.
+
+Params are camelCase msgspec Structs that refuse unknown fields, so a typo
+(``threadID``) is an ``invalid_params`` error naming the field instead of a
+silently ignored value. Results and events are plain mappings built from the
+store's records (``store.records.to_wire``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from .errors import InvalidParams
+
+MAX_TEXT = 1 << 20  # 1 MiB of message text
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+CommandId = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+
+
+class Params(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """Base of every method's params."""
+
+
+class NoParams(Params):
+    pass
+
+
+class ThreadCreateParams(Params):
+    title: Annotated[str, msgspec.Meta(max_length=500)] | None = None
+    workspace: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    provider: Id | None = None
+    command_id: CommandId | None = None
+
+
+DispatchType = Literal["steer_active", "restart_active", "queue_after_active", "start_immediately"]
+
+
+class DispatchMode(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    type: DispatchType
+    target_run_id: Id | None = None
+
+
+class MessageSendParams(Params):
+    thread_id: Id
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
+    dispatch_mode: DispatchMode | None = None
+    provider: Id | None = None
+    command_id: CommandId | None = None
+
+
+class ThreadGetParams(Params):
+    thread_id: Id
+
+
+class RunGetParams(Params):
+    run_id: Id
+
+
+class SubscribeParams(Params):
+    thread_id: Id | None = None
+    after_seq: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+class UnsubscribeParams(Params):
+    subscription_id: Id
+
+
+#: method -> params type. The server refuses any method not listed here.
+METHODS: dict[str, type[Params]] = {
+    "thread.create": ThreadCreateParams,
+    "thread.message.send": MessageSendParams,
+    "thread.list": NoParams,
+    "thread.get": ThreadGetParams,
+    "run.get": RunGetParams,
+    "events.subscribe": SubscribeParams,
+    "events.unsubscribe": UnsubscribeParams,
+    "daemon.status": NoParams,
+}
+
+_FIELD = re.compile(r"at `\$\.([A-Za-z0-9_.\[\]]+)`|field `([A-Za-z0-9_]+)`")
+
+
+def decode_params(method: str, params: Any) -> Params:
+    """Convert raw JSON params to the method's Struct.
+
+    Raises:
+        InvalidParams: with ``data.field`` naming the offending field.
+    """
+    params_type = METHODS[method]
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise InvalidParams(f"params of {method} must be an object", field=None)
+    try:
+        return msgspec.convert(params, params_type)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        match = _FIELD.search(text)
+        field = (match.group(1) or match.group(2)) if match else None
+        raise InvalidParams(f"invalid params for {method}: {text}", field=field) from None

@@ -1,0 +1,151 @@
+"""WriteBatch: everything one command changes, committed as one unit.
+
+An actor builds a batch of record puts, events and at most one receipt; the
+group-commit writer applies it inside a shared transaction, assigns each event
+its ``seq`` and tells the actor when it is durable. Index entries are derived
+here from the records themselves, so no caller can forget one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from .records import (
+    KIND_OF_TYPE,
+    RUN_OPEN,
+    AppThread,
+    ConversationMessage,
+    Effect,
+    ExecutionNode,
+    ProviderSession,
+    ProviderThread,
+    ProviderTurn,
+    Run,
+    RunAttempt,
+    encode_record,
+)
+
+SEP = b"\x00"
+
+
+def index_key(*parts: str | int) -> bytes:
+    """Build an index key: strings joined by NUL, ints as 8-byte big-endian so
+    they sort numerically."""
+    out = []
+    for part in parts:
+        out.append(part.to_bytes(8, "big") if isinstance(part, int) else part.encode())
+    return SEP.join(out)
+
+
+@dataclass
+class EventDraft:
+    """An event before the writer gives it a sequence number."""
+
+    type: str
+    thread_id: str | None
+    run_id: str | None
+    node_id: str | None
+    at: float
+    payload: dict[str, Any]
+
+
+@dataclass
+class WriteBatch:
+    """The puts, deletes, events and receipt of one command."""
+
+    ops: list[tuple[str, bytes, bytes | None]] = field(default_factory=list)
+    events: list[EventDraft] = field(default_factory=list)
+    receipt: tuple[str, str, dict[str, Any], float] | None = None
+
+    def put(self, record: msgspec.Struct) -> None:
+        """Store ``record`` under its id, with the index entries its kind has."""
+        kind = KIND_OF_TYPE[type(record)]
+        key = record.id.encode()
+        self.ops.append((kind, key, encode_record(kind, record)))
+        self._index(record)
+
+    def put_all(self, *records: msgspec.Struct) -> None:
+        for record in records:
+            self.put(record)
+
+    def event(
+        self,
+        type: str,
+        *,
+        thread_id: str | None = None,
+        run_id: str | None = None,
+        node_id: str | None = None,
+        at: float = 0.0,
+        **payload: Any,
+    ) -> None:
+        """Append an event; it gets the next global ``seq`` when committed."""
+        self.events.append(EventDraft(type, thread_id, run_id, node_id, at, payload))
+
+    def set_receipt(self, command_id: str, method: str, result: dict[str, Any], at: float) -> None:
+        """Record the command's answer; the writer adds the batch's last ``seq``."""
+        self.receipt = (command_id, method, result, at)
+
+    def __bool__(self) -> bool:
+        return bool(self.ops or self.events or self.receipt)
+
+    # -- derived indexes ----------------------------------------------------
+
+    def _idx(self, db: str, key: bytes, value: bytes | None = b"") -> None:
+        self.ops.append((db, key, value))
+
+    def _index(self, record: msgspec.Struct) -> None:
+        if isinstance(record, Run):
+            self._idx("idx_thread_runs", index_key(record.thread_id, record.ordinal), record.id.encode())
+            active = record.status in RUN_OPEN
+            self._idx("idx_open_runs", record.id.encode(), record.thread_id.encode() if active else None)
+        elif isinstance(record, RunAttempt):
+            self._idx("idx_run_attempts", index_key(record.run_id, record.number), record.id.encode())
+        elif isinstance(record, ExecutionNode):
+            self._idx("idx_run_nodes", index_key(record.run_id, record.id))
+        elif isinstance(record, ConversationMessage):
+            self._idx("idx_thread_messages", index_key(record.thread_id, record.id))
+            queued = record.status == "queued"
+            self._idx("idx_queued_messages", record.id.encode(), record.thread_id.encode() if queued else None)
+        elif isinstance(record, ProviderThread):
+            self._idx("idx_thread_provider_threads", index_key(record.thread_id, record.id))
+        elif isinstance(record, ProviderTurn):
+            self._idx("idx_attempt_turns", index_key(record.attempt_id, record.id))
+        elif isinstance(record, ProviderSession):
+            live = record.status in ("starting", "ready")
+            self._idx("idx_live_sessions", record.id.encode(), b"" if live else None)
+        elif isinstance(record, Effect):
+            pending = record.status == "pending"
+            self._idx("idx_open_effects", record.id.encode(), b"" if pending else None)
+        elif isinstance(record, AppThread):
+            pass  # the threads database is itself the thread list, in id (creation) order
+
+
+#: every sub-database the store opens
+DATABASES = (
+    "threads",
+    "messages",
+    "runs",
+    "attempts",
+    "nodes",
+    "provider_sessions",
+    "provider_threads",
+    "provider_turns",
+    "events",
+    "receipts",
+    "effects",
+    "meta",
+    "idx_thread_runs",
+    "idx_open_runs",
+    "idx_run_attempts",
+    "idx_run_nodes",
+    "idx_thread_messages",
+    "idx_queued_messages",
+    "idx_thread_provider_threads",
+    "idx_attempt_turns",
+    "idx_live_sessions",
+    "idx_open_effects",
+    "idx_thread_events",
+)

@@ -1,0 +1,222 @@
+"""The LMDB environment and the read side of the store.
+
+Reads are short read transactions on the event loop (LMDB readers never block
+and never wait on the writer). Writes go only through ``Store.commit``, which
+hands them to the group-commit writer.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import lmdb
+import msgspec
+
+from .batch import DATABASES, SEP, WriteBatch, index_key
+from .records import (
+    AppThread,
+    CommandReceipt,
+    ConversationMessage,
+    Effect,
+    Event,
+    ExecutionNode,
+    ProviderSession,
+    ProviderThread,
+    ProviderTurn,
+    Run,
+    RunAttempt,
+    decode_record,
+)
+from .writer import CommitResult, GroupCommitWriter
+
+DEFAULT_MAP_SIZE = 64 << 30  # sparse on Linux; only what is used takes disk
+
+
+class Store:
+    """One LMDB environment with a sub-database per record kind and index.
+
+    Args:
+        path: the directory of the environment (created 0700 if missing).
+        on_commit: receives every committed group's events, in ``seq`` order.
+        inline_commits: commit on the event loop (virtual-clock tests).
+        map_size: LMDB map size in bytes.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        on_commit: Callable[[list[Event]], None] = lambda events: None,
+        inline_commits: bool = False,
+        map_size: int = DEFAULT_MAP_SIZE,
+    ) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.env = lmdb.open(
+            str(self.path),
+            map_size=map_size,
+            max_dbs=len(DATABASES) + 8,
+            sync=True,
+            metasync=True,
+            max_readers=512,
+        )
+        self.dbs = {name: self.env.open_db(name.encode()) for name in DATABASES}
+        self._on_commit = on_commit
+        self.writer = GroupCommitWriter(
+            self.env, self.dbs, last_seq=self._read_last_seq(), on_commit=self._publish, inline=inline_commits
+        )
+
+    def set_on_commit(self, on_commit: Callable[[list[Event]], None]) -> None:
+        """Point committed-event publication at ``on_commit`` (the event hub)."""
+        self._on_commit = on_commit
+
+    def _publish(self, events: list[Event]) -> None:
+        self._on_commit(events)
+
+    def close(self) -> None:
+        self.env.close()
+
+    # -- writing --------------------------------------------------------------
+
+    async def commit(self, batch: WriteBatch) -> CommitResult:
+        """Make ``batch`` durable (group commit); see GroupCommitWriter.commit."""
+        return await self.writer.commit(batch)
+
+    @property
+    def last_seq(self) -> int:
+        return self.writer.last_seq
+
+    # -- generic reads ----------------------------------------------------------
+
+    def _read_last_seq(self) -> int:
+        with self.env.begin(db=self.dbs["events"]) as txn:
+            cursor = txn.cursor()
+            if cursor.last():
+                return int.from_bytes(cursor.key(), "big")
+        return 0
+
+    def get(self, kind: str, record_id: str) -> Any:
+        """The record of ``kind`` with ``record_id``, or None."""
+        with self.env.begin() as txn:
+            data = txn.get(record_id.encode(), db=self.dbs[kind])
+        return None if data is None else decode_record(kind, data)
+
+    def _scan_index(self, index: str, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        with self.env.begin() as txn:
+            cursor = txn.cursor(db=self.dbs[index])
+            rows = []
+            if cursor.set_range(prefix):
+                for key, value in cursor:
+                    if not key.startswith(prefix):
+                        break
+                    rows.append((bytes(key), bytes(value)))
+        return rows
+
+    def _get_many(self, kind: str, ids: list[str]) -> list[Any]:
+        db = self.dbs[kind]
+        with self.env.begin() as txn:
+            values = [txn.get(i.encode(), db=db) for i in ids]
+        return [decode_record(kind, v) for v in values if v is not None]
+
+    # -- typed reads ----------------------------------------------------------
+
+    def thread(self, thread_id: str) -> AppThread | None:
+        return self.get("threads", thread_id)
+
+    def run(self, run_id: str) -> Run | None:
+        return self.get("runs", run_id)
+
+    def list_threads(self) -> list[AppThread]:
+        """Every thread, oldest first."""
+        with self.env.begin(db=self.dbs["threads"]) as txn:
+            return [decode_record("threads", v) for _k, v in txn.cursor()]
+
+    def thread_runs(self, thread_id: str) -> list[Run]:
+        """The runs of a thread by ordinal."""
+        rows = self._scan_index("idx_thread_runs", thread_id.encode() + SEP)
+        return self._get_many("runs", [v.decode() for _k, v in rows])
+
+    def thread_messages(self, thread_id: str) -> list[ConversationMessage]:
+        rows = self._scan_index("idx_thread_messages", thread_id.encode() + SEP)
+        return self._get_many("messages", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+
+    def run_attempts(self, run_id: str) -> list[RunAttempt]:
+        rows = self._scan_index("idx_run_attempts", run_id.encode() + SEP)
+        return self._get_many("attempts", [v.decode() for _k, v in rows])
+
+    def run_nodes(self, run_id: str) -> list[ExecutionNode]:
+        rows = self._scan_index("idx_run_nodes", run_id.encode() + SEP)
+        return self._get_many("nodes", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+
+    def thread_provider_threads(self, thread_id: str) -> list[ProviderThread]:
+        rows = self._scan_index("idx_thread_provider_threads", thread_id.encode() + SEP)
+        return self._get_many("provider_threads", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+
+    def attempt_turns(self, attempt_id: str) -> list[ProviderTurn]:
+        rows = self._scan_index("idx_attempt_turns", attempt_id.encode() + SEP)
+        return self._get_many("provider_turns", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+
+    def receipt(self, command_id: str) -> CommandReceipt | None:
+        return self.get("receipts", command_id)
+
+    def open_runs(self) -> list[Run]:
+        """Runs that are queued, running or waiting (the open-runs index)."""
+        rows = self._scan_index("idx_open_runs", b"")
+        return self._get_many("runs", [k.decode() for k, _v in rows])
+
+    def queued_messages(self) -> list[ConversationMessage]:
+        rows = self._scan_index("idx_queued_messages", b"")
+        return self._get_many("messages", [k.decode() for k, _v in rows])
+
+    def live_sessions(self) -> list[ProviderSession]:
+        rows = self._scan_index("idx_live_sessions", b"")
+        return self._get_many("provider_sessions", [k.decode() for k, _v in rows])
+
+    def open_effects(self) -> list[Effect]:
+        rows = self._scan_index("idx_open_effects", b"")
+        return self._get_many("effects", [k.decode() for k, _v in rows])
+
+    def events_after(self, after_seq: int, *, thread_id: str | None = None, limit: int = 1000) -> list[Event]:
+        """Up to ``limit`` events with ``seq > after_seq``, oldest first,
+        optionally only those of one thread."""
+        out: list[Event] = []
+        with self.env.begin() as txn:
+            if thread_id is None:
+                cursor = txn.cursor(db=self.dbs["events"])
+                if cursor.set_range((after_seq + 1).to_bytes(8, "big")):
+                    for _key, value in cursor:
+                        out.append(decode_record("events", value))
+                        if len(out) >= limit:
+                            break
+                return out
+            prefix = thread_id.encode() + SEP
+            cursor = txn.cursor(db=self.dbs["idx_thread_events"])
+            events_db = self.dbs["events"]
+            if cursor.set_range(index_key(thread_id, after_seq + 1)):
+                for key, _value in cursor:
+                    if not key.startswith(prefix):
+                        break
+                    data = txn.get(bytes(key[len(prefix):]), db=events_db)
+                    if data is not None:
+                        out.append(decode_record("events", data))
+                    if len(out) >= limit:
+                        break
+        return out
+
+    def iter_kind(self, kind: str) -> Iterator[Any]:
+        """Every record of ``kind`` (for checks and tools, not hot paths)."""
+        with self.env.begin(db=self.dbs[kind]) as txn:
+            for _key, value in txn.cursor():
+                yield decode_record(kind, value)
+
+    def stat(self) -> dict[str, int]:
+        """Entry counts per sub-database."""
+        with self.env.begin() as txn:
+            return {name: txn.stat(db)["entries"] for name, db in self.dbs.items()}
+
+
+def struct_copy(record: msgspec.Struct, **changes: Any) -> Any:
+    """A copy of a record with ``changes`` applied (records are treated as values)."""
+    return msgspec.structs.replace(record, **changes)

@@ -1,0 +1,7 @@
+"""Errors raised by the store."""
+
+from protocol.errors import InternalError
+
+
+class StoreError(InternalError):
+    """A write could not be made durable; none of its batch was written."""

@@ -1,0 +1,183 @@
+"""The event hub: live fan-out of committed events, and replay-then-live streams.
+
+Committed events reach the hub from the writer, on the trio loop, in ``seq``
+order, before the committing actor even wakes — so a subscriber sees events in
+log order and never sees an event that is not durable. Ephemeral events (live
+text deltas) are published at once and never stored; they carry the last
+durable ``seq`` and ``ephemeral: true``, and a text offset that lets a client
+place them against the durable ``message.appended`` records.
+
+A slow subscriber never blocks a publisher: past its bounded buffer it is
+marked overflowed, and its stream ends with ``Resync`` so the client can
+resubscribe from its last ``seq``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, AsyncIterator
+
+import trio
+
+from .db import Store
+from .records import Event
+
+DEFAULT_CAPACITY = 10_000
+REPLAY_PAGE = 500
+
+
+class Resync(Exception):
+    """The subscriber fell behind its buffer; resubscribe with ``after_seq``."""
+
+    def __init__(self, after_seq: int) -> None:
+        super().__init__(f"subscriber fell behind; resubscribe with afterSeq={after_seq}")
+        self.after_seq = after_seq
+
+
+class Subscription:
+    """A live buffer of events for one subscriber (all threads, or one)."""
+
+    def __init__(self, hub: EventHub, thread_id: str | None, capacity: int) -> None:
+        self._hub = hub
+        self.thread_id = thread_id
+        self._capacity = capacity
+        self._buffer: deque[Event | dict[str, Any]] = deque()
+        self._wake = trio.Event()
+        self.overflowed = False
+
+    def _offer(self, item: Event | dict[str, Any]) -> None:
+        if self.overflowed:
+            return
+        if len(self._buffer) >= self._capacity:
+            self.overflowed = True
+            self._buffer.clear()
+        else:
+            self._buffer.append(item)
+        self._wake.set()
+
+    async def take(self) -> list[Event | dict[str, Any]]:
+        """Wait for and return everything buffered; raise Resync on overflow
+        (with ``after_seq`` left to the caller, which knows what it delivered)."""
+        while not self._buffer and not self.overflowed:
+            await self._wake.wait()
+            self._wake = trio.Event()
+        if self.overflowed:
+            raise Resync(-1)
+        items = list(self._buffer)
+        self._buffer.clear()
+        return items
+
+    def close(self) -> None:
+        self._hub._subscriptions.discard(self)
+
+
+class EventHub:
+    """Fans committed and ephemeral events out to subscriptions."""
+
+    def __init__(self) -> None:
+        self._subscriptions: set[Subscription] = set()
+        self.last_seq = 0
+
+    def subscribe(self, thread_id: str | None = None, *, capacity: int = DEFAULT_CAPACITY) -> Subscription:
+        sub = Subscription(self, thread_id, capacity)
+        self._subscriptions.add(sub)
+        return sub
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscriptions)
+
+    def publish(self, events: list[Event]) -> None:
+        """Fan out committed events (called by the store writer, in seq order)."""
+        subs = self._subscriptions
+        for event in events:
+            self.last_seq = event.seq
+            for sub in subs:
+                if sub.thread_id is None or sub.thread_id == event.thread_id:
+                    sub._offer(event)
+
+    def publish_ephemeral(
+        self,
+        type: str,
+        *,
+        thread_id: str,
+        run_id: str | None = None,
+        node_id: str | None = None,
+        at: float = 0.0,
+        **payload: Any,
+    ) -> None:
+        """Fan out an event that is not stored (a live text delta)."""
+        item = {
+            "seq": self.last_seq,
+            "ephemeral": True,
+            "type": type,
+            "threadId": thread_id,
+            "runId": run_id,
+            "nodeId": node_id,
+            "at": at,
+            "payload": payload,
+        }
+        for sub in self._subscriptions:
+            if sub.thread_id is None or sub.thread_id == thread_id:
+                sub._offer(item)
+
+
+def event_to_wire(event: Event) -> dict[str, Any]:
+    return {
+        "seq": event.seq,
+        "type": event.type,
+        "threadId": event.thread_id,
+        "runId": event.run_id,
+        "nodeId": event.node_id,
+        "at": event.at,
+        "payload": event.payload,
+    }
+
+
+async def replay_then_live(
+    store: Store,
+    hub: EventHub,
+    *,
+    thread_id: str | None,
+    after_seq: int,
+    capacity: int = DEFAULT_CAPACITY,
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """Yield lists of wire events: every stored event after ``after_seq``, then
+    live ones, with no gap and no duplicate.
+
+    The live subscription is registered before the store is read, so an event
+    committed during the replay is either in the read or arrives live; live
+    durable events at or below the last replayed ``seq`` are dropped.
+
+    Raises:
+        Resync: the consumer fell behind; ``after_seq`` says where to resume.
+    """
+    sub = hub.subscribe(thread_id, capacity=capacity)
+    last = after_seq
+    try:
+        while True:
+            page = store.events_after(last, thread_id=thread_id, limit=REPLAY_PAGE)
+            if not page:
+                break
+            last = page[-1].seq
+            yield [event_to_wire(e) for e in page]
+            if sub.overflowed:
+                raise Resync(last)
+        while True:
+            try:
+                items = await sub.take()
+            except Resync:
+                raise Resync(last) from None
+            out = []
+            for item in items:
+                if isinstance(item, Event):
+                    if item.seq <= last:
+                        continue
+                    last = item.seq
+                    out.append(event_to_wire(item))
+                else:
+                    out.append(item)
+            if out:
+                yield out
+    finally:
+        sub.close()

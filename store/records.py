@@ -1,0 +1,254 @@
+"""Durable record kinds of the conversation graph.
+
+Every record is a msgspec Struct stored as msgpack behind a one-byte schema
+version. Field names are camelCase on disk and on the wire (``rename="camel"``).
+Rules that keep old data readable: new fields always get defaults, and an
+existing field never changes its type. ``tests/test_records.py`` decodes a
+stored fixture of every kind to hold us to that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+# ---------------------------------------------------------------------------
+# Status vocabularies. Kept as plain strings on the wire; the sets below are
+# what code compares against.
+
+RUN_ACTIVE = frozenset({"running", "waiting"})
+RUN_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled", "rolled_back"})
+RUN_OPEN = frozenset({"queued"}) | RUN_ACTIVE
+
+ATTEMPT_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled"})
+NODE_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled", "incomplete"})
+
+
+class Record(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=False):
+    """Base of every durable record: an app-owned ``id``."""
+
+    id: str
+
+
+class AppThread(Record, kw_only=True):
+    """The canonical, provider-neutral conversation a user sees (SPEC F1, F8)."""
+
+    title: str = ""
+    workspace: str = ""
+    provider: str = "scripted"
+    status: str = "idle"  # idle | running | waiting
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    run_count: int = 0
+    active_run_id: str | None = None
+    provider_thread_id: str | None = None
+    queue_held: bool = False
+    # Light lineage (F8); transfer details live in ContextTransfer records.
+    parent_thread_id: str | None = None
+    relationship_to_parent: str | None = None
+    root_thread_id: str | None = None
+    side_chat: bool = False
+    created_by: str = "user"
+
+
+class ConversationMessage(Record, kw_only=True):
+    """A user or assistant message of a thread. Assistant text is written
+    coalesced: ``text`` grows by flushes while ``status`` is ``streaming``."""
+
+    thread_id: str
+    run_id: str | None = None
+    attempt_id: str | None = None
+    node_id: str | None = None
+    role: str  # user | assistant
+    text: str = ""
+    status: str = "complete"  # complete | streaming | queued | not_sent | interrupted
+    created_at: float = 0.0
+    completed_at: float | None = None
+
+
+class Run(Record, kw_only=True):
+    """One user turn of an AppThread (SPEC F2). Only the root node ends it."""
+
+    thread_id: str
+    ordinal: int
+    status: str = "queued"
+    reason: str | None = None
+    provider: str = "scripted"
+    user_message_id: str | None = None
+    root_node_id: str | None = None
+    selected_attempt_id: str | None = None
+    attempt_count: int = 0
+    supersedes_run_id: str | None = None
+    checkpoint_id: str | None = None
+    created_at: float = 0.0
+    started_at: float | None = None
+    ended_at: float | None = None
+
+
+class RunAttempt(Record, kw_only=True):
+    """One provider try at a run (SPEC F3, F11)."""
+
+    run_id: str
+    thread_id: str
+    number: int
+    reason: str = "initial"  # initial | steering_restart | retry | provider_recovery
+    status: str = "pending"  # pending | running | completed | failed | interrupted | cancelled
+    root_node_id: str | None = None
+    provider_thread_id: str | None = None
+    provider_turn_id: str | None = None
+    error: str | None = None
+    created_at: float = 0.0
+    ended_at: float | None = None
+
+
+class ExecutionNode(Record, kw_only=True):
+    """A node of the execution graph: the root turn, tool calls, approvals, …"""
+
+    thread_id: str
+    run_id: str
+    attempt_id: str | None = None
+    parent_node_id: str | None = None
+    kind: str  # root_turn | tool | file_change | agent_message | subagent | approval | …
+    status: str = "pending"
+    counts_for_run: bool = False
+    title: str = ""
+    provider_item_id: str | None = None
+    detail: dict[str, Any] = {}
+    summary: str | None = None
+    created_at: float = 0.0
+    ended_at: float | None = None
+
+
+class ProviderSession(Record, kw_only=True):
+    """One live provider runtime process. Disposable; its threads outlive it."""
+
+    provider: str
+    kind: str
+    thread_id: str | None = None
+    status: str = "starting"  # starting | ready | stopped | error
+    reason: str | None = None
+    pid: int | None = None
+    process_start_ticks: int | None = None  # /proc/PID/stat field 22, to never kill a reused pid
+    started_at: float = 0.0
+    last_active_at: float = 0.0
+    stopped_at: float | None = None
+
+
+class ProviderThread(Record, kw_only=True):
+    """The provider's own conversation behind an AppThread, with its durable
+    native handle. Survives its sessions (SPEC F11)."""
+
+    thread_id: str
+    provider: str
+    kind: str
+    native_thread_id: str
+    status: str = "active"  # active | unloaded | error | unusable
+    reason: str | None = None
+    covered_run_count: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+class ProviderTurn(Record, kw_only=True):
+    """One provider turn inside a ProviderThread, correlated to an attempt."""
+
+    provider_thread_id: str
+    thread_id: str
+    run_id: str
+    attempt_id: str
+    native_turn_id: str | None = None
+    status: str = "started"  # started | completed | failed | interrupted
+    started_at: float = 0.0
+    ended_at: float | None = None
+
+
+class Event(msgspec.Struct, kw_only=True, rename="camel"):
+    """One entry of the global event log, keyed by a gap-free ``seq``."""
+
+    seq: int
+    type: str
+    thread_id: str | None = None
+    run_id: str | None = None
+    node_id: str | None = None
+    at: float = 0.0
+    payload: dict[str, Any] = {}
+
+
+class CommandReceipt(msgspec.Struct, kw_only=True, rename="camel"):
+    """The first answer to a client ``commandId``; a retry gets it again."""
+
+    command_id: str
+    method: str
+    result: dict[str, Any]
+    at: float = 0.0
+
+
+class Effect(Record, kw_only=True):
+    """Work owed after a commit (the outbox). ``replay_safe`` effects are
+    re-queued at startup; process-bound ones are retired with a reason."""
+
+    kind: str
+    thread_id: str | None = None
+    payload: dict[str, Any] = {}
+    replay_safe: bool = False
+    status: str = "pending"  # pending | done | retired
+    reason: str | None = None
+    created_at: float = 0.0
+
+
+# ---------------------------------------------------------------------------
+# Codecs
+
+SCHEMA_VERSION = 1
+
+#: sub-database name -> (record type, schema version)
+RECORD_KINDS: dict[str, tuple[type, int]] = {
+    "threads": (AppThread, 1),
+    "messages": (ConversationMessage, 1),
+    "runs": (Run, 1),
+    "attempts": (RunAttempt, 1),
+    "nodes": (ExecutionNode, 1),
+    "provider_sessions": (ProviderSession, 1),
+    "provider_threads": (ProviderThread, 1),
+    "provider_turns": (ProviderTurn, 1),
+    "events": (Event, 1),
+    "receipts": (CommandReceipt, 1),
+    "effects": (Effect, 1),
+}
+
+KIND_OF_TYPE: dict[type, str] = {cls: name for name, (cls, _v) in RECORD_KINDS.items()}
+
+_encoder = msgspec.msgpack.Encoder()
+_decoders = {name: msgspec.msgpack.Decoder(cls) for name, (cls, _v) in RECORD_KINDS.items()}
+
+
+class RecordDecodeError(Exception):
+    """A stored value could not be decoded as its kind."""
+
+
+def encode_record(kind: str, record: msgspec.Struct) -> bytes:
+    """Encode ``record`` as ``version byte + msgpack``."""
+    version = RECORD_KINDS[kind][1]
+    return bytes((version,)) + _encoder.encode(record)
+
+
+def decode_record(kind: str, data: bytes | memoryview) -> Any:
+    """Decode a stored value of ``kind``; raise RecordDecodeError if it is not one."""
+    data = bytes(data)
+    if not data:
+        raise RecordDecodeError(f"empty value in {kind}")
+    version = data[0]
+    if version > RECORD_KINDS[kind][1]:
+        raise RecordDecodeError(
+            f"{kind} record has schema version {version}, newer than this agentd understands"
+        )
+    try:
+        return _decoders[kind].decode(data[1:])
+    except msgspec.DecodeError as exc:
+        raise RecordDecodeError(f"cannot decode {kind} record: {exc}") from exc
+
+
+def to_wire(record: msgspec.Struct) -> dict[str, Any]:
+    """A record as the plain camelCase mapping clients receive."""
+    return msgspec.to_builtins(record)
