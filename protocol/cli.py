@@ -1,0 +1,331 @@
+"""The ``agentd`` command line: the daemon itself and a client for people.
+
+    agentd serve                     run the daemon in the foreground
+    agentd demo                      a short end-to-end tour on the scripted agent
+    agentd new [--title T] [--workspace DIR] [--provider P]
+    agentd send THREAD TEXT          stream the answer until the run ends
+    agentd threads | show THREAD | events [--thread T] [--after SEQ] [--follow] | status
+
+``--json`` makes read commands print JSON for scripts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import trio
+
+from .client import Client
+from .errors import AgentdError
+
+TERMINAL_RUN = ("completed", "failed", "interrupted", "cancelled", "rolled_back")
+
+
+def _paths(args: argparse.Namespace):
+    from supervisor.paths import Paths  # the daemon side, only where needed
+
+    return Paths.resolve(args.data_dir, args.socket, args.config)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+# -- serve ------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from actors.providers.config import ConfigError, load_config
+    from supervisor.daemon import DaemonAlreadyRunning, DaemonOptions, run_daemon
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    paths = _paths(args)
+    try:
+        config = load_config(paths.config)
+        paths.check_socket()
+    except (ConfigError, ValueError) as exc:
+        print(f"agentd: {exc}", file=sys.stderr)
+        return 2
+
+    def on_ready(daemon) -> None:
+        print(f"agentd {os.getpid()} listening on {paths.socket}", file=sys.stderr, flush=True)
+        if args.ready_fd is not None:
+            os.write(args.ready_fd, b"ready\n")
+            os.close(args.ready_fd)
+
+    try:
+        trio.run(run_daemon, DaemonOptions(paths=paths, config=config), on_ready)
+    except (DaemonAlreadyRunning, OSError) as exc:
+        print(f"agentd: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- client commands ------------------------------------------------------------------
+
+
+async def _with_client(args: argparse.Namespace, fn) -> int:
+    socket = _paths(args).socket
+    try:
+        async with Client.connect(socket) as client:
+            return await fn(client)
+    except (FileNotFoundError, ConnectionRefusedError):
+        print(f"agentd: no daemon is listening on {socket}; start one with `agentd serve`", file=sys.stderr)
+        return 1
+    except AgentdError as exc:
+        print(f"agentd: {exc.message}", file=sys.stderr)
+        return 1
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        params = {k: v for k, v in (("title", args.title), ("workspace", args.workspace), ("provider", args.provider)) if v}
+        if params.get("workspace"):
+            params["workspace"] = os.path.abspath(params["workspace"])
+        result = await client.call("thread.create", **params)
+        _print_json(result) if args.json else print(result["threadId"])
+        return 0
+
+    return trio.run(_with_client, args, go)
+
+
+class AnswerPrinter:
+    """Prints a run's assistant text as it streams, from live deltas and the
+    durable appends alike, each character once."""
+
+    def __init__(self, out=sys.stdout) -> None:
+        self.out = out
+        self.printed: dict[str, int] = {}
+        self.last_message: str | None = None
+
+    def text(self, message_id: str, offset: int, text: str) -> None:
+        done = self.printed.get(message_id, 0)
+        if offset + len(text) <= done or offset > done:
+            return  # already shown, or a gap the durable append will fill
+        if self.last_message is not None and self.last_message != message_id and message_id not in self.printed:
+            self.out.write("\n")
+        self.out.write(text[done - offset :])
+        self.out.flush()
+        self.printed[message_id] = offset + len(text)
+        self.last_message = message_id
+
+
+def describe_node_event(event: dict[str, Any]) -> str | None:
+    """A one-line description of an activity, or None for events not shown."""
+    kind, _, phase = event["type"].rpartition(".")
+    node = event["payload"].get("node")
+    if node is None or kind == "root_turn":
+        return None
+    title = node.get("title") or kind
+    return f"[{kind}] {title}: {phase}"
+
+
+async def stream_run(client: Client, thread_id: str, text: str, *, after_seq: int, out=sys.stdout) -> dict[str, Any]:
+    """Send ``text`` and print the answer until its run ends; return the run."""
+    printer = AnswerPrinter(out)
+    async with client.subscribe(thread_id=thread_id, after_seq=after_seq) as events:
+        sent = await client.call("thread.message.send", threadId=thread_id, text=text)
+        run_id = sent["runId"]
+        async for event in events:
+            if event.get("runId") != run_id:
+                continue
+            kind = event["type"]
+            payload = event["payload"]
+            if kind in ("message.delta", "message.appended"):
+                printer.text(payload["messageId"], payload["offset"], payload["text"])
+            elif (line := describe_node_event(event)) is not None:
+                if printer.last_message is not None:
+                    out.write("\n")
+                    printer.last_message = None
+                out.write(line + "\n")
+                out.flush()
+            elif kind.startswith("run.") and payload.get("run", {}).get("status") in TERMINAL_RUN:
+                out.write("\n")
+                return payload["run"]
+        raise AgentdError(f"the event stream ended before run {run_id} finished (resync after {events.resync_after})")
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        status = await client.call("daemon.status")
+        run = await stream_run(client, args.thread, args.text, after_seq=status["lastSeq"])
+        reason = f" ({run['reason']})" if run.get("reason") else ""
+        print(f"run {run['ordinal']} {run['status']}{reason}", file=sys.stderr)
+        return 0 if run["status"] == "completed" else 1
+
+    return trio.run(_with_client, args, go)
+
+
+def cmd_threads(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        threads = (await client.call("thread.list"))["threads"]
+        if args.json:
+            _print_json(threads)
+        for t in [] if args.json else threads:
+            print(f"{t['id']}  {t['status']:8} {t['provider']:10} runs={t['runCount']:<4} {t['title']}")
+        return 0
+
+    return trio.run(_with_client, args, go)
+
+
+def render_tree(thread: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
+    """The thread, its runs, attempts and nodes as an indented tree."""
+    lines = [f"{thread['id']} \"{thread['title']}\" provider={thread['provider']} status={thread['status']}"]
+    for r_index, detail in enumerate(runs):
+        run = detail["run"]
+        last_run = r_index == len(runs) - 1
+        branch, stem = ("└─", "   ") if last_run else ("├─", "│  ")
+        reason = f" reason={run['reason']}" if run.get("reason") else ""
+        lines.append(f"{branch} run {run['ordinal']} {run['id']} {run['status']}{reason}")
+        children = [("attempt", a) for a in detail["attempts"]]
+        nodes = detail["nodes"]
+        by_parent: dict[str | None, list[dict]] = {}
+        for node in nodes:
+            by_parent.setdefault(node.get("parentNodeId"), []).append(node)
+        children += [("node", n) for n in by_parent.get(None, [])]
+        for c_index, (what, item) in enumerate(children):
+            last = c_index == len(children) - 1
+            b = "└─" if last else "├─"
+            if what == "attempt":
+                pt = f" providerThread={item['providerThreadId']}" if item.get("providerThreadId") else ""
+                lines.append(f"{stem}{b} attempt {item['number']} ({item['reason']}) {item['status']}{pt}")
+            else:
+                _render_node(lines, item, by_parent, stem + b, stem + ("   " if last else "│  "))
+    return lines
+
+
+def _render_node(lines: list[str], node: dict, by_parent: dict, head: str, stem: str) -> None:
+    summary = f" — {node['summary']}" if node.get("summary") else ""
+    lines.append(f"{head} {node['kind']} {node['title']} {node['status']}{summary}")
+    kids = by_parent.get(node["id"], [])
+    for index, child in enumerate(kids):
+        last = index == len(kids) - 1
+        _render_node(lines, child, by_parent, stem + ("└─" if last else "├─"), stem + ("   " if last else "│  "))
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        detail = await client.call("thread.get", threadId=args.thread)
+        runs = [await client.call("run.get", runId=r["id"]) for r in detail["runs"]]
+        if args.json:
+            _print_json({**detail, "runs": runs})
+            return 0
+        for line in render_tree(detail["thread"], runs):
+            print(line)
+        for message in detail["messages"]:
+            print(f"  {message['role']:>9} [{message['status']}]: {message['text'][:200]}")
+        return 0
+
+    return trio.run(_with_client, args, go)
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        async with client.subscribe(thread_id=args.thread, after_seq=args.after) as events:
+            target = (await client.call("daemon.status"))["lastSeq"]
+            if not args.follow and target <= args.after:
+                return 0
+            async for event in events:
+                if args.json:
+                    print(json.dumps(event), flush=True)
+                elif not event.get("ephemeral"):
+                    print(f"{event['seq']:>8} {event['type']:24} {event.get('threadId') or '-'} {event.get('runId') or '-'}", flush=True)
+                if not args.follow and not event.get("ephemeral") and event["seq"] >= target:
+                    return 0
+            if events.resync_after is not None:
+                print(f"agentd: fell behind; resume with --after {events.resync_after}", file=sys.stderr)
+                return 1
+        return 0
+
+    return trio.run(_with_client, args, go)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        status = await client.call("daemon.status")
+        if args.json:
+            _print_json(status)
+            return 0
+        print(f"agentd {status['version']} pid {status['pid']} up {status['uptime']:.0f}s, last seq {status['lastSeq']}")
+        print(f"loaded threads: {len(status['loadedActors'])}, subscribers: {status['subscribers']}")
+        for session in status["sessions"]:
+            print(f"  session {session['id']} {session['provider']} {session['status']} pid={session['pid']} thread={session['threadId']}")
+        return 0
+
+    return trio.run(_with_client, args, go)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args)
+
+
+# -- parser -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", help="state directory (default $AGENTD_DATA_DIR or $XDG_STATE_HOME/agentd)")
+    common.add_argument("--socket", help="Unix socket path (default $XDG_RUNTIME_DIR/agentd/agentd.sock)")
+    common.add_argument("--config", help="config file (default $AGENTD_CONFIG or <data-dir>/config.toml)")
+    common.add_argument("--json", action="store_true", help="print JSON (read commands)")
+    parser = argparse.ArgumentParser(prog="agentd", description="A local daemon that runs coding agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", parents=[common], help="run the daemon in the foreground")
+    p.add_argument("--ready-fd", type=int, help="write 'ready' to this fd once listening")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(fn=cmd_serve)
+
+    p = sub.add_parser("demo", parents=[common], help="a short end-to-end demo on a fresh daemon")
+    p.add_argument("--keep", action="store_true", help="keep the demo's data dir")
+    p.set_defaults(fn=cmd_demo)
+
+    p = sub.add_parser("new", parents=[common], help="create a thread")
+    p.add_argument("--title")
+    p.add_argument("--workspace")
+    p.add_argument("--provider")
+    p.set_defaults(fn=cmd_new)
+
+    p = sub.add_parser("send", parents=[common], help="send a message and stream the answer")
+    p.add_argument("thread")
+    p.add_argument("text")
+    p.set_defaults(fn=cmd_send)
+
+    p = sub.add_parser("threads", parents=[common], help="list threads")
+    p.set_defaults(fn=cmd_threads)
+
+    p = sub.add_parser("show", parents=[common], help="a thread's runs, attempts and nodes as a tree")
+    p.add_argument("thread")
+    p.set_defaults(fn=cmd_show)
+
+    p = sub.add_parser("events", parents=[common], help="print the event log")
+    p.add_argument("--thread")
+    p.add_argument("--after", type=int, default=0)
+    p.add_argument("--follow", action="store_true")
+    p.set_defaults(fn=cmd_events)
+
+    p = sub.add_parser("status", parents=[common], help="daemon status")
+    p.set_defaults(fn=cmd_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

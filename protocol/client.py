@@ -1,0 +1,175 @@
+"""An async client for the agentd socket (used by the CLI, tests and scripts).
+
+```python
+async with await Client.connect(socket_path) as client:
+    thread = await client.call("thread.create", title="demo")
+    async with client.subscribe(thread_id=thread["threadId"]) as events:
+        await client.call("thread.message.send", threadId=thread["threadId"], text="hi")
+        async for event in events:
+            ...
+```
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import msgspec
+import trio
+
+from . import framing
+from .errors import AgentdError, error_from_wire
+
+SUBSCRIPTION_BUFFER = 100_000
+
+
+class ConnectionLost(AgentdError):
+    """The daemon closed the connection."""
+
+    kind = "connection_lost"
+
+
+class Client:
+    """One connection to the daemon, with concurrent calls and subscriptions."""
+
+    def __init__(self, stream: trio.SocketStream, nursery: trio.Nursery) -> None:
+        self._stream = stream
+        self._nursery = nursery
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, tuple[trio.MemorySendChannel, Any]] = {}
+        self._subscriptions: dict[str, trio.MemorySendChannel] = {}
+        self._send_lock = trio.Lock()
+        self._lost: str | None = None
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(cls, path: str | os.PathLike) -> AsyncIterator[Client]:
+        """Connect to the daemon's socket at ``path``."""
+        stream = await trio.open_unix_socket(os.fspath(path))
+        async with trio.open_nursery() as nursery:
+            client = cls(stream, nursery)
+            nursery.start_soon(client._read_loop)
+            try:
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+                await stream.aclose()
+
+    async def _read_loop(self) -> None:
+        try:
+            async for line in framing.LineReader(self._stream, limit=64 << 20).lines():
+                if isinstance(line, framing.LineTooLong):
+                    continue
+                try:
+                    message = framing.decode(line)
+                except msgspec.DecodeError:
+                    continue
+                self._dispatch(message)
+        finally:
+            self._lost = "the daemon closed the connection"
+            for send, _ in self._waiting.values():
+                send.send_nowait({"error": {"code": -32000, "message": self._lost, "data": {"kind": "connection_lost"}}})
+            self._waiting.clear()
+            for send in self._subscriptions.values():
+                send.close()
+            self._subscriptions.clear()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if "method" in message:
+            params = message.get("params") or {}
+            if message["method"] == "event" or message["method"] == "events.resync":
+                send = self._subscriptions.get(params.get("subscriptionId"))
+                if send is not None:
+                    try:
+                        send.send_nowait(message)
+                    except trio.WouldBlock:
+                        send.close()  # the consumer fell far behind; it must resubscribe
+                    if message["method"] == "events.resync":
+                        send.close()
+            return
+        entry = self._waiting.pop(message.get("id"), None)
+        if entry is not None:
+            send, on_result = entry
+            if on_result is not None and "result" in message:
+                on_result(message["result"])  # synchronously, before any later line
+            send.send_nowait(message)
+
+    async def call(self, method: str, _on_result: Any = None, **params: Any) -> Any:
+        """Call ``method`` with camelCase ``params``; return its result.
+
+        Raises:
+            AgentdError: the daemon's error, as the matching subclass.
+        """
+        if self._lost:
+            raise ConnectionLost(self._lost)
+        request_id = next(self._ids)
+        send, receive = trio.open_memory_channel(1)
+        self._waiting[request_id] = (send, _on_result)
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        async with self._send_lock:
+            await self._stream.send_all(framing.encode(message))
+        reply = await receive.receive()
+        if "error" in reply:
+            raise error_from_wire(reply["error"])
+        return reply["result"]
+
+    @asynccontextmanager
+    async def subscribe(self, *, thread_id: str | None = None, after_seq: int = 0) -> AsyncIterator[EventStream]:
+        """Replay events after ``after_seq`` and then follow live ones."""
+        send, receive = trio.open_memory_channel(SUBSCRIPTION_BUFFER)
+        holder: dict[str, str] = {}
+
+        def register(result: dict[str, Any]) -> None:
+            holder["id"] = result["subscriptionId"]
+            self._subscriptions[result["subscriptionId"]] = send
+
+        params: dict[str, Any] = {"afterSeq": after_seq}
+        if thread_id is not None:
+            params["threadId"] = thread_id
+        result = await self.call("events.subscribe", register, **params)
+        stream = EventStream(result["subscriptionId"], receive)
+        try:
+            yield stream
+        finally:
+            self._subscriptions.pop(holder.get("id", ""), None)
+            if not self._lost:
+                with trio.CancelScope(shield=True), trio.move_on_after(2):
+                    try:
+                        await self.call("events.unsubscribe", subscriptionId=result["subscriptionId"])
+                    except AgentdError:
+                        pass
+
+
+class EventStream:
+    """Events of one subscription, in ``seq`` order.
+
+    Iterating yields event mappings (``seq``, ``type``, ``threadId``, …). If
+    the daemon asks for a resync, iteration ends and ``resync_after`` holds the
+    ``seq`` to resubscribe after.
+    """
+
+    def __init__(self, subscription_id: str, receive: trio.MemoryReceiveChannel) -> None:
+        self.subscription_id = subscription_id
+        self._receive = receive
+        self.resync_after: int | None = None
+        self.last_seq = 0
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        try:
+            message = await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
+        params = message["params"]
+        if message["method"] == "events.resync":
+            self.resync_after = params["afterSeq"]
+            raise StopAsyncIteration
+        event = {k: v for k, v in params.items() if k != "subscriptionId"}
+        if not event.get("ephemeral"):
+            self.last_seq = event["seq"]
+        return event

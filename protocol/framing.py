@@ -1,0 +1,86 @@
+"""JSON-RPC 2.0 messages, one JSON object per line, with a size limit.
+
+``LineReader`` never holds more than the limit: an over-long line is reported
+once and skipped up to its newline, and the connection stays usable.
+"""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+import msgspec
+import trio
+
+MAX_LINE = 1 << 20  # 1 MiB
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+class LineTooLong:
+    """Yielded by LineReader in place of a line that exceeded the limit."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+
+class LineReader:
+    """Splits a byte stream into lines of at most ``limit`` bytes."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, *, limit: int = MAX_LINE) -> None:
+        self._stream = stream
+        self._limit = limit
+
+    async def lines(self) -> AsyncIterator[bytes | LineTooLong]:
+        buffer = bytearray()
+        skipping = False
+        while True:
+            try:
+                chunk = await self._stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not chunk:
+                return
+            buffer += chunk
+            start = 0
+            while True:
+                end = buffer.find(b"\n", start)
+                if end < 0:
+                    break
+                if skipping:
+                    skipping = False
+                elif end - start > self._limit:
+                    yield LineTooLong(self._limit)
+                else:
+                    line = bytes(buffer[start:end])
+                    if line.strip():
+                        yield line
+                start = end + 1
+            del buffer[:start]
+            if len(buffer) > self._limit and not skipping:
+                yield LineTooLong(self._limit)
+                skipping = True
+            if skipping:
+                buffer.clear()
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One message as a line."""
+    return _encoder.encode(message) + b"\n"
+
+
+def decode(line: bytes) -> Any:
+    """Parse one line (raises msgspec.DecodeError)."""
+    return _decoder.decode(line)
+
+
+def response(request_id: Any, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def error_response(request_id: Any, error: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def notification(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": method, "params": params}

@@ -1,0 +1,219 @@
+"""The Unix-socket JSON-RPC server.
+
+The server knows the wire and nothing of threads: each request's params are
+checked against ``wire.METHODS`` and handed to a ``Router`` (supplied by the
+supervisor), whose answer or AgentdError becomes the response. Requests on one
+connection run concurrently (up to a bound), so one slow command never holds
+up a client's reads.
+
+Security: the socket is created 0600 inside a 0700 directory, and a peer
+whose uid (SO_PEERCRED) differs from the daemon's is refused.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import struct
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Protocol
+
+import msgspec
+import trio
+
+from . import framing
+from .errors import AgentdError, InternalError, InvalidRequest, MethodNotFound, ParseError
+from .wire import METHODS, Params, decode_params
+
+log = logging.getLogger(__name__)
+
+MAX_INFLIGHT = 256  # concurrent requests per connection
+OUTBOUND_QUEUE = 1024  # messages waiting to be written per connection
+
+
+class Then:
+    """A result whose follow-up must start only after the response is queued
+    (``events.subscribe``: the response, then the stream)."""
+
+    def __init__(self, result: Any, then: Callable[[], Awaitable[Any]]) -> None:
+        self.result = result
+        self.then = then
+
+
+class Router(Protocol):
+    """What the server needs from the daemon."""
+
+    async def dispatch(self, method: str, params: Params, connection: Connection) -> Any: ...
+
+
+class Connection:
+    """One client connection: ordered outbound messages and its own tasks."""
+
+    def __init__(self, stream: trio.abc.Stream, nursery: trio.Nursery, *, peer_pid: int | None = None) -> None:
+        self.stream = stream
+        self.nursery = nursery
+        self.peer_pid = peer_pid
+        self._send, self._outbound = trio.open_memory_channel[bytes](OUTBOUND_QUEUE)
+        #: subscription id -> cancel scope of its streaming task
+        self.subscriptions: dict[str, trio.CancelScope] = {}
+        self.closed = trio.Event()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Queue a message; waits while the client is slow to read."""
+        try:
+            await self._send.send(framing.encode(message))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        await self.send(framing.notification(method, params))
+
+    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run a task for as long as the connection lives."""
+        self.nursery.start_soon(fn, *args)
+
+    async def _write_loop(self) -> None:
+        async with self._outbound:
+            async for data in self._outbound:
+                # Write what is queued together: one syscall for many small lines.
+                chunks = [data]
+                while len(chunks) < 256:
+                    try:
+                        chunks.append(self._outbound.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                try:
+                    await self.stream.send_all(b"".join(chunks))
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+
+
+def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of a Unix-socket peer."""
+    data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", data)
+
+
+async def handle_connection(stream: trio.SocketStream, router: Router) -> None:
+    """Serve one client until it disconnects."""
+    pid: int | None = None
+    try:
+        pid, uid, _gid = peer_credentials(stream.socket)
+    except OSError:
+        uid = -1
+    if uid != os.getuid():
+        error = InvalidRequest("connection refused: agentd only serves its own user").to_error()
+        try:
+            await stream.send_all(framing.encode(framing.error_response(None, error)))
+        finally:
+            await stream.aclose()
+        return
+    async with trio.open_nursery() as nursery:
+        connection = Connection(stream, nursery, peer_pid=pid)
+        nursery.start_soon(connection._write_loop)
+        limiter = trio.Semaphore(MAX_INFLIGHT)
+        try:
+            async for line in framing.LineReader(stream).lines():
+                if isinstance(line, framing.LineTooLong):
+                    error = ParseError(
+                        f"request line is longer than {line.limit} bytes and was dropped; send smaller requests",
+                        limit=line.limit,
+                    )
+                    await connection.send(framing.error_response(None, error.to_error()))
+                    continue
+                await limiter.acquire()
+                nursery.start_soon(_serve_request, connection, router, line, limiter)
+        finally:
+            connection.closed.set()
+            nursery.cancel_scope.cancel()
+    with trio.CancelScope(shield=True):
+        await stream.aclose()
+
+
+async def _serve_request(connection: Connection, router: Router, line: bytes, limiter: trio.Semaphore) -> None:
+    request_id = None
+    try:
+        try:
+            message = framing.decode(line)
+        except msgspec.DecodeError as exc:
+            raise ParseError(f"request is not valid JSON: {exc}") from None
+        if isinstance(message, list):
+            raise InvalidRequest("batch requests are not supported; send one request per line")
+        if not isinstance(message, dict):
+            raise InvalidRequest("a request must be a JSON object")
+        request_id = message.get("id")
+        if request_id is not None and not isinstance(request_id, (str, int)):
+            request_id = None
+            raise InvalidRequest("id must be a string or an integer")
+        method = message.get("method")
+        if not isinstance(method, str):
+            raise InvalidRequest("a request needs a string method")
+        if message.get("jsonrpc", "2.0") != "2.0":
+            raise InvalidRequest('jsonrpc must be "2.0"')
+        if method not in METHODS:
+            raise MethodNotFound(f"unknown method {method!r}; the methods are listed in protocol/README.md", method=method)
+        params = decode_params(method, message.get("params"))
+        result = await router.dispatch(method, params, connection)
+        follow_up = None
+        if isinstance(result, Then):
+            result, follow_up = result.result, result.then
+        if request_id is not None:
+            await connection.send(framing.response(request_id, result))
+        if follow_up is not None:
+            connection.start_soon(follow_up)
+    except AgentdError as exc:
+        await connection.send(framing.error_response(request_id, exc.to_error()))
+    except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the daemon
+        log.exception("request failed")
+        await connection.send(framing.error_response(request_id, InternalError(f"agentd failed: {exc}").to_error()))
+    finally:
+        limiter.release()
+
+
+def prepare_socket_path(path: Path) -> None:
+    """Make the socket's directory 0700 and remove a stale socket file.
+
+    Raises:
+        OSError: another daemon is listening on ``path``.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path.parent, 0o700)
+    if path.exists() or path.is_symlink():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # stale: nobody listens
+        else:
+            raise OSError(errno.EADDRINUSE, f"another agentd is already listening on {path}")
+        finally:
+            probe.close()
+
+
+async def serve_unix(path: Path, router: Router, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Listen on the Unix socket at ``path`` until cancelled; unlink it after."""
+    path = Path(path)
+    prepare_socket_path(path)
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)  # the socket file is born 0600
+    try:
+        await sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    listener = trio.SocketListener(sock)
+    try:
+        async def handler(stream: trio.SocketStream) -> None:
+            await handle_connection(stream, router)
+
+        await trio.serve_listeners(handler, [listener], task_status=task_status)
+    finally:
+        with trio.CancelScope(shield=True):
+            await listener.aclose()
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass

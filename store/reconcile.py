@@ -1,0 +1,122 @@
+"""Startup reconciliation (SPEC F12): restart does not resume execution.
+
+Reads only the open-runs, queued-messages, live-sessions and open-effects
+indexes, so its cost grows with what was in flight, not with history. What
+was running is closed with an honest status and reason; nothing is re-run,
+nothing external is rewritten as success or failure, and no text is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .batch import WriteBatch
+from .db import Store, struct_copy
+from .records import NODE_TERMINAL, to_wire
+
+RESTART_REASON = "daemon_restart"
+TOOL_NOT_RESUMED = "incomplete history: no tool result recorded; execution not resumed"
+BACKGROUND_NOT_OBSERVED = "no current execution observed"
+BACKGROUND_KINDS = frozenset({"subagent", "background_task"})
+
+
+@dataclass
+class ReconcileReport:
+    runs_interrupted: list[str] = field(default_factory=list)
+    runs_not_started: list[str] = field(default_factory=list)
+    nodes_incomplete: list[str] = field(default_factory=list)
+    messages_not_sent: list[str] = field(default_factory=list)
+    sessions_stopped: list[str] = field(default_factory=list)
+    effects_retired: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: len(value) for name, value in self.__dict__.items()}
+
+
+def plan_reconciliation(store: Store, now: float) -> tuple[WriteBatch, ReconcileReport]:
+    """Build the batch that closes everything a previous instance left open."""
+    batch = WriteBatch()
+    report = ReconcileReport()
+    threads = {}
+
+    def thread(thread_id: str):
+        if thread_id not in threads:
+            threads[thread_id] = store.thread(thread_id)
+        return threads[thread_id]
+
+    for run in store.open_runs():
+        started = run.status != "queued"
+        if started:
+            status, reason = "interrupted", RESTART_REASON
+            report.runs_interrupted.append(run.id)
+        else:
+            status, reason = "cancelled", f"{RESTART_REASON}: never started; its message is kept as not_sent"
+            report.runs_not_started.append(run.id)
+        for attempt in store.run_attempts(run.id):
+            if attempt.status not in ("completed", "failed", "interrupted", "cancelled"):
+                batch.put(struct_copy(attempt, status=status, error=reason, ended_at=now))
+        for node in store.run_nodes(run.id):
+            if node.status in NODE_TERMINAL:
+                continue
+            if node.kind == "root_turn":
+                node = struct_copy(node, status=status, ended_at=now, summary=reason)
+            else:
+                text = BACKGROUND_NOT_OBSERVED if node.kind in BACKGROUND_KINDS else TOOL_NOT_RESUMED
+                node = struct_copy(node, status="incomplete", ended_at=now, summary=text)
+                report.nodes_incomplete.append(node.id)
+            batch.put(node)
+            batch.event(f"{node.kind}.{node.status}", thread_id=run.thread_id, run_id=run.id, node_id=node.id, at=now, node=to_wire(node))
+        for turn_id in (run.selected_attempt_id,):
+            if turn_id:
+                for turn in store.attempt_turns(turn_id):
+                    if turn.status == "started":
+                        batch.put(struct_copy(turn, status="interrupted", ended_at=now))
+        run = struct_copy(run, status=status, reason=reason, ended_at=now)
+        batch.put(run)
+        batch.event(f"run.{status}", thread_id=run.thread_id, run_id=run.id, node_id=run.root_node_id, at=now, run=to_wire(run))
+        t = thread(run.thread_id)
+        if t is not None and (t.active_run_id is not None or t.status != "idle"):
+            threads[run.thread_id] = t = struct_copy(t, status="idle", active_run_id=None, updated_at=now)
+            batch.put(t)
+
+    for message in store.queued_messages():
+        message = struct_copy(message, status="not_sent")
+        batch.put(message)
+        batch.event("message.not_sent", thread_id=message.thread_id, run_id=message.run_id, at=now, messageId=message.id, reason=RESTART_REASON)
+        report.messages_not_sent.append(message.id)
+
+    for message_id, thread_id in _streaming_messages(store, report):
+        message = store.get("messages", message_id)
+        message = struct_copy(message, status="interrupted", completed_at=now)
+        batch.put(message)
+        batch.event("message.completed", thread_id=thread_id, run_id=message.run_id, node_id=message.node_id, at=now,
+                    messageId=message.id, status="interrupted", length=len(message.text))
+
+    for session in store.live_sessions():
+        session = struct_copy(session, status="stopped", reason=RESTART_REASON, stopped_at=now)
+        batch.put(session)
+        batch.event("session.stopped", thread_id=session.thread_id, at=now, session=to_wire(session))
+        report.sessions_stopped.append(session.id)
+
+    for effect in store.open_effects():
+        if effect.replay_safe:
+            continue  # re-queued by the effect runner
+        batch.put(struct_copy(effect, status="retired", reason=f"{RESTART_REASON}: bound to the previous process"))
+        report.effects_retired.append(effect.id)
+
+    if batch:
+        batch.event("daemon.reconciled", at=now, **report.as_dict())
+    return batch, report
+
+
+def _streaming_messages(store: Store, report: ReconcileReport) -> list[tuple[str, str]]:
+    """Assistant messages left ``streaming`` by the runs being closed."""
+    out = []
+    for run_id in report.runs_interrupted:
+        run = store.run(run_id)
+        if run is None:
+            continue
+        for message in store.thread_messages(run.thread_id):
+            if message.run_id == run_id and message.status == "streaming":
+                out.append((message.id, run.thread_id))
+    return out

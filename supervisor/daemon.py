@@ -1,0 +1,195 @@
+"""The daemon root: one trio nursery tree, started in order, stopped in reverse.
+
+    store writer  ⊃  provider-session manager  ⊃  thread registry  ⊃  socket server
+
+Startup: lock the data dir, open the store, end provider processes a previous
+instance left behind, reconcile what it left open (SPEC F12), then serve.
+Shutdown (SIGINT/SIGTERM or ``request_shutdown``): stop accepting, retire the
+actors, stop provider processes with the shutdown ladder, final commit.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import trio
+
+from actors.providers.base import ProviderAdapter, ProviderRuntimeError
+from actors.providers.config import DaemonConfig, ProviderConfig
+from actors.providers.scripted import ScriptedAdapter
+from actors.registry import ThreadRegistry
+from protocol.server import serve_unix
+from store.db import Store
+from store.hub import EventHub
+from store.reconcile import plan_reconciliation
+
+from .paths import Paths
+from .procinfo import is_same_process
+from .router import DaemonRouter
+from .sessions import ProviderSessionManager
+
+log = logging.getLogger(__name__)
+
+
+class DaemonAlreadyRunning(RuntimeError):
+    """Another agentd holds the data dir."""
+
+
+@dataclass
+class DaemonOptions:
+    paths: Paths
+    config: DaemonConfig = field(default_factory=DaemonConfig)
+    wall_clock: Callable[[], float] = time.time
+    inline_commits: bool = False
+    actor_idle_timeout: float = 60.0
+
+
+class UnavailableAdapter(ProviderAdapter):
+    """A configured provider whose runtime this agentd cannot drive yet."""
+
+    def __init__(self, config: ProviderConfig, why: str) -> None:
+        from actors.providers.base import Capabilities
+
+        self.name = config.name
+        self.kind = config.kind
+        self.capabilities = config.capabilities or Capabilities()
+        self.why = why
+
+    async def open(self, *, session_id: str, emit: Any, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        raise ProviderRuntimeError(f"provider {self.name} ({self.kind}) is unusable: {self.why}")
+
+
+def build_adapters(config: DaemonConfig, providers_dir: Path) -> dict[str, ProviderAdapter]:
+    adapters: dict[str, ProviderAdapter] = {}
+    for name, provider in config.providers.items():
+        if provider.kind == "scripted":
+            adapters[name] = ScriptedAdapter(name, home=providers_dir / name, capabilities=provider.capabilities)
+        else:
+            adapters[name] = UnavailableAdapter(provider, f"the {provider.kind} adapter is not built into this agentd yet")
+    return adapters
+
+
+class Daemon:
+    """The whole daemon. ``await nursery.start(daemon.serve)`` returns once the
+    socket accepts connections."""
+
+    def __init__(self, options: DaemonOptions) -> None:
+        self.options = options
+        self.paths = options.paths
+        self._shutdown = trio.Event()
+        self._lock_fd: int | None = None
+        self.store: Store | None = None
+        self.hub: EventHub | None = None
+        self.registry: ThreadRegistry | None = None
+        self.sessions: ProviderSessionManager | None = None
+        self.reconcile_report = None
+
+    def request_shutdown(self) -> None:
+        """Begin an orderly shutdown (what SIGINT/SIGTERM do)."""
+        self._shutdown.set()
+
+    def _lock_data_dir(self) -> None:
+        self.paths.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.paths.data_dir / "agentd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            raise DaemonAlreadyRunning(
+                f"another agentd (pid {holder or '?'}) is using data dir {self.paths.data_dir}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.paths.check_socket()
+        self._lock_data_dir()
+        try:
+            await self._serve(task_status)
+        finally:
+            self._unlock_data_dir()
+
+    async def _serve(self, task_status) -> None:
+        opts = self.options
+        hub = self.hub = EventHub()
+        store = self.store = Store(self.paths.store, on_commit=hub.publish, inline_commits=opts.inline_commits)
+        hub.last_seq = store.last_seq
+        try:
+            async with trio.open_nursery() as writer_nursery:
+                await writer_nursery.start(store.writer.serve)
+                await self._reconcile(store)
+                adapters = build_adapters(opts.config, self.paths.providers)
+                async with trio.open_nursery() as sessions_nursery:
+                    registry_box: list[ThreadRegistry] = []
+
+                    async def deliver(thread_id: str, event: Any) -> None:
+                        await registry_box[0].deliver(thread_id, event)
+
+                    sessions = self.sessions = ProviderSessionManager(
+                        store, adapters, deliver=deliver, wall_clock=opts.wall_clock
+                    )
+                    await sessions_nursery.start(sessions.serve)
+                    registry = self.registry = ThreadRegistry(
+                        store, hub, sessions, opts.config, workspaces_dir=self.paths.workspaces,
+                        wall_clock=opts.wall_clock, actor_idle_timeout=opts.actor_idle_timeout,
+                    )
+                    registry_box.append(registry)
+                    async with trio.open_nursery() as actors_nursery:
+                        await actors_nursery.start(registry.serve)
+                        router = DaemonRouter(store, hub, registry, sessions, socket_path=str(self.paths.socket))
+                        async with trio.open_nursery() as server_nursery:
+                            await server_nursery.start(serve_unix, self.paths.socket, router)
+                            log.info("agentd listening on %s (data dir %s)", self.paths.socket, self.paths.data_dir)
+                            task_status.started(self)
+                            await self._shutdown.wait()
+                            server_nursery.cancel_scope.cancel()
+                        with trio.CancelScope(shield=True):
+                            await sessions.stop_all("daemon_shutdown")
+                        actors_nursery.cancel_scope.cancel()
+                    sessions_nursery.cancel_scope.cancel()
+                writer_nursery.cancel_scope.cancel()
+        finally:
+            store.close()
+
+    async def _reconcile(self, store: Store) -> None:
+        # End runtimes a previous instance left behind, but only the very
+        # processes it started: a pid plus its start time, checked in /proc.
+        for session in store.live_sessions():
+            if session.pid and is_same_process(session.pid, session.process_start_ticks):
+                try:
+                    os.killpg(session.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                log.info("ended orphan provider process %s of session %s", session.pid, session.id)
+        batch, report = plan_reconciliation(store, self.options.wall_clock())
+        if batch:
+            await store.commit(batch)
+            log.info("reconciled previous instance: %s", report.as_dict())
+        self.reconcile_report = report
+
+
+async def run_daemon(options: DaemonOptions, on_ready: Callable[[Daemon], None] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down in order."""
+    daemon = Daemon(options)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(daemon.serve)
+            if on_ready is not None:
+                on_ready(daemon)
+            async for _sig in signals:
+                break
+            daemon.request_shutdown()
