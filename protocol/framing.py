@@ -11,7 +11,7 @@ from typing import Any, AsyncIterator
 import msgspec
 import trio
 
-MAX_LINE = 1 << 20  # 1 MiB
+MAX_LINE = 2 << 20  # 2 MiB: room for a 1 MiB message text with its JSON escaping
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()

@@ -134,6 +134,7 @@ async def handle_connection(stream: trio.SocketStream, router: Router) -> None:
 
 async def _serve_request(connection: Connection, router: Router, line: bytes, limiter: trio.Semaphore) -> None:
     request_id = None
+    notification = False  # JSON-RPC: a notification is never answered, not even with an error
     try:
         try:
             message = framing.decode(line)
@@ -150,6 +151,7 @@ async def _serve_request(connection: Connection, router: Router, line: bytes, li
         method = message.get("method")
         if not isinstance(method, str):
             raise InvalidRequest("a request needs a string method")
+        notification = "id" not in message
         if message.get("jsonrpc", "2.0") != "2.0":
             raise InvalidRequest('jsonrpc must be "2.0"')
         if method not in METHODS:
@@ -159,15 +161,17 @@ async def _serve_request(connection: Connection, router: Router, line: bytes, li
         follow_up = None
         if isinstance(result, Then):
             result, follow_up = result.result, result.then
-        if request_id is not None:
+        if not notification:
             await connection.send(framing.response(request_id, result))
         if follow_up is not None:
             connection.start_soon(follow_up)
     except AgentdError as exc:
-        await connection.send(framing.error_response(request_id, exc.to_error()))
+        if not notification:
+            await connection.send(framing.error_response(request_id, exc.to_error()))
     except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the daemon
         log.exception("request failed")
-        await connection.send(framing.error_response(request_id, InternalError(f"agentd failed: {exc}").to_error()))
+        if not notification:
+            await connection.send(framing.error_response(request_id, InternalError(f"agentd failed: {exc}").to_error()))
     finally:
         limiter.release()
 

@@ -160,7 +160,9 @@ class ScriptedConnection(ProviderConnection):
         )
 
     async def _polite_stop(self) -> None:
-        await self._peer.request("shutdown", {}, timeout=1.0)
+        # End of input is the agent's polite stop; no answer to wait for, so
+        # it works even when our reader has already been cancelled.
+        await self._process.stdin.aclose()
 
     # -- primitives -------------------------------------------------------------
 

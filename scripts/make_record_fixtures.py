@@ -1,0 +1,45 @@
+"""Write one stored-record fixture per record kind (tests/fixtures/records/).
+
+Run only when a kind gets a new schema version: existing fixtures are what
+old data dirs contain and must keep decoding, so this never overwrites a file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from store.records import (
+    AppThread, CommandReceipt, ConversationMessage, Effect, Event, ExecutionNode, ProviderSession,
+    ProviderThread, ProviderTurn, Run, RunAttempt, RECORD_KINDS, encode_record,
+)
+
+OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "records"
+
+SAMPLES = {
+    "threads": AppThread(id="thr_fixture", title="fixture", workspace="/tmp/ws", created_at=1.0, updated_at=2.0, run_count=1),
+    "messages": ConversationMessage(id="msg_fixture", thread_id="thr_fixture", run_id="run_fixture", role="user", text="hello"),
+    "runs": Run(id="run_fixture", thread_id="thr_fixture", ordinal=1, status="completed", root_node_id="nod_fixture"),
+    "attempts": RunAttempt(id="att_fixture", run_id="run_fixture", thread_id="thr_fixture", number=1, status="completed"),
+    "nodes": ExecutionNode(id="nod_fixture", thread_id="thr_fixture", run_id="run_fixture", kind="root_turn", counts_for_run=True, status="completed"),
+    "provider_sessions": ProviderSession(id="pss_fixture", provider="scripted", kind="scripted", thread_id="thr_fixture", status="stopped", pid=42),
+    "provider_threads": ProviderThread(id="pth_fixture", thread_id="thr_fixture", provider="scripted", kind="scripted", native_thread_id="sth_x"),
+    "provider_turns": ProviderTurn(id="ptu_fixture", provider_thread_id="pth_fixture", thread_id="thr_fixture", run_id="run_fixture", attempt_id="att_fixture", native_turn_id="stu_x"),
+    "events": Event(seq=7, type="run.completed", thread_id="thr_fixture", run_id="run_fixture", at=3.0, payload={"k": [1, 2]}),
+    "receipts": CommandReceipt(command_id="c-1", method="thread.create", result={"threadId": "thr_fixture", "seq": 7}),
+    "effects": Effect(id="eff_fixture", kind="checkpoint.capture", thread_id="thr_fixture", replay_safe=True),
+}
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for kind, record in SAMPLES.items():
+        version = RECORD_KINDS[kind][1]
+        path = OUT / f"{kind}.v{version}.msgpack"
+        if path.exists():
+            continue
+        path.write_bytes(encode_record(kind, record))
+        print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Helpers for tests that drive the daemon over its socket."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+
+from protocol.client import Client
+
+TERMINAL = ("completed", "failed", "interrupted", "cancelled", "rolled_back")
+
+
+def script(*steps: dict[str, Any]) -> str:
+    """A scripted-agent message performing ``steps``."""
+    return "@script\n" + json.dumps(list(steps))
+
+
+async def wait_run_terminal(client: Client, thread_id: str, run_id: str, *, after_seq: int = 0, timeout: float = 30) -> dict[str, Any]:
+    """Follow the thread's events until ``run_id`` is terminal; return the run."""
+    with trio.fail_after(timeout):
+        async with client.subscribe(thread_id=thread_id, after_seq=after_seq) as events:
+            async for event in events:
+                run = event["payload"].get("run")
+                if event.get("runId") == run_id and run and run["status"] in TERMINAL:
+                    return run
+    raise AssertionError(f"event stream ended before run {run_id} was terminal")
+
+
+async def wait_event(client: Client, predicate, *, thread_id: str | None = None, after_seq: int = 0, timeout: float = 30) -> dict[str, Any]:
+    """The first event (replayed or live) that satisfies ``predicate``."""
+    with trio.fail_after(timeout):
+        async with client.subscribe(thread_id=thread_id, after_seq=after_seq) as events:
+            async for event in events:
+                if predicate(event):
+                    return event
+    raise AssertionError("event stream ended before the expected event")
+
+
+async def send_and_wait(client: Client, thread_id: str, text: str, **params: Any) -> dict[str, Any]:
+    """Send a message and wait for its run to end; return the final run."""
+    sent = await client.call("thread.message.send", threadId=thread_id, text=text, **params)
+    return await wait_run_terminal(client, thread_id, sent["runId"])

@@ -1,0 +1,154 @@
+"""The store: group commit, durability, the event log and replay-then-live (F20)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+
+from store.batch import WriteBatch
+from store.db import Store
+from store.errors import StoreError
+from store.hub import EventHub, Resync, replay_then_live
+from store.records import AppThread
+
+
+def thread_batch(i: int, command_id: str | None = None) -> WriteBatch:
+    batch = WriteBatch()
+    batch.put(AppThread(id=f"thr_{i:022d}", title=f"t{i}"))
+    batch.event("thread.created", thread_id=f"thr_{i:022d}", n=i)
+    if command_id:
+        batch.set_receipt(command_id, "thread.create", {"threadId": f"thr_{i:022d}"}, 0.0)
+    return batch
+
+
+@pytest.fixture
+def store(tmp_path):
+    hub = EventHub()
+    s = Store(tmp_path / "store", on_commit=hub.publish, map_size=1 << 28)
+    s.hub = hub
+    yield s
+    s.close()
+
+
+async def test_group_commit_shares_one_transaction_between_waiting_batches(store, nursery):
+    """Batches that queue while a transaction is being written share the next one."""
+    await nursery.start(store.writer.serve)
+    gate = threading.Event()
+    entered = threading.Event()
+    original = store.writer._write
+
+    def slow_first(group):
+        if not entered.is_set():
+            entered.set()
+            gate.wait()
+        return original(group)
+
+    store.writer._write = slow_first
+    results = {}
+
+    async def commit(i):
+        results[i] = await store.commit(thread_batch(i))
+
+    nursery.start_soon(commit, 0)
+    await trio.to_thread.run_sync(entered.wait)  # the writer is inside transaction 1
+    async with trio.open_nursery() as inner:
+        for i in range(1, 51):
+            inner.start_soon(commit, i)
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert store.writer.transactions == 2
+    assert store.writer.batches_committed == 51
+    seqs = sorted(r.seq for r in results.values())
+    assert seqs == list(range(1, 52)), "every batch got its own gap-free seq"
+
+
+async def test_commits_are_durable_across_reopen(tmp_path, nursery):
+    path = tmp_path / "store"
+    s = Store(path, map_size=1 << 28)
+    await nursery.start(s.writer.serve)
+    for i in range(5):
+        await s.commit(thread_batch(i, command_id=f"c{i}"))
+    s.close()
+    again = Store(path, map_size=1 << 28)
+    assert again.last_seq == 5
+    assert [t.title for t in again.list_threads()] == [f"t{i}" for i in range(5)]
+    assert again.receipt("c3").result == {"threadId": f"thr_{3:022d}", "seq": 4}
+    assert [e.seq for e in again.events_after(2)] == [3, 4, 5]
+    again.close()
+
+
+async def test_a_bad_batch_fails_alone(store, nursery):
+    await nursery.start(store.writer.serve)
+    bad = thread_batch(99)
+    bad.ops.append(("no_such_db", b"k", b"v"))
+    outcomes = {}
+
+    async def commit(name, batch):
+        try:
+            outcomes[name] = (await store.commit(batch)).seq
+        except StoreError as exc:
+            outcomes[name] = exc
+
+    async with trio.open_nursery() as inner:
+        inner.start_soon(commit, "good1", thread_batch(1))
+        inner.start_soon(commit, "bad", bad)
+        inner.start_soon(commit, "good2", thread_batch(2))
+    assert isinstance(outcomes["bad"], StoreError)
+    assert sorted([outcomes["good1"], outcomes["good2"]]) == [1, 2]
+    assert store.thread(f"thr_{99:022d}") is None, "nothing of the bad batch was written"
+    assert store.last_seq == 2
+
+
+async def test_inline_mode_commits_on_the_loop(tmp_path, nursery):
+    s = Store(tmp_path / "inline", inline_commits=True, map_size=1 << 28)
+    await nursery.start(s.writer.serve)
+    result = await s.commit(thread_batch(1))
+    assert result.seq == 1 and s.thread(f"thr_{1:022d}") is not None
+    s.close()
+
+
+async def test_replay_then_live_has_no_gap_and_no_duplicate(store, nursery):
+    """Events committed while a subscriber replays arrive exactly once, in order."""
+    await nursery.start(store.writer.serve)
+    for i in range(1200):  # more than two replay pages
+        await store.commit(thread_batch(i))
+    seen = []
+    done = trio.Event()
+
+    async def subscriber():
+        async for events in replay_then_live(store, store.hub, thread_id=None, after_seq=100):
+            seen.extend(e["seq"] for e in events)
+            await trio.sleep(0)  # let writers interleave with the replay
+            if seen and seen[-1] >= 1500:
+                done.set()
+                return
+
+    nursery.start_soon(subscriber)
+    for i in range(1200, 1500):
+        await store.commit(thread_batch(i))
+    await done.wait()
+    assert seen == list(range(101, 1501))
+
+
+async def test_thread_filtered_replay(store, nursery):
+    await nursery.start(store.writer.serve)
+    for i in range(10):
+        await store.commit(thread_batch(i % 2))
+    events = store.events_after(0, thread_id=f"thr_{1:022d}")
+    assert [e.seq for e in events] == [2, 4, 6, 8, 10]
+
+
+async def test_slow_subscriber_is_told_to_resync_instead_of_blocking(store, nursery):
+    await nursery.start(store.writer.serve)
+    stream = replay_then_live(store, store.hub, thread_id=None, after_seq=0, capacity=10)
+    await store.commit(thread_batch(0))
+    first = await stream.__anext__()  # replayed seq 1; now live
+    assert [e["seq"] for e in first] == [1]
+    for i in range(1, 30):  # nobody reads: the buffer overflows, the writer never waits
+        await store.commit(thread_batch(i))
+    with pytest.raises(Resync) as info:
+        await stream.__anext__()
+    assert info.value.after_seq == 1
+    await stream.aclose()
