@@ -50,6 +50,16 @@ class Command:
 
 
 @dataclass
+class HandoffDraft:
+    """Context the starter built for a replacement provider thread."""
+
+    text: str
+    reason: str
+    covered_run_count: int
+    replaced_provider_thread_id: str | None
+
+
+@dataclass
 class ProviderThreadReady:
     """The starter opened or resumed the native thread for an attempt."""
 
@@ -58,6 +68,8 @@ class ProviderThreadReady:
     native_thread_id: str
     created: bool
     resumed_turn_count: int | None = None
+    #: set when ``created`` replaces a provider thread that could not be resumed
+    handoff: HandoffDraft | None = None
 
 
 @dataclass
@@ -67,7 +79,6 @@ class AttemptStartFailed:
     attempt_id: str
     reason: str
     error: AgentdError | Exception | str
-    native_thread_unusable: bool = False
 
 
 @dataclass

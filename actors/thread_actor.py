@@ -34,6 +34,7 @@ from store.ids import new_id
 from store.records import (
     NODE_TERMINAL,
     AppThread,
+    ContextHandoff,
     ConversationMessage,
     ExecutionNode,
     ProviderThread,
@@ -43,7 +44,8 @@ from store.records import (
     to_wire,
 )
 
-from .messages import AttemptStartFailed, Command, FlushDue, ProviderThreadReady
+from .handoff import portable_context
+from .messages import AttemptStartFailed, Command, FlushDue, HandoffDraft, ProviderThreadReady
 from .providers.base import (
     ItemCompleted,
     ItemStarted,
@@ -286,30 +288,43 @@ class ThreadActor:
         """Open the runtime and native thread, then start the turn; report
         every outcome through the mailbox."""
         attempt_id = active.attempt.id
+        text = active.user_message.text
         try:
             cwd = self.thread.workspace
             await trio.to_thread.run_sync(lambda: os.makedirs(cwd, mode=0o700, exist_ok=True))
             session_id, conn = await self.sessions.ensure_session(self.thread_id, active.run.provider)
             current = self.provider_thread
-            if current is not None and current.provider == active.run.provider and current.status not in ("error", "unusable"):
+            lost: str | None = None
+            if current is not None and current.status != "unusable":
                 native = current.native_thread_id
                 turns = None
-                if native not in conn.loaded_threads:
-                    turns = (await conn.resume_thread(native, cwd=cwd)).turn_count
-                ready = ProviderThreadReady(attempt_id, session_id, native, created=False, resumed_turn_count=turns)
-            elif conn.capabilities.empty_threads:
+                try:
+                    if native not in conn.loaded_threads:
+                        turns = (await conn.resume_thread(native, cwd=cwd)).turn_count
+                except NativeThreadMissing as exc:
+                    lost = f"resume failed: {exc}"
+                else:
+                    # Posted before the turn starts, so the actor knows the
+                    # provider thread before any event of the turn arrives.
+                    await self._post(ProviderThreadReady(attempt_id, session_id, native, created=False, resumed_turn_count=turns))
+                    await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd)
+                    return
+            elif current is not None:
+                lost = current.reason or "the provider thread is unusable"
+            handoff = None
+            if current is not None:
+                # A replacement is built from the app's own record, never left empty.
+                context, covered = portable_context(self.store, self.thread_id, before_ordinal=active.run.ordinal, reason=lost or "")
+                if context:
+                    handoff = HandoffDraft(context, lost or "", covered, current.id)
+            context_text = handoff.text if handoff else None
+            if conn.capabilities.empty_threads:
                 native = await conn.create_thread(cwd=cwd)
-                ready = ProviderThreadReady(attempt_id, session_id, native, created=True)
+                await self._post(ProviderThreadReady(attempt_id, session_id, native, created=True, handoff=handoff))
+                await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=context_text)
             else:
-                native, _turn = await conn.start_first_turn(text=active.user_message.text, attempt_id=attempt_id, cwd=cwd)
-                await self._post(ProviderThreadReady(attempt_id, session_id, native, created=True))
-                return
-            # Posted before the turn starts, so the actor knows the provider
-            # thread before any event of the turn reaches the mailbox.
-            await self._post(ready)
-            await conn.start_turn(native, text=active.user_message.text, attempt_id=attempt_id, cwd=cwd)
-        except NativeThreadMissing as exc:
-            await self._post(AttemptStartFailed(attempt_id, "provider_thread_unresumable", exc, native_thread_unusable=True))
+                native, _turn = await conn.start_first_turn(text=text, attempt_id=attempt_id, cwd=cwd, context=context_text)
+                await self._post(ProviderThreadReady(attempt_id, session_id, native, created=True, handoff=handoff))
         except (ProviderRuntimeError, AgentdError, OSError) as exc:
             await self._post(AttemptStartFailed(attempt_id, "provider_start_failed", exc))
 
@@ -325,7 +340,14 @@ class ThreadActor:
             return
         now = self.now()
         batch = WriteBatch()
+        attempt = active.attempt
         if ready.created:
+            replaced = self.provider_thread
+            if replaced is not None and replaced.status != "unusable":
+                reason = ready.handoff.reason if ready.handoff else "replaced"
+                replaced = struct_copy(replaced, status="unusable", reason=reason, updated_at=now)
+                batch.put(replaced)
+                self._event(batch, "provider_thread.unusable", run_id=active.run.id, providerThreadId=replaced.id, reason=reason)
             pt = ProviderThread(
                 id=new_id("pth"), thread_id=self.thread_id, provider=active.run.provider,
                 kind=self.sessions.adapter(active.run.provider).kind, native_thread_id=ready.native_thread_id,
@@ -334,6 +356,16 @@ class ThreadActor:
             thread = struct_copy(self.thread, provider_thread_id=pt.id, updated_at=now)
             batch.put_all(pt, thread)
             self._event(batch, "provider_thread.created", run_id=active.run.id, providerThread=to_wire(pt))
+            if ready.handoff is not None:
+                handoff = ContextHandoff(
+                    id=new_id("hof"), thread_id=self.thread_id, strategy="portable_context",
+                    reason=ready.handoff.reason, source_provider_thread_id=ready.handoff.replaced_provider_thread_id,
+                    target_provider_thread_id=pt.id, covered_run_count=ready.handoff.covered_run_count,
+                    text=ready.handoff.text, created_at=now,
+                )
+                batch.put(handoff)
+                self._event(batch, "context_handoff.created", run_id=active.run.id, handoff=to_wire(handoff))
+                attempt = struct_copy(attempt, handoff_id=handoff.id)
             self.thread = thread
         else:
             pt = self.provider_thread
@@ -345,7 +377,7 @@ class ThreadActor:
                     providerThreadId=pt.id, sessionId=ready.session_id, nativeTurnCount=ready.resumed_turn_count,
                 )
         self.provider_thread = pt
-        attempt = struct_copy(active.attempt, provider_thread_id=pt.id)
+        attempt = struct_copy(attempt, provider_thread_id=pt.id)
         batch.put(attempt)
         if active.provider_turn is not None and not active.provider_turn.provider_thread_id:
             # A thread created with its first turn is known only after the turn began.
@@ -359,13 +391,7 @@ class ThreadActor:
         active = self.active
         if active is None or active.attempt.id != failed.attempt_id:
             return
-        batch = WriteBatch()
-        if failed.native_thread_unusable and self.provider_thread is not None:
-            pt = struct_copy(self.provider_thread, status="unusable", reason=str(failed.error), updated_at=self.now())
-            batch.put(pt)
-            self._event(batch, "provider_thread.unusable", run_id=active.run.id, providerThreadId=pt.id, reason=str(failed.error))
-            self.provider_thread = pt
-        await self._end_run(batch, "failed", reason=f"{failed.reason}: {failed.error}")
+        await self._end_run(WriteBatch(), "failed", reason=f"{failed.reason}: {failed.error}")
 
     # -- provider events ----------------------------------------------------------
 
@@ -549,24 +575,64 @@ class ThreadActor:
         await self._end_run(WriteBatch(), status, reason=reason)
 
     async def _on_session_exited(self, event: SessionExited) -> None:
+        """SPEC F11/F19: a requested stop interrupts the run; a crash before any
+        side effect is recovered by a new attempt on a new runtime (within the
+        restart intensity); otherwise the run fails with the reason."""
         active = self.active
         if active is None or (active.session_id is not None and active.session_id != event.session_id):
             return
         if event.requested:
-            how = event.reason or "stopped"
-            reason = f"provider_stopped: {how}"
-        else:
-            how = f"exit code {event.exit_code}" if event.exit_code is not None else f"signal {event.signal}"
-            reason = f"provider_crashed: the provider process ended unexpectedly ({how})"
-        await self._end_run(WriteBatch(), "failed", reason=reason)
+            await self._end_run(WriteBatch(), "interrupted", reason=event.reason or "provider_stopped")
+            return
+        how = f"exit code {event.exit_code}" if event.exit_code is not None else f"signal {event.signal}"
+        crashed = f"provider_crashed: the provider process ended unexpectedly ({how})"
+        if active.nodes:
+            # A tool may have touched the world: re-running could repeat it.
+            await self._end_run(WriteBatch(), "failed", reason=crashed)
+            return
+        if self.sessions.allow_recovery(self.thread_id):
+            await self._retry(active, "provider_recovery", crashed)
+            return
+        limit, period = self.sessions.restart_limit
+        reason = (
+            f"provider_crash_loop: the provider crashed more than {limit} times within {period:g}s; "
+            f"agentd stopped restarting it (last: {how})"
+        )
+        batch = WriteBatch()
+        if self.provider_thread is not None:
+            pt = struct_copy(self.provider_thread, status="error", reason=reason, updated_at=self.now())
+            batch.put(pt)
+            self._event(batch, "provider_thread.error", run_id=active.run.id, providerThreadId=pt.id, reason=reason)
+            self.provider_thread = pt
+        await self._end_run(batch, "failed", reason=reason)
 
-    async def _end_run(self, batch: WriteBatch, status: str, *, reason: str | None) -> None:
-        """The completion barrier (SPEC F16): flush and close assistant text,
-        finalize artifacts, close child nodes the provider left open, end the
-        root node, the attempt and the run, in that order, in one commit."""
-        active = self.active
-        assert active is not None
+    async def _retry(self, active: _ActiveRun, reason: str, why: str) -> None:
+        """Close the active attempt as failed and start attempt N+1 of the same
+        run, with a new root node, on a fresh runtime."""
         now = self.now()
+        batch = WriteBatch()
+        self._close_attempt_graph(batch, active, "failed", why, now)
+        number = active.run.attempt_count + 1
+        attempt_id, root_id = new_id("att"), new_id("nod")
+        root = ExecutionNode(
+            id=root_id, thread_id=self.thread_id, run_id=active.run.id, attempt_id=attempt_id, kind="root_turn",
+            counts_for_run=True, title=f"run {active.run.ordinal} attempt {number}", created_at=now,
+        )
+        attempt = RunAttempt(
+            id=attempt_id, run_id=active.run.id, thread_id=self.thread_id, number=number, reason=reason,
+            root_node_id=root_id, provider_thread_id=active.attempt.provider_thread_id, created_at=now,
+        )
+        run = struct_copy(active.run, root_node_id=root_id, selected_attempt_id=attempt_id, attempt_count=number)
+        batch.put_all(root, attempt, run)
+        self._event(batch, "run.retrying", run_id=run.id, node_id=root_id, run=to_wire(run), attempt=to_wire(attempt), why=why)
+        await self._commit(batch)
+        self.active = _ActiveRun(run=run, attempt=attempt, root=root, user_message=active.user_message)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._starter, self.active)
+
+    def _close_attempt_graph(self, batch: WriteBatch, active: _ActiveRun, status: str, reason: str | None, now: float) -> None:
+        """Close the attempt's messages, open child nodes, root node, attempt
+        and provider turn (the first steps of the completion barrier)."""
         self._flush_at = None
         message_status = "complete" if status == "completed" else "interrupted"
         for open_message in active.messages.values():
@@ -580,13 +646,25 @@ class ThreadActor:
                 batch.put(node)
                 self._event(batch, f"{node.kind}.{closed}", run_id=active.run.id, node_id=node.id, node=to_wire(node))
                 active.nodes[item_id] = node
-        root = struct_copy(active.root, status=status, ended_at=now)
-        attempt = struct_copy(active.attempt, status=status, error=reason if status == "failed" else None, ended_at=now)
-        run = struct_copy(active.run, status=status, reason=reason, ended_at=now)
-        thread = struct_copy(self.thread, status="idle", active_run_id=None, updated_at=now)
+        root = struct_copy(active.root, status=status, ended_at=now, summary=reason if status != "completed" else None)
+        attempt = struct_copy(active.attempt, status=status, error=reason if status != "completed" else None, ended_at=now)
         batch.put_all(root, attempt)
         if active.provider_turn is not None:
             batch.put(struct_copy(active.provider_turn, status=status, ended_at=now))
+        self._event(batch, f"root_turn.{status}", run_id=active.run.id, node_id=root.id, node=to_wire(root))
+        self._event(batch, f"attempt.{status}", run_id=active.run.id, node_id=root.id, attempt=to_wire(attempt))
+        active.root, active.attempt = root, attempt
+
+    async def _end_run(self, batch: WriteBatch, status: str, *, reason: str | None) -> None:
+        """The completion barrier (SPEC F16): flush and close assistant text,
+        finalize artifacts, close child nodes the provider left open, end the
+        root node, the attempt and the run, in that order, in one commit."""
+        active = self.active
+        assert active is not None
+        now = self.now()
+        self._close_attempt_graph(batch, active, status, reason, now)
+        run = struct_copy(active.run, status=status, reason=reason, ended_at=now)
+        thread = struct_copy(self.thread, status="idle", active_run_id=None, updated_at=now)
         if active.user_message.status == "queued":
             batch.put(struct_copy(active.user_message, status="complete"))
         if status == "completed" and self.provider_thread is not None:
@@ -594,9 +672,7 @@ class ThreadActor:
             batch.put(pt)
             self.provider_thread = pt
         batch.put_all(run, thread)
-        self._event(batch, f"root_turn.{status}", run_id=run.id, node_id=root.id, node=to_wire(root))
-        self._event(batch, f"attempt.{status}", run_id=run.id, node_id=root.id, attempt=to_wire(attempt))
-        self._event(batch, f"run.{status}", run_id=run.id, node_id=root.id, run=to_wire(run))
+        self._event(batch, f"run.{status}", run_id=run.id, node_id=active.root.id, run=to_wire(run))
         await self._commit(batch)
         self.thread = thread
         self.active = None

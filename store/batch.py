@@ -133,6 +133,7 @@ DATABASES = (
     "provider_sessions",
     "provider_threads",
     "provider_turns",
+    "context_handoffs",
     "events",
     "receipts",
     "effects",

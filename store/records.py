@@ -100,6 +100,8 @@ class RunAttempt(Record, kw_only=True):
     error: str | None = None
     created_at: float = 0.0
     ended_at: float | None = None
+    #: the ContextHandoff injected into this attempt's turn, if any
+    handoff_id: str | None = None
 
 
 class ExecutionNode(Record, kw_only=True):
@@ -163,6 +165,21 @@ class ProviderTurn(Record, kw_only=True):
     ended_at: float | None = None
 
 
+class ContextHandoff(Record, kw_only=True):
+    """Materialised context given to a provider thread that lacks it (SPEC F5,
+    F11). Always stored, so what the provider was told is auditable: no hidden
+    prompt splicing."""
+
+    thread_id: str
+    strategy: str  # portable_context | full_thread_summary | delta
+    reason: str = ""
+    source_provider_thread_id: str | None = None
+    target_provider_thread_id: str | None = None
+    covered_run_count: int = 0
+    text: str = ""
+    created_at: float = 0.0
+
+
 class Event(msgspec.Struct, kw_only=True, rename="camel"):
     """One entry of the global event log, keyed by a gap-free ``seq``."""
 
@@ -212,6 +229,7 @@ RECORD_KINDS: dict[str, tuple[type, int]] = {
     "provider_sessions": (ProviderSession, 1),
     "provider_threads": (ProviderThread, 1),
     "provider_turns": (ProviderTurn, 1),
+    "context_handoffs": (ContextHandoff, 1),
     "events": (Event, 1),
     "receipts": (CommandReceipt, 1),
     "effects": (Effect, 1),

@@ -94,6 +94,7 @@ class GroupCommitWriter:
         """Run the writer thread until cancelled; then drain what is queued
         and stop. Start with ``await nursery.start(writer.serve)``."""
         self._token = trio.lowlevel.current_trio_token()
+        self._closed = False
         if not self._inline:
             self._thread = threading.Thread(target=self._thread_main, name="agentd-store-writer", daemon=True)
             self._thread.start()

@@ -16,6 +16,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +35,7 @@ from .paths import Paths
 from .procinfo import is_same_process
 from .router import DaemonRouter
 from .sessions import ProviderSessionManager
+from .tree import ChildSpec, RestartIntensity, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,11 @@ class DaemonOptions:
     wall_clock: Callable[[], float] = time.time
     inline_commits: bool = False
     actor_idle_timeout: float = 60.0
+    #: overrides the config's idle timeout of every provider (``--idle-timeout``)
+    idle_timeout: float | None = None
+    restart_intensity: tuple[int, float] = (3, 60.0)
+    #: bound on every provider primitive; None in virtual-time tests
+    request_timeout: float | None = 30.0
 
 
 class UnavailableAdapter(ProviderAdapter):
@@ -66,11 +73,13 @@ class UnavailableAdapter(ProviderAdapter):
         raise ProviderRuntimeError(f"provider {self.name} ({self.kind}) is unusable: {self.why}")
 
 
-def build_adapters(config: DaemonConfig, providers_dir: Path) -> dict[str, ProviderAdapter]:
+def build_adapters(config: DaemonConfig, providers_dir: Path, *, request_timeout: float | None = 30.0) -> dict[str, ProviderAdapter]:
     adapters: dict[str, ProviderAdapter] = {}
     for name, provider in config.providers.items():
         if provider.kind == "scripted":
-            adapters[name] = ScriptedAdapter(name, home=providers_dir / name, capabilities=provider.capabilities)
+            adapters[name] = ScriptedAdapter(
+                name, home=providers_dir / name, capabilities=provider.capabilities, request_timeout=request_timeout
+            )
         else:
             adapters[name] = UnavailableAdapter(provider, f"the {provider.kind} adapter is not built into this agentd yet")
     return adapters
@@ -128,42 +137,55 @@ class Daemon:
         hub = self.hub = EventHub()
         store = self.store = Store(self.paths.store, on_commit=hub.publish, inline_commits=opts.inline_commits)
         hub.last_seq = store.last_seq
-        try:
-            async with trio.open_nursery() as writer_nursery:
-                await writer_nursery.start(store.writer.serve)
+        registry_box: list[ThreadRegistry] = []
+
+        async def deliver(thread_id: str, event: Any) -> None:
+            await registry_box[0].deliver(thread_id, event)
+
+        sessions = self.sessions = ProviderSessionManager(
+            store, build_adapters(opts.config, self.paths.providers, request_timeout=opts.request_timeout),
+            deliver=deliver, wall_clock=opts.wall_clock, idle_timeouts=self._idle_timeouts(),
+            restart_intensity=opts.restart_intensity,
+        )
+        registry = self.registry = ThreadRegistry(
+            store, hub, sessions, opts.config, workspaces_dir=self.paths.workspaces,
+            wall_clock=opts.wall_clock, actor_idle_timeout=opts.actor_idle_timeout,
+        )
+        registry_box.append(registry)
+        router = DaemonRouter(store, hub, registry, sessions, socket_path=str(self.paths.socket))
+
+        async def serve_writer(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(store.writer.serve)
                 await self._reconcile(store)
-                adapters = build_adapters(opts.config, self.paths.providers)
-                async with trio.open_nursery() as sessions_nursery:
-                    registry_box: list[ThreadRegistry] = []
+                task_status.started()
 
-                    async def deliver(thread_id: str, event: Any) -> None:
-                        await registry_box[0].deliver(thread_id, event)
-
-                    sessions = self.sessions = ProviderSessionManager(
-                        store, adapters, deliver=deliver, wall_clock=opts.wall_clock
-                    )
-                    await sessions_nursery.start(sessions.serve)
-                    registry = self.registry = ThreadRegistry(
-                        store, hub, sessions, opts.config, workspaces_dir=self.paths.workspaces,
-                        wall_clock=opts.wall_clock, actor_idle_timeout=opts.actor_idle_timeout,
-                    )
-                    registry_box.append(registry)
-                    async with trio.open_nursery() as actors_nursery:
-                        await actors_nursery.start(registry.serve)
-                        router = DaemonRouter(store, hub, registry, sessions, socket_path=str(self.paths.socket))
-                        async with trio.open_nursery() as server_nursery:
-                            await server_nursery.start(serve_unix, self.paths.socket, router)
-                            log.info("agentd listening on %s (data dir %s)", self.paths.socket, self.paths.data_dir)
-                            task_status.started(self)
-                            await self._shutdown.wait()
-                            server_nursery.cancel_scope.cancel()
-                        with trio.CancelScope(shield=True):
-                            await sessions.stop_all("daemon_shutdown")
-                        actors_nursery.cancel_scope.cancel()
-                    sessions_nursery.cancel_scope.cancel()
-                writer_nursery.cancel_scope.cancel()
+        # Started in this order, stopped in reverse: the socket closes first,
+        # then the provider sessions stop (their actors still record how the
+        # runs ended), then the actors retire, and the writer commits last.
+        self.supervisor = Supervisor(
+            [
+                ChildSpec("store-writer", serve_writer),
+                ChildSpec("thread-registry", registry.serve),
+                ChildSpec("provider-sessions", sessions.serve, stop=lambda: sessions.stop_all("daemon_shutdown")),
+                ChildSpec("socket-server", partial(serve_unix, self.paths.socket, router)),
+            ],
+            intensity=RestartIntensity(3, 60.0),
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.supervisor.serve)
+                log.info("agentd listening on %s (data dir %s)", self.paths.socket, self.paths.data_dir)
+                task_status.started(self)
+                await self._shutdown.wait()
+                self.supervisor.request_stop()
         finally:
             store.close()
+
+    def _idle_timeouts(self) -> dict[str, float]:
+        config = self.options.config
+        default = self.options.idle_timeout if self.options.idle_timeout is not None else config.idle_timeout
+        return {name: p.idle_timeout or default for name, p in config.providers.items()}
 
     async def _reconcile(self, store: Store) -> None:
         # End runtimes a previous instance left behind, but only the very

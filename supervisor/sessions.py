@@ -31,6 +31,7 @@ from store.ids import new_id
 from store.records import ProviderSession, to_wire
 
 from .procinfo import process_start_ticks
+from .tree import RestartIntensity
 
 log = logging.getLogger(__name__)
 
@@ -44,19 +45,21 @@ class _LiveSession:
     conn: ProviderConnection | None = None
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     stop_reason: str | None = None
-    busy: bool = False
     last_active: float = 0.0  # trio clock
     exited: trio.Event = field(default_factory=trio.Event)
 
 
 class ProviderSessionManager(SessionHost):
-    """Starts, tracks and stops provider runtime processes, one per thread.
+    """Starts, tracks, reaps and stops provider runtime processes, one per thread.
 
     Args:
         store: where ProviderSession records go.
         adapters: provider instances by name.
         deliver: hands a provider event to its thread's actor.
         wall_clock: timestamps for records.
+        idle_timeouts: seconds an idle session of each provider may live.
+        restart_intensity: ``(max_restarts, period)`` of crash recoveries per
+            thread before a crash loop is declared.
     """
 
     def __init__(
@@ -66,22 +69,74 @@ class ProviderSessionManager(SessionHost):
         *,
         deliver: Deliver,
         wall_clock: Callable[[], float] = time.time,
+        idle_timeouts: dict[str, float] | None = None,
+        restart_intensity: tuple[int, float] = (3, 60.0),
     ) -> None:
         self.store = store
         self.adapters = adapters
         self._deliver = deliver
         self.now = wall_clock
+        self.idle_timeouts = idle_timeouts or {}
+        self._restart_intensity = restart_intensity
+        self._intensity: dict[str, RestartIntensity] = {}
         self._live: dict[str, _LiveSession] = {}  # by thread id
+        self._busy: set[str] = set()  # threads with work in flight
         self._locks: dict[str, trio.Lock] = {}
+        self._changed = trio.Event()
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Host session tasks until cancelled; cancelled sessions are stopped
-        with the shutdown ladder by their adapter."""
+        """Host session tasks and the idle reaper until cancelled; cancelled
+        sessions are stopped with the shutdown ladder by their adapter."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self._reap_idle_sessions)
             task_status.started()
             await trio.sleep_forever()
+
+    # -- the idle reaper ------------------------------------------------------------
+
+    def idle_deadline(self, thread_id: str) -> float | None:
+        """When the thread's session becomes reapable (trio clock), or None
+        while it is busy, starting or stopping."""
+        live = self._live.get(thread_id)
+        if live is None or live.conn is None or live.stop_reason is not None or thread_id in self._busy:
+            return None
+        return live.last_active + self.idle_timeouts.get(live.adapter.name, 600.0)
+
+    async def _reap_idle_sessions(self) -> None:
+        """Stop every session idle past its provider's timeout, through the
+        same stop path as everything else (reason ``idle_timeout``). Its
+        ProviderThread stays durable; the next message resumes it."""
+        while True:
+            deadlines = [d for t in self._live if (d := self.idle_deadline(t)) is not None]
+            changed = self._changed = trio.Event()
+            with trio.move_on_at(min(deadlines, default=float("inf"))):
+                await changed.wait()
+                continue
+            now = trio.current_time()
+            for thread_id in list(self._live):
+                deadline = self.idle_deadline(thread_id)
+                if deadline is not None and deadline <= now:
+                    log.info("reaping idle session of thread %s", thread_id)
+                    self._nursery.start_soon(self.stop_session, thread_id, "idle_timeout")
+
+    def _touch(self) -> None:
+        self._changed.set()
+
+    # -- restart intensity ------------------------------------------------------------
+
+    def allow_recovery(self, thread_id: str) -> bool:
+        """Record a crash recovery of the thread's runtime; False once the
+        restart intensity is exceeded (a crash loop)."""
+        intensity = self._intensity.get(thread_id)
+        if intensity is None:
+            intensity = self._intensity[thread_id] = RestartIntensity(*self._restart_intensity)
+        return intensity.allow()
+
+    @property
+    def restart_limit(self) -> tuple[int, float]:
+        return self._restart_intensity
 
     # -- SessionHost ------------------------------------------------------------
 
@@ -95,10 +150,14 @@ class ProviderSessionManager(SessionHost):
         return live.record.id, live.conn
 
     def mark_busy(self, thread_id: str, busy: bool) -> None:
+        if busy:
+            self._busy.add(thread_id)
+        else:
+            self._busy.discard(thread_id)
         live = self._live.get(thread_id)
         if live is not None:
-            live.busy = busy
             live.last_active = trio.current_time()
+        self._touch()
 
     async def ensure_session(self, thread_id: str, provider: str) -> tuple[str, ProviderConnection]:
         lock = self._locks.setdefault(thread_id, trio.Lock())
@@ -155,6 +214,7 @@ class ProviderSessionManager(SessionHost):
                     )
                     await self._save(live.record, "session.ready")
                     started = True
+                    self._touch()
                     task_status.started(conn)
         finally:
             if started:
@@ -177,6 +237,7 @@ class ProviderSessionManager(SessionHost):
         except Exception:  # noqa: BLE001 - at shutdown the writer may be gone; restart reconciles
             log.warning("could not record the end of session %s", record.id)
         live.exited.set()
+        self._touch()
         event = SessionExited(
             session_id=record.id, exit_code=code, signal=sig, requested=requested, reason=live.stop_reason or ""
         )
@@ -219,6 +280,6 @@ class ProviderSessionManager(SessionHost):
         out = []
         for live in self._live.values():
             item = to_wire(live.record)
-            item["busy"] = live.busy
+            item["busy"] = live.record.thread_id in self._busy
             out.append(item)
         return out

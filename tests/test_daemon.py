@@ -135,19 +135,58 @@ async def test_failed_turns_end_the_run_failed_with_the_reason(client, steps, re
     assert again["status"] == "completed"
 
 
-async def test_provider_crash_fails_the_run_and_the_next_message_works(client):
-    """F11/F19: a crashed runtime costs one failed run with a clear reason."""
+async def test_provider_crash_after_a_tool_fails_the_run_and_the_next_message_works(client):
+    """F11/F19: a crash after a side effect is not retried (that could repeat
+    it): one failed run with a clear reason; the provider thread survives."""
     thread_id = (await client.call("thread.create"))["threadId"]
-    run = await send_and_wait(client, thread_id, script({"say": "about to crash"}, {"crash": 3}))
+    run = await send_and_wait(client, thread_id, script({"tool": {"name": "deploy", "seconds": 0}}, {"crash": 3}))
     assert run["status"] == "failed"
     assert "provider_crashed" in run["reason"] and "exit code 3" in run["reason"]
+    detail = await client.call("run.get", runId=run["id"])
+    assert len(detail["attempts"]) == 1
     nxt = await send_and_wait(client, thread_id, script({"reportHistory": True}))
     assert nxt["status"] == "completed"
-    a1 = (await client.call("run.get", runId=run["id"]))["attempts"][0]
     a2 = (await client.call("run.get", runId=nxt["id"]))["attempts"][0]
-    assert a1["providerThreadId"] == a2["providerThreadId"], "the provider thread survives its session"
+    assert detail["attempts"][0]["providerThreadId"] == a2["providerThreadId"], "the provider thread survives its session"
     text = (await client.call("thread.get", threadId=thread_id))["messages"][-1]["text"]
     assert text == "history: 0 turns", "the crashed turn never completed natively"
+
+
+async def test_crash_before_any_side_effect_is_recovered_by_a_new_attempt(client):
+    """F11: no tool started yet → attempt 2 (provider_recovery) on a new
+    runtime that resumed the same provider thread; the run completes."""
+    thread_id = (await client.call("thread.create"))["threadId"]
+    await send_and_wait(client, thread_id, "earlier turn")
+    run = await send_and_wait(client, thread_id, script({"say": "thinking"}, {"crash": 9, "once": True}, {"reportHistory": True}))
+    assert run["status"] == "completed"
+    detail = await client.call("run.get", runId=run["id"])
+    first, second = detail["attempts"]
+    assert (first["reason"], first["status"]) == ("initial", "failed") and "exit code 9" in first["error"]
+    assert (second["reason"], second["status"]) == ("provider_recovery", "completed")
+    assert first["providerThreadId"] == second["providerThreadId"]
+    assert run["selectedAttemptId"] == second["id"] and run["attemptCount"] == 2
+    roots = [n for n in detail["nodes"] if n["kind"] == "root_turn"]
+    assert sorted(r["status"] for r in roots) == ["completed", "failed"]
+    assert run["rootNodeId"] == next(r["id"] for r in roots if r["status"] == "completed")
+    messages = (await client.call("thread.get", threadId=thread_id))["messages"]
+    assert messages[-1]["text"] == "history: 1 turn", "the retry resumed the native thread"
+
+
+async def test_crash_loop_ends_in_a_clear_error_not_a_storm(client):
+    """F19: restart intensity (3 in 60 s) — attempt 1 and three recoveries, then give up."""
+    thread_id = (await client.call("thread.create"))["threadId"]
+    run = await send_and_wait(client, thread_id, script({"crash": 1}))
+    assert run["status"] == "failed" and run["reason"].startswith("provider_crash_loop")
+    attempts = (await client.call("run.get", runId=run["id"]))["attempts"]
+    assert [a["reason"] for a in attempts] == ["initial"] + ["provider_recovery"] * 3
+    thread = await client.call("thread.get", threadId=thread_id)
+    events = await durable_events(client, thread_id)
+    assert [e["type"] for e in events].count("session.error") == 4
+    assert any(e["type"] == "provider_thread.error" for e in events)
+    nxt = await send_and_wait(client, thread_id, "are you back?")
+    assert nxt["status"] == "completed", "the next message gets a fresh runtime"
+    assert (await client.call("daemon.status"))["sessions"][0]["status"] == "ready"
+    assert thread["thread"]["status"] == "idle"
 
 
 async def test_streamed_text_is_coalesced_but_every_delta_is_seen_live(client):

@@ -154,14 +154,20 @@ class ProviderConnection(abc.ABC):
         """Load a native thread into this process (raises NativeThreadMissing)."""
 
     @abc.abstractmethod
-    async def start_turn(self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str) -> str:
-        """Start a turn; its events are tagged ``attempt_id``. Returns the native turn id."""
+    async def start_turn(
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+    ) -> str:
+        """Start a turn; its events are tagged ``attempt_id``. ``context`` is a
+        stored ContextHandoff's text, given to the runtime ahead of ``text`` in
+        whatever way it takes extra context. Returns the native turn id."""
 
     @abc.abstractmethod
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
         """Ask the runtime to interrupt; the turn ends only when it says so."""
 
-    async def start_first_turn(self, *, text: str, attempt_id: str, cwd: str) -> tuple[str, str]:
+    async def start_first_turn(
+        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+    ) -> tuple[str, str]:
         """For runtimes without empty threads: create the native thread with its
         first turn. Returns ``(native_thread_id, native_turn_id)``."""
         raise ProviderRuntimeError("this provider cannot start a thread with a turn")

@@ -45,7 +45,7 @@ class JsonLinesPeer:
         *,
         on_notification: Callable[[str, dict[str, Any]], Awaitable[None]],
         on_request: Callable[[Any, str, dict[str, Any]], Awaitable[None]],
-        request_timeout: float = 30.0,
+        request_timeout: float | None = 30.0,
     ) -> None:
         self._send = send
         self._receive = receive
@@ -74,6 +74,8 @@ class JsonLinesPeer:
         if self._closed:
             raise ProviderRuntimeError(f"cannot send {method}: {self._closed}")
         limit = self._timeout if timeout is None else timeout
+        if limit is None:
+            limit = float("inf")
         request_id = next(self._ids)
         send, receive = trio.open_memory_channel(1)
         self._waiting[request_id] = send

@@ -65,7 +65,8 @@ class ScriptedAdapter(ProviderAdapter):
         name: the instance name from the config (``scripted`` by default).
         home: directory of the agent's native state (kept across sessions).
         capabilities: switches; off ones make the agent refuse that primitive.
-        request_timeout: bound on every primitive's wait.
+        request_timeout: bound on every primitive's wait (None: unbounded, for
+            virtual-time tests where a timer must not race real process I/O).
     """
 
     kind = "scripted"
@@ -76,7 +77,7 @@ class ScriptedAdapter(ProviderAdapter):
         *,
         home: Path,
         capabilities: Capabilities | None = None,
-        request_timeout: float = 30.0,
+        request_timeout: float | None = 30.0,
     ) -> None:
         self.name = name
         self.home = Path(home)
@@ -181,18 +182,28 @@ class ScriptedConnection(ProviderConnection):
         self.loaded_threads.add(native_thread_id)
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=result.get("turnCount"))
 
-    async def start_turn(self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str) -> str:
+    async def start_turn(
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+    ) -> str:
         # Registered before the request: the agent may report the turn started
         # before its answer to turn/start arrives.
         self._attempts[native_thread_id] = attempt_id
-        result = await self._peer.request("turn/start", {"threadId": native_thread_id, "input": text})
+        params = {"threadId": native_thread_id, "input": text}
+        if context:
+            params["context"] = context
+        result = await self._peer.request("turn/start", params)
         return result["turnId"]
 
-    async def start_first_turn(self, *, text: str, attempt_id: str, cwd: str) -> tuple[str, str]:
+    async def start_first_turn(
+        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+    ) -> tuple[str, str]:
         # The thread id is unknown until the answer; events of a thread we
         # have not seen yet belong to this attempt (one thread per process).
         self._first_turn_attempt = attempt_id
-        result = await self._peer.request("turn/start", {"cwd": cwd, "input": text})
+        params = {"cwd": cwd, "input": text}
+        if context:
+            params["context"] = context
+        result = await self._peer.request("turn/start", params)
         self.loaded_threads.add(result["threadId"])
         return result["threadId"], result["turnId"]
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import itertools
 import os
 import re
@@ -97,6 +98,8 @@ class TurnRecord(msgspec.Struct):
     input: str
     status: str
     output: str
+    #: context the client injected before the input (an agentd handoff)
+    context: str = ""
 
 
 class ThreadRecord(msgspec.Struct):
@@ -109,6 +112,7 @@ class NativeStore:
     """The agent's own durable state: one JSON file per thread."""
 
     def __init__(self, home: Path) -> None:
+        self.home = home
         self.directory = home / "threads"
         self.directory.mkdir(parents=True, exist_ok=True)
 
@@ -373,6 +377,8 @@ class Agent:
         if thread.threadId in self.active:
             raise RpcError(TURN_CONFLICT, f"thread {thread.threadId} already has a running turn")
         turn = self.active[thread.threadId] = Turn(self, thread, text)
+        if "context" in params:
+            turn.context = _param(params, "context", str, "turn/start")
         self._after_reply.append(functools.partial(self._nursery.start_soon, turn.run))
         result["turnId"] = turn.id
         return result
@@ -446,11 +452,14 @@ class Turn:
     ``{"sleep": SECONDS}`` / ``{"hang": true}``
         Wait for a while / until interrupted.
     ``{"crash": CODE}`` / ``{"fail": MESSAGE}``
-        Kill the process at once / end the turn ``failed``.
+        Kill the process at once / end the turn ``failed``. With
+        ``"once": true`` the crash happens only the first time this thread
+        runs this input (a recovered retry then goes on).
     ``{"tool": {"name": NAME, "seconds": S}}`` (or ``"hang": true``)
         A tool item that takes that long.
     ``{"reportHistory": true}``
-        Say how many earlier turns the thread holds.
+        Say how many earlier turns the thread holds, and, when the client
+        injected context (a handoff) into this turn, how long it is.
     ``{"approval": {"kind": KIND, "command": TEXT}}``
         Ask the client via ``item/approval/request``, then say the decision.
     ``{"ask": {"questions": [{"id", "question", "options"}]}}``
@@ -472,6 +481,7 @@ class Turn:
         self.steers: list[str] = []
         self._open_items: list[dict] = []
         self._output: list[str] = []
+        self.context = ""
 
     async def run(self) -> None:
         await self._notify("turn/started")
@@ -490,7 +500,7 @@ class Turn:
         for item in reversed(self._open_items):
             item["status"] = status
             await self._notify("item/completed", item=item)
-        self.thread.turns.append(TurnRecord(self.id, self.input, status, "\n".join(self._output)))
+        self.thread.turns.append(TurnRecord(self.id, self.input, status, "\n".join(self._output), self.context))
         # Durable before it is announced: a client that saw turn/completed
         # may kill us and resume.
         self.agent.store.save(self.thread)
@@ -593,6 +603,15 @@ class Turn:
 
     async def _crash(self, step: dict, parent: str | None) -> None:
         code = _expect(step["crash"], int, "crash needs an exit code")
+        if step.get("once"):
+            # Crash only the first time this thread runs this input: a marker
+            # in the agent's home survives the crash, so the retry goes on.
+            digest = hashlib.sha256(f"{self.thread.threadId}\0{self.input}".encode()).hexdigest()[:32]
+            marker = self.agent.store.home / "crashed-once" / digest
+            if marker.exists():
+                return
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
         os._exit(code)
 
     async def _fail(self, step: dict, parent: str | None) -> None:
@@ -609,7 +628,10 @@ class Turn:
 
     async def _report_history(self, step: dict, parent: str | None) -> None:
         count = len(self.thread.turns)
-        await self._message(f"history: {count} turn{'' if count == 1 else 's'}", parent)
+        text = f"history: {count} turn{'' if count == 1 else 's'}"
+        if self.context:
+            text += f" + {len(self.context)} chars of context"
+        await self._message(text, parent)
 
     async def _approval(self, step: dict, parent: str | None) -> None:
         spec = _expect(step["approval"], dict, "approval needs an object with kind and command")
