@@ -51,6 +51,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(paths.config)
         paths.check_socket()
+        if args.idle_timeout is not None and args.idle_timeout <= 0:
+            raise ValueError("--idle-timeout must be a positive number of seconds")
     except (ConfigError, ValueError) as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return 2
@@ -62,7 +64,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             os.close(args.ready_fd)
 
     try:
-        trio.run(run_daemon, DaemonOptions(paths=paths, config=config), on_ready)
+        options = DaemonOptions(paths=paths, config=config, idle_timeout=args.idle_timeout)
+        trio.run(run_daemon, options, on_ready)
     except (DaemonAlreadyRunning, OSError) as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return 1
@@ -283,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", parents=[common], help="run the daemon in the foreground")
     p.add_argument("--ready-fd", type=int, help="write 'ready' to this fd once listening")
+    p.add_argument("--idle-timeout", type=float, help="seconds an idle provider session lives (default 600)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(fn=cmd_serve)
 

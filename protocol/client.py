@@ -56,7 +56,10 @@ class Client:
                 yield client
             finally:
                 nursery.cancel_scope.cancel()
-                await stream.aclose()
+                # Shielded: a Cancelled from aclose would replace (and so
+                # swallow) whatever error left the block.
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
 
     async def _read_loop(self) -> None:
         try:

@@ -59,6 +59,10 @@ class RunGetParams(Params):
     run_id: Id
 
 
+class RunResumeParams(Params):
+    run_id: Id
+
+
 class SubscribeParams(Params):
     thread_id: Id | None = None
     after_seq: Annotated[int, msgspec.Meta(ge=0)] = 0
@@ -75,6 +79,7 @@ METHODS: dict[str, type[Params]] = {
     "thread.list": NoParams,
     "thread.get": ThreadGetParams,
     "run.get": RunGetParams,
+    "run.resume": RunResumeParams,
     "events.subscribe": SubscribeParams,
     "events.unsubscribe": UnsubscribeParams,
     "daemon.status": NoParams,

@@ -200,6 +200,7 @@ def _drive(socket_path: str, connections: int, pipe: Any) -> dict[str, Any]:
                 in_flight -= 1
     cpu = _own_cpu_seconds() - cpu_before
     wall = time.monotonic() - wall_before
+    selector.close()
     for conn in conns:
         conn.sock.close()
     return {"latencies": latencies, "completed": completed, "cpu_seconds": cpu, "wall_seconds": wall}
@@ -257,7 +258,9 @@ def latency_summary_ms(latencies: list[float]) -> dict[str, float]:
     }
 
 
-async def run_scenario(daemon: DaemonProcess, *, clients: int, workers: int, warmup: float, seconds: float) -> dict[str, Any]:
+async def run_scenario(
+    daemon: DaemonProcess, *, clients: int, workers: int, warmup: float, seconds: float
+) -> dict[str, Any]:
     """Drive ``clients`` closed-loop connections from ``workers`` processes
     for ``warmup`` + ``seconds``; return throughput, latency and costs."""
     workers = max(1, min(workers, clients))

@@ -10,7 +10,7 @@ import trio
 
 from actors.registry import ThreadRegistry
 from protocol import wire
-from protocol.errors import InvalidParams, NotFound
+from protocol.errors import InvalidParams, NotFound, Unsupported
 from protocol.server import Connection, Then
 from store.db import Store
 from store.hub import EventHub, Resync, replay_then_live
@@ -52,6 +52,19 @@ class DaemonRouter:
 
     async def _thread_message_send(self, params: wire.MessageSendParams, _conn: Connection) -> Any:
         return await self.registry.call(params.thread_id, "thread.message.send", params, params.command_id)
+
+    async def _run_resume(self, params: wire.RunResumeParams, _conn: Connection) -> Any:
+        # SPEC F12: execution is never resumed after a restart; say so plainly.
+        run = self.store.run(params.run_id)
+        if run is None:
+            raise NotFound(f"no run {params.run_id}", runId=params.run_id)
+        raise Unsupported(
+            f"agentd does not resume execution: run {run.id} is {run.status}"
+            + (f" ({run.reason})" if run.reason else "")
+            + ". In-flight model requests, tool calls and approvals are not revived after a restart; "
+            "send a new message to continue the thread.",
+            runId=run.id,
+        )
 
     # -- reads ------------------------------------------------------------------
 
@@ -129,6 +142,9 @@ class DaemonRouter:
     async def _events_unsubscribe(self, params: wire.UnsubscribeParams, conn: Connection) -> Any:
         scope = conn.subscriptions.pop(params.subscription_id, None)
         if scope is None:
-            raise NotFound(f"no subscription {params.subscription_id} on this connection")
+            raise NotFound(
+                f"no subscription {params.subscription_id} on this connection",
+                subscriptionId=params.subscription_id,
+            )
         scope.cancel()
         return {}

@@ -220,6 +220,10 @@ class ProviderSessionManager(SessionHost):
             if started:
                 with trio.CancelScope(shield=True):
                     await self._on_exit(live, thread_id)
+            else:
+                # Cancelled while starting: nothing ran, but whoever is waiting
+                # in stop_session must still be released.
+                live.exited.set()
 
     async def _on_exit(self, live: _LiveSession, thread_id: str) -> None:
         if self._live.get(thread_id) is live:

@@ -24,7 +24,9 @@ import trio
 
 from protocol import framing, wire
 from protocol.client import Client
-from tests.helpers import script, wait_run_terminal
+from protocol.errors import ERROR_KINDS
+from protocol.launch import start_daemon
+from tests.helpers import script, wait_event, wait_run_terminal
 
 TIMEOUT = 10
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
@@ -125,7 +127,13 @@ async def assert_still_serving(conn: RawConnection) -> None:
     assert status["version"]
 
 
+def wire_code(kind: str) -> int:
+    """The JSON-RPC code the daemon uses for an error ``kind`` (-32000 for application errors)."""
+    return ERROR_KINDS[kind].code
+
+
 async def thread_count(conn: RawConnection) -> int:
+    """How many threads ``thread.list`` shows."""
     return len((await conn.result("thread.list"))["threads"])
 
 
@@ -193,7 +201,8 @@ async def test_unknown_method_says_where_the_methods_are_listed(daemon, socket_p
 
 
 async def test_a_line_over_the_limit_is_refused_and_the_connection_survives(daemon, socket_path):
-    """F20: a 1 MiB+ line costs one error, not the connection."""
+    """F20: a line over the limit (framing.MAX_LINE) costs one error naming
+    the limit, not the connection."""
     async with raw_connection(socket_path) as conn:
         text = "x" * (framing.MAX_LINE + 1000)
         await conn.send({"jsonrpc": "2.0", "id": 1, "method": "thread.message.send",
@@ -204,40 +213,48 @@ async def test_a_line_over_the_limit_is_refused_and_the_connection_survives(daem
         await assert_still_serving(conn)
 
 
+def message_send_line(text_json: bytes) -> bytes:
+    """A thread.message.send request (id 1, unknown thread) whose ``text`` is
+    the already-JSON-escaped ``text_json``, as one line without its newline."""
+    head = b'{"jsonrpc":"2.0","id":1,"method":"thread.message.send","params":{"threadId":"thr_nope","text":"'
+    return head + text_json + b'"}}'
+
+
+def text_filling(size: int, *, escaped: bool) -> bytes:
+    """JSON string content of exactly ``size`` bytes: plain ASCII (one code
+    point per byte), or mostly ``\\u0041`` escapes (one code point per 6 bytes)."""
+    if not escaped:
+        return b"y" * size
+    return b"\\u0041" * (size // 6) + b"y" * (size % 6)
+
+
 async def test_a_line_of_exactly_the_limit_is_read_as_a_request(daemon, socket_path):
     """The line limit is inclusive: a valid request of exactly MAX_LINE bytes
     is parsed and answered (here: not_found for its unknown thread)."""
+    envelope = len(message_send_line(b""))
+    line = message_send_line(text_filling(framing.MAX_LINE - envelope, escaped=True))
+    assert len(line) == framing.MAX_LINE
+    assert len(json.loads(line)["params"]["text"]) <= wire.MAX_TEXT
     async with raw_connection(socket_path) as conn:
-        head = b'{"jsonrpc":"2.0","id":1,"method":"thread.message.send","params":{"threadId":"thr_nope","text":"'
-        tail = b'"}}'
-        line = head + b"y" * (framing.MAX_LINE - len(head) - len(tail)) + tail
-        assert len(line) == framing.MAX_LINE
         await conn.send_bytes(line + b"\n")
         assert_error(await conn.read(), wire_code("not_found"), "not_found", request_id=1)
         await assert_still_serving(conn)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "wire.MAX_TEXT == framing.MAX_LINE == 1 MiB, so a text over MAX_TEXT can never arrive in a line "
-        "the server reads: the `text` max_length check in wire.MessageSendParams is unreachable and an "
-        "over-long text is answered -32700 'line too long' instead of invalid_params naming `text`"
-    ),
-)
-async def test_a_text_over_the_text_limit_is_invalid_params_naming_text(daemon, socket_path):
+async def test_a_line_within_the_limit_with_a_text_over_the_text_limit_is_invalid_params(daemon, socket_path):
+    """A line of exactly MAX_LINE bytes is read, but its text of more than
+    MAX_TEXT code points is refused as invalid_params naming ``text``."""
+    envelope = len(message_send_line(b""))
+    line = message_send_line(text_filling(framing.MAX_LINE - envelope, escaped=False))
+    assert len(line) == framing.MAX_LINE
+    assert len(json.loads(line)["params"]["text"]) > wire.MAX_TEXT, (
+        "the line limit leaves no room for a text over the text limit: the text limit is unreachable"
+    )
     async with raw_connection(socket_path) as conn:
-        text = "z" * (wire.MAX_TEXT + 1)
-        reply = await conn.call("thread.message.send", {"threadId": "thr_x", "text": text})
-        error = assert_error(reply, INVALID_PARAMS, "invalid_params", request_id=1)
+        await conn.send_bytes(line + b"\n")
+        error = assert_error(await conn.read(), INVALID_PARAMS, "invalid_params", request_id=1)
         assert error["data"]["field"] == "text"
-
-
-def wire_code(kind: str) -> int:
-    """The JSON-RPC code the daemon uses for an error ``kind``."""
-    from protocol.errors import ERROR_KINDS
-
-    return ERROR_KINDS[kind].code
+        await assert_still_serving(conn)
 
 
 # -- params (F1, F2, F20) ----------------------------------------------------------
@@ -281,15 +298,30 @@ NOT_FOUND_CASES = [
                  id="thread.message.send"),
     pytest.param("events.subscribe", {"threadId": "thr_missing3"}, "thr_missing3", id="events.subscribe"),
     pytest.param("run.get", {"runId": "run_missing4"}, "run_missing4", id="run.get"),
-    pytest.param("events.unsubscribe", {"subscriptionId": "sub_missing5"}, "sub_missing5", id="events.unsubscribe"),
 ]
 
 
 @pytest.mark.parametrize("method, params, missing_id", NOT_FOUND_CASES)
 async def test_unknown_ids_are_not_found_and_the_message_names_them(daemon, socket_path, method, params, missing_id):
+    """The message names the id, and (protocol/README.md, Errors) so does ``data``."""
     async with raw_connection(socket_path) as conn:
         error = assert_error(await conn.call(method, params), wire_code("not_found"), "not_found", request_id=1)
         assert missing_id in error["message"]
+        assert missing_id in error["data"].values(), error
+
+
+async def test_unknown_subscription_is_not_found_and_the_message_names_it(daemon, socket_path):
+    async with raw_connection(socket_path) as conn:
+        reply = await conn.call("events.unsubscribe", {"subscriptionId": "sub_missing5"})
+        error = assert_error(reply, wire_code("not_found"), "not_found", request_id=1)
+        assert "sub_missing5" in error["message"]
+
+
+async def test_unknown_subscription_not_found_carries_the_id_in_data(daemon, socket_path):
+    async with raw_connection(socket_path) as conn:
+        reply = await conn.call("events.unsubscribe", {"subscriptionId": "sub_missing6"})
+        error = assert_error(reply, wire_code("not_found"), "not_found", request_id=1)
+        assert error["data"].get("subscriptionId") == "sub_missing6", error
 
 
 # -- dispatch while a run is active (F2) ----------------------------------------------
@@ -300,6 +332,9 @@ async def test_dispatch_while_a_run_is_active(daemon, client):
     queues run 2 behind it. The daemon still shuts down cleanly."""
     thread_id = (await client.call("thread.create", title="busy"))["threadId"]
     first = await client.call("thread.message.send", threadId=thread_id, text=HANG)
+    # Past session start-up: the run is running.
+    await wait_event(client, lambda e: e["type"] == "run.started" and e.get("runId") == first["runId"],
+                     thread_id=thread_id, timeout=TIMEOUT)
 
     async with raw_connection(daemon.socket) as conn:
         reply = await conn.call("thread.message.send", {
@@ -313,12 +348,57 @@ async def test_dispatch_while_a_run_is_active(daemon, client):
     detail = await client.call("thread.get", threadId=thread_id)
     runs = {run["id"]: run for run in detail["runs"]}
     assert set(runs) == {first["runId"], second["runId"]}, "the refused send must not have made a run"
-    assert runs[first["runId"]]["status"] in ("queued", "running")
+    assert runs[first["runId"]]["status"] == "running"
     assert runs[second["runId"]]["status"] == "queued"
     assert runs[second["runId"]]["ordinal"] == 2
 
     with trio.fail_after(TIMEOUT):
         assert await daemon.terminate() == 0, daemon.log_text()[-4000:]
+
+
+GATED_SITECUSTOMIZE = """\
+import os, sys
+if sys.orig_argv[1:3] == ["-m", "actors.providers.scripted_agent"]:
+    # Hold the scripted agent before it answers `initialize`, until the test
+    # opens this FIFO for writing (or the daemon's stop ladder signals it).
+    os.close(os.open(os.environ["AGENTD_TEST_AGENT_GATE"], os.O_RDONLY))
+"""
+
+
+async def test_shutdown_while_a_provider_session_is_starting(tmp_path, data_dir, socket_path):
+    """F20/F2: the daemon exits 0 on SIGTERM even while a run's provider
+    session is still starting. The scripted agent is held before its
+    handshake by a sitecustomize gate, so the state is reached without timing."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(GATED_SITECUSTOMIZE)
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    env = {**os.environ, "PYTHONPATH": str(site), "AGENTD_TEST_AGENT_GATE": str(gate)}
+    proc = await start_daemon(data_dir, socket_path, env=env)
+    try:
+        starting = None
+        async with Client.connect(socket_path) as client:  # swallows errors: checked below
+            thread_id = (await client.call("thread.create"))["threadId"]
+            await client.call("thread.message.send", threadId=thread_id, text=HANG)
+            starting = await wait_event(client, lambda e: e["type"] == "session.starting",
+                                        thread_id=thread_id, timeout=TIMEOUT)
+        if starting is None or starting["payload"]["session"]["status"] != "starting":
+            pytest.fail(f"the provider session was never seen starting: {starting}")
+        # A correct daemon needs the stop ladder's grace (about 2 s) to end the held agent.
+        code = await proc.terminate(timeout=6)
+    finally:
+        await proc.kill()
+        _open_gate(gate)
+    assert code == 0, proc.log_text()[-4000:]
+
+
+def _open_gate(gate) -> None:
+    """Release a scripted agent still held by the gate (none, if it was killed)."""
+    try:
+        os.close(os.open(gate, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # ENXIO: nobody is waiting
+        pass
 
 
 # -- commandId receipts (F1, F2) --------------------------------------------------------
@@ -337,7 +417,7 @@ async def test_same_command_id_from_two_connections_at_once_makes_one_thread(dae
     results: list[dict[str, Any]] = []
 
     async def create() -> None:
-        async with Client.connect(daemon.socket) as other:
+        async with Client.connect(daemon.socket) as other:  # swallows errors: len(results) tells
             results.append(await other.call("thread.create", title="race", commandId="cmd-race"))
 
     with trio.fail_after(TIMEOUT):
@@ -387,15 +467,8 @@ async def test_a_notification_gets_no_response_but_still_acts(daemon, socket_pat
         assert await thread_count(conn) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "JSON-RPC 2.0 says the server MUST NOT reply to a notification, even when it fails; "
-        "protocol/server.py _serve_request sends error_response(None, ...) from its except branches "
-        "whatever the request's id, so a notification with bad params is answered with an id-null error"
-    ),
-)
 async def test_a_failing_notification_gets_no_response(daemon, socket_path):
+    """JSON-RPC 2.0: a notification is never answered, not even with an error."""
     async with raw_connection(socket_path) as conn:
         # One write: the server starts the notification's task before the request's.
         await conn.send_bytes(
@@ -404,6 +477,24 @@ async def test_a_failing_notification_gets_no_response(daemon, socket_path):
         )
         reply = await conn.read()
         assert reply.get("id") == 1 and "result" in reply, f"the notification was answered: {reply}"
+
+
+# -- the client library (F20) ---------------------------------------------------------------
+
+
+def _contains(error: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``error`` is, or an exception group holds, a ``kind``."""
+    if isinstance(error, BaseExceptionGroup):
+        return any(_contains(inner, kind) for inner in error.exceptions)
+    return isinstance(error, kind)
+
+
+async def test_an_error_inside_client_connect_reaches_the_caller(daemon):
+    with pytest.raises(BaseException) as raised:
+        async with Client.connect(daemon.socket) as client:
+            await client.call("daemon.status")
+            raise LookupError("raised inside the block")
+    assert _contains(raised.value, LookupError), raised.value
 
 
 # -- nothing half-done after bad input (F1, F20) ------------------------------------------

@@ -1,0 +1,219 @@
+"""Supervision under virtual time (SPEC F11, F19).
+
+The daemon runs in the test's own trio loop with
+``MockClock(autojump_threshold=0)`` (pytest-trio's ``autojump_clock``): the
+idle reaper's ten minutes pass in microseconds, through the production
+reaper and stop path, with the scripted agent as a real subprocess. Commits
+run inline (no worker thread for the clock to jump past) and provider
+requests carry no deadline; waits are on events, never on virtual deadlines.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import trio
+
+from actors.providers.config import DaemonConfig, ProviderConfig
+from actors.providers.jsonl import stop_process
+from protocol.client import Client
+from supervisor.daemon import Daemon, DaemonOptions
+from supervisor.paths import Paths
+from supervisor.tree import ChildSpec, Restart, RestartIntensity, Supervisor, SupervisorGaveUp
+from tests.helpers import script
+
+IDLE = 600.0
+
+
+@pytest.fixture
+async def vdaemon(tmp_path, autojump_clock):
+    """An in-process daemon on virtual time; yields ``(daemon, client)``."""
+    sock_dir = Path(tempfile.mkdtemp(prefix="ad-"))
+    config = DaemonConfig()
+    config.providers["scripted"] = ProviderConfig(name="scripted", kind="scripted")
+    config.providers["quick"] = ProviderConfig(name="quick", kind="scripted", idle_timeout=5.0)
+    options = DaemonOptions(
+        paths=Paths.resolve(tmp_path / "data", sock_dir / "s.sock", tmp_path / "none.toml"),
+        config=config, wall_clock=trio.current_time, inline_commits=True, request_timeout=None,
+        idle_timeout=None,
+    )
+    config.idle_timeout = IDLE
+    daemon = Daemon(options)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(daemon.serve)
+        async with Client.connect(options.paths.socket) as client:
+            yield daemon, client
+        daemon.request_shutdown()
+    shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+async def next_event(client: Client, thread_id: str, predicate, after_seq: int = 0) -> dict:
+    """The first event of the thread (replayed or live) matching ``predicate``.
+    No deadline on purpose: under autojump a deadline would fire while the
+    real agent process works (pytest-timeout guards against a hang)."""
+    async with client.subscribe(thread_id=thread_id, after_seq=after_seq) as events:
+        async for event in events:
+            if predicate(event):
+                return event
+    raise AssertionError("event stream ended")
+
+
+async def send_and_finish(client: Client, thread_id: str, text: str, **params) -> dict:
+    sent = await client.call("thread.message.send", threadId=thread_id, text=text, **params)
+    event = await next_event(client, thread_id, lambda e: e.get("runId") == sent["runId"] and e["type"] in (
+        "run.completed", "run.failed", "run.interrupted", "run.cancelled"))
+    return event["payload"]["run"]
+
+
+async def test_idle_reap_then_next_message_resumes_the_same_provider_thread(vdaemon):
+    daemon, client = vdaemon
+    thread_id = (await client.call("thread.create"))["threadId"]
+    first = await send_and_finish(client, thread_id, "remember me")
+    ready = await next_event(client, thread_id, lambda e: e["type"] == "session.ready")
+    stopped = await next_event(client, thread_id, lambda e: e["type"] == "session.stopped")
+    session = stopped["payload"]["session"]
+    assert session["reason"] == "idle_timeout"
+    assert stopped["at"] - ready["at"] >= IDLE, "reaped only after the idle timeout"
+    assert (await client.call("daemon.status"))["sessions"] == [], "an idle agent costs no process"
+
+    second = await send_and_finish(client, thread_id, script({"reportHistory": True}))
+    assert second["status"] == "completed"
+    a1 = (await client.call("run.get", runId=first["id"]))["attempts"][0]
+    a2 = (await client.call("run.get", runId=second["id"]))["attempts"][0]
+    assert a1["providerThreadId"] == a2["providerThreadId"], "same ProviderThread after the reap"
+    resumed = await next_event(client, thread_id, lambda e: e["type"] == "provider_thread.resumed")
+    assert resumed["payload"]["nativeTurnCount"] == 1
+    text = (await client.call("thread.get", threadId=thread_id))["messages"][-1]["text"]
+    assert text == "history: 1 turn", "the next turn sees the earlier conversation"
+    new_session = (await client.call("daemon.status"))["sessions"][0]
+    assert new_session["id"] != session["id"] and new_session["pid"] != session["pid"]
+
+
+async def test_idle_timeout_is_settable_per_provider(vdaemon):
+    daemon, client = vdaemon
+    thread_id = (await client.call("thread.create", provider="quick"))["threadId"]
+    await send_and_finish(client, thread_id, "hi")
+    ready = await next_event(client, thread_id, lambda e: e["type"] == "session.ready")
+    stopped = await next_event(client, thread_id, lambda e: e["type"] == "session.stopped")
+    assert 5.0 <= stopped["at"] - ready["at"] < IDLE
+
+
+async def test_a_busy_session_is_never_reaped(vdaemon):
+    """While one thread's turn runs, virtual time flies (another thread's idle
+    session is reaped meanwhile), but the busy session lives on."""
+    daemon, client = vdaemon
+    idle_thread = (await client.call("thread.create", provider="quick"))["threadId"]
+    await send_and_finish(client, idle_thread, "idle soon")
+    busy_thread = (await client.call("thread.create", provider="quick"))["threadId"]
+    run = await send_and_finish(client, busy_thread, script({"tool": {"name": "build", "seconds": 0.5}}))
+    assert run["status"] == "completed"
+    events = []
+    async with client.subscribe(thread_id=busy_thread) as stream:
+        target = (await client.call("daemon.status"))["lastSeq"]
+        async for event in stream:
+            events.append(event["type"])
+            if event["seq"] >= target or event["type"] == "run.completed":
+                break
+    started, completed = events.index("run.started"), events.index("run.completed")
+    assert "session.stopped" not in events[started:completed]
+    await next_event(client, idle_thread, lambda e: e["type"] == "session.stopped")
+
+
+async def test_run_resume_is_unsupported_with_an_explanation(vdaemon):
+    """F12: no fake success for resuming old execution."""
+    daemon, client = vdaemon
+    thread_id = (await client.call("thread.create"))["threadId"]
+    run = await send_and_finish(client, thread_id, "hi")
+    with pytest.raises(Exception) as info:
+        await client.call("run.resume", runId=run["id"])
+    assert info.value.kind == "unsupported"
+    assert "does not resume execution" in info.value.message
+
+
+# -- the supervision primitives -------------------------------------------------------
+
+
+async def test_restart_intensity_window(autojump_clock):
+    intensity = RestartIntensity(3, 60.0)
+    assert [intensity.allow() for _ in range(4)] == [True, True, True, False]
+    await trio.sleep(61)
+    assert intensity.allow()
+
+
+async def test_shutdown_ladder_escalates_to_sigkill(autojump_clock):
+    """Polite stop → bounded wait → SIGTERM → SIGKILL, on virtual time, for a
+    process that ignores both its input closing and SIGTERM."""
+    stubborn = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "while True: time.sleep(3600)\n"
+    )
+    process = await trio.lowlevel.open_process([sys.executable, "-c", stubborn], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert await process.stdout.receive_some(16) == b"ready\n"
+    start = trio.current_time()
+    await stop_process(process, polite=process.stdin.aclose, grace=2.0)
+    assert process.returncode == -9
+    assert trio.current_time() - start >= 2.0 + 2.0, "waited out the polite and SIGTERM steps"
+
+
+async def test_shutdown_ladder_polite_stop_is_enough_for_a_well_behaved_process():
+    # Real time: the process exits on end of input long before the grace period.
+    process = await trio.lowlevel.open_process([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    await stop_process(process, polite=process.stdin.aclose, grace=10.0)
+    assert process.returncode == 0
+
+
+async def test_supervisor_restarts_by_restart_type_and_stops_in_reverse(autojump_clock):
+    log: list[str] = []
+    crashes = {"perm": 2, "trans": 1}
+
+    def child(name: str, *, exit_normally: bool = False):
+        async def serve(*, task_status=trio.TASK_STATUS_IGNORED):
+            log.append(f"start {name}")
+            task_status.started()
+            try:
+                if crashes.get(name, 0) > 0:
+                    crashes[name] -= 1
+                    await trio.sleep(1)
+                    raise RuntimeError(f"{name} crashed")
+                if exit_normally:
+                    return
+                await trio.sleep_forever()
+            finally:
+                log.append(f"stop {name}")
+        return serve
+
+    sup = Supervisor(
+        [
+            ChildSpec("perm", child("perm"), Restart.PERMANENT),
+            ChildSpec("trans", child("trans", exit_normally=True), Restart.TRANSIENT),
+            ChildSpec("temp", child("temp", exit_normally=True), Restart.TEMPORARY),
+        ],
+        intensity=RestartIntensity(5, 30.0),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        await trio.sleep(10)
+        sup.request_stop()
+    assert log.count("start perm") == 3, "permanent: restarted after each crash"
+    assert log.count("start trans") == 2, "transient: restarted after the crash, not after the normal exit"
+    assert log.count("start temp") == 1, "temporary: never restarted"
+    assert log[-1] == "stop perm", "stopped in reverse order: the first child last"
+
+
+async def test_supervisor_gives_up_past_the_restart_intensity(autojump_clock):
+    async def always_crashes(*, task_status=trio.TASK_STATUS_IGNORED):
+        task_status.started()
+        await trio.sleep(1)
+        raise RuntimeError("boom")
+
+    sup = Supervisor([ChildSpec("bad", always_crashes)], intensity=RestartIntensity(3, 60.0))
+    with pytest.raises(SupervisorGaveUp, match="boom"):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sup.serve)
