@@ -140,7 +140,7 @@ class Supervisor:
                     except Exception as exc:  # noqa: BLE001 - judged by the restart type
                         if first:
                             raise
-                        error = exc
+                        error = _unwrap(exc)
                         log.exception("child %s crashed", spec.name)
                     if spec.restart is Restart.TEMPORARY:
                         return
@@ -153,3 +153,11 @@ class Supervisor:
                     log.warning("restarting %s", spec.name)
         finally:
             running.finished.set()
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The lone error inside nested single-exception groups (trio nurseries
+    wrap what their children raise)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -178,12 +178,17 @@ async def stop_process(
                 await process.wait()
             if process.returncode is not None:
                 return
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            try:
-                process.send_signal(sig)
-            except ProcessLookupError:
-                return
-            with trio.move_on_after(wait):
-                await process.wait()
-            if process.returncode is not None:
-                return
+        try:
+            process.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        with trio.move_on_after(grace):
+            await process.wait()
+        if process.returncode is not None:
+            return
+        try:
+            process.kill()
+        except ProcessLookupError:
+            return
+        # SIGKILL cannot be refused: wait for the reap, however long the kernel takes.
+        await process.wait()
