@@ -19,22 +19,29 @@ PREFIXES = frozenset(
 _lock = threading.Lock()
 _last_ms = 0
 _counter = 0
+# Random bits come from a pool refilled 4 KiB at a time: os.urandom releases
+# the GIL, and one syscall per ID made the event loop trade the GIL with the
+# store's writer thread on every command.
+_pool = b""
+_pool_at = 0
 
 
-def _encode(value: int, length: int) -> str:
-    chars = []
-    for _ in range(length):
-        chars.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits -> 2 characters
+
+
+def _encode22(value: int) -> str:
+    """``value`` (< 2**110) as 22 base32 characters, most significant first."""
+    pairs = _PAIRS
+    return "".join([pairs[(value >> shift) & 1023] for shift in range(100, -1, -10)])
 
 
 def new_id(prefix: str) -> str:
     """Return a new ID such as ``run_01jd8x…``: 48 bits of milliseconds, then a
-    counter that keeps IDs made in the same millisecond ordered, then randomness."""
+    counter that keeps IDs made in the same millisecond ordered, then 40
+    random bits."""
     if prefix not in PREFIXES:
         raise ValueError(f"unknown id prefix {prefix!r}")
-    global _last_ms, _counter
+    global _last_ms, _counter, _pool, _pool_at
     with _lock:
         now = time.time_ns() // 1_000_000
         if now <= _last_ms:
@@ -43,9 +50,13 @@ def new_id(prefix: str) -> str:
         else:
             _last_ms = now
             _counter = 0
-        counter = _counter
-    body = _encode(now, 10) + _encode(counter, 4) + _encode(int.from_bytes(os.urandom(5), "big"), 8)
-    return f"{prefix}_{body}"
+        if _pool_at + 5 > len(_pool):
+            _pool, _pool_at = os.urandom(4096), 0
+        random_bits = int.from_bytes(_pool[_pool_at : _pool_at + 5], "big")
+        _pool_at += 5
+        # 48 + 20 + 40 bits = 108 bits, 22 base32 characters (the top two bits are 0).
+        value = (now << 60) | ((_counter & 0xFFFFF) << 40) | random_bits
+    return f"{prefix}_{_encode22(value)}"
 
 
 def id_kind(value: str) -> str | None:

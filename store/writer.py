@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import lmdb
@@ -43,9 +43,15 @@ class CommitResult:
 @dataclass
 class _Pending:
     batch: WriteBatch
-    done: trio.Event = field(default_factory=trio.Event)
+    task: trio.lowlevel.Task | None = None  # parked until the batch is durable
     result: CommitResult | None = None
     error: BaseException | None = None
+
+
+def _refuse_cancel(_raise_cancel) -> trio.lowlevel.Abort:
+    # Once queued the batch will be written whatever happens to the caller;
+    # it waits for the answer so in-memory state never runs ahead of disk.
+    return trio.lowlevel.Abort.FAILED
 
 
 class GroupCommitWriter:
@@ -119,12 +125,11 @@ class GroupCommitWriter:
         pending = _Pending(batch)
         if self._inline:
             self._deliver([pending], self._apply_group([pending]))
+            await trio.lowlevel.checkpoint()
         else:
+            pending.task = trio.lowlevel.current_task()
             self._queue.put(pending)
-            # Once queued the batch will be written whatever happens to the
-            # caller; wait for the answer so in-memory state never runs ahead.
-            with trio.CancelScope(shield=True):
-                await pending.done.wait()
+            await trio.lowlevel.wait_task_rescheduled(_refuse_cancel)
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
@@ -226,4 +231,5 @@ class GroupCommitWriter:
             except Exception:  # pragma: no cover - a subscriber bug must not lose commits
                 log.exception("publishing committed events failed")
         for pending in group:
-            pending.done.set()
+            if pending.task is not None:
+                trio.lowlevel.reschedule(pending.task)
