@@ -84,3 +84,14 @@ class AttemptStartFailed:
 @dataclass
 class FlushDue:
     """Wakes an actor whose coalesced text is due to be written."""
+
+
+@dataclass
+class EffectDone:
+    """An effect task's outcome, applied by the actor in mailbox order (the
+    effect itself ran outside the thread's lock)."""
+
+    fn: Any  # async (actor) -> None
+
+    async def apply(self, actor: Any) -> None:
+        await self.fn(actor)

@@ -180,26 +180,52 @@ class ThreadRegistry:
                 f"unknown provider {provider!r}; configured: {', '.join(sorted(self.config.providers))}",
                 field="provider",
             )
-        thread_id = new_id("thr")
+        workspace = None
         if params.workspace:
-            workspace = Path(params.workspace)
-            if not workspace.is_absolute():
+            path = Path(params.workspace)
+            if not path.is_absolute():
                 raise InvalidParams(f"workspace must be an absolute path, not {params.workspace!r}", field="workspace")
-            if not workspace.is_dir():
+            if not path.is_dir():
                 raise InvalidParams(f"workspace {params.workspace} is not an existing directory", field="workspace")
-        else:
-            # Created when the first run starts: thread.create touches nothing but the store.
-            workspace = self.workspaces_dir / thread_id
-        now = self.wall_clock()
-        thread = AppThread(
-            id=thread_id, title=params.title or "", workspace=str(workspace), provider=provider,
-            created_at=now, updated_at=now, root_thread_id=thread_id,
+            workspace = str(path)
+        parent = None
+        if params.parent_thread_id is not None:
+            parent = self.store.thread(params.parent_thread_id)
+            if parent is None:
+                raise NotFound(f"no parent thread {params.parent_thread_id}", threadId=params.parent_thread_id)
+        thread = self.new_thread_record(
+            title=params.title or "", provider=provider, workspace=workspace, parent=parent,
+            relationship=params.relationship if parent is not None else None,
         )
         batch = WriteBatch()
         batch.put(thread)
-        batch.event("thread.created", thread_id=thread_id, at=now, thread=to_wire(thread))
-        result = {"threadId": thread_id}
+        batch.event("thread.created", thread_id=thread.id, at=thread.created_at, thread=to_wire(thread))
+        result = {"threadId": thread.id}
         if command_id is not None:
-            batch.set_receipt(command_id, "thread.create", result, now)
+            batch.set_receipt(command_id, "thread.create", result, thread.created_at)
         committed = await self.store.commit(batch)
         return {**result, "seq": committed.seq}
+
+    def new_thread_record(
+        self, *, title: str, provider: str, workspace: str | None, parent: AppThread | None = None,
+        relationship: str | None = None,
+    ) -> AppThread:
+        """An AppThread record, not yet stored (SPEC F1, with F8's light lineage)."""
+        thread_id = new_id("thr")
+        now = self.wall_clock()
+        # Without a workspace of its own the thread gets a folder, created when
+        # the first run starts: thread.create touches nothing but the store.
+        return AppThread(
+            id=thread_id, title=title, workspace=workspace or str(self.workspaces_dir / thread_id), provider=provider,
+            created_at=now, updated_at=now,
+            parent_thread_id=parent.id if parent else None,
+            relationship_to_parent=relationship if parent else None,
+            root_thread_id=(parent.root_thread_id or parent.id) if parent else thread_id,
+            created_by="user",
+        )
+
+    async def send_internal(self, thread_id: str, text: str) -> Any:
+        """A message the daemon itself sends to a thread (e.g. a plan to implement)."""
+        from protocol.wire import MessageSendParams
+
+        return await self.call(thread_id, "thread.message.send", MessageSendParams(thread_id=thread_id, text=text))

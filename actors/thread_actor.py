@@ -5,23 +5,24 @@ mailbox, and the actor handles them one at a time — that is the thread's lock,
 and no command ever waits on another thread's. A handler reads in-memory
 state, decides, commits one write batch through the group-commit writer and
 only then replies; the writer publishes the batch's events before the actor
-wakes, so nothing is seen that is not durable.
-
-Provider work (starting a runtime, opening the native thread, starting the
-turn) runs in a starter task that reports back through the mailbox, so the
-actor keeps answering while a runtime boots.
+wakes, so nothing is seen that is not durable. Work that must wait for a
+provider or touches other threads runs after the commit, as an effect task
+that reports back through the mailbox.
 
 Streamed assistant text is the one exception to commit-then-publish: each
 delta is published at once as an ephemeral ``message.delta`` and buffered;
 the buffer is written as one ``message.appended`` record on a short timer, when
 it grows large, when the message ends and at the completion barrier.
+
+The command handlers of run control (F3, F10), requests (F15) and plans (F16)
+live in mixins beside this module; this one holds the loop, run start, the
+provider-event mapping and the completion barrier.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 import trio
@@ -44,8 +45,10 @@ from store.records import (
     to_wire,
 )
 
+from .active import ActiveRun, OpenMessage
+from .artifacts import ArtifactsMixin
 from .handoff import portable_context
-from .messages import AttemptStartFailed, Command, FlushDue, HandoffDraft, ProviderThreadReady
+from .messages import AttemptStartFailed, Command, EffectDone, FlushDue, HandoffDraft, ProviderThreadReady
 from .providers.base import (
     ItemCompleted,
     ItemStarted,
@@ -61,6 +64,8 @@ from .providers.base import (
     TurnCompleted,
     TurnStarted,
 )
+from .requests import RequestsMixin
+from .run_control import RunControlMixin
 
 if TYPE_CHECKING:
     from .registry import ThreadRegistry
@@ -72,38 +77,13 @@ TEXT_FLUSH_INTERVAL = 0.05  # seconds a delta may wait before it is durable
 TEXT_FLUSH_BYTES = 64 * 1024
 
 
-@dataclass
-class _OpenMessage:
-    """An assistant message being streamed, with text not yet durable."""
-
-    record: ConversationMessage
-    pending: list[str] = field(default_factory=list)
-    pending_len: int = 0
-
-
-@dataclass
-class _ActiveRun:
-    """The run whose attempt is starting or running, with its live graph."""
-
-    run: Run
-    attempt: RunAttempt
-    root: ExecutionNode
-    user_message: ConversationMessage
-    #: provider item id -> child node
-    nodes: dict[str, ExecutionNode] = field(default_factory=dict)
-    #: provider item id -> open assistant message
-    messages: dict[str, _OpenMessage] = field(default_factory=dict)
-    provider_turn: ProviderTurn | None = None
-    session_id: str | None = None
-
-
-class ThreadActor:
+class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
     """Owns one AppThread's state and mailbox.
 
     Args:
         registry: the registry that spawned it (for retiring and effects).
         thread: the thread record as stored.
-        queued: its queued runs, by ordinal.
+        queued: its queued runs, in the order they will start.
         provider_thread: its current ProviderThread, if any.
     """
 
@@ -122,9 +102,11 @@ class ThreadActor:
         self.thread = thread
         self.queued = queued
         self.provider_thread = provider_thread
-        self.active: _ActiveRun | None = None
+        self.active: ActiveRun | None = None
         self.send_channel, self._receive_channel = trio.open_memory_channel[Any](MAILBOX_SIZE)
-        self._flush_at: float | None = None
+        #: name -> trio-clock deadline; the loop wakes for the earliest
+        self._timers: dict[str, float] = {}
+        self._effects = 0  # effect tasks still running
         self._nursery: trio.Nursery | None = None
 
     @property
@@ -133,8 +115,9 @@ class ThreadActor:
 
     @property
     def busy(self) -> bool:
-        """True while a run is starting or running, or runs wait to start."""
-        return self.active is not None or bool(self.queued and not self.thread.queue_held)
+        """True while a run is starting or running, runs wait to start, or
+        effects are still in flight."""
+        return self.active is not None or bool(self.queued and not self.thread.queue_held) or self._effects > 0
 
     # -- the loop -------------------------------------------------------------
 
@@ -147,19 +130,23 @@ class ThreadActor:
             idle_since = trio.current_time()
             while True:
                 deadline = idle_since + idle_timeout if not self.busy else float("inf")
-                if self._flush_at is not None:
-                    deadline = min(deadline, self._flush_at)
+                if self._timers:
+                    deadline = min(deadline, *self._timers.values())
                 item = None
                 with trio.move_on_at(deadline):
                     item = await self._receive_channel.receive()
                 if item is None:
-                    if self._flush_at is not None and trio.current_time() >= self._flush_at:
-                        await self._handle(FlushDue())
+                    now = trio.current_time()
+                    due = [name for name, at in self._timers.items() if at <= now]
+                    if due:
+                        for name in due:
+                            del self._timers[name]
+                            await self._handle(("timer", name))
                         continue
                     if not self.busy and self.registry._retire(self):
                         nursery.cancel_scope.cancel()
                         return
-                    idle_since = trio.current_time()
+                    idle_since = now
                     continue
                 await self._handle(item)
                 idle_since = trio.current_time()
@@ -176,6 +163,10 @@ class ThreadActor:
                 await self._on_attempt_start_failed(item)
             elif isinstance(item, FlushDue):
                 await self._flush_text()
+            elif isinstance(item, EffectDone):
+                await item.apply(self)
+            elif isinstance(item, tuple) and item[0] == "timer":
+                await self._on_timer(item[1])
             else:  # pragma: no cover - a programming error
                 log.error("thread %s: unknown mailbox item %r", self.thread_id, item)
         except AgentdError as exc:
@@ -188,11 +179,52 @@ class ThreadActor:
             if isinstance(item, Command):
                 item.reply.fail(InternalError(f"agentd failed handling {item.method}: {exc}"))
 
+    async def _on_timer(self, name: str) -> None:
+        if name == "flush":
+            await self._flush_text()
+        elif name.startswith("interrupt:"):
+            await self._on_interrupt_overdue(name.partition(":")[2])
+
+    def _spawn_effect(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` after the current commit, outside the thread's lock; it
+        reports back through the mailbox (``EffectDone``) if it changes state."""
+        assert self._nursery is not None
+        self._effects += 1
+
+        async def run() -> None:
+            try:
+                await fn(*args)
+            except Exception:  # noqa: BLE001 - an effect must not take the actor down
+                log.exception("thread %s: effect %s failed", self.thread_id, getattr(fn, "__name__", fn))
+            finally:
+                self._effects -= 1
+
+        self._nursery.start_soon(run)
+
+    async def _post(self, item: Any) -> None:
+        try:
+            await self.send_channel.send(item)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):  # pragma: no cover - retired meanwhile
+            pass
+
     async def _commit(self, batch: WriteBatch):
         return await self.store.commit(batch)
 
     def _event(self, batch: WriteBatch, type: str, *, run_id: str | None = None, node_id: str | None = None, **payload: Any) -> None:
         batch.event(type, thread_id=self.thread_id, run_id=run_id, node_id=node_id, at=self.now(), **payload)
+
+    def _set_thread(self, batch: WriteBatch, **changes: Any) -> None:
+        self.thread = struct_copy(self.thread, updated_at=self.now(), **changes)
+        batch.put(self.thread)
+
+    def _thread_run(self, run_id: str) -> Run:
+        """A run of this thread from the store (NotFound-safe for commands)."""
+        from protocol.errors import NotFound
+
+        run = self.store.run(run_id)
+        if run is None or run.thread_id != self.thread_id:
+            raise NotFound(f"no run {run_id} in thread {self.thread_id}", runId=run_id)
+        return run
 
     # -- commands -----------------------------------------------------------------
 
@@ -202,7 +234,7 @@ class ThreadActor:
             if receipt is not None:
                 command.reply.set(self.registry.check_receipt(receipt, command.method))
                 return
-        handler = getattr(self, "_cmd_" + command.method.replace(".", "_"), None)
+        handler = getattr(self, "_cmd_" + command.method.replace(".", "_").replace("-", "_"), None)
         if handler is None:
             raise Unsupported(f"{command.method} is not handled by thread actors")
         command.reply.set(await handler(command))
@@ -214,15 +246,27 @@ class ThreadActor:
         if mode is None:
             mode = "queue_after_active" if has_open else "start_immediately"
         if mode in ("steer_active", "restart_active"):
-            raise Unsupported(f"dispatch mode {mode} is not available yet in this agentd; send with queue_after_active instead")
+            return await self._steer(command, mode, params.dispatch_mode.target_run_id, params.text)
         if mode == "start_immediately" and has_open:
             busy = self.active.run if self.active is not None else self.queued[0]
             raise InvalidState(
                 f"thread {self.thread_id} already has run {busy.id} ({busy.status}); "
-                "send with dispatchMode queue_after_active to run after it",
+                "send with dispatchMode queue_after_active to run after it, or steer_active to change it",
                 runId=busy.id,
             )
-        provider = params.provider or self.thread.provider
+        provider = self._check_provider(params.provider)
+        batch = WriteBatch()
+        run, message = self._new_run(batch, params.text, provider, dispatch_mode=mode)
+        result = {"runId": run.id, "messageId": message.id}
+        if command.command_id is not None:
+            batch.set_receipt(command.command_id, command.method, result, self.now())
+        committed = await self._commit(batch)
+        self.queued.append(run)
+        self._maybe_start_next()
+        return {**result, "seq": committed.seq}
+
+    def _check_provider(self, provider: str | None) -> str:
+        provider = provider or self.thread.provider
         if provider not in self.registry.config.providers:
             raise InvalidParams(
                 f"unknown provider {provider!r}; configured: {', '.join(sorted(self.registry.config.providers))}",
@@ -233,14 +277,23 @@ class ThreadActor:
                 f"switching thread {self.thread_id} from {self.thread.provider} to {provider} needs a context "
                 "handoff, which this agentd does not do yet; create a new thread for that provider"
             )
+        return provider
 
+    def _new_run(
+        self, batch: WriteBatch, text: str, provider: str, *, dispatch_mode: str, supersedes: str | None = None,
+        message: ConversationMessage | None = None,
+    ) -> tuple[Run, ConversationMessage]:
+        """Add a queued run (message, run, root node, first attempt) to ``batch``."""
         now = self.now()
         ordinal = self.thread.run_count + 1
-        run_id, message_id, node_id, attempt_id = new_id("run"), new_id("msg"), new_id("nod"), new_id("att")
-        message = ConversationMessage(
-            id=message_id, thread_id=self.thread_id, run_id=run_id, role="user", text=params.text,
-            status="queued", created_at=now,
-        )
+        run_id, node_id, attempt_id = new_id("run"), new_id("nod"), new_id("att")
+        if message is None:
+            message = ConversationMessage(
+                id=new_id("msg"), thread_id=self.thread_id, run_id=run_id, role="user", text=text,
+                status="queued", created_at=now,
+            )
+        else:
+            message = struct_copy(message, run_id=run_id, status="queued")
         root = ExecutionNode(
             id=node_id, thread_id=self.thread_id, run_id=run_id, attempt_id=attempt_id, kind="root_turn",
             counts_for_run=True, title=f"run {ordinal}", created_at=now,
@@ -250,22 +303,15 @@ class ThreadActor:
             root_node_id=node_id, created_at=now,
         )
         run = Run(
-            id=run_id, thread_id=self.thread_id, ordinal=ordinal, provider=provider, user_message_id=message_id,
-            root_node_id=node_id, selected_attempt_id=attempt_id, attempt_count=1, created_at=now,
+            id=run_id, thread_id=self.thread_id, ordinal=ordinal, provider=provider, user_message_id=message.id,
+            root_node_id=node_id, selected_attempt_id=attempt_id, attempt_count=1, supersedes_run_id=supersedes,
+            created_at=now,
         )
-        thread = struct_copy(self.thread, run_count=ordinal, provider=provider, updated_at=now)
-        batch = WriteBatch()
-        batch.put_all(thread, message, run, root, attempt)
+        self._set_thread(batch, run_count=ordinal, provider=provider)
+        batch.put_all(message, run, root, attempt)
         self._event(batch, "message.created", run_id=run_id, message=to_wire(message))
-        self._event(batch, "run.queued", run_id=run_id, node_id=node_id, run=to_wire(run), dispatchMode=mode)
-        result = {"runId": run_id, "messageId": message_id}
-        if command.command_id is not None:
-            batch.set_receipt(command.command_id, command.method, result, now)
-        committed = await self._commit(batch)
-        self.thread = thread
-        self.queued.append(run)
-        self._maybe_start_next()
-        return {**result, "seq": committed.seq}
+        self._event(batch, "run.queued", run_id=run_id, node_id=node_id, run=to_wire(run), dispatchMode=dispatch_mode)
+        return run, message
 
     # -- starting runs ------------------------------------------------------------
 
@@ -280,11 +326,15 @@ class ThreadActor:
             log.error("run %s is missing its attempt, root node or message; skipped", run.id)
             self._maybe_start_next()
             return
-        self.active = _ActiveRun(run=run, attempt=attempt, root=root, user_message=message)
-        self.sessions.mark_busy(self.thread_id, True)
-        self._nursery.start_soon(self._starter, self.active)
+        self._activate(ActiveRun(run=run, attempt=attempt, root=root, user_message=message))
 
-    async def _starter(self, active: _ActiveRun) -> None:
+    def _activate(self, active: ActiveRun) -> None:
+        self.active = active
+        self.sessions.mark_busy(self.thread_id, True)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._starter, active)
+
+    async def _starter(self, active: ActiveRun) -> None:
         """Open the runtime and native thread, then start the turn; report
         every outcome through the mailbox."""
         attempt_id = active.attempt.id
@@ -328,12 +378,6 @@ class ThreadActor:
         except (ProviderRuntimeError, AgentdError, OSError) as exc:
             await self._post(AttemptStartFailed(attempt_id, "provider_start_failed", exc))
 
-    async def _post(self, item: Any) -> None:
-        try:
-            await self.send_channel.send(item)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):  # pragma: no cover - retired meanwhile
-            pass
-
     async def _on_provider_thread_ready(self, ready: ProviderThreadReady) -> None:
         active = self.active
         if active is None or active.attempt.id != ready.attempt_id:
@@ -353,8 +397,8 @@ class ThreadActor:
                 kind=self.sessions.adapter(active.run.provider).kind, native_thread_id=ready.native_thread_id,
                 created_at=now, updated_at=now,
             )
-            thread = struct_copy(self.thread, provider_thread_id=pt.id, updated_at=now)
-            batch.put_all(pt, thread)
+            batch.put(pt)
+            self._set_thread(batch, provider_thread_id=pt.id)
             self._event(batch, "provider_thread.created", run_id=active.run.id, providerThread=to_wire(pt))
             if ready.handoff is not None:
                 handoff = ContextHandoff(
@@ -366,7 +410,6 @@ class ThreadActor:
                 batch.put(handoff)
                 self._event(batch, "context_handoff.created", run_id=active.run.id, handoff=to_wire(handoff))
                 attempt = struct_copy(attempt, handoff_id=handoff.id)
-            self.thread = thread
         else:
             pt = self.provider_thread
             if ready.resumed_turn_count is not None:
@@ -390,6 +433,9 @@ class ThreadActor:
     async def _on_attempt_start_failed(self, failed: AttemptStartFailed) -> None:
         active = self.active
         if active is None or active.attempt.id != failed.attempt_id:
+            return
+        if active.interrupt_requested and active.pending_restart is None:
+            await self._end_run(WriteBatch(), "interrupted", reason=active.interrupt_reason)
             return
         await self._end_run(WriteBatch(), "failed", reason=f"{failed.reason}: {failed.error}")
 
@@ -423,14 +469,11 @@ class ThreadActor:
         elif isinstance(event, TurnCompleted):
             await self._on_turn_completed(active, event)
         elif isinstance(event, PlanUpdated):
-            batch = WriteBatch()
-            node = active.nodes.get(event.item_id or "", active.root)
-            self._event(batch, "plan.updated", run_id=active.run.id, node_id=node.id, plan=event.plan)
-            await self._commit(batch)
+            await self._on_plan_updated(active, event)
         elif isinstance(event, RequestOpened):
             await self._on_request_opened(active, event)
 
-    async def _on_turn_started(self, active: _ActiveRun, event: TurnStarted) -> None:
+    async def _on_turn_started(self, active: ActiveRun, event: TurnStarted) -> None:
         now = self.now()
         pt_id = active.attempt.provider_thread_id or (self.provider_thread.id if self.provider_thread else "")
         turn = ProviderTurn(
@@ -441,21 +484,22 @@ class ThreadActor:
         root = struct_copy(active.root, status="running")
         run = struct_copy(active.run, status="running", started_at=active.run.started_at or now)
         message = struct_copy(active.user_message, status="complete")
-        thread = struct_copy(self.thread, status="running", active_run_id=run.id, updated_at=now)
         batch = WriteBatch()
-        batch.put_all(turn, attempt, root, run, message, thread)
+        batch.put_all(turn, attempt, root, run, message)
+        self._set_thread(batch, status="running", active_run_id=run.id)
         self._event(batch, "run.started", run_id=run.id, node_id=root.id, run=to_wire(run), attempt=to_wire(attempt))
         self._event(batch, "root_turn.started", run_id=run.id, node_id=root.id, node=to_wire(root), providerTurnId=turn.id)
         await self._commit(batch)
         active.provider_turn, active.attempt, active.root, active.run, active.user_message = turn, attempt, root, run, message
-        self.thread = thread
+        if active.interrupt_requested:
+            self._send_interrupt(active)
 
-    def _parent_node(self, active: _ActiveRun, parent_item_id: str | None) -> ExecutionNode:
+    def _parent_node(self, active: ActiveRun, parent_item_id: str | None) -> ExecutionNode:
         if parent_item_id is not None and parent_item_id in active.nodes:
             return active.nodes[parent_item_id]
         return active.root
 
-    async def _on_item_started(self, active: _ActiveRun, event: ItemStarted) -> None:
+    async def _on_item_started(self, active: ActiveRun, event: ItemStarted) -> None:
         now = self.now()
         parent = self._parent_node(active, event.parent_item_id)
         batch = WriteBatch()
@@ -467,7 +511,7 @@ class ThreadActor:
             batch.put(message)
             self._event(batch, "message.created", run_id=active.run.id, node_id=parent.id, message=to_wire(message))
             await self._commit(batch)
-            active.messages[event.item_id] = _OpenMessage(message)
+            active.messages[event.item_id] = OpenMessage(message)
             return
         node = ExecutionNode(
             id=new_id("nod"), thread_id=self.thread_id, run_id=active.run.id, attempt_id=active.attempt.id,
@@ -479,7 +523,7 @@ class ThreadActor:
         await self._commit(batch)
         active.nodes[event.item_id] = node
 
-    async def _on_item_completed(self, active: _ActiveRun, event: ItemCompleted) -> None:
+    async def _on_item_completed(self, active: ActiveRun, event: ItemCompleted) -> None:
         if event.item_type == "agent_message":
             open_message = active.messages.pop(event.item_id, None)
             if open_message is None:
@@ -487,6 +531,7 @@ class ThreadActor:
             batch = WriteBatch()
             self._close_message(batch, active, open_message, "complete")
             await self._commit(batch)
+            active.answered = True
             return
         node = active.nodes.get(event.item_id)
         if node is None or node.status in NODE_TERMINAL:
@@ -496,24 +541,14 @@ class ThreadActor:
         batch = WriteBatch()
         batch.put(node)
         self._event(batch, f"{node.kind}.{status}", run_id=active.run.id, node_id=node.id, node=to_wire(node))
+        if node.kind == "plan":
+            self._propose_plan(batch, active, node)
         await self._commit(batch)
         active.nodes[event.item_id] = node
 
-    async def _on_request_opened(self, active: _ActiveRun, event: RequestOpened) -> None:
-        # Answering requests arrives with the run-control work (SPEC F15); until
-        # then the request is recorded so the person sees why the run waits.
-        parent = self._parent_node(active, event.item_id)
-        batch = WriteBatch()
-        self._event(
-            batch, "runtime.warning", run_id=active.run.id, node_id=parent.id,
-            message=f"the provider asked for {event.kind}, which this agentd cannot answer yet; interrupt the run",
-            request=event.detail,
-        )
-        await self._commit(batch)
-
     # -- streamed text ------------------------------------------------------------
 
-    async def _on_text_delta(self, active: _ActiveRun, event: TextDelta) -> None:
+    async def _on_text_delta(self, active: ActiveRun, event: TextDelta) -> None:
         open_message = active.messages.get(event.item_id)
         if open_message is None:
             # A delta before its item: open the message implicitly.
@@ -529,10 +564,10 @@ class ThreadActor:
         )
         if open_message.pending_len >= TEXT_FLUSH_BYTES:
             await self._flush_text()
-        elif self._flush_at is None:
-            self._flush_at = trio.current_time() + TEXT_FLUSH_INTERVAL
+        elif "flush" not in self._timers:
+            self._timers["flush"] = trio.current_time() + TEXT_FLUSH_INTERVAL
 
-    def _flush_message(self, batch: WriteBatch, active: _ActiveRun, open_message: _OpenMessage) -> None:
+    def _flush_message(self, batch: WriteBatch, active: ActiveRun, open_message: OpenMessage) -> None:
         if not open_message.pending:
             return
         text = "".join(open_message.pending)
@@ -545,7 +580,7 @@ class ThreadActor:
         open_message.pending.clear()
         open_message.pending_len = 0
 
-    def _close_message(self, batch: WriteBatch, active: _ActiveRun, open_message: _OpenMessage, status: str) -> None:
+    def _close_message(self, batch: WriteBatch, active: ActiveRun, open_message: OpenMessage, status: str) -> None:
         self._flush_message(batch, active, open_message)
         record = struct_copy(open_message.record, status=status, completed_at=self.now())
         batch.put(record)
@@ -553,7 +588,7 @@ class ThreadActor:
         open_message.record = record
 
     async def _flush_text(self) -> None:
-        self._flush_at = None
+        self._timers.pop("flush", None)
         active = self.active
         if active is None:
             return
@@ -563,42 +598,50 @@ class ThreadActor:
         if batch:
             await self._commit(batch)
 
-    # -- ending runs ----------------------------------------------------------------
+    # -- ending attempts and runs ---------------------------------------------------
 
-    async def _on_turn_completed(self, active: _ActiveRun, event: TurnCompleted) -> None:
+    async def _on_turn_completed(self, active: ActiveRun, event: TurnCompleted) -> None:
+        if active.pending_restart is not None:
+            await self._apply_restart(active)
+            return
         status = event.status if event.status in ("completed", "failed", "interrupted") else "failed"
         reason = None
         if status == "failed":
             reason = f"provider_error: {event.error}" if event.error else "provider_error"
         elif status == "interrupted":
-            reason = "interrupted"
+            reason = active.interrupt_reason if active.interrupt_requested else "interrupted_by_provider"
         await self._end_run(WriteBatch(), status, reason=reason)
 
     async def _on_session_exited(self, event: SessionExited) -> None:
         """SPEC F11/F19: a requested stop interrupts the run; a crash before any
         side effect is recovered by a new attempt on a new runtime (within the
         restart intensity); otherwise the run fails with the reason."""
+        batch = WriteBatch()
         active = self.active
         if active is None or (active.session_id is not None and active.session_id != event.session_id):
             return
+        self._requests_not_resumable(batch, active, f"the provider session ended ({event.reason or 'exited'})")
+        if active.pending_restart is not None:
+            await self._apply_restart(active, batch)
+            return
         if event.requested:
-            await self._end_run(WriteBatch(), "interrupted", reason=event.reason or "provider_stopped")
+            status = self.registry.config.unsupported_interrupt_status if event.reason == "interrupt_unsupported" else "interrupted"
+            await self._end_run(batch, status, reason=active.interrupt_reason if active.interrupt_requested else event.reason or "provider_stopped")
             return
         how = f"exit code {event.exit_code}" if event.exit_code is not None else f"signal {event.signal}"
         crashed = f"provider_crashed: the provider process ended unexpectedly ({how})"
-        if active.nodes:
+        if active.nodes or active.interrupt_requested:
             # A tool may have touched the world: re-running could repeat it.
-            await self._end_run(WriteBatch(), "failed", reason=crashed)
+            await self._end_run(batch, "failed", reason=crashed)
             return
         if self.sessions.allow_recovery(self.thread_id):
-            await self._retry(active, "provider_recovery", crashed)
+            await self._retry(active, "provider_recovery", crashed, batch=batch)
             return
         limit, period = self.sessions.restart_limit
         reason = (
             f"provider_crash_loop: the provider crashed more than {limit} times within {period:g}s; "
             f"agentd stopped restarting it (last: {how})"
         )
-        batch = WriteBatch()
         if self.provider_thread is not None:
             pt = struct_copy(self.provider_thread, status="error", reason=reason, updated_at=self.now())
             batch.put(pt)
@@ -606,12 +649,16 @@ class ThreadActor:
             self.provider_thread = pt
         await self._end_run(batch, "failed", reason=reason)
 
-    async def _retry(self, active: _ActiveRun, reason: str, why: str) -> None:
-        """Close the active attempt as failed and start attempt N+1 of the same
-        run, with a new root node, on a fresh runtime."""
+    async def _retry(
+        self, active: ActiveRun, reason: str, why: str, *, batch: WriteBatch | None = None,
+        closing_status: str = "failed", message: ConversationMessage | None = None,
+    ) -> None:
+        """Close the active attempt and start attempt N+1 of the same run, with
+        a new root node, on the same provider thread. ``message`` is the new
+        attempt's input (a steering message); by default the run's own."""
         now = self.now()
-        batch = WriteBatch()
-        self._close_attempt_graph(batch, active, "failed", why, now)
+        batch = batch or WriteBatch()
+        self._close_attempt_graph(batch, active, closing_status, why, now)
         number = active.run.attempt_count + 1
         attempt_id, root_id = new_id("att"), new_id("nod")
         root = ExecutionNode(
@@ -626,18 +673,19 @@ class ThreadActor:
         batch.put_all(root, attempt, run)
         self._event(batch, "run.retrying", run_id=run.id, node_id=root_id, run=to_wire(run), attempt=to_wire(attempt), why=why)
         await self._commit(batch)
-        self.active = _ActiveRun(run=run, attempt=attempt, root=root, user_message=active.user_message)
-        assert self._nursery is not None
-        self._nursery.start_soon(self._starter, self.active)
+        self._activate(ActiveRun(run=run, attempt=attempt, root=root, user_message=message or active.user_message))
 
-    def _close_attempt_graph(self, batch: WriteBatch, active: _ActiveRun, status: str, reason: str | None, now: float) -> None:
-        """Close the attempt's messages, open child nodes, root node, attempt
-        and provider turn (the first steps of the completion barrier)."""
-        self._flush_at = None
+    def _close_attempt_graph(self, batch: WriteBatch, active: ActiveRun, status: str, reason: str | None, now: float) -> None:
+        """Close the attempt's messages, artifacts, open child nodes, root
+        node, attempt and provider turn — the completion barrier's order."""
+        self._timers.pop("flush", None)
+        self._timers.pop(f"interrupt:{active.attempt.id}", None)
         message_status = "complete" if status == "completed" else "interrupted"
         for open_message in active.messages.values():
             self._close_message(batch, active, open_message, message_status)
         active.messages.clear()
+        self._requests_not_resumable(batch, active, f"the attempt ended {status} before the request was answered")
+        self._finalize_artifacts(batch, active)
         for item_id, node in list(active.nodes.items()):
             if node.status not in NODE_TERMINAL:
                 closed = "interrupted" if status == "interrupted" else "incomplete"
@@ -651,6 +699,8 @@ class ThreadActor:
         batch.put_all(root, attempt)
         if active.provider_turn is not None:
             batch.put(struct_copy(active.provider_turn, status=status, ended_at=now))
+        if active.user_message.status == "queued":
+            batch.put(struct_copy(active.user_message, status="complete"))
         self._event(batch, f"root_turn.{status}", run_id=active.run.id, node_id=root.id, node=to_wire(root))
         self._event(batch, f"attempt.{status}", run_id=active.run.id, node_id=root.id, attempt=to_wire(attempt))
         active.root, active.attempt = root, attempt
@@ -664,17 +714,14 @@ class ThreadActor:
         now = self.now()
         self._close_attempt_graph(batch, active, status, reason, now)
         run = struct_copy(active.run, status=status, reason=reason, ended_at=now)
-        thread = struct_copy(self.thread, status="idle", active_run_id=None, updated_at=now)
-        if active.user_message.status == "queued":
-            batch.put(struct_copy(active.user_message, status="complete"))
         if status == "completed" and self.provider_thread is not None:
             pt = struct_copy(self.provider_thread, covered_run_count=run.ordinal, updated_at=now)
             batch.put(pt)
             self.provider_thread = pt
-        batch.put_all(run, thread)
+        batch.put(run)
+        self._set_thread(batch, status="idle", active_run_id=None)
         self._event(batch, f"run.{status}", run_id=run.id, node_id=active.root.id, run=to_wire(run))
         await self._commit(batch)
-        self.thread = thread
         self.active = None
         self.sessions.mark_busy(self.thread_id, False)
         self._maybe_start_next()

@@ -28,10 +28,15 @@ class NoParams(Params):
     pass
 
 
+Relationship = Literal["delegated_task", "subagent", "fork", "side_chat", "plan_implementation"]
+
+
 class ThreadCreateParams(Params):
     title: Annotated[str, msgspec.Meta(max_length=500)] | None = None
     workspace: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
     provider: Id | None = None
+    parent_thread_id: Id | None = None
+    relationship: Relationship = "delegated_task"
     command_id: CommandId | None = None
 
 
@@ -63,6 +68,55 @@ class RunResumeParams(Params):
     run_id: Id
 
 
+class RunInterruptParams(Params):
+    run_id: Id
+    hold_queue: bool = False
+    command_id: CommandId | None = None
+
+
+class ThreadStopParams(Params):
+    thread_id: Id
+    command_id: CommandId | None = None
+
+
+class ThreadIdParams(Params):
+    thread_id: Id
+
+
+class QueuedRunParams(Params):
+    run_id: Id
+
+
+class QueueReorderParams(Params):
+    thread_id: Id
+    run_ids: list[Id]
+
+
+class PromoteParams(Params):
+    message_id: Id
+
+
+class ApprovalRespondParams(Params):
+    request_id: Id
+    decision: Literal["accept", "decline"]
+    command_id: CommandId | None = None
+
+
+Answer = str | list[str]
+
+
+class UserInputRespondParams(Params):
+    request_id: Id
+    answers: dict[str, Answer]
+    command_id: CommandId | None = None
+
+
+class PlanImplementParams(Params):
+    plan_id: Id
+    mode: Literal["new_run", "new_thread"] = "new_run"
+    command_id: CommandId | None = None
+
+
 class SubscribeParams(Params):
     thread_id: Id | None = None
     after_seq: Annotated[int, msgspec.Meta(ge=0)] = 0
@@ -80,6 +134,16 @@ METHODS: dict[str, type[Params]] = {
     "thread.get": ThreadGetParams,
     "run.get": RunGetParams,
     "run.resume": RunResumeParams,
+    "run.interrupt": RunInterruptParams,
+    "thread.stop": ThreadStopParams,
+    "thread.queue.release": ThreadIdParams,
+    "thread.requests": ThreadIdParams,
+    "queued-run.cancel": QueuedRunParams,
+    "queued-run.reorder": QueueReorderParams,
+    "queued-message.promote-to-steer": PromoteParams,
+    "approval.respond": ApprovalRespondParams,
+    "user-input.respond": UserInputRespondParams,
+    "plan.implement": PlanImplementParams,
     "events.subscribe": SubscribeParams,
     "events.unsubscribe": UnsubscribeParams,
     "daemon.status": NoParams,

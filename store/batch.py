@@ -20,11 +20,13 @@ from .records import (
     ConversationMessage,
     Effect,
     ExecutionNode,
+    PlanArtifact,
     ProviderSession,
     ProviderThread,
     ProviderTurn,
     Run,
     RunAttempt,
+    RuntimeRequest,
     encode_record,
 )
 
@@ -119,8 +121,15 @@ class WriteBatch:
         elif isinstance(record, Effect):
             pending = record.status == "pending"
             self._idx("idx_open_effects", record.id.encode(), b"" if pending else None)
+        elif isinstance(record, RuntimeRequest):
+            pending = record.status == "pending"
+            self._idx("idx_pending_requests", index_key(record.thread_id, record.id), b"" if pending else None)
+        elif isinstance(record, PlanArtifact):
+            self._idx("idx_run_artifacts", index_key(record.run_id, record.id))
         elif isinstance(record, AppThread):
-            pass  # the threads database is itself the thread list, in id (creation) order
+            # The threads database is itself the thread list, in id (creation) order.
+            if record.parent_thread_id is not None:
+                self._idx("idx_thread_children", index_key(record.parent_thread_id, record.id))
 
 
 #: every sub-database the store opens
@@ -134,6 +143,8 @@ DATABASES = (
     "provider_threads",
     "provider_turns",
     "context_handoffs",
+    "requests",
+    "artifacts",
     "events",
     "receipts",
     "effects",
@@ -149,4 +160,7 @@ DATABASES = (
     "idx_live_sessions",
     "idx_open_effects",
     "idx_thread_events",
+    "idx_pending_requests",
+    "idx_run_artifacts",
+    "idx_thread_children",
 )

@@ -22,11 +22,13 @@ from .records import (
     Effect,
     Event,
     ExecutionNode,
+    PlanArtifact,
     ProviderSession,
     ProviderThread,
     ProviderTurn,
     Run,
     RunAttempt,
+    RuntimeRequest,
     decode_record,
 )
 from .writer import CommitResult, GroupCommitWriter
@@ -157,6 +159,20 @@ class Store:
     def attempt_turns(self, attempt_id: str) -> list[ProviderTurn]:
         rows = self._scan_index("idx_attempt_turns", attempt_id.encode() + SEP)
         return self._get_many("provider_turns", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+
+    def pending_requests(self, thread_id: str | None = None) -> list[RuntimeRequest]:
+        """Requests still waiting on the user (of one thread, or all)."""
+        rows = self._scan_index("idx_pending_requests", thread_id.encode() + SEP if thread_id else b"")
+        return self._get_many("requests", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+
+    def run_artifacts(self, run_id: str) -> list[PlanArtifact]:
+        rows = self._scan_index("idx_run_artifacts", run_id.encode() + SEP)
+        return self._get_many("artifacts", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+
+    def thread_children(self, thread_id: str) -> list[AppThread]:
+        """Threads whose parent is ``thread_id``, oldest first."""
+        rows = self._scan_index("idx_thread_children", thread_id.encode() + SEP)
+        return self._get_many("threads", [k.split(SEP, 1)[1].decode() for k, _v in rows])
 
     def receipt(self, command_id: str) -> CommandReceipt | None:
         return self.get("receipts", command_id)

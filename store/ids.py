@@ -13,7 +13,7 @@ import time
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
 
 PREFIXES = frozenset(
-    {"thr", "msg", "run", "att", "nod", "pss", "pth", "ptu", "eff", "req", "art", "cmd", "sub", "hof", "ctr"}
+    {"thr", "msg", "run", "att", "nod", "pss", "pth", "ptu", "eff", "req", "art", "cmd", "sub", "hof", "ctr", "pln"}
 )
 
 _lock = threading.Lock()

@@ -26,6 +26,7 @@ class ReconcileReport:
     runs_not_started: list[str] = field(default_factory=list)
     nodes_incomplete: list[str] = field(default_factory=list)
     messages_not_sent: list[str] = field(default_factory=list)
+    requests_not_resumable: list[str] = field(default_factory=list)
     sessions_stopped: list[str] = field(default_factory=list)
     effects_retired: list[str] = field(default_factory=list)
 
@@ -91,6 +92,14 @@ def plan_reconciliation(store: Store, now: float) -> tuple[WriteBatch, Reconcile
         batch.put(message)
         batch.event("message.completed", thread_id=thread_id, run_id=message.run_id, node_id=message.node_id, at=now,
                     messageId=message.id, status="interrupted", length=len(message.text))
+
+    for request in store.pending_requests():
+        request = struct_copy(request, status="not_resumable", reason=f"{RESTART_REASON}: the provider callback is gone", resolved_at=now)
+        batch.put(request)
+        prefix = "approval" if request.kind == "approval" else "user_input"
+        batch.event(f"{prefix}.not_resumable", thread_id=request.thread_id, run_id=request.run_id, node_id=request.node_id,
+                    at=now, request=to_wire(request))
+        report.requests_not_resumable.append(request.id)
 
     for session in store.live_sessions():
         session = struct_copy(session, status="stopped", reason=RESTART_REASON, stopped_at=now)

@@ -165,6 +165,43 @@ class ProviderTurn(Record, kw_only=True):
     ended_at: float | None = None
 
 
+class RuntimeRequest(Record, kw_only=True):
+    """A provider waiting on the user (SPEC F15). The app owns the id; the
+    provider's request id is only a reference, valid while its session lives."""
+
+    thread_id: str
+    run_id: str
+    attempt_id: str | None = None
+    node_id: str | None = None
+    kind: str  # approval | user_input
+    status: str = "pending"  # pending | resolved | not_resumable | cancelled
+    provider_request_ref: str | None = None
+    session_id: str | None = None
+    detail: dict[str, Any] = {}
+    response: dict[str, Any] | None = None
+    reason: str | None = None
+    created_at: float = 0.0
+    resolved_at: float | None = None
+
+
+class PlanArtifact(Record, kw_only=True):
+    """A proposed plan, a todo list or a set of questions (SPEC F16)."""
+
+    thread_id: str
+    run_id: str
+    node_id: str | None = None
+    kind: str  # proposed_plan | todo_list | questions
+    status: str = "active"  # active | final | proposed | implemented | answered | closed
+    steps: list[dict[str, Any]] = []  # todo_list
+    text: str = ""  # proposed_plan markdown
+    questions: list[dict[str, Any]] = []
+    answers: dict[str, Any] = {}
+    request_id: str | None = None
+    implemented_by: str | None = None  # run or thread that implements a proposed plan
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
 class ContextHandoff(Record, kw_only=True):
     """Materialised context given to a provider thread that lacks it (SPEC F5,
     F11). Always stored, so what the provider was told is auditable: no hidden
@@ -230,6 +267,8 @@ RECORD_KINDS: dict[str, tuple[type, int]] = {
     "provider_threads": (ProviderThread, 1),
     "provider_turns": (ProviderTurn, 1),
     "context_handoffs": (ContextHandoff, 1),
+    "requests": (RuntimeRequest, 1),
+    "artifacts": (PlanArtifact, 1),
     "events": (Event, 1),
     "receipts": (CommandReceipt, 1),
     "effects": (Effect, 1),

@@ -42,7 +42,7 @@ class DaemonRouter:
         self.started_at = trio.current_time()
 
     async def dispatch(self, method: str, params: wire.Params, connection: Connection) -> Any:
-        handler = getattr(self, "_" + method.replace(".", "_"))
+        handler = getattr(self, "_" + method.replace(".", "_").replace("-", "_"))
         return await handler(params, connection)
 
     # -- commands --------------------------------------------------------------
@@ -52,6 +52,44 @@ class DaemonRouter:
 
     async def _thread_message_send(self, params: wire.MessageSendParams, _conn: Connection) -> Any:
         return await self.registry.call(params.thread_id, "thread.message.send", params, params.command_id)
+
+    def _thread_of(self, kind: str, record_id: str, what: str) -> str:
+        record = self.store.get(kind, record_id)
+        if record is None:
+            raise NotFound(f"no {what} {record_id}", **{f"{what}Id": record_id})
+        return record.thread_id
+
+    async def _run_interrupt(self, params: wire.RunInterruptParams, _conn: Connection) -> Any:
+        thread_id = self._thread_of("runs", params.run_id, "run")
+        return await self.registry.call(thread_id, "run.interrupt", params, params.command_id)
+
+    async def _thread_stop(self, params: wire.ThreadStopParams, _conn: Connection) -> Any:
+        return await self.registry.call(params.thread_id, "thread.stop", params, params.command_id)
+
+    async def _thread_queue_release(self, params: wire.ThreadIdParams, _conn: Connection) -> Any:
+        return await self.registry.call(params.thread_id, "thread.queue.release", params)
+
+    async def _queued_run_cancel(self, params: wire.QueuedRunParams, _conn: Connection) -> Any:
+        return await self.registry.call(self._thread_of("runs", params.run_id, "run"), "queued-run.cancel", params)
+
+    async def _queued_run_reorder(self, params: wire.QueueReorderParams, _conn: Connection) -> Any:
+        return await self.registry.call(params.thread_id, "queued-run.reorder", params)
+
+    async def _queued_message_promote_to_steer(self, params: wire.PromoteParams, _conn: Connection) -> Any:
+        thread_id = self._thread_of("messages", params.message_id, "message")
+        return await self.registry.call(thread_id, "queued-message.promote-to-steer", params)
+
+    async def _approval_respond(self, params: wire.ApprovalRespondParams, _conn: Connection) -> Any:
+        thread_id = self._thread_of("requests", params.request_id, "request")
+        return await self.registry.call(thread_id, "approval.respond", params, params.command_id)
+
+    async def _user_input_respond(self, params: wire.UserInputRespondParams, _conn: Connection) -> Any:
+        thread_id = self._thread_of("requests", params.request_id, "request")
+        return await self.registry.call(thread_id, "user-input.respond", params, params.command_id)
+
+    async def _plan_implement(self, params: wire.PlanImplementParams, _conn: Connection) -> Any:
+        thread_id = self._thread_of("artifacts", params.plan_id, "plan")
+        return await self.registry.call(thread_id, "plan.implement", params, params.command_id)
 
     async def _run_resume(self, params: wire.RunResumeParams, _conn: Connection) -> Any:
         # SPEC F12: execution is never resumed after a restart; say so plainly.
@@ -89,7 +127,13 @@ class DaemonRouter:
             "run": to_wire(run),
             "attempts": [to_wire(a) for a in self.store.run_attempts(run.id)],
             "nodes": [to_wire(n) for n in self.store.run_nodes(run.id)],
+            "artifacts": [to_wire(a) for a in self.store.run_artifacts(run.id)],
         }
+
+    async def _thread_requests(self, params: wire.ThreadIdParams, _conn: Connection) -> Any:
+        if self.store.thread(params.thread_id) is None:
+            raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
+        return {"requests": [to_wire(r) for r in self.store.pending_requests(params.thread_id)]}
 
     async def _daemon_status(self, _params: wire.NoParams, _conn: Connection) -> Any:
         return {

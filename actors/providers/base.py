@@ -252,3 +252,11 @@ class SessionHost(abc.ABC):
     @abc.abstractmethod
     def mark_busy(self, thread_id: str, busy: bool) -> None:
         """Tell the idle reaper whether the thread's session has work in flight."""
+
+    @abc.abstractmethod
+    async def stop_session(self, thread_id: str, reason: str) -> None:
+        """Stop the thread's session through the production stop path."""
+
+    @abc.abstractmethod
+    def allow_recovery(self, thread_id: str) -> bool:
+        """Record a crash recovery; False once the restart intensity is exceeded."""

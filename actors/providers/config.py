@@ -4,6 +4,8 @@
 [daemon]
 default_provider = "scripted"
 idle_timeout = 600            # seconds a provider session may sit idle
+interrupt_grace = 10          # seconds a provider may take to honour an interrupt
+unsupported_interrupt = "interrupted"   # or "cancelled": runs stopped because the provider cannot interrupt
 
 [providers.basic]
 kind = "scripted"
@@ -52,11 +54,15 @@ class DaemonConfig:
     path: Path | None = None
     default_provider: str = "scripted"
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    #: seconds a provider may take to end an interrupted turn before its session is stopped
+    interrupt_grace: float = 10.0
+    #: what a run becomes when its provider cannot interrupt and its session is stopped instead
+    unsupported_interrupt_status: str = "interrupted"
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
 
 
 _PROVIDER_KEYS = {"kind", "capabilities", "idle_timeout", "binary", "args", "env", "model"}
-_DAEMON_KEYS = {"default_provider", "idle_timeout"}
+_DAEMON_KEYS = {"default_provider", "idle_timeout", "interrupt_grace", "unsupported_interrupt"}
 _CAPABILITY_NAMES = ", ".join(f.encode_name for f in msgspec.structs.fields(Capabilities))
 
 
@@ -100,6 +106,12 @@ def load_config(path: Path | None) -> DaemonConfig:
             raise fail(line, f"unknown [daemon] key {key!r} (expected one of {sorted(_DAEMON_KEYS)})")
         if key == "idle_timeout":
             config.idle_timeout = _positive_number(value, lambda r: fail(line, f"idle_timeout {r}"))
+        elif key == "interrupt_grace":
+            config.interrupt_grace = _positive_number(value, lambda r: fail(line, f"interrupt_grace {r}"))
+        elif key == "unsupported_interrupt":
+            if value not in ("interrupted", "cancelled"):
+                raise fail(line, f"unsupported_interrupt must be \"interrupted\" or \"cancelled\", not {value!r}")
+            config.unsupported_interrupt_status = value
         elif key == "default_provider":
             if not isinstance(value, str):
                 raise fail(line, "default_provider must be a string")
