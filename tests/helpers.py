@@ -42,3 +42,24 @@ async def send_and_wait(client: Client, thread_id: str, text: str, **params: Any
     """Send a message and wait for its run to end; return the final run."""
     sent = await client.call("thread.message.send", threadId=thread_id, text=text, **params)
     return await wait_run_terminal(client, thread_id, sent["runId"])
+
+
+async def stored_events(client: Client, thread_id: str | None = None) -> list[dict[str, Any]]:
+    """Every stored event so far (of one thread, if given), oldest first.
+
+    Replays the whole log up to the current last seq, which may belong to
+    another thread, and filters afterwards.
+    """
+    target = (await client.call("daemon.status"))["lastSeq"]
+    out: list[dict[str, Any]] = []
+    if target == 0:
+        return out
+    async with client.subscribe() as events:
+        async for event in events:
+            if event.get("ephemeral"):
+                continue
+            if thread_id is None or event.get("threadId") == thread_id:
+                out.append(event)
+            if event["seq"] >= target:
+                break
+    return out

@@ -15,23 +15,7 @@ import trio
 
 from protocol.client import Client
 from protocol.launch import start_daemon
-from tests.helpers import TERMINAL, script, send_and_wait, wait_event, wait_run_terminal
-
-
-async def durable_events(client: Client, thread_id: str | None = None) -> list[dict]:
-    """Every stored event (of one thread), by replaying the log to its end."""
-    target = (await client.call("daemon.status"))["lastSeq"]
-    out = []
-    if target == 0:
-        return out
-    async with client.subscribe(thread_id=thread_id) as events:
-        async for event in events:
-            if event.get("ephemeral"):
-                continue
-            out.append(event)
-            if event["seq"] >= target:
-                break
-    return out if thread_id is None else out
+from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
 
 
 async def test_thread_create_makes_only_the_app_thread(client):
@@ -52,7 +36,7 @@ async def test_run_lifecycle_and_completion_barrier(client):
     run = await send_and_wait(client, thread_id, script({"say": "alpha beta gamma", "chunks": 3}))
     assert run["status"] == "completed" and run["reason"] is None
 
-    events = [e for e in await durable_events(client) if e.get("runId") == run["id"]]
+    events = [e for e in await stored_events(client) if e.get("runId") == run["id"]]
     types = [e["type"] for e in events]
     for expected in ("message.created", "run.queued", "provider_thread.created", "run.started",
                      "root_turn.started", "message.appended", "message.completed",
@@ -111,7 +95,7 @@ async def test_queued_runs_start_in_order_after_the_active_one(client):
         runs.append(sent["runId"])
     last = await wait_run_terminal(client, thread_id, runs[-1])
     assert last["status"] == "completed"
-    events = await durable_events(client, thread_id)
+    events = await stored_events(client, thread_id)
     started = [e["runId"] for e in events if e["type"] == "run.started"]
     completed = [e["runId"] for e in events if e["type"] == "run.completed"]
     assert started == runs and completed == runs
@@ -180,7 +164,7 @@ async def test_crash_loop_ends_in_a_clear_error_not_a_storm(client):
     attempts = (await client.call("run.get", runId=run["id"]))["attempts"]
     assert [a["reason"] for a in attempts] == ["initial"] + ["provider_recovery"] * 3
     thread = await client.call("thread.get", threadId=thread_id)
-    events = await durable_events(client, thread_id)
+    events = await stored_events(client, thread_id)
     assert [e["type"] for e in events].count("session.error") == 4
     assert any(e["type"] == "provider_thread.error" for e in events)
     nxt = await send_and_wait(client, thread_id, "are you back?")
@@ -206,7 +190,7 @@ async def test_streamed_text_is_coalesced_but_every_delta_is_seen_live(client):
     assert "".join(e["payload"]["text"] for e in live) == text
     offsets = [e["payload"]["offset"] for e in live]
     assert offsets == sorted(offsets) and offsets[0] == 0
-    stored = [e for e in await durable_events(client, thread_id) if e["type"] == "message.appended"]
+    stored = [e for e in await stored_events(client, thread_id) if e["type"] == "message.appended"]
     assert "".join(e["payload"]["text"] for e in stored) == text
     assert len(stored) < 200, f"{len(stored)} durable appends for 10,000 deltas"
     assert all(e["runId"] == sent["runId"] for e in stored)
@@ -260,7 +244,7 @@ async def test_resubscribe_after_seq_misses_nothing(daemon):
                     got.append(event["seq"])
                     if event["type"] == "run.completed":
                         break
-        full = [e["seq"] for e in await durable_events(c2, thread_id)]
+        full = [e["seq"] for e in await stored_events(c2, thread_id)]
     assert got == full[: len(got)] and got[-1] == full[-1]
     assert len(set(got)) == len(got), "no duplicate"
 
@@ -286,7 +270,7 @@ async def test_sigkill_mid_stream_keeps_every_committed_record(data_dir, socket_
                                      text=script({"say": "streamed before the kill", "chunks": 4}, {"hang": True}))
             await wait_event(client, lambda e: e["type"] == "message.completed" and e.get("runId") == sent["runId"],
                              thread_id=thread_id)
-            before = await durable_events(client)
+            before = await stored_events(client)
             thread_before = await client.call("thread.get", threadId=thread_id)
             session = (await client.call("daemon.status"))["sessions"][0]
     finally:
@@ -297,7 +281,7 @@ async def test_sigkill_mid_stream_keeps_every_committed_record(data_dir, socket_
     try:
         assert not _alive(session["pid"]), "the orphan runtime was ended at startup"
         async with Client.connect(socket_path) as client:
-            after = await durable_events(client)
+            after = await stored_events(client)
             assert after[: len(before)] == before, "every committed event is unchanged, same seqs"
             thread_after = await client.call("thread.get", threadId=thread_id)
             assert thread_after["messages"][:3] == thread_before["messages"][:3]

@@ -450,7 +450,8 @@ class Turn:
     ``{"write": {"path": REL, "content": TEXT}}``
         A fileChange item writing a file under the thread's cwd.
     ``{"sleep": SECONDS}`` / ``{"hang": true}``
-        Wait for a while / until interrupted.
+        Wait for a while / until interrupted (``"ignoreInterrupt": true``:
+        forever — a runtime that never honours an interrupt).
     ``{"crash": CODE}`` / ``{"fail": MESSAGE}``
         Kill the process at once / end the turn ``failed``. With
         ``"once": true`` the crash happens only the first time this thread
@@ -599,6 +600,10 @@ class Turn:
         await trio.sleep(_number(step["sleep"], "sleep"))
 
     async def _hang(self, step: dict, parent: str | None) -> None:
+        if step.get("ignoreInterrupt"):
+            # A runtime that never honours an interrupt: agentd must escalate.
+            with trio.CancelScope(shield=True):
+                await trio.sleep_forever()
         await trio.sleep_forever()
 
     async def _crash(self, step: dict, parent: str | None) -> None:
