@@ -3,7 +3,8 @@
     agentd serve                     run the daemon in the foreground
     agentd demo                      a short end-to-end tour on the scripted agent
     agentd new [--title T] [--workspace DIR] [--provider P]
-    agentd send THREAD TEXT          stream the answer until the run ends
+    agentd send THREAD TEXT [--steer|--restart|--queue]   stream the answer until the run ends
+    agentd stop THREAD | interrupt RUN [--hold-queue] | approve REQUEST [--deny] | answer REQUEST k=v…
     agentd threads | show THREAD | events [--thread T] [--after SEQ] [--follow] | status
 
 ``--json`` makes read commands print JSON for scripts.
@@ -121,21 +122,51 @@ class AnswerPrinter:
         self.last_message = message_id
 
 
+def describe_request(request: dict[str, Any]) -> str:
+    detail = request.get("detail", {})
+    if request["kind"] == "approval":
+        return f"approval needed: {detail.get('command') or detail.get('kind') or 'an action'}"
+    questions = "; ".join(q.get("question", "") for q in detail.get("questions", []))
+    return f"question: {questions}"
+
+
 def describe_node_event(event: dict[str, Any]) -> str | None:
     """A one-line description of an activity, or None for events not shown."""
     kind, _, phase = event["type"].rpartition(".")
     node = event["payload"].get("node")
-    if node is None or kind == "root_turn":
+    if node is None or kind in ("root_turn", "approval", "user_input_request") or "request" in event["payload"]:
         return None
     title = node.get("title") or kind
     return f"[{kind}] {title}: {phase}"
 
 
-async def stream_run(client: Client, thread_id: str, text: str, *, after_seq: int, out=sys.stdout) -> dict[str, Any]:
-    """Send ``text`` and print the answer until its run ends; return the run."""
+async def ask_person(request: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """Ask at the terminal; return the params of the answer, or None to skip."""
+    detail = request.get("detail", {})
+    if kind == "approval":
+        what = detail.get("command") or detail.get("kind") or "an action"
+        reply = await trio.to_thread.run_sync(input, f"approve {what}? [y/N] ")
+        return {"requestId": request["id"], "decision": "accept" if reply.strip().lower() in ("y", "yes") else "decline"}
+    answers = {}
+    for question in detail.get("questions", []):
+        options = f" ({'/'.join(map(str, question.get('options', [])))})" if question.get("options") else ""
+        answers[question["id"]] = (await trio.to_thread.run_sync(input, f"{question['question']}{options} ")).strip()
+    return {"requestId": request["id"], "answers": answers}
+
+
+async def stream_run(
+    client: Client, thread_id: str, text: str, *, after_seq: int, out=sys.stdout,
+    dispatch_mode: dict[str, Any] | None = None, interactive: bool = False,
+) -> dict[str, Any]:
+    """Send ``text`` and print the answer until its run ends; return the run.
+    Approvals and questions are shown inline, and answered here when
+    ``interactive`` (a terminal is attached)."""
     printer = AnswerPrinter(out)
     async with client.subscribe(thread_id=thread_id, after_seq=after_seq) as events:
-        sent = await client.call("thread.message.send", threadId=thread_id, text=text)
+        params: dict[str, Any] = {"threadId": thread_id, "text": text}
+        if dispatch_mode is not None:
+            params["dispatchMode"] = dispatch_mode
+        sent = await client.call("thread.message.send", **params)
         run_id = sent["runId"]
         async for event in events:
             if event.get("runId") != run_id:
@@ -144,10 +175,22 @@ async def stream_run(client: Client, thread_id: str, text: str, *, after_seq: in
             payload = event["payload"]
             if kind in ("message.delta", "message.appended"):
                 printer.text(payload["messageId"], payload["offset"], payload["text"])
+                continue
+            if printer.last_message is not None and kind not in ("message.created", "message.completed"):
+                out.write("\n")
+                printer.last_message = None
+            if kind in ("approval.requested", "user_input.requested"):
+                request = payload["request"]
+                out.write(f"[{describe_request(request)}] {request['id']}\n")
+                out.flush()
+                if interactive:
+                    answer = await ask_person(request, request["kind"])
+                    method = "approval.respond" if request["kind"] == "approval" else "user-input.respond"
+                    await client.call(method, **answer)
+                else:
+                    verb = "agentd approve ID [--deny]" if request["kind"] == "approval" else "agentd answer ID key=value…"
+                    out.write(f"  answer with: {verb}\n")
             elif (line := describe_node_event(event)) is not None:
-                if printer.last_message is not None:
-                    out.write("\n")
-                    printer.last_message = None
                 out.write(line + "\n")
                 out.flush()
             elif kind.startswith("run.") and payload.get("run", {}).get("status") in TERMINAL_RUN:
@@ -159,12 +202,64 @@ async def stream_run(client: Client, thread_id: str, text: str, *, after_seq: in
 def cmd_send(args: argparse.Namespace) -> int:
     async def go(client: Client) -> int:
         status = await client.call("daemon.status")
-        run = await stream_run(client, args.thread, args.text, after_seq=status["lastSeq"])
+        mode = None
+        if args.queue:
+            mode = {"type": "queue_after_active"}
+        elif args.steer or args.restart:
+            thread = (await client.call("thread.get", threadId=args.thread))["thread"]
+            if not thread["activeRunId"]:
+                print(f"agentd: thread {args.thread} has no active run to steer", file=sys.stderr)
+                return 1
+            mode = {"type": "steer_active" if args.steer else "restart_active", "targetRunId": thread["activeRunId"]}
+        run = await stream_run(client, args.thread, args.text, after_seq=status["lastSeq"], dispatch_mode=mode,
+                               interactive=sys.stdin.isatty())
         reason = f" ({run['reason']})" if run.get("reason") else ""
         print(f"run {run['ordinal']} {run['status']}{reason}", file=sys.stderr)
         return 0 if run["status"] == "completed" else 1
 
     return trio.run(_with_client, args, go)
+
+
+def _simple_call(method: str, build, show) -> Any:
+    def command(args: argparse.Namespace) -> int:
+        async def go(client: Client) -> int:
+            result = await client.call(method, **build(args))
+            _print_json(result) if args.json else print(show(result))
+            return 0
+
+        return trio.run(_with_client, args, go)
+
+    return command
+
+
+cmd_stop = _simple_call(
+    "thread.stop", lambda a: {"threadId": a.thread},
+    lambda r: f"stopped: queue held, interrupt requested for {r['interruptedRunId'] or 'no active run'}",
+)
+cmd_interrupt = _simple_call(
+    "run.interrupt", lambda a: {"runId": a.run, "holdQueue": a.hold_queue},
+    lambda r: f"interrupt requested for {r['runId']}" + (" (queue held)" if r["queueHeld"] else ""),
+)
+cmd_approve = _simple_call(
+    "approval.respond", lambda a: {"requestId": a.request, "decision": "decline" if a.deny else "accept"},
+    lambda r: f"{r['requestId']} {r['status']}",
+)
+
+
+def _answers(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"agentd: answers are key=value, not {pair!r}")
+        out[key] = value
+    return out
+
+
+cmd_answer = _simple_call(
+    "user-input.respond", lambda a: {"requestId": a.request, "answers": _answers(a.answers)},
+    lambda r: f"{r['requestId']} {r['status']}",
+)
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
@@ -303,7 +398,30 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("send", parents=[common], help="send a message and stream the answer")
     p.add_argument("thread")
     p.add_argument("text")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--steer", action="store_true", help="steer the active run (native, or by restart)")
+    how.add_argument("--restart", action="store_true", help="restart the active run with this message")
+    how.add_argument("--queue", action="store_true", help="run after the active run (the default when busy)")
     p.set_defaults(fn=cmd_send)
+
+    p = sub.add_parser("stop", parents=[common], help="the Stop button: hold the queue, interrupt, stop delegated tasks")
+    p.add_argument("thread")
+    p.set_defaults(fn=cmd_stop)
+
+    p = sub.add_parser("interrupt", parents=[common], help="interrupt a running run")
+    p.add_argument("run")
+    p.add_argument("--hold-queue", action="store_true", help="also hold the thread's queue")
+    p.set_defaults(fn=cmd_interrupt)
+
+    p = sub.add_parser("approve", parents=[common], help="answer an approval request")
+    p.add_argument("request")
+    p.add_argument("--deny", action="store_true")
+    p.set_defaults(fn=cmd_approve)
+
+    p = sub.add_parser("answer", parents=[common], help="answer a user-input request")
+    p.add_argument("request")
+    p.add_argument("answers", nargs="+", metavar="key=value")
+    p.set_defaults(fn=cmd_answer)
 
     p = sub.add_parser("threads", parents=[common], help="list threads")
     p.set_defaults(fn=cmd_threads)

@@ -14,11 +14,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
 
+from actors.providers.base import Capabilities
 from actors.providers.config import DaemonConfig, ProviderConfig
 from actors.providers.jsonl import stop_process
 from protocol.client import Client
@@ -30,26 +32,37 @@ from tests.helpers import script
 IDLE = 600.0
 
 
-@pytest.fixture
-async def vdaemon(tmp_path, autojump_clock):
-    """An in-process daemon on virtual time; yields ``(daemon, client)``."""
+@asynccontextmanager
+async def virtual_daemon(tmp_path: Path, **daemon_settings):
+    """An in-process daemon on virtual time; yields ``(daemon, client)``.
+    ``daemon_settings`` set fields of the DaemonConfig ([daemon] keys)."""
     sock_dir = Path(tempfile.mkdtemp(prefix="ad-"))
     config = DaemonConfig()
     config.providers["scripted"] = ProviderConfig(name="scripted", kind="scripted")
     config.providers["quick"] = ProviderConfig(name="quick", kind="scripted", idle_timeout=5.0)
+    config.providers["basic"] = ProviderConfig(name="basic", kind="scripted", capabilities=Capabilities(interrupt=False))
+    config.idle_timeout = IDLE
+    for key, value in daemon_settings.items():
+        setattr(config, key, value)
     options = DaemonOptions(
         paths=Paths.resolve(tmp_path / "data", sock_dir / "s.sock", tmp_path / "none.toml"),
         config=config, wall_clock=trio.current_time, inline_commits=True, request_timeout=None,
-        idle_timeout=None,
     )
-    config.idle_timeout = IDLE
     daemon = Daemon(options)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(daemon.serve)
-        async with Client.connect(options.paths.socket) as client:
-            yield daemon, client
-        daemon.request_shutdown()
-    shutil.rmtree(sock_dir, ignore_errors=True)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(daemon.serve)
+            async with Client.connect(options.paths.socket) as client:
+                yield daemon, client
+            daemon.request_shutdown()
+    finally:
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+@pytest.fixture
+async def vdaemon(tmp_path, autojump_clock):
+    async with virtual_daemon(tmp_path) as pair:
+        yield pair
 
 
 async def next_event(client: Client, thread_id: str, predicate, after_seq: int = 0) -> dict:
@@ -133,6 +146,37 @@ async def test_run_resume_is_unsupported_with_an_explanation(vdaemon, autojump_c
         await client.call("run.resume", runId=run["id"])
     assert info.value.kind == "unsupported"
     assert "does not resume execution" in info.value.message
+
+
+async def test_an_interrupt_the_provider_ignores_is_escalated_after_the_grace_period(vdaemon, autojump_clock):
+    """F10: the run ends only when the provider ends the turn — or, if it never
+    does, when agentd stops its session after the grace period."""
+    daemon, client = vdaemon
+    thread_id = (await client.call("thread.create"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True, "ignoreInterrupt": True}))
+    await next_event(client, thread_id, lambda e: e["type"] == "run.started")
+    asked = trio.current_time()
+    await client.call("run.interrupt", runId=sent["runId"])
+    ended = await next_event(client, thread_id, lambda e: e["type"] == "run.interrupted")
+    assert trio.current_time() - asked >= daemon.options.config.interrupt_grace
+    warning = await next_event(client, thread_id, lambda e: e["type"] == "runtime.warning")
+    assert "did not end the turn within 10s" in warning["payload"]["message"]
+    stopped = await next_event(client, thread_id, lambda e: e["type"] == "session.stopped")
+    assert stopped["payload"]["session"]["reason"] == "interrupt_escalated"
+    assert ended["payload"]["run"]["reason"] == "interrupted"
+
+
+@pytest.mark.parametrize("policy", ["interrupted", "cancelled"])
+async def test_unsupported_interrupt_policy(tmp_path, autojump_clock, policy):
+    """F10: a provider without interrupt has its session stopped; the run
+    becomes what the policy says."""
+    async with virtual_daemon(tmp_path, unsupported_interrupt_status=policy) as (daemon, client):
+        thread_id = (await client.call("thread.create", provider="basic"))["threadId"]
+        sent = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True}))
+        await next_event(client, thread_id, lambda e: e["type"] == "run.started")
+        await client.call("run.interrupt", runId=sent["runId"])
+        ended = await next_event(client, thread_id, lambda e: e.get("runId") == sent["runId"] and e["type"] == f"run.{policy}")
+        assert ended["payload"]["run"]["status"] == policy
 
 
 # -- the supervision primitives -------------------------------------------------------
