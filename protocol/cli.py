@@ -59,13 +59,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
 
     def on_ready(daemon) -> None:
-        print(f"agentd {os.getpid()} listening on {paths.socket}", file=sys.stderr, flush=True)
+        where = f"{paths.socket}" + (f" and {daemon.router.websocket_url}" if daemon.router.websocket_url else "")
+        print(f"agentd {os.getpid()} listening on {where}", file=sys.stderr, flush=True)
         if args.ready_fd is not None:
             os.write(args.ready_fd, b"ready\n")
             os.close(args.ready_fd)
 
     try:
-        options = DaemonOptions(paths=paths, config=config, idle_timeout=args.idle_timeout)
+        options = DaemonOptions(paths=paths, config=config, idle_timeout=args.idle_timeout,
+                                websocket_port=args.websocket_port)
         trio.run(run_daemon, options, on_ready)
     except (DaemonAlreadyRunning, OSError) as exc:
         print(f"agentd: {exc}", file=sys.stderr)
@@ -382,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", parents=[common], help="run the daemon in the foreground")
     p.add_argument("--ready-fd", type=int, help="write 'ready' to this fd once listening")
     p.add_argument("--idle-timeout", type=float, help="seconds an idle provider session lives (default 600)")
+    p.add_argument("--websocket-port", type=int, help="also serve on ws://127.0.0.1:PORT/ (0: any free port)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(fn=cmd_serve)
 

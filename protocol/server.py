@@ -18,7 +18,7 @@ import os
 import socket
 import struct
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
 import msgspec
 import trio
@@ -48,11 +48,15 @@ class Router(Protocol):
     async def dispatch(self, method: str, params: Params, connection: Connection) -> Any: ...
 
 
-class Connection:
-    """One client connection: ordered outbound messages and its own tasks."""
+Sender = Callable[[list[bytes]], Awaitable[None]]
 
-    def __init__(self, stream: trio.abc.Stream, nursery: trio.Nursery, *, peer_pid: int | None = None) -> None:
-        self.stream = stream
+
+class Connection:
+    """One client connection, whatever its transport: ordered outbound
+    messages and tasks that live as long as it does."""
+
+    def __init__(self, sender: Sender, nursery: trio.Nursery, *, peer_pid: int | None = None) -> None:
+        self._sender = sender
         self.nursery = nursery
         self.peer_pid = peer_pid
         self._send, self._outbound = trio.open_memory_channel[bytes](OUTBOUND_QUEUE)
@@ -77,17 +81,46 @@ class Connection:
     async def _write_loop(self) -> None:
         async with self._outbound:
             async for data in self._outbound:
-                # Write what is queued together: one syscall for many small lines.
-                chunks = [data]
-                while len(chunks) < 256:
+                # Hand over what is queued together: one write for many lines.
+                batch = [data]
+                while len(batch) < 256:
                     try:
-                        chunks.append(self._outbound.receive_nowait())
+                        batch.append(self._outbound.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                 try:
-                    await self.stream.send_all(b"".join(chunks))
+                    await self._sender(batch)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     return
+
+
+async def serve_messages(
+    router: Router,
+    messages: AsyncIterator[bytes | framing.LineTooLong],
+    sender: Sender,
+    *,
+    peer_pid: int | None = None,
+) -> None:
+    """Serve JSON-RPC requests from ``messages`` until they end, answering
+    through ``sender``. Shared by the Unix-socket and WebSocket transports."""
+    async with trio.open_nursery() as nursery:
+        connection = Connection(sender, nursery, peer_pid=peer_pid)
+        nursery.start_soon(connection._write_loop)
+        limiter = trio.Semaphore(MAX_INFLIGHT)
+        try:
+            async for message in messages:
+                if isinstance(message, framing.LineTooLong):
+                    error = ParseError(
+                        f"request is longer than {message.limit} bytes and was dropped; send smaller requests",
+                        limit=message.limit,
+                    )
+                    await connection.send(framing.error_response(None, error.to_error()))
+                    continue
+                await limiter.acquire()
+                nursery.start_soon(_serve_request, connection, router, message, limiter)
+        finally:
+            connection.closed.set()
+            nursery.cancel_scope.cancel()
 
 
 def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int, int]:
@@ -110,26 +143,15 @@ async def handle_connection(stream: trio.SocketStream, router: Router) -> None:
         finally:
             await stream.aclose()
         return
-    async with trio.open_nursery() as nursery:
-        connection = Connection(stream, nursery, peer_pid=pid)
-        nursery.start_soon(connection._write_loop)
-        limiter = trio.Semaphore(MAX_INFLIGHT)
-        try:
-            async for line in framing.LineReader(stream).lines():
-                if isinstance(line, framing.LineTooLong):
-                    error = ParseError(
-                        f"request line is longer than {line.limit} bytes and was dropped; send smaller requests",
-                        limit=line.limit,
-                    )
-                    await connection.send(framing.error_response(None, error.to_error()))
-                    continue
-                await limiter.acquire()
-                nursery.start_soon(_serve_request, connection, router, line, limiter)
-        finally:
-            connection.closed.set()
-            nursery.cancel_scope.cancel()
-    with trio.CancelScope(shield=True):
-        await stream.aclose()
+
+    async def send_lines(batch: list[bytes]) -> None:
+        await stream.send_all(b"".join(batch))
+
+    try:
+        await serve_messages(router, framing.LineReader(stream).lines(), send_lines, peer_pid=pid)
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
 
 
 async def _serve_request(connection: Connection, router: Router, line: bytes, limiter: trio.Semaphore) -> None:

@@ -27,6 +27,7 @@ from actors.providers.config import DaemonConfig, ProviderConfig
 from actors.providers.scripted import ScriptedAdapter
 from actors.registry import ThreadRegistry
 from protocol.server import serve_unix
+from protocol.websocket import load_or_create_token, serve_websocket
 from store.db import Store
 from store.hub import EventHub
 from store.reconcile import plan_reconciliation
@@ -54,6 +55,9 @@ class DaemonOptions:
     #: overrides the config's idle timeout of every provider (``--idle-timeout``)
     idle_timeout: float | None = None
     restart_intensity: tuple[int, float] = (3, 60.0)
+    #: serve the protocol over a WebSocket on this loopback port too (0: any free port)
+    websocket_port: int | None = None
+    websocket_host: str = "127.0.0.1"
     #: bound on every provider primitive; None in virtual-time tests
     request_timeout: float | None = 30.0
 
@@ -152,7 +156,22 @@ class Daemon:
             wall_clock=opts.wall_clock, actor_idle_timeout=opts.actor_idle_timeout,
         )
         registry_box.append(registry)
-        router = DaemonRouter(store, hub, registry, sessions, socket_path=str(self.paths.socket))
+        router = self.router = DaemonRouter(store, hub, registry, sessions, socket_path=str(self.paths.socket))
+        children_tail = [ChildSpec("socket-server", partial(serve_unix, self.paths.socket, router))]
+        websocket_port = opts.websocket_port if opts.websocket_port is not None else opts.config.websocket_port
+        if websocket_port is not None:
+            token = load_or_create_token(self.paths.data_dir)
+
+            async def serve_ws(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
+                async with trio.open_nursery() as nursery:
+                    port = await nursery.start(partial(
+                        serve_websocket, router, host=opts.websocket_host, port=websocket_port, token=token,
+                        allowed_origins=opts.config.websocket_origins,
+                    ))
+                    router.websocket_url = f"ws://{opts.websocket_host}:{port}/"
+                    task_status.started()
+
+            children_tail.append(ChildSpec("websocket-server", serve_ws))
 
         async def serve_writer(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
             async with trio.open_nursery() as nursery:
@@ -168,7 +187,7 @@ class Daemon:
                 ChildSpec("store-writer", serve_writer),
                 ChildSpec("thread-registry", registry.serve),
                 ChildSpec("provider-sessions", sessions.serve, stop=lambda: sessions.stop_all("daemon_shutdown")),
-                ChildSpec("socket-server", partial(serve_unix, self.paths.socket, router)),
+                *children_tail,
             ],
             intensity=RestartIntensity(3, 60.0),
         )

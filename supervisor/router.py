@@ -39,6 +39,7 @@ class DaemonRouter:
         self.registry = registry
         self.sessions = sessions
         self.socket_path = socket_path
+        self.websocket_url: str | None = None
         self.started_at = trio.current_time()
 
     async def dispatch(self, method: str, params: wire.Params, connection: Connection) -> Any:
@@ -141,6 +142,7 @@ class DaemonRouter:
             "pid": os.getpid(),
             "uptime": trio.current_time() - self.started_at,
             "socket": self.socket_path,
+            "websocket": self.websocket_url,
             "dataDir": str(self.store.path.parent),
             "lastSeq": self.store.last_seq,
             "loadedActors": self.registry.loaded,

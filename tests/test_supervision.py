@@ -137,6 +137,19 @@ async def test_a_busy_session_is_never_reaped(vdaemon, autojump_clock):
     await next_event(client, idle_thread, lambda e: e["type"] == "session.stopped")
 
 
+async def test_idle_actors_are_retired_and_come_back_on_the_next_command(vdaemon, autojump_clock):
+    """F18: a thread that is not loaded costs no task; its next command loads it."""
+    daemon, client = vdaemon
+    thread_id = (await client.call("thread.create"))["threadId"]
+    await send_and_finish(client, thread_id, "hi")
+    assert thread_id in (await client.call("daemon.status"))["loadedActors"]
+    # Virtual time: the actor's idle deadline (60 s) passes deterministically.
+    await trio.sleep(daemon.options.actor_idle_timeout + 1)
+    assert thread_id not in (await client.call("daemon.status"))["loadedActors"]
+    run = await send_and_finish(client, thread_id, script({"reportHistory": True}))
+    assert run["ordinal"] == 2 and run["status"] == "completed"
+
+
 async def test_run_resume_is_unsupported_with_an_explanation(vdaemon, autojump_clock):
     """F12: no fake success for resuming old execution."""
     daemon, client = vdaemon

@@ -6,6 +6,8 @@ default_provider = "scripted"
 idle_timeout = 600            # seconds a provider session may sit idle
 interrupt_grace = 10          # seconds a provider may take to honour an interrupt
 unsupported_interrupt = "interrupted"   # or "cancelled": runs stopped because the provider cannot interrupt
+websocket_port = 7311         # also serve on ws://127.0.0.1:7311/ (token in <data-dir>/websocket.token)
+websocket_origins = []        # browser origins allowed to connect
 
 [providers.basic]
 kind = "scripted"
@@ -58,11 +60,15 @@ class DaemonConfig:
     interrupt_grace: float = 10.0
     #: what a run becomes when its provider cannot interrupt and its session is stopped instead
     unsupported_interrupt_status: str = "interrupted"
+    #: also serve the protocol on this loopback WebSocket port (None: off)
+    websocket_port: int | None = None
+    #: browser origins allowed to use the WebSocket (none by default)
+    websocket_origins: list[str] = field(default_factory=list)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
 
 
 _PROVIDER_KEYS = {"kind", "capabilities", "idle_timeout", "binary", "args", "env", "model"}
-_DAEMON_KEYS = {"default_provider", "idle_timeout", "interrupt_grace", "unsupported_interrupt"}
+_DAEMON_KEYS = {"default_provider", "idle_timeout", "interrupt_grace", "unsupported_interrupt", "websocket_port", "websocket_origins"}
 _CAPABILITY_NAMES = ", ".join(f.encode_name for f in msgspec.structs.fields(Capabilities))
 
 
@@ -106,6 +112,14 @@ def load_config(path: Path | None) -> DaemonConfig:
             raise fail(line, f"unknown [daemon] key {key!r} (expected one of {sorted(_DAEMON_KEYS)})")
         if key == "idle_timeout":
             config.idle_timeout = _positive_number(value, lambda r: fail(line, f"idle_timeout {r}"))
+        elif key == "websocket_port":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+                raise fail(line, f"websocket_port must be a port number (0 for any free port), not {value!r}")
+            config.websocket_port = value
+        elif key == "websocket_origins":
+            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+                raise fail(line, "websocket_origins must be a list of origins such as \"http://localhost:3000\"")
+            config.websocket_origins = list(value)
         elif key == "interrupt_grace":
             config.interrupt_grace = _positive_number(value, lambda r: fail(line, f"interrupt_grace {r}"))
         elif key == "unsupported_interrupt":
