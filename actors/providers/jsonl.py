@@ -156,7 +156,7 @@ class JsonLinesPeer:
 
 
 async def stop_process(
-    process: trio.Process,
+    process: Any,
     *,
     polite: Callable[[], Awaitable[None]] | None = None,
     grace: float = 2.0,

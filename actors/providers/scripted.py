@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from .base import (
     TurnStarted,
 )
 from .jsonl import JsonLinesPeer, stop_process
+from .transport import ProcessLike, Spawn, spawn_process
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,8 @@ class ScriptedAdapter(ProviderAdapter):
         capabilities: switches; off ones make the agent refuse that primitive.
         request_timeout: bound on every primitive's wait (None: unbounded, for
             virtual-time tests where a timer must not race real process I/O).
+        spawn: how the runtime is started (a real process; a recording or
+            replay in tests).
     """
 
     kind = "scripted"
@@ -78,11 +80,13 @@ class ScriptedAdapter(ProviderAdapter):
         home: Path,
         capabilities: Capabilities | None = None,
         request_timeout: float | None = 30.0,
+        spawn: Spawn = spawn_process,
     ) -> None:
         self.name = name
         self.home = Path(home)
         self.capabilities = capabilities or Capabilities()
         self.request_timeout = request_timeout
+        self.spawn = spawn
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "actors.providers.scripted_agent", "--home", str(self.home)]
@@ -91,16 +95,7 @@ class ScriptedAdapter(ProviderAdapter):
         self.home.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
-        stderr_path = self.home / "stderr.log"
-        with open(stderr_path, "ab") as stderr:
-            process = await trio.lowlevel.open_process(
-                self.command(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                env=env,
-                start_new_session=True,  # a Ctrl-C at the daemon's terminal is the daemon's to handle
-            )
+        process = await self.spawn(self.command(), env=env, cwd=None, stderr_path=self.home / "stderr.log")
         connection = ScriptedConnection(self, process, emit)
         try:
             async with trio.open_nursery() as nursery:
@@ -124,7 +119,7 @@ def _exit_status(returncode: int | None) -> tuple[int | None, int | None]:
 class ScriptedConnection(ProviderConnection):
     """One live scripted-agent process."""
 
-    def __init__(self, adapter: ScriptedAdapter, process: trio.Process, emit: EventSink) -> None:
+    def __init__(self, adapter: ScriptedAdapter, process: ProcessLike, emit: EventSink) -> None:
         self.adapter = adapter
         self.capabilities = adapter.capabilities
         self.loaded_threads: set[str] = set()
