@@ -363,6 +363,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     return trio.run(_with_client, args, go)
 
 
+def cmd_providers(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        providers = (await client.call("providers.list"))["providers"]
+        if args.json:
+            _print_json(providers)
+            return 0
+        for p in providers:
+            state = f"{p.get('version', '?')} at {p.get('binary', '?')}" if p["usable"] else f"UNUSABLE: {p.get('why')}"
+            off = [k for k, v in p["capabilities"].items() if not v]
+            print(f"{p['name']:12} {p['kind']:9} {state}" + (f"  (off: {', '.join(off)})" if off else ""))
+        return 0
+
+    return trio.run(_with_client, args, go)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -438,6 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--after", type=int, default=0)
     p.add_argument("--follow", action="store_true")
     p.set_defaults(fn=cmd_events)
+
+    p = sub.add_parser("providers", parents=[common], help="provider instances, their binaries and capabilities")
+    p.set_defaults(fn=cmd_providers)
 
     p = sub.add_parser("status", parents=[common], help="daemon status")
     p.set_defaults(fn=cmd_status)

@@ -147,6 +147,7 @@ METHODS: dict[str, type[Params]] = {
     "events.subscribe": SubscribeParams,
     "events.unsubscribe": UnsubscribeParams,
     "daemon.status": NoParams,
+    "providers.list": NoParams,
 }
 
 _FIELD = re.compile(r"at `\$\.([A-Za-z0-9_.\[\]]+)`|field `([A-Za-z0-9_]+)`")

@@ -63,29 +63,40 @@ class DaemonOptions:
 
 
 class UnavailableAdapter(ProviderAdapter):
-    """A configured provider whose runtime this agentd cannot drive yet."""
+    """A configured provider whose runtime cannot be used here; every session
+    start fails with the reason, and ``agentd providers`` shows it."""
 
     def __init__(self, config: ProviderConfig, why: str) -> None:
-        from actors.providers.base import Capabilities
-
         self.name = config.name
         self.kind = config.kind
-        self.capabilities = config.capabilities or Capabilities()
+        self.capabilities = config.capabilities
         self.why = why
 
     async def open(self, *, session_id: str, emit: Any, task_status=trio.TASK_STATUS_IGNORED) -> None:
         raise ProviderRuntimeError(f"provider {self.name} ({self.kind}) is unusable: {self.why}")
 
+    async def probe(self) -> dict[str, Any]:
+        return {"usable": False, "why": self.why}
+
 
 def build_adapters(config: DaemonConfig, providers_dir: Path, *, request_timeout: float | None = 30.0) -> dict[str, ProviderAdapter]:
+    """One adapter per configured provider instance."""
     adapters: dict[str, ProviderAdapter] = {}
     for name, provider in config.providers.items():
+        home = providers_dir / name
         if provider.kind == "scripted":
             adapters[name] = ScriptedAdapter(
-                name, home=providers_dir / name, capabilities=provider.capabilities, request_timeout=request_timeout
+                name, home=home, capabilities=provider.capabilities, request_timeout=request_timeout
             )
-        else:
-            adapters[name] = UnavailableAdapter(provider, f"the {provider.kind} adapter is not built into this agentd yet")
+            continue
+        try:
+            if provider.kind == "codex":
+                from actors.providers.codex import CodexAdapter as adapter_class
+            else:
+                from actors.providers.claude import ClaudeAdapter as adapter_class
+            adapters[name] = adapter_class(provider, home=home, request_timeout=request_timeout)
+        except (ImportError, ProviderRuntimeError) as exc:
+            adapters[name] = UnavailableAdapter(provider, str(exc))
     return adapters
 
 

@@ -136,6 +136,16 @@ class DaemonRouter:
             raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
         return {"requests": [to_wire(r) for r in self.store.pending_requests(params.thread_id)]}
 
+    async def _providers_list(self, _params: wire.NoParams, _conn: Connection) -> Any:
+        out = []
+        for adapter in self.sessions.adapters.values():
+            try:
+                probe = await adapter.probe()
+            except Exception as exc:  # noqa: BLE001 - a probe failure is what to show
+                probe = {"usable": False, "why": str(exc)}
+            out.append({**adapter.describe(), **probe})
+        return {"providers": out}
+
     async def _daemon_status(self, _params: wire.NoParams, _conn: Connection) -> Any:
         return {
             "version": VERSION,

@@ -226,6 +226,11 @@ class ProviderAdapter(abc.ABC):
         """What ``agentd providers`` shows for this instance."""
         return {"name": self.name, "kind": self.kind, "capabilities": msgspec.to_builtins(self.capabilities)}
 
+    async def probe(self) -> dict[str, Any]:
+        """Whether the runtime can be used here: ``{"usable": bool, "why"?: str,
+        "binary"?: path, "version"?: str}``. Must not start a session."""
+        return {"usable": True}
+
 
 class SessionHost(abc.ABC):
     """What ThreadActors need from the provider-session manager (supervisor/).

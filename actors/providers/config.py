@@ -49,6 +49,8 @@ class ProviderConfig:
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     model: str | None = None
+    #: argv put before the runtime's command (e.g. a network-namespace launcher in tests)
+    wrapper: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -67,7 +69,7 @@ class DaemonConfig:
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
 
 
-_PROVIDER_KEYS = {"kind", "capabilities", "idle_timeout", "binary", "args", "env", "model"}
+_PROVIDER_KEYS = {"kind", "capabilities", "idle_timeout", "binary", "args", "env", "model", "wrapper"}
 _DAEMON_KEYS = {"default_provider", "idle_timeout", "interrupt_grace", "unsupported_interrupt", "websocket_port", "websocket_origins"}
 _CAPABILITY_NAMES = ", ".join(f.encode_name for f in msgspec.structs.fields(Capabilities))
 
@@ -158,10 +160,11 @@ def load_config(path: Path | None) -> DaemonConfig:
                 if not isinstance(table[key], expected):
                     raise fail(_line_of(text, rf"^\s*{key}\s*="), f"[providers.{name}] {key} must be a string")
                 setattr(provider, key, table[key])
-        if "args" in table:
-            if not (isinstance(table["args"], list) and all(isinstance(a, str) for a in table["args"])):
-                raise fail(_line_of(text, r"^\s*args\s*="), f"[providers.{name}] args must be a list of strings")
-            provider.args = list(table["args"])
+        for key in ("args", "wrapper"):
+            if key in table:
+                if not (isinstance(table[key], list) and all(isinstance(a, str) for a in table[key])):
+                    raise fail(_line_of(text, rf"^\s*{key}\s*="), f"[providers.{name}] {key} must be a list of strings")
+                setattr(provider, key, list(table[key]))
         if "env" in table:
             env = table["env"]
             if not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):

@@ -88,6 +88,9 @@ class ScriptedAdapter(ProviderAdapter):
         self.request_timeout = request_timeout
         self.spawn = spawn
 
+    async def probe(self) -> dict[str, Any]:
+        return {"usable": True, "binary": sys.executable, "version": "built-in"}
+
     def command(self) -> list[str]:
         return [sys.executable, "-m", "actors.providers.scripted_agent", "--home", str(self.home)]
 
