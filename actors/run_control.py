@@ -25,7 +25,7 @@ from protocol.errors import InvalidParams, InvalidState, NotFound
 from store.batch import WriteBatch
 from store.db import struct_copy
 from store.ids import new_id
-from store.records import ConversationMessage, to_wire
+from store.records import ConversationMessage, Effect, to_wire
 
 from .active import ActiveRun, PendingRestart
 from .messages import Command, EffectDone
@@ -43,6 +43,20 @@ class InternalStop:
     """``thread.stop`` sent by a parent's Stop to a delegated child."""
 
     thread_id: str
+
+
+async def stop_delegated_children(registry, thread_id: str) -> None:
+    """``thread.stop`` to every delegated descendant of ``thread_id``,
+    depth-first, each handled by its own actor (no cross-thread lock)."""
+    store = registry.store
+    stack = [c for c in reversed(store.thread_children(thread_id)) if c.relationship_to_parent in DELEGATED]
+    while stack:
+        child = stack.pop()
+        try:
+            await registry.call(child.id, "thread.stop", InternalStop(child.id))
+        except NotFound:
+            continue
+        stack.extend(c for c in reversed(store.thread_children(child.id)) if c.relationship_to_parent in DELEGATED)
 
 
 class RunControlMixin:
@@ -212,8 +226,10 @@ class RunControlMixin:
                 hint = "cancel it with queued-run.cancel" if run.status == "queued" else "it has already ended"
                 raise InvalidState(f"run {run.id} is {run.status}, not running: {hint}", runId=run.id, status=run.status)
         batch = WriteBatch()
+        cascade = None
         if params.hold_queue:
             self._hold_queue(batch)
+            cascade = self._stop_cascade_effect(batch)
         if is_active:
             self._event(batch, "run.interrupt_requested", run_id=active.run.id, node_id=active.root.id, holdQueue=params.hold_queue)
         result = {"runId": params.run_id, "interruptRequested": is_active, "queueHeld": self.thread.queue_held}
@@ -222,8 +238,8 @@ class RunControlMixin:
         committed = await self._commit(batch)
         if is_active:
             self._request_interrupt(active, "interrupted")
-        if params.hold_queue:
-            self._spawn_effect(self._stop_delegated_children)
+        if cascade is not None:
+            self._spawn_effect(self._stop_delegated_children, cascade.id)
         return {**result, "seq": committed.seq}
 
     async def _cmd_thread_stop(self: ThreadActor, command: Command) -> dict[str, Any]:
@@ -235,6 +251,7 @@ class RunControlMixin:
         if active is not None:
             self._event(batch, "run.interrupt_requested", run_id=active.run.id, node_id=active.root.id, holdQueue=True)
         result = {"threadId": self.thread_id, "interruptedRunId": active.run.id if active else None, "queueHeld": True}
+        cascade = self._stop_cascade_effect(batch)
         if command.command_id is not None:
             batch.set_receipt(command.command_id, command.method, result, self.now())
         committed = await self._commit(batch) if batch else None
@@ -243,7 +260,7 @@ class RunControlMixin:
         if not isinstance(command.params, InternalStop):
             # Only the thread the person stopped walks its tree; each child
             # is stopped by its own actor, depth-first.
-            self._spawn_effect(self._stop_delegated_children)
+            self._spawn_effect(self._stop_delegated_children, cascade.id)
         return {**result, "seq": committed.seq if committed else self.store.last_seq}
 
     def _hold_queue(self: ThreadActor, batch: WriteBatch) -> None:
@@ -251,17 +268,24 @@ class RunControlMixin:
             self._set_thread(batch, queue_held=True)
             self._event(batch, "thread.queue_held", queuedRunIds=[r.id for r in self.queued])
 
-    async def _stop_delegated_children(self: ThreadActor) -> None:
-        """``thread.stop`` to every delegated descendant, depth-first."""
-        stack = [c for c in reversed(self.store.thread_children(self.thread_id)) if c.relationship_to_parent in DELEGATED]
-        while stack:
-            child = stack.pop()
-            try:
-                await self.registry.call(child.id, "thread.stop", InternalStop(child.id))
-            except NotFound:
-                continue
-            grandchildren = self.store.thread_children(child.id)
-            stack.extend(c for c in reversed(grandchildren) if c.relationship_to_parent in DELEGATED)
+    def _stop_cascade_effect(self: ThreadActor, batch: WriteBatch) -> Effect:
+        """The outbox entry for stopping delegated children: replay-safe, so a
+        restart before it finished runs it again."""
+        effect = Effect(id=new_id("eff"), kind="thread.stop_children", thread_id=self.thread_id,
+                        payload={"threadId": self.thread_id}, replay_safe=True, created_at=self.now())
+        batch.put(effect)
+        return effect
+
+    async def _stop_delegated_children(self: ThreadActor, effect_id: str) -> None:
+        await stop_delegated_children(self.registry, self.thread_id)
+
+        async def settle(actor: ThreadActor) -> None:
+            batch = WriteBatch()
+            actor._settle_effect(batch, effect_id, "done")
+            if batch:
+                await actor._commit(batch)
+
+        await self._post(EffectDone(settle))
 
     async def _cmd_thread_queue_release(self: ThreadActor, command: Command) -> dict[str, Any]:
         if not self.thread.queue_held:
@@ -306,6 +330,7 @@ class RunControlMixin:
             batch.put(struct_copy(root, status="cancelled", summary=reason, ended_at=now))
         if message is not None and message_status:
             batch.put(struct_copy(message, status=message_status))
+        self._settle_effect(batch, "eff_" + run.id.partition("_")[2], "retired", reason=reason)
         batch.put(run)
         self._event(batch, "run.cancelled", run_id=run.id, node_id=run.root_node_id, run=to_wire(run))
 

@@ -37,6 +37,7 @@ from store.records import (
     AppThread,
     ContextHandoff,
     ConversationMessage,
+    Effect,
     ExecutionNode,
     ProviderThread,
     ProviderTurn,
@@ -71,6 +72,11 @@ if TYPE_CHECKING:
     from .registry import ThreadRegistry
 
 log = logging.getLogger(__name__)
+
+
+def turn_start_effect_id(run_id: str) -> str:
+    """The outbox entry of a run's turn start: one per run, found by its id."""
+    return "eff_" + run_id.partition("_")[2]
 
 MAILBOX_SIZE = 1024
 TEXT_FLUSH_INTERVAL = 0.05  # seconds a delta may wait before it is durable
@@ -217,6 +223,12 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
         self.thread = struct_copy(self.thread, updated_at=self.now(), **changes)
         batch.put(self.thread)
 
+    def _settle_effect(self, batch: WriteBatch, effect_id: str, status: str, *, reason: str | None = None) -> None:
+        """Close an outbox entry (if it is still pending)."""
+        effect = self.store.get("effects", effect_id)
+        if effect is not None and effect.status == "pending":
+            batch.put(struct_copy(effect, status=status, reason=reason))
+
     def _thread_run(self, run_id: str) -> Run:
         """A run of this thread from the store (NotFound-safe for commands)."""
         from protocol.errors import NotFound
@@ -309,6 +321,10 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
         )
         self._set_thread(batch, run_count=ordinal, provider=provider)
         batch.put_all(message, run, root, attempt)
+        # The outbox entry for "send this run to the provider": process-bound,
+        # so a restart retires it with a reason instead of sending it later.
+        batch.put(Effect(id=turn_start_effect_id(run_id), kind="provider.turn_start", thread_id=self.thread_id,
+                         payload={"runId": run_id}, replay_safe=False, created_at=now))
         self._event(batch, "message.created", run_id=run_id, message=to_wire(message))
         self._event(batch, "run.queued", run_id=run_id, node_id=node_id, run=to_wire(run), dispatchMode=dispatch_mode)
         return run, message
@@ -486,6 +502,7 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
         message = struct_copy(active.user_message, status="complete")
         batch = WriteBatch()
         batch.put_all(turn, attempt, root, run, message)
+        self._settle_effect(batch, turn_start_effect_id(run.id), "done")
         self._set_thread(batch, status="running", active_run_id=run.id)
         self._event(batch, "run.started", run_id=run.id, node_id=root.id, run=to_wire(run), attempt=to_wire(attempt))
         self._event(batch, "root_turn.started", run_id=run.id, node_id=root.id, node=to_wire(root), providerTurnId=turn.id)
@@ -719,6 +736,7 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
             batch.put(pt)
             self.provider_thread = pt
         batch.put(run)
+        self._settle_effect(batch, turn_start_effect_id(run.id), "done" if run.started_at else "retired", reason=reason)
         self._set_thread(batch, status="idle", active_run_id=None)
         self._event(batch, f"run.{status}", run_id=run.id, node_id=active.root.id, run=to_wire(run))
         await self._commit(batch)

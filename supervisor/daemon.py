@@ -206,6 +206,7 @@ class Daemon:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.supervisor.serve)
                 log.info("agentd listening on %s (data dir %s)", self.paths.socket, self.paths.data_dir)
+                nursery.start_soon(self._replay_effects, store, registry)
                 task_status.started(self)
                 await self._shutdown.wait()
                 self.supervisor.request_stop()
@@ -216,6 +217,25 @@ class Daemon:
         config = self.options.config
         default = self.options.idle_timeout if self.options.idle_timeout is not None else config.idle_timeout
         return {name: p.idle_timeout or default for name, p in config.providers.items()}
+
+    async def _replay_effects(self, store: Store, registry: ThreadRegistry) -> None:
+        """Run again the replay-safe effects a previous instance did not
+        finish (process-bound ones were retired by reconciliation)."""
+        from actors.run_control import stop_delegated_children
+        from store.batch import WriteBatch
+        from store.db import struct_copy
+
+        for effect in store.open_effects():
+            if not effect.replay_safe:
+                continue
+            if effect.kind == "thread.stop_children":
+                await stop_delegated_children(registry, effect.payload["threadId"])
+                status, reason = "done", "replayed after restart"
+            else:
+                status, reason = "retired", f"no runner for {effect.kind} in this agentd"
+            batch = WriteBatch()
+            batch.put(struct_copy(effect, status=status, reason=reason))
+            await store.commit(batch)
 
     async def _reconcile(self, store: Store) -> None:
         # End runtimes a previous instance left behind, but only the very

@@ -61,6 +61,7 @@ async def test_sigkill_during_a_hanging_tool_gives_the_exact_f12_states(data_dir
             reconciled = await wait_event(client, lambda e: e["type"] == "daemon.reconciled")
             assert reconciled["payload"]["runs_interrupted"] == 2
             assert reconciled["payload"]["messages_not_sent"] == 1
+            assert reconciled["payload"]["effects_retired"] == 1, "the queued run's turn start is retired, not sent"
 
             with pytest.raises(Exception) as info:
                 await client.call("run.resume", runId=running["runId"])
