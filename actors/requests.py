@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from protocol.errors import InvalidParams, InvalidState, NotResumable
+from protocol.errors import InvalidParams, InvalidState, NotFound, NotResumable
 from store.batch import WriteBatch
 from store.db import struct_copy
 from store.ids import new_id
@@ -71,8 +71,6 @@ class RequestsMixin:
     def _pending_request(self: ThreadActor, request_id: str, kind: str) -> RuntimeRequest:
         request = self.store.get("requests", request_id)
         if request is None or request.thread_id != self.thread_id:
-            from protocol.errors import NotFound
-
             raise NotFound(f"no request {request_id}; list pending requests with thread.requests", requestId=request_id)
         if request.kind != kind:
             method = "approval.respond" if request.kind == "approval" else "user-input.respond"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
-from protocol.errors import AgentdError, InternalError, InvalidParams, InvalidState, Unsupported
+from protocol.errors import AgentdError, InternalError, InvalidParams, InvalidState, NotFound, Unsupported
 from store.batch import WriteBatch
 from store.db import Store, struct_copy
 from store.hub import EventHub
@@ -231,8 +231,6 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
 
     def _thread_run(self, run_id: str) -> Run:
         """A run of this thread from the store (NotFound-safe for commands)."""
-        from protocol.errors import NotFound
-
         run = self.store.run(run_id)
         if run is None or run.thread_id != self.thread_id:
             raise NotFound(f"no run {run_id} in thread {self.thread_id}", runId=run_id)
