@@ -66,7 +66,10 @@ class RequestsMixin:
         await self._commit(batch)
         active.run = run
         active.requests[request.id] = request
-        active.nodes.setdefault(event.item_id or request.id, node)
+        # A node made for the request is keyed by the request; the provider's
+        # own request item keeps its item id.
+        key = event.item_id if node.provider_item_id is not None and event.item_id else request.id
+        active.nodes.setdefault(key, node)
 
     def _pending_request(self: ThreadActor, request_id: str, kind: str) -> RuntimeRequest:
         request = self.store.get("requests", request_id)

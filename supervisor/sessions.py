@@ -31,7 +31,7 @@ from store.ids import new_id
 from store.records import ProviderSession, to_wire
 
 from .procinfo import process_start_ticks
-from .tree import RestartIntensity
+from .tree import RestartIntensity, unwrap
 
 log = logging.getLogger(__name__)
 
@@ -184,13 +184,16 @@ class ProviderSessionManager(SessionHost):
         assert self._nursery is not None, "session manager is not serving"
         try:
             conn = await self._nursery.start(self._run_session, live)
-        except BaseException as exc:
+        except BaseException as group:
+            exc = unwrap(group)
             if self._live.get(thread_id) is live:
                 del self._live[thread_id]
             reason = f"start_failed: {exc}"
             with trio.CancelScope(shield=True):
                 await self._save(struct_copy(live.record, status="error", reason=reason, stopped_at=self.now()), "session.error")
-            if isinstance(exc, Exception) and not isinstance(exc, ProviderRuntimeError):
+            if isinstance(exc, ProviderRuntimeError):
+                raise exc from None
+            if isinstance(exc, Exception):
                 raise ProviderRuntimeError(f"{adapter.name} could not start: {exc}") from exc
             raise
         return live.record.id, conn

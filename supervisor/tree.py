@@ -140,7 +140,7 @@ class Supervisor:
                     except Exception as exc:  # noqa: BLE001 - judged by the restart type
                         if first:
                             raise
-                        error = _unwrap(exc)
+                        error = unwrap(exc)
                         log.exception("child %s crashed", spec.name)
                     if spec.restart is Restart.TEMPORARY:
                         return
@@ -155,7 +155,7 @@ class Supervisor:
             running.finished.set()
 
 
-def _unwrap(exc: BaseException) -> BaseException:
+def unwrap(exc: BaseException) -> BaseException:
     """The lone error inside nested single-exception groups (trio nurseries
     wrap what their children raise)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:

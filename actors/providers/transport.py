@@ -200,6 +200,7 @@ class _ReplaySend(trio.abc.SendStream):
 
     async def aclose(self) -> None:
         self.replay.stdin_closed = True
+        self.replay.outbound.close()  # end of input: the replay's polite stop
         await trio.lowlevel.checkpoint()
 
 

@@ -1,0 +1,1217 @@
+"""Adapter for OpenAI Codex: one ``codex app-server`` process per session.
+
+``codex app-server`` speaks JSON-RPC-shaped lines without the ``"jsonrpc"``
+field over stdio (the framing of :class:`JsonLinesPeer`). The handshake is the
+request ``initialize {clientInfo, capabilities: {experimentalApi: true}}``
+followed by the notification ``initialized``. Then:
+
+=========================  ==================================================
+agentd                     codex
+=========================  ==================================================
+ProviderThread             a codex thread id (``thread/start``, stored under
+                           ``$CODEX_HOME/sessions``; ``thread/resume`` loads
+                           it into a fresh process)
+ProviderTurn               a turn id (``turn/start``)
+steer_turn                 ``turn/steer {threadId, expectedTurnId, input}``
+interrupt_turn             ``turn/interrupt`` — only an acknowledgement: the
+                           turn ends when ``turn/completed`` says
+                           ``interrupted``
+fork_thread                ``thread/fork {threadId, lastTurnId}``
+list_turns                 ``thread/turns/list`` (paged, oldest first)
+rollback_thread            ``thread/revert {threadId, beforeTurnId}``
+approvals                  ``item/commandExecution/requestApproval``,
+                           ``item/fileChange/requestApproval``,
+                           ``item/permissions/requestApproval`` and the legacy
+                           ``execCommandApproval`` / ``applyPatchApproval``
+questions                  ``item/tool/requestUserInput`` — Codex offers its
+                           ``request_user_input`` tool only in *plan* mode: a
+                           message starting with ``/plan`` starts its turn
+                           with ``collaborationMode: {mode: "plan"}``
+=========================  ==================================================
+
+Every params/result shape the adapter sends or reads is a msgspec Struct
+below, named after its definition in the JSON schema the pinned binary
+generates (``codex app-server generate-json-schema --experimental``);
+``tests/test_codex_replay.py`` checks them against a freshly generated schema.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import re
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar
+
+import msgspec
+import trio
+
+from .base import (
+    Capabilities,
+    EventSink,
+    ItemCompleted,
+    ItemStarted,
+    NativeThreadMissing,
+    PlanUpdated,
+    ProviderAdapter,
+    ProviderConnection,
+    ProviderRuntimeError,
+    RequestOpened,
+    ResumeInfo,
+    RuntimeWarning_,
+    TextDelta,
+    TurnCompleted,
+    TurnStarted,
+)
+from .config import ProviderConfig
+from .jsonl import JsonLinesPeer, stop_process
+from .transport import ProcessLike, Spawn, spawn_process
+
+log = logging.getLogger(__name__)
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+#: where ``.ci/run`` installs the pinned runtime (``npm ci --prefix tests/integration/runtimes``)
+PROJECT_LOCAL_BINARY = _REPO_ROOT / "tests" / "integration" / "runtimes" / "node_modules" / ".bin" / "codex"
+
+#: versions this adapter was checked against (inclusive lower bound, exclusive upper bound)
+SUPPORTED_VERSIONS = ((0, 169, 0), (0, 172, 0))
+SUPPORTED_TEXT = "0.169–0.171"
+CLIENT_NAME = "agentd"
+CLIENT_VERSION = "0.1.0"
+PROBE_TIMEOUT = 20.0
+PLAN_PREFIX = "/plan"
+MAX_DETAIL_TEXT = 64 * 1024
+
+#: notifications agentd has no use for: codex does not send them at all
+OPT_OUT_NOTIFICATIONS = [
+    "thread/tokenUsage/updated",
+    "account/rateLimits/updated",
+    "thread/readState/changed",
+    "remoteControl/status/changed",
+    "item/commandExecution/outputDelta",
+    "item/fileChange/outputDelta",
+    "item/reasoning/summaryTextDelta",
+    "item/reasoning/summaryPartAdded",
+    "item/reasoning/textDelta",
+    "item/plan/delta",
+]
+
+#: codex ThreadItem types -> agentd node kinds (None: not a node of the run)
+ITEM_TYPES: dict[str, str | None] = {
+    "userMessage": None,  # the app already has the user's message
+    "hookPrompt": None,
+    "agentMessage": "agent_message",
+    "reasoning": "reasoning",
+    "commandExecution": "command_execution",
+    "fileChange": "file_change",
+    "mcpToolCall": "mcp_tool_call",
+    "dynamicToolCall": "tool",
+    "functionCallOutput": "tool",
+    "webSearch": "tool",
+    "imageView": "tool",
+    "imageGeneration": "tool",
+    "sleep": "tool",
+    "collabAgentToolCall": "subagent",
+    "subAgentActivity": "subagent",
+    "plan": "plan",
+    "contextCompaction": "context_compaction",
+    "enteredReviewMode": "review",
+    "exitedReviewMode": "review",
+}
+
+#: codex item statuses at item/completed -> agentd node statuses
+ITEM_STATUSES = {
+    "completed": "completed",
+    "failed": "failed",
+    "declined": "cancelled",
+    "interrupted": "interrupted",
+    "inProgress": "incomplete",
+}
+
+#: server requests that are approvals, and the kind of thing each approves
+APPROVAL_METHODS = {
+    "item/commandExecution/requestApproval": "command",
+    "item/fileChange/requestApproval": "file_change",
+    "item/permissions/requestApproval": "permissions",
+    "execCommandApproval": "command",
+    "applyPatchApproval": "file_change",
+}
+USER_INPUT_METHOD = "item/tool/requestUserInput"
+
+_MISSING_THREAD = re.compile(
+    r"no rollout found|thread not found|invalid session id|failed to (read|load)|session metadata|is empty|"
+    r"corrupt|could not parse|not a valid",
+    re.IGNORECASE,
+)
+
+
+# -- typed protocol shapes (only what the adapter uses) --------------------------------------
+#
+# ``__schema__`` names the definition in the generated schema bundle
+# (``codex_app_server_protocol.schemas.json``; ``v2/`` for its v2 section);
+# ``__direction__`` says whether agentd sends it ("out") or reads it ("in").
+
+
+class _Wire(msgspec.Struct, kw_only=True, omit_defaults=True):
+    __schema__: ClassVar[str]
+    __direction__: ClassVar[str]
+
+
+class ClientInfo(_Wire, kw_only=True):
+    __schema__ = "ClientInfo"
+    __direction__ = "out"
+    name: str
+    version: str
+
+
+class InitializeCapabilities(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "InitializeCapabilities"
+    __direction__ = "out"
+    experimental_api: bool
+    opt_out_notification_methods: list[str] | None = None
+
+
+class InitializeParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "InitializeParams"
+    __direction__ = "out"
+    client_info: ClientInfo
+    capabilities: InitializeCapabilities
+
+
+class InitializeResponse(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "InitializeResponse"
+    __direction__ = "in"
+    user_agent: str
+    codex_home: str | None = None
+
+
+class ThreadStartParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/ThreadStartParams"
+    __direction__ = "out"
+    cwd: str | None = None
+    model: str | None = None
+
+
+class ThreadResumeParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/ThreadResumeParams"
+    __direction__ = "out"
+    thread_id: str
+    cwd: str | None = None
+    model: str | None = None
+    exclude_turns: bool
+
+
+class ThreadForkParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/ThreadForkParams"
+    __direction__ = "out"
+    thread_id: str
+    last_turn_id: str | None = None
+    exclude_turns: bool
+
+
+class ThreadTurnsListParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/ThreadTurnsListParams"
+    __direction__ = "out"
+    thread_id: str
+    cursor: str | None = None
+    limit: int | None = None
+    sort_direction: str | None = None
+    items_view: str | None = None
+
+
+class ThreadRevertParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/ThreadRevertParams"
+    __direction__ = "out"
+    thread_id: str
+    before_turn_id: str
+
+
+class TextUserInput(_Wire, kw_only=True, omit_defaults=False):
+    """The ``text`` variant of ``UserInput`` (checked as ``TextUserInput``)."""
+
+    __schema__ = "v2/UserInput#TextUserInput"
+    __direction__ = "out"
+    type: str = "text"
+    text: str
+
+
+class CollaborationSettings(_Wire, kw_only=True):
+    __schema__ = "v2/Settings"
+    __direction__ = "out"
+    model: str
+
+
+class CollaborationMode(_Wire, kw_only=True):
+    __schema__ = "v2/CollaborationMode"
+    __direction__ = "out"
+    mode: str
+    settings: CollaborationSettings
+
+
+class TurnStartParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/TurnStartParams"
+    __direction__ = "out"
+    thread_id: str
+    input: list[TextUserInput]
+    cwd: str | None = None
+    collaboration_mode: CollaborationMode | None = None
+
+
+class TurnSteerParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/TurnSteerParams"
+    __direction__ = "out"
+    thread_id: str
+    expected_turn_id: str
+    input: list[TextUserInput]
+
+
+class TurnInterruptParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/TurnInterruptParams"
+    __direction__ = "out"
+    thread_id: str
+    turn_id: str
+
+
+class ThreadRef(_Wire, kw_only=True):
+    __schema__ = "v2/Thread"
+    __direction__ = "in"
+    id: str
+
+
+class ThreadStartResponse(_Wire, kw_only=True):
+    __schema__ = "v2/ThreadStartResponse"
+    __direction__ = "in"
+    thread: ThreadRef
+    model: str
+
+
+class ThreadResumeResponse(_Wire, kw_only=True):
+    __schema__ = "v2/ThreadResumeResponse"
+    __direction__ = "in"
+    thread: ThreadRef
+    model: str
+
+
+class ThreadForkResponse(_Wire, kw_only=True):
+    __schema__ = "v2/ThreadForkResponse"
+    __direction__ = "in"
+    thread: ThreadRef
+
+
+class TurnError(_Wire, kw_only=True):
+    __schema__ = "v2/TurnError"
+    __direction__ = "in"
+    message: str
+
+
+class Turn(_Wire, kw_only=True):
+    __schema__ = "v2/Turn"
+    __direction__ = "in"
+    id: str
+    status: str
+    items: list[dict[str, Any]] = []
+    error: TurnError | None = None
+
+
+class TurnStartResponse(_Wire, kw_only=True):
+    __schema__ = "v2/TurnStartResponse"
+    __direction__ = "in"
+    turn: Turn
+
+
+class TurnSteerResponse(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/TurnSteerResponse"
+    __direction__ = "in"
+    turn_id: str
+
+
+class ThreadTurnsListResponse(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/ThreadTurnsListResponse"
+    __direction__ = "in"
+    data: list[Turn]
+    next_cursor: str | None = None
+
+
+class TurnNotification(_Wire, kw_only=True, rename="camel"):
+    """``turn/started`` and ``turn/completed``."""
+
+    __schema__ = "v2/TurnCompletedNotification"
+    __direction__ = "in"
+    thread_id: str
+    turn: Turn
+
+
+class ItemNotification(_Wire, kw_only=True, rename="camel"):
+    """``item/started`` and ``item/completed``."""
+
+    __schema__ = "v2/ItemCompletedNotification"
+    __direction__ = "in"
+    thread_id: str
+    turn_id: str
+    item: dict[str, Any]
+
+
+class AgentMessageDeltaNotification(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/AgentMessageDeltaNotification"
+    __direction__ = "in"
+    thread_id: str
+    turn_id: str
+    item_id: str
+    delta: str
+
+
+class TurnPlanStep(_Wire, kw_only=True):
+    __schema__ = "v2/TurnPlanStep"
+    __direction__ = "in"
+    step: str
+    status: str
+
+
+class TurnPlanUpdatedNotification(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/TurnPlanUpdatedNotification"
+    __direction__ = "in"
+    thread_id: str
+    turn_id: str
+    plan: list[TurnPlanStep]
+    explanation: str | None = None
+
+
+class TurnDiffUpdatedNotification(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/TurnDiffUpdatedNotification"
+    __direction__ = "in"
+    thread_id: str
+    turn_id: str
+    diff: str
+
+
+class ErrorNotification(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/ErrorNotification"
+    __direction__ = "in"
+    thread_id: str
+    turn_id: str
+    error: TurnError
+    will_retry: bool
+
+
+class WarningNotification(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/WarningNotification"
+    __direction__ = "in"
+    message: str
+    thread_id: str | None = None
+
+
+class ServerRequestResolvedNotification(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/ServerRequestResolvedNotification"
+    __direction__ = "in"
+    thread_id: str
+    request_id: int | str
+
+
+class CommandExecutionRequestApprovalParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "CommandExecutionRequestApprovalParams"
+    __direction__ = "in"
+    thread_id: str
+    turn_id: str
+    item_id: str
+    command: str | None = None
+    cwd: str | None = None
+    reason: str | None = None
+
+
+class FileChangeRequestApprovalParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "FileChangeRequestApprovalParams"
+    __direction__ = "in"
+    thread_id: str
+    turn_id: str
+    item_id: str
+    reason: str | None = None
+    grant_root: str | None = None
+
+
+class PermissionsRequestApprovalParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "PermissionsRequestApprovalParams"
+    __direction__ = "in"
+    thread_id: str
+    turn_id: str
+    item_id: str
+    cwd: str
+    permissions: dict[str, Any]
+    reason: str | None = None
+
+
+class ExecCommandApprovalParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "ExecCommandApprovalParams"
+    __direction__ = "in"
+    conversation_id: str
+    call_id: str
+    command: list[str]
+    cwd: str
+    reason: str | None = None
+
+
+class ApplyPatchApprovalParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "ApplyPatchApprovalParams"
+    __direction__ = "in"
+    conversation_id: str
+    call_id: str
+    file_changes: dict[str, Any]
+    reason: str | None = None
+
+
+class ToolRequestUserInputOption(_Wire, kw_only=True):
+    __schema__ = "ToolRequestUserInputOption"
+    __direction__ = "in"
+    label: str
+    description: str = ""
+
+
+class ToolRequestUserInputQuestion(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "ToolRequestUserInputQuestion"
+    __direction__ = "in"
+    id: str
+    header: str
+    question: str
+    options: list[ToolRequestUserInputOption] | None = None
+    is_other: bool = False
+    is_secret: bool = False
+
+
+class ToolRequestUserInputParams(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "ToolRequestUserInputParams"
+    __direction__ = "in"
+    thread_id: str
+    turn_id: str
+    item_id: str
+    questions: list[ToolRequestUserInputQuestion]
+
+
+class CommandExecutionRequestApprovalResponse(_Wire, kw_only=True):
+    __schema__ = "CommandExecutionRequestApprovalResponse"
+    __direction__ = "out"
+    decision: str  # accept | decline
+
+
+class FileChangeRequestApprovalResponse(_Wire, kw_only=True):
+    __schema__ = "FileChangeRequestApprovalResponse"
+    __direction__ = "out"
+    decision: str  # accept | decline
+
+
+class PermissionsRequestApprovalResponse(_Wire, kw_only=True):
+    __schema__ = "PermissionsRequestApprovalResponse"
+    __direction__ = "out"
+    permissions: dict[str, Any]
+    scope: str = "turn"
+
+
+class ReviewDecisionResponse(_Wire, kw_only=True):
+    """``ExecCommandApprovalResponse`` / ``ApplyPatchApprovalResponse``:
+    ``"approved"`` or ``{"denied": {"rejection": …}}``."""
+
+    __schema__ = "ExecCommandApprovalResponse"
+    __direction__ = "out"
+    decision: str | dict[str, Any]
+
+
+class ToolRequestUserInputAnswer(_Wire, kw_only=True):
+    __schema__ = "ToolRequestUserInputAnswer"
+    __direction__ = "out"
+    answers: list[str]
+
+
+class ToolRequestUserInputResponse(_Wire, kw_only=True):
+    __schema__ = "ToolRequestUserInputResponse"
+    __direction__ = "out"
+    answers: dict[str, ToolRequestUserInputAnswer]
+
+
+#: every typed shape, for the schema-drift test
+WIRE_STRUCTS: tuple[type[_Wire], ...] = tuple(
+    cls for cls in list(globals().values()) if isinstance(cls, type) and issubclass(cls, _Wire) and cls is not _Wire
+)
+
+#: the methods the adapter calls, and the server requests and notifications it handles
+CLIENT_METHODS = (
+    "initialize", "thread/start", "thread/resume", "thread/fork", "thread/turns/list", "thread/revert",
+    "turn/start", "turn/steer", "turn/interrupt",
+)
+CLIENT_NOTIFICATIONS = ("initialized",)
+SERVER_REQUESTS = (*APPROVAL_METHODS, USER_INPUT_METHOD)
+SERVER_NOTIFICATIONS = (
+    "turn/started", "turn/completed", "item/started", "item/completed", "item/agentMessage/delta",
+    "turn/plan/updated", "turn/diff/updated", "error", "warning", "configWarning", "deprecationNotice",
+    "serverRequest/resolved",
+)
+
+_encode = msgspec.to_builtins
+
+
+def _decode(shape: type[msgspec.Struct], data: Any, what: str) -> Any:
+    try:
+        return msgspec.convert(data, shape)
+    except msgspec.ValidationError as exc:
+        raise ProviderRuntimeError(f"codex sent an unexpected {what}: {exc}") from exc
+
+
+# -- locating the binary ------------------------------------------------------------------------
+
+_NATIVE_TRIPLES = {
+    ("Linux", "x86_64"): ("x86_64-unknown-linux-musl", "@openai/codex-linux-x64"),
+    ("Linux", "aarch64"): ("aarch64-unknown-linux-musl", "@openai/codex-linux-arm64"),
+    ("Darwin", "x86_64"): ("x86_64-apple-darwin", "@openai/codex-darwin-x64"),
+    ("Darwin", "arm64"): ("aarch64-apple-darwin", "@openai/codex-darwin-arm64"),
+}
+
+
+def native_binary(path: Path) -> tuple[Path, dict[str, str]]:
+    """The native executable behind the npm package's ``bin/codex.js``.
+
+    The npm launcher is a node script that, on node < 22.15, runs the native
+    binary as a *child*: signals to the launcher's pid would then leave the
+    real runtime behind. Running the native binary directly gives one pid
+    that is the runtime. Returns ``(path, extra env)``; ``path`` unchanged if
+    it is not the npm launcher or the native binary is not there.
+    """
+    real = path.resolve()
+    if real.name != "codex.js" or real.parent.name != "bin":
+        return path, {}
+    package_root = real.parent.parent  # …/node_modules/@openai/codex
+    found = _NATIVE_TRIPLES.get((platform.system(), platform.machine()))
+    if found is None:
+        return path, {}
+    triple, platform_package = found
+    node_modules = package_root.parent.parent
+    for vendor in (node_modules / platform_package / "vendor", package_root / "vendor"):
+        candidate = vendor / triple / "bin" / "codex"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate, {"CODEX_MANAGED_PACKAGE_ROOT": str(package_root), "CODEX_MANAGED_BY_NPM": "1"}
+    return path, {}
+
+
+def find_binary(configured: str | None, env: dict[str, str] | None = None) -> Path:
+    """``configured`` (a path or a name on PATH), else ``codex`` on PATH, else
+    the project-local install.
+
+    Raises:
+        ProviderRuntimeError: none of them exists.
+    """
+    search_path = (env or os.environ).get("PATH")
+    if configured:
+        found = shutil.which(configured, path=search_path) if os.sep not in configured else configured
+        if found and Path(found).is_file() and os.access(found, os.X_OK):
+            return Path(found)
+        raise ProviderRuntimeError(f"codex binary not found: {configured} (from the provider's binary setting)")
+    found = shutil.which("codex", path=search_path)
+    if found:
+        return Path(found)
+    if PROJECT_LOCAL_BINARY.exists() and os.access(PROJECT_LOCAL_BINARY, os.X_OK):
+        return PROJECT_LOCAL_BINARY
+    raise ProviderRuntimeError(
+        f"codex binary not found: not configured, no codex on PATH, and no {PROJECT_LOCAL_BINARY} "
+        "(install it with: npm ci --prefix tests/integration/runtimes)"
+    )
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def version_problem(version: tuple[int, int, int] | None) -> str | None:
+    """Why ``version`` cannot be used, or None if it is supported."""
+    if version is None:
+        return "could not tell which codex version this is"
+    low, high = SUPPORTED_VERSIONS
+    text = ".".join(map(str, version))
+    if version < low:
+        return f"codex {text} is older than this agentd supports ({SUPPORTED_TEXT}); upgrade codex"
+    if version >= high:
+        return f"codex {text} is newer than this agentd was checked against ({SUPPORTED_TEXT}); pin a supported codex"
+    return None
+
+
+# -- the adapter ----------------------------------------------------------------------------------------
+
+
+class CodexAdapter(ProviderAdapter):
+    """A ``kind = "codex"`` provider instance.
+
+    Capabilities are all native: steer (``turn/steer``), native fork
+    (``thread/fork``), interrupt (``turn/interrupt``), rollback
+    (``thread/revert``), empty threads (``thread/start``) and structured
+    questions — the last only in Codex's plan mode, which a message starting
+    with ``/plan`` selects; in default mode Codex asks in plain text.
+
+    Args:
+        config: the ``[providers.NAME]`` table.
+        home: agentd's directory for this instance (``stderr.log`` goes here).
+            Codex keeps its own state in ``CODEX_HOME`` (``env`` in the
+            config, else the process's, else ``~/.codex`` — the person's own
+            login and sessions).
+        request_timeout: bound on every primitive's wait.
+        spawn: how the runtime is started (a recording or replay in tests).
+
+    Raises:
+        ProviderRuntimeError: no codex binary can be found.
+    """
+
+    kind = "codex"
+
+    def __init__(
+        self,
+        config: ProviderConfig,
+        *,
+        home: Path,
+        request_timeout: float | None = 30.0,
+        spawn: Spawn = spawn_process,
+    ) -> None:
+        self.name = config.name
+        self.config = config
+        self.home = Path(home)
+        self.capabilities = config.capabilities or Capabilities()
+        self.request_timeout = request_timeout
+        self.spawn = spawn
+        env = {**os.environ, **config.env}
+        self.binary = find_binary(config.binary, env)
+        self.executable, self._launcher_env = native_binary(self.binary)
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self._launcher_env)
+        env.update(self.config.env)
+        if "CODEX_HOME" not in env:
+            env["CODEX_HOME"] = str(Path(env.get("HOME") or Path.home()) / ".codex")
+        return env
+
+    def command(self) -> list[str]:
+        return [*self.config.wrapper, str(self.executable), "app-server", *self.config.args]
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "binary": str(self.binary)}
+
+    async def probe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"binary": str(self.binary)}
+        try:
+            with trio.fail_after(PROBE_TIMEOUT):
+                result = await trio.run_process(
+                    [str(self.executable), "--version"], capture_stdout=True, capture_stderr=True,
+                    env=self.environment(), check=False,
+                )
+        except trio.TooSlowError:
+            return {**info, "usable": False, "why": f"codex --version did not answer within {PROBE_TIMEOUT:g}s"}
+        except OSError as exc:
+            return {**info, "usable": False, "why": f"codex cannot be run: {exc}"}
+        output = result.stdout.decode(errors="replace").strip()
+        if result.returncode != 0:
+            err = result.stderr.decode(errors="replace").strip().splitlines()
+            return {**info, "usable": False, "why": f"codex --version failed (exit {result.returncode}): {err[-1] if err else ''}"}
+        version = parse_version(output)
+        info["version"] = ".".join(map(str, version)) if version else output
+        problem = version_problem(version)
+        if problem:
+            return {**info, "usable": False, "why": problem}
+        return {**info, "usable": True}
+
+    async def open(self, *, session_id: str, emit: EventSink, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        stderr_path = self.home / "stderr.log"
+        offset = stderr_path.stat().st_size if stderr_path.exists() else 0
+        process = await self.spawn(self.command(), env=self.environment(), cwd=None, stderr_path=stderr_path)
+        connection = CodexConnection(self, process, emit)
+        failure: ProviderRuntimeError | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(connection._serve_output)
+                try:
+                    await connection._initialize()
+                except ProviderRuntimeError as exc:
+                    # Raised below, outside this nursery: the caller gets the
+                    # error itself, not an exception group around it.
+                    failure = ProviderRuntimeError(
+                        f"codex app-server did not start: {exc}{_stderr_tail(stderr_path, offset)}", code=exc.code,
+                    )
+                    failure.__cause__ = exc
+                    nursery.cancel_scope.cancel()
+                else:
+                    task_status.started(connection)
+                    await process.wait()
+        finally:
+            await stop_process(process, polite=connection._polite_stop)
+            connection._exit_status = _exit_status(process.returncode)
+            with trio.CancelScope(shield=True):
+                # Anything the runtime left behind (a launcher's child) gets end of input.
+                try:
+                    await process.stdin.aclose()
+                except Exception:  # noqa: BLE001 - already closed
+                    pass
+        if failure is not None:
+            raise failure
+
+
+def _stderr_tail(path: Path, offset: int, limit: int = 2000) -> str:
+    """What the runtime said on stderr since ``offset``, for an error message."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read(64 * 1024).decode(errors="replace")
+    except OSError:
+        return ""
+    # Codex prints a Rust backtrace of unsymbolized frames after a fatal error: noise here.
+    lines = [
+        line for line in text.splitlines()
+        if line.strip() and not line.startswith("Stack backtrace") and not re.match(r"\s*\d+: <unknown>", line)
+    ]
+    errors = [i for i, line in enumerate(lines) if line.startswith("Error")]
+    if errors:
+        lines = lines[errors[0]:]
+    tail = "\n".join(lines)[-limit:]
+    return f" (stderr: {tail})" if tail else ""
+
+
+def _exit_status(returncode: int | None) -> tuple[int | None, int | None]:
+    if returncode is None:
+        return (None, None)
+    if returncode < 0:
+        return (None, -returncode)
+    return (returncode, None)
+
+
+def _clip(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_DETAIL_TEXT:
+        return value[:MAX_DETAIL_TEXT] + f"… [{len(value) - MAX_DETAIL_TEXT} more characters]"
+    return value
+
+
+def item_detail(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _clip(v) for k, v in item.items() if k not in ("id", "type") and v is not None}
+
+
+def item_title(item: dict[str, Any]) -> str:
+    kind = item.get("type")
+    if kind == "commandExecution":
+        return str(item.get("command") or "command")
+    if kind == "fileChange":
+        paths = [str(c.get("path", "")) for c in item.get("changes") or [] if isinstance(c, dict)]
+        return "edit " + ", ".join(paths) if paths else "file change"
+    if kind == "mcpToolCall":
+        return f"{item.get('server', '')}.{item.get('tool', '')}"
+    if kind in ("dynamicToolCall", "collabAgentToolCall"):
+        return str(item.get("tool") or kind)
+    if kind == "webSearch":
+        return f"search: {item.get('query', '')}"
+    return str(kind)
+
+
+def normalize_questions(params: ToolRequestUserInputParams) -> list[dict[str, Any]]:
+    """Codex questions as agentd's ``[{id, question, options}]`` (options are
+    labels; the descriptions ride along in ``optionDetails``)."""
+    out = []
+    for q in params.questions:
+        entry: dict[str, Any] = {"id": q.id, "question": q.question, "header": q.header}
+        if q.options:
+            entry["options"] = [o.label for o in q.options]
+            entry["optionDetails"] = [{"label": o.label, "description": o.description} for o in q.options]
+        if q.is_other:
+            entry["allowOther"] = True
+        if q.is_secret:
+            entry["secret"] = True
+        out.append(entry)
+    return out
+
+
+def _answer_list(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if isinstance(value, dict) and isinstance(value.get("answers"), list):
+        return [str(v) for v in value["answers"]]
+    return [str(value)]
+
+
+def approval_response(method: str, params: dict[str, Any], response: dict[str, Any]) -> _Wire:
+    """The app's ``{"decision": "accept"|"decline"}`` as ``method``'s response shape."""
+    decision = response.get("decision")
+    if decision not in ("accept", "decline"):
+        raise ProviderRuntimeError(f"an approval takes decision accept or decline, not {decision!r}")
+    accept = decision == "accept"
+    if method in ("item/commandExecution/requestApproval",):
+        return CommandExecutionRequestApprovalResponse(decision=decision)
+    if method == "item/fileChange/requestApproval":
+        return FileChangeRequestApprovalResponse(decision=decision)
+    if method == "item/permissions/requestApproval":
+        # Granting is echoing what was asked for; an empty grant declines.
+        return PermissionsRequestApprovalResponse(permissions=dict(params.get("permissions") or {}) if accept else {})
+    if method in ("execCommandApproval", "applyPatchApproval"):
+        return ReviewDecisionResponse(decision="approved" if accept else {"denied": {"rejection": "declined in agentd"}})
+    raise ProviderRuntimeError(f"agentd cannot answer {method}")
+
+
+def user_input_response(response: dict[str, Any]) -> ToolRequestUserInputResponse:
+    answers = response.get("answers")
+    if not isinstance(answers, dict):
+        raise ProviderRuntimeError("a user-input answer needs answers: {questionId: answer}")
+    return ToolRequestUserInputResponse(
+        answers={str(k): ToolRequestUserInputAnswer(answers=_answer_list(v)) for k, v in answers.items()}
+    )
+
+
+class _PendingRequest(msgspec.Struct):
+    request_id: Any
+    method: str
+    params: dict[str, Any]
+
+
+class CodexConnection(ProviderConnection):
+    """One live ``codex app-server`` process."""
+
+    def __init__(self, adapter: CodexAdapter, process: ProcessLike, emit: EventSink) -> None:
+        self.adapter = adapter
+        self.capabilities = adapter.capabilities
+        self.loaded_threads: set[str] = set()
+        self.user_agent: str | None = None
+        self._process = process
+        self._emit = emit
+        self._exit_status: tuple[int | None, int | None] = (None, None)
+        #: native thread id -> attempt id of its running turn
+        self._attempts: dict[str, str] = {}
+        #: native thread id -> model codex uses for it (plan mode needs it)
+        self._models: dict[str, str] = {}
+        #: request ref -> the runtime's request waiting on the user
+        self._requests: dict[str, _PendingRequest] = {}
+        #: agent message item id -> text streamed so far (to fill in unstreamed text)
+        self._streamed: dict[str, int] = {}
+        #: turn id -> latest diff (one ``turn_diff`` node per turn)
+        self._diffs: dict[str, str] = {}
+        #: turn id -> last error the runtime reported for it
+        self._errors: dict[str, str] = {}
+        #: warnings already reported in this session
+        self._warned: set[str] = set()
+        self._peer = JsonLinesPeer(
+            process.stdin,
+            process.stdout,
+            on_notification=self._on_notification,
+            on_request=self._on_request,
+            request_timeout=adapter.request_timeout,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    @property
+    def exit_status(self) -> tuple[int | None, int | None]:
+        return self._exit_status
+
+    async def _serve_output(self) -> None:
+        await self._peer.run()
+
+    async def _initialize(self) -> None:
+        params = InitializeParams(
+            client_info=ClientInfo(name=CLIENT_NAME, version=CLIENT_VERSION),
+            capabilities=InitializeCapabilities(experimental_api=True, opt_out_notification_methods=OPT_OUT_NOTIFICATIONS),
+        )
+        result = _decode(InitializeResponse, await self._peer.request("initialize", _encode(params)), "initialize answer")
+        self.user_agent = result.user_agent
+        await self._peer.notify("initialized", {})
+
+    async def _polite_stop(self) -> None:
+        # End of input is app-server's polite stop (it exits 0).
+        await self._process.stdin.aclose()
+
+    # -- primitives ---------------------------------------------------------------
+
+    async def create_thread(self, *, cwd: str) -> str:
+        params = ThreadStartParams(cwd=cwd, model=self.adapter.config.model)
+        result = _decode(ThreadStartResponse, await self._peer.request("thread/start", _encode(params)), "thread/start answer")
+        self.loaded_threads.add(result.thread.id)
+        self._models[result.thread.id] = result.model
+        return result.thread.id
+
+    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+        params = ThreadResumeParams(thread_id=native_thread_id, cwd=cwd, model=self.adapter.config.model, exclude_turns=True)
+        try:
+            raw = await self._peer.request("thread/resume", _encode(params))
+        except ProviderRuntimeError as exc:
+            if exc.code is not None and _MISSING_THREAD.search(str(exc)):
+                raise NativeThreadMissing(str(exc), code=exc.code) from exc
+            raise
+        result = _decode(ThreadResumeResponse, raw, "thread/resume answer")
+        self.loaded_threads.add(native_thread_id)
+        self._models[native_thread_id] = result.model
+        turns = await self._turns(native_thread_id, items_view="notLoaded")
+        return ResumeInfo(native_thread_id=native_thread_id, turn_count=len(turns))
+
+    async def start_turn(
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+    ) -> str:
+        collaboration = None
+        stripped = text.lstrip()
+        if stripped == PLAN_PREFIX or stripped.startswith(PLAN_PREFIX + " ") or stripped.startswith(PLAN_PREFIX + "\n"):
+            text = stripped[len(PLAN_PREFIX):].lstrip() or text
+            model = self._models.get(native_thread_id) or self.adapter.config.model or ""
+            collaboration = CollaborationMode(mode="plan", settings=CollaborationSettings(model=model))
+        inputs = [TextUserInput(text=context)] if context else []
+        inputs.append(TextUserInput(text=text))
+        params = TurnStartParams(thread_id=native_thread_id, input=inputs, cwd=cwd, collaboration_mode=collaboration)
+        # Registered before the request: turn/started may come before the answer.
+        self._attempts[native_thread_id] = attempt_id
+        try:
+            raw = await self._peer.request("turn/start", _encode(params))
+        except ProviderRuntimeError:
+            if self._attempts.get(native_thread_id) == attempt_id:
+                del self._attempts[native_thread_id]
+            raise
+        return _decode(TurnStartResponse, raw, "turn/start answer").turn.id
+
+    async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
+        await self._peer.request("turn/interrupt", _encode(TurnInterruptParams(thread_id=native_thread_id, turn_id=native_turn_id)))
+
+    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str) -> None:
+        params = TurnSteerParams(thread_id=native_thread_id, expected_turn_id=native_turn_id, input=[TextUserInput(text=text)])
+        _decode(TurnSteerResponse, await self._peer.request("turn/steer", _encode(params)), "turn/steer answer")
+
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+        params = ThreadForkParams(thread_id=native_thread_id, last_turn_id=last_turn_id, exclude_turns=True)
+        result = _decode(ThreadForkResponse, await self._peer.request("thread/fork", _encode(params)), "thread/fork answer")
+        self.loaded_threads.add(result.thread.id)
+        return result.thread.id
+
+    async def _turns(self, native_thread_id: str, *, items_view: str) -> list[Turn]:
+        turns: list[Turn] = []
+        cursor = None
+        while True:
+            params = ThreadTurnsListParams(
+                thread_id=native_thread_id, cursor=cursor, limit=100, sort_direction="asc", items_view=items_view,
+            )
+            page = _decode(ThreadTurnsListResponse, await self._peer.request("thread/turns/list", _encode(params)), "thread/turns/list answer")
+            turns.extend(page.data)
+            if not page.next_cursor or not page.data:
+                return turns
+            cursor = page.next_cursor
+
+    async def list_turns(self, native_thread_id: str) -> list[dict[str, Any]]:
+        """The thread's turns, oldest first: ``{turnId, status, input, output}``."""
+        out = []
+        for turn in await self._turns(native_thread_id, items_view="summary"):
+            inputs = [
+                "\n".join(str(c.get("text", "")) for c in item.get("content") or [] if isinstance(c, dict))
+                for item in turn.items if item.get("type") == "userMessage"
+            ]
+            outputs = [str(item.get("text", "")) for item in turn.items if item.get("type") == "agentMessage"]
+            out.append({"turnId": turn.id, "status": turn.status, "input": "\n".join(inputs), "output": "\n".join(outputs)})
+        return out
+
+    async def rollback_thread(self, native_thread_id: str, *, before_turn_id: str) -> None:
+        await self._peer.request("thread/revert", _encode(ThreadRevertParams(thread_id=native_thread_id, before_turn_id=before_turn_id)))
+
+    async def answer_request(self, request_ref: str, response: dict[str, Any]) -> None:
+        pending = self._requests.get(request_ref)
+        if pending is None:
+            raise ProviderRuntimeError(f"request {request_ref} is not waiting in this session")
+        if pending.method == USER_INPUT_METHOD:
+            answer: _Wire = user_input_response(response)
+        else:
+            answer = approval_response(pending.method, pending.params, response)
+        del self._requests[request_ref]
+        await self._peer.respond(pending.request_id, _encode(answer))
+
+    async def stop(self, *, grace: float = 2.0) -> None:
+        await stop_process(self._process, polite=self._polite_stop, grace=grace)
+
+    # -- server requests --------------------------------------------------------------------
+
+    async def _on_request(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
+        try:
+            opened = self._request_event(method, params)
+        except ProviderRuntimeError as exc:
+            await self._peer.respond_error(request_id, -32602, str(exc))
+            return
+        if opened is None:
+            # Never leave the runtime waiting on an answer that cannot come.
+            await self._peer.respond_error(request_id, -32601, f"agentd does not handle {method}")
+            return
+        ref = str(request_id)
+        self._requests[ref] = _PendingRequest(request_id, method, params)
+        opened.request_ref = ref
+        # The request gets an item of its own, under the item it is about (a
+        # command's approval hangs under the command), so the app's request
+        # node never stands in for — or hides — that item.
+        about = opened.item_id
+        opened.item_id = f"request:{ref}"
+        kind = "approval" if opened.kind == "approval" else "user_input_request"
+        title = "approval" if kind == "approval" else "question"
+        await self._emit(ItemStarted(
+            attempt_id=opened.attempt_id, item_id=opened.item_id, item_type=kind, parent_item_id=about,
+            title=title, detail=opened.detail,
+        ))
+        await self._emit(opened)
+
+    def _request_event(self, method: str, params: dict[str, Any]) -> RequestOpened | None:
+        if method == USER_INPUT_METHOD:
+            asked = _decode(ToolRequestUserInputParams, params, method)
+            return RequestOpened(
+                attempt_id=self._attempts.get(asked.thread_id), request_ref="", kind="user_input", item_id=asked.item_id,
+                detail={"method": method, "questions": normalize_questions(asked)},
+            )
+        kind = APPROVAL_METHODS.get(method)
+        if kind is None:
+            return None
+        detail: dict[str, Any] = {"method": method, "kind": kind}
+        if method == "item/commandExecution/requestApproval":
+            p = _decode(CommandExecutionRequestApprovalParams, params, method)
+            thread_id, item_id = p.thread_id, p.item_id
+            detail.update(command=p.command, cwd=p.cwd, reason=p.reason)
+            if params.get("availableDecisions") is not None:
+                detail["availableDecisions"] = params["availableDecisions"]
+        elif method == "item/fileChange/requestApproval":
+            p = _decode(FileChangeRequestApprovalParams, params, method)
+            thread_id, item_id = p.thread_id, p.item_id
+            detail.update(reason=p.reason, grantRoot=p.grant_root)
+        elif method == "item/permissions/requestApproval":
+            p = _decode(PermissionsRequestApprovalParams, params, method)
+            thread_id, item_id = p.thread_id, p.item_id
+            detail.update(cwd=p.cwd, permissions=p.permissions, reason=p.reason)
+        elif method == "execCommandApproval":
+            p = _decode(ExecCommandApprovalParams, params, method)
+            thread_id, item_id = p.conversation_id, p.call_id
+            detail.update(command=" ".join(p.command), cwd=p.cwd, reason=p.reason)
+        else:  # applyPatchApproval
+            p = _decode(ApplyPatchApprovalParams, params, method)
+            thread_id, item_id = p.conversation_id, p.call_id
+            detail.update(files=sorted(p.file_changes), reason=p.reason)
+        detail = {k: v for k, v in detail.items() if v is not None}
+        return RequestOpened(
+            attempt_id=self._attempts.get(thread_id), request_ref="", kind="approval", item_id=item_id, detail=detail,
+        )
+
+    # -- notifications ------------------------------------------------------------------------
+
+    async def _on_notification(self, method: str, params: dict[str, Any]) -> None:
+        handler = self._handlers.get(method)
+        if handler is None:
+            log.debug("codex notification %s ignored", method)
+            return
+        try:
+            await handler(self, params)
+        except ProviderRuntimeError as exc:
+            log.warning("%s", exc)
+
+    async def _item_started(self, params: dict[str, Any]) -> None:
+        note = _decode(ItemNotification, params, "item/started")
+        item = note.item
+        kind = ITEM_TYPES.get(str(item.get("type")), "tool")
+        if kind is None or "id" not in item:
+            return
+        attempt_id = self._attempts.get(note.thread_id)
+        if kind == "agent_message":
+            self._streamed[item["id"]] = 0
+        await self._emit(ItemStarted(
+            attempt_id=attempt_id, item_id=item["id"], item_type=kind, title=item_title(item), detail=item_detail(item),
+        ))
+
+    async def _item_completed(self, params: dict[str, Any]) -> None:
+        note = _decode(ItemNotification, params, "item/completed")
+        item = note.item
+        kind = ITEM_TYPES.get(str(item.get("type")), "tool")
+        if kind is None or "id" not in item:
+            return
+        attempt_id = self._attempts.get(note.thread_id)
+        if kind == "agent_message":
+            # Text that came without deltas still reaches the message.
+            text = str(item.get("text") or "")
+            streamed = self._streamed.pop(item["id"], 0)
+            if len(text) > streamed:
+                await self._emit(TextDelta(attempt_id=attempt_id, item_id=item["id"], delta=text[streamed:]))
+        status = ITEM_STATUSES.get(str(item.get("status", "completed")), "completed")
+        await self._emit(ItemCompleted(attempt_id=attempt_id, item_id=item["id"], item_type=kind, status=status, detail=item_detail(item)))
+
+    async def _agent_message_delta(self, params: dict[str, Any]) -> None:
+        note = _decode(AgentMessageDeltaNotification, params, "item/agentMessage/delta")
+        self._streamed[note.item_id] = self._streamed.get(note.item_id, 0) + len(note.delta)
+        await self._emit(TextDelta(attempt_id=self._attempts.get(note.thread_id), item_id=note.item_id, delta=note.delta))
+
+    async def _turn_started(self, params: dict[str, Any]) -> None:
+        note = _decode(TurnNotification, params, "turn/started")
+        await self._emit(TurnStarted(attempt_id=self._attempts.get(note.thread_id), native_turn_id=note.turn.id))
+
+    async def _turn_completed(self, params: dict[str, Any]) -> None:
+        note = _decode(TurnNotification, params, "turn/completed")
+        turn = note.turn
+        attempt_id = self._attempts.get(note.thread_id)
+        status = turn.status if turn.status in ("completed", "failed", "interrupted") else "failed"
+        if turn.id in self._diffs:
+            diff = self._diffs.pop(turn.id)
+            await self._emit(ItemCompleted(
+                attempt_id=attempt_id, item_id=f"diff:{turn.id}", item_type="turn_diff",
+                status="completed" if status == "completed" else status, detail={"diff": _clip(diff)},
+            ))
+        error = turn.error.message if turn.error is not None else self._errors.get(turn.id)
+        self._errors.pop(turn.id, None)
+        self._attempts.pop(note.thread_id, None)
+        await self._emit(TurnCompleted(attempt_id=attempt_id, native_turn_id=turn.id, status=status, error=error))
+
+    async def _plan_updated(self, params: dict[str, Any]) -> None:
+        note = _decode(TurnPlanUpdatedNotification, params, "turn/plan/updated")
+        plan = [{"step": s.step, "status": s.status} for s in note.plan]
+        await self._emit(PlanUpdated(attempt_id=self._attempts.get(note.thread_id), plan=plan))
+
+    async def _diff_updated(self, params: dict[str, Any]) -> None:
+        """No normalized event carries a turn's diff: it becomes one
+        ``turn_diff`` node per turn, started at the first diff and completed
+        with the latest one when the turn ends."""
+        note = _decode(TurnDiffUpdatedNotification, params, "turn/diff/updated")
+        first = note.turn_id not in self._diffs
+        self._diffs[note.turn_id] = note.diff
+        if first:
+            await self._emit(ItemStarted(
+                attempt_id=self._attempts.get(note.thread_id), item_id=f"diff:{note.turn_id}", item_type="turn_diff",
+                title="diff of the turn", detail={"diff": _clip(note.diff)},
+            ))
+
+    async def _error(self, params: dict[str, Any]) -> None:
+        note = _decode(ErrorNotification, params, "error")
+        if note.will_retry:
+            await self._emit(RuntimeWarning_(attempt_id=self._attempts.get(note.thread_id), message=f"codex will retry: {note.error.message}"))
+        else:
+            self._errors[note.turn_id] = note.error.message
+
+    async def _warning(self, params: dict[str, Any]) -> None:
+        note = _decode(WarningNotification, params, "warning")
+        # Codex repeats some warnings every turn (an unknown model's
+        # metadata): each is recorded once per session, not once per turn.
+        if note.message in self._warned:
+            log.debug("codex warning repeated: %s", note.message)
+            return
+        self._warned.add(note.message)
+        attempt_id = self._attempts.get(note.thread_id) if note.thread_id else None
+        await self._emit(RuntimeWarning_(attempt_id=attempt_id, message=note.message))
+
+    async def _config_warning(self, params: dict[str, Any]) -> None:
+        summary = params.get("summary")
+        if summary:
+            await self._emit(RuntimeWarning_(message=f"codex configuration: {summary}"))
+
+    async def _deprecation(self, params: dict[str, Any]) -> None:
+        log.info("codex deprecation notice: %s", params.get("summary"))
+
+    async def _request_resolved(self, params: dict[str, Any]) -> None:
+        note = _decode(ServerRequestResolvedNotification, params, "serverRequest/resolved")
+        # Answered by us, or settled by codex itself (the turn ended): either
+        # way nothing waits on this request any more.
+        self._requests.pop(str(note.request_id), None)
+
+    _handlers = {
+        "item/started": _item_started,
+        "item/completed": _item_completed,
+        "item/agentMessage/delta": _agent_message_delta,
+        "turn/started": _turn_started,
+        "turn/completed": _turn_completed,
+        "turn/plan/updated": _plan_updated,
+        "turn/diff/updated": _diff_updated,
+        "error": _error,
+        "warning": _warning,
+        "configWarning": _config_warning,
+        "deprecationNotice": _deprecation,
+        "serverRequest/resolved": _request_resolved,
+    }
