@@ -33,6 +33,7 @@ import pytest
 import trio
 
 from actors.providers import codex as codex_module
+from actors.providers import codex_wire
 from actors.providers.base import (
     ItemCompleted,
     ItemStarted,
@@ -581,7 +582,7 @@ def test_typed_shapes_match_the_pinned_schema(codex_schema):
     send there decodes."""
     schema = Schema(codex_schema)
     problems = []
-    for struct in codex_module.WIRE_STRUCTS:
+    for struct in codex_wire.WIRE_STRUCTS:
         node = schema.resolve(schema.lookup(struct.__schema__))
         props, required = node.get("properties", {}), set(node.get("required", []))
         hints = typing.get_type_hints(struct)
