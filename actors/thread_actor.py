@@ -544,9 +544,10 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
             if open_message is None:
                 return
             batch = WriteBatch()
-            self._close_message(batch, active, open_message, "complete")
+            completed = event.status == "completed"
+            self._close_message(batch, active, open_message, "complete" if completed else "interrupted")
             await self._commit(batch)
-            active.answered = True
+            active.answered = active.answered or completed
             return
         node = active.nodes.get(event.item_id)
         if node is None or node.status in NODE_TERMINAL:

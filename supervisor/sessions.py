@@ -255,6 +255,12 @@ class ProviderSessionManager(SessionHost):
 
     async def _emit(self, live: _LiveSession, event: ProviderEvent) -> None:
         live.last_active = trio.current_time()
+        pid = live.conn.pid if live.conn is not None else None
+        if pid and pid != live.record.pid and live.stop_reason is None:
+            # The adapter replaced its process within the session (Claude after
+            # a failed --resume): daemon.status and orphan cleanup need the new pid.
+            live.record = struct_copy(live.record, pid=pid, process_start_ticks=process_start_ticks(pid))
+            await self._save(live.record, "session.ready")
         await self._deliver(live.record.thread_id or "", event)
 
     async def stop_session(self, thread_id: str, reason: str) -> None:

@@ -1,0 +1,367 @@
+"""The Claude Code adapter against the real pinned ``claude``, offline.
+
+Two layers:
+
+* the adapter scenarios of ``tests/test_claude_replay.py`` run against the
+  real runtime, each exchange recorded as an NDJSON transcript, sanitized and
+  replayed at once (refreshed in ``tests/fixtures/transcripts/`` with
+  ``AGENTD_RECORD_CLAUDE=1``);
+* end to end through a real daemon's socket: streamed text, a command node,
+  approvals (accept and decline), interrupt, a steer (restart fallback), idle
+  reap and resume, a provider crash, a daemon SIGKILL and restart, and a lost
+  native session replaced from the app's own record.
+
+Every runtime talks to ``fake_anthropic.py`` with a private CLAUDE_CONFIG_DIR
+and HOME and, where ``unshare -rn`` works, inside a loopback-only network
+namespace (``claude_fixtures.py``). Skipped as a whole when the binary is not
+installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from actors.providers.claude import ClaudeAdapter
+from actors.providers.transport import recording
+from protocol.client import Client
+from protocol.launch import start_daemon
+from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
+from tests.integration.claude_fixtures import SKIP_REASON, ClaudeWorld, claude_binary, make_world, sanitize, user_texts
+from tests.test_claude_replay import SCENARIOS, TRANSCRIPTS, Harness, run_replay, transcript_paths
+
+pytestmark = pytest.mark.skipif(claude_binary() is None, reason=SKIP_REASON)
+
+RECORD = os.environ.get("AGENTD_RECORD_CLAUDE") == "1"
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@pytest.fixture
+def world(tmp_path):
+    w = make_world(tmp_path / "claude")
+    yield w
+    w.close()
+
+
+# -- adapter scenarios, recorded -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+async def test_scenario_against_real_claude(name, world: ClaudeWorld, tmp_path):
+    raw = tmp_path / "recorded"
+    cwd = tmp_path / "ws"
+    cwd.mkdir()
+    header = {"provider": "claude", "version": "2.1.332", "note": f"scenario {name} (tests/test_claude_replay.py)"}
+    async with trio.open_nursery() as nursery:
+        adapter = ClaudeAdapter(
+            world.provider_config(), home=tmp_path / "agentd-home", request_timeout=30,
+            spawn=recording(raw / f"claude_{name}.ndjson", header),
+        )
+        facts = await SCENARIOS[name](Harness(nursery, adapter, live=True), str(cwd))
+        nursery.cancel_scope.cancel()
+
+    texts = [user_texts(body) for body in world.model_requests()]
+    if name == "resume":
+        assert texts[-1][0] == "remember the word pineapple" and texts[-1][-1] == "which word?", \
+            "the resumed session sent the earlier turn to the model"
+    elif name == "resume_missing":
+        assert texts[-1] == ["[handoff] the word was pineapple", "fresh start"], "the context goes in before the text"
+    elif name == "fork":
+        assert texts[-1] == ["the color is teal", "in the fork"]
+        sessions = {p.stem for p in (world.config_dir / "projects").glob("*/*.jsonl")}
+        assert {facts["session"], facts["fork"]} <= sessions
+    elif "file" in facts:
+        assert (cwd / facts["file"]).exists() is facts["exists"]
+
+    sanitized = tmp_path / "sanitized"
+    for path in transcript_paths(name, raw):
+        sanitize(path, sanitized / path.name, [tmp_path])
+    await run_replay(name, tmp_path / "replay", directory=sanitized)
+    if RECORD:
+        for old in TRANSCRIPTS.glob(f"claude_{name}.*ndjson"):
+            if re.fullmatch(rf"claude_{re.escape(name)}(\.\d+)?\.ndjson", old.name):
+                old.unlink()
+        for path in sanitized.iterdir():
+            shutil.copy(path, TRANSCRIPTS / path.name)
+
+
+# -- end to end through the daemon ---------------------------------------------------------------
+
+
+def daemon_config(world: ClaudeWorld) -> str:
+    return (
+        "[daemon]\ndefault_provider = \"claude\"\ninterrupt_grace = 30\n\n"
+        + world.provider_toml("claude") + "\n"
+        + world.provider_toml("claude_idle", idle_timeout=1)
+    )
+
+
+@contextlib.asynccontextmanager
+async def agentd(world: ClaudeWorld, tmp_path: Path, socket: Path, *, kill: bool = False):
+    """A daemon on ``tmp_path/data`` with the claude providers; yields a client.
+    Terminated (expecting a clean exit) or SIGKILLed (``kill``) afterwards."""
+    config = tmp_path / "config.toml"
+    config.write_text(daemon_config(world))
+    daemon = await start_daemon(tmp_path / "data", socket, config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            client.daemon = daemon
+            yield client
+    finally:
+        if kill:
+            await daemon.kill()
+        else:
+            code = await daemon.terminate()
+            assert code == 0, daemon.log_text()[-3000:]
+
+
+async def new_thread(client: Client, provider: str = "claude") -> str:
+    return (await client.call("thread.create", provider=provider))["threadId"]
+
+
+async def event(client: Client, thread_id: str, type_: str, **payload: Any) -> dict[str, Any]:
+    return await wait_event(
+        client, lambda e: e["type"] == type_ and all(e["payload"].get(k) == v for k, v in payload.items()),
+        thread_id=thread_id, timeout=60,
+    )
+
+
+async def assistant_texts(client: Client, thread_id: str) -> list[str]:
+    return [m["text"] for m in (await client.call("thread.get", threadId=thread_id))["messages"] if m["role"] == "assistant"]
+
+
+async def native_session(client: Client, thread_id: str) -> str:
+    created = await event(client, thread_id, "provider_thread.created")
+    return created["payload"]["providerThread"]["nativeThreadId"]
+
+
+async def test_a_turn_streams_text_through_the_daemon(world, tmp_path, short_dir):
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client)
+        deltas = []
+        async with client.subscribe(thread_id=thread_id) as events:
+            sent = await client.call("thread.message.send", threadId=thread_id, text="hello there")
+            with trio.fail_after(60):
+                async for e in events:
+                    if e["type"] == "message.delta":
+                        deltas.append(e)
+                    if e["type"] in ("run.completed", "run.failed"):
+                        break
+        assert e["type"] == "run.completed", e
+        assert len(deltas) > 1 and "".join(d["payload"]["text"] for d in deltas) == "Reply 1: hello there"
+        assert await assistant_texts(client, thread_id) == ["Reply 1: hello there"]
+        assert all(d["runId"] == sent["runId"] for d in deltas)
+        session = await native_session(client, thread_id)
+        assert UUID.fullmatch(session)
+        assert list((world.config_dir / "projects").glob(f"*/{session}.jsonl")), "Claude keeps the session natively"
+        (status,) = (await client.call("daemon.status"))["sessions"]
+        assert status["kind"] == "claude" and status["status"] == "ready"
+        assert os.path.basename(os.readlink(f"/proc/{status['pid']}/exe")).startswith("claude"), \
+            "the recorded pid is claude itself (wrapper and launcher exec)"
+        providers = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
+        assert providers["claude"]["usable"] is True and providers["claude"]["version"] == "2.1.332"
+        assert providers["claude"]["capabilities"]["steer"] is False
+
+
+async def test_a_command_tool_call_becomes_a_node(world, tmp_path, short_dir):
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client)
+        run = await send_and_wait(client, thread_id, "RUN_COMMAND")
+        assert run["status"] == "completed"
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        (tool,) = [n for n in nodes if n["kind"] == "tool"]
+        assert tool["title"] == "Bash" and tool["status"] == "completed" and tool["parentNodeId"] == run["rootNodeId"]
+        assert tool["detail"]["input"]["command"] == "echo hello-from-bash"
+        assert tool["detail"]["result"] == "hello-from-bash"
+        assert await assistant_texts(client, thread_id) == ["The command finished: hello-from-bash"]
+
+
+@pytest.mark.parametrize("decision", ["accept", "decline"])
+async def test_an_approval_is_answered_through_the_socket(decision, world, tmp_path, short_dir):
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client)
+        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK_APPROVAL")
+        requested = await event(client, thread_id, "approval.requested")
+        request = requested["payload"]["request"]
+        assert "touch approved-by-user.txt" in request["detail"]["command"]
+        detail = await client.call("thread.get", threadId=thread_id)
+        assert detail["thread"]["status"] == "waiting"
+        await client.call("approval.respond", requestId=request["id"], decision=decision)
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "completed"
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        (approval,) = [n for n in nodes if n["kind"] == "approval"]
+        (tool,) = [n for n in nodes if n["kind"] == "tool"]
+        assert approval["parentNodeId"] == tool["id"], "the approval hangs under the tool it is about"
+        workspace = Path(detail["thread"]["workspace"])
+        if decision == "accept":
+            assert (approval["status"], tool["status"]) == ("completed", "completed")
+            assert (workspace / "approved-by-user.txt").exists()
+        else:
+            assert (approval["status"], tool["status"]) == ("cancelled", "cancelled")
+            assert not (workspace / "approved-by-user.txt").exists()
+
+
+async def test_an_interrupt_ends_the_run_only_when_claude_says_so(world, tmp_path, short_dir):
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client)
+        sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
+        await event(client, thread_id, "message.delta")
+        asked = await client.call("run.interrupt", runId=sent["runId"])
+        assert asked["interruptRequested"] is True
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert (run["status"], run["reason"]) == ("interrupted", "interrupted")
+        events = await stored_events(client, thread_id)
+        types = [e["type"] for e in events]
+        assert types.index("run.interrupt_requested") < types.index("run.interrupted")
+        assert "session.stopped" not in types and not any(
+            "stopping the provider session" in e["payload"].get("message", "") for e in events
+        ), "Claude ended the turn itself; no escalation"
+        (partial,) = await assistant_texts(client, thread_id)
+        assert partial.startswith("w0") and len(partial.split()) < 60
+        nxt = await send_and_wait(client, thread_id, "are you back?")
+        assert nxt["status"] == "completed"
+        assert (await assistant_texts(client, thread_id))[-1].endswith("are you back?")
+        sessions = {e["payload"]["session"]["id"] for e in await stored_events(client, thread_id) if e["type"] == "session.ready"}
+        assert len(sessions) == 1, "the same claude process took the next turn"
+
+
+async def test_a_steer_takes_the_restart_fallback(world, tmp_path, short_dir):
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client)
+        sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
+        await event(client, thread_id, "message.delta")
+        steer = await client.call("thread.message.send", threadId=thread_id, text="change of plan",
+                                  dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
+        assert (steer["runId"], steer["strategy"]) == (sent["runId"], "steering_restart")
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "completed" and run["attemptCount"] == 2
+        first, second = (await client.call("run.get", runId=run["id"]))["attempts"]
+        assert (first["reason"], first["status"]) == ("initial", "interrupted")
+        assert (second["reason"], second["status"]) == ("steering_restart", "completed")
+        assert first["providerThreadId"] == second["providerThreadId"], "the same Claude session continues"
+        assert (await assistant_texts(client, thread_id))[-1].endswith("change of plan")
+
+
+async def test_idle_reap_then_the_next_message_resumes_the_same_session(world, tmp_path, short_dir):
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, "claude_idle")
+        first = await send_and_wait(client, thread_id, "remember the word pineapple")
+        assert first["status"] == "completed"
+        native = await native_session(client, thread_id)
+        stopped = await event(client, thread_id, "session.stopped")
+        assert stopped["payload"]["session"]["reason"] == "idle_timeout"
+        assert (await client.call("daemon.status"))["sessions"] == []
+        second = await send_and_wait(client, thread_id, "which word?")
+        assert second["status"] == "completed"
+        resumed = await event(client, thread_id, "provider_thread.resumed")
+        assert resumed["payload"]["nativeTurnCount"] == 1
+        a1 = (await client.call("run.get", runId=first["id"]))["attempts"][0]
+        a2 = (await client.call("run.get", runId=second["id"]))["attempts"][0]
+        assert a1["providerThreadId"] == a2["providerThreadId"]
+        assert await native_session(client, thread_id) == native
+        texts = user_texts(world.model_requests()[-1])
+        assert texts[0] == "remember the word pineapple" and texts[-1] == "which word?", \
+            "the resumed session carried the earlier turn to the model"
+        assert (await assistant_texts(client, thread_id))[-1] == "Reply 2: which word?"
+
+
+async def test_a_provider_crash_is_recovered_on_the_same_session(world, tmp_path, short_dir):
+    """F11/F19: SIGKILL of claude before any tool ran → attempt 2
+    (provider_recovery) on a new process that resumed the session. (Claude
+    writes a session file only once its first turn ends, so this crashes the
+    second turn; a crash in the first leaves nothing to resume, and the
+    recovery starts a replacement session from a handoff instead.)"""
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client)
+        assert (await send_and_wait(client, thread_id, "hello"))["status"] == "completed"
+        sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW:20")
+        await event(client, thread_id, "message.delta")
+        (session,) = (await client.call("daemon.status"))["sessions"]
+        os.kill(session["pid"], signal.SIGKILL)
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "completed"
+        first, second = (await client.call("run.get", runId=run["id"]))["attempts"]
+        assert (first["reason"], first["status"]) == ("initial", "failed") and "signal 9" in first["error"]
+        assert (second["reason"], second["status"]) == ("provider_recovery", "completed")
+        assert first["providerThreadId"] == second["providerThreadId"], "the recovery resumed the Claude session"
+        assert (await event(client, thread_id, "provider_thread.resumed"))["payload"]["nativeTurnCount"] == 1
+        crashed = await event(client, thread_id, "session.error")
+        assert crashed["payload"]["signal"] == signal.SIGKILL
+        (again,) = (await client.call("daemon.status"))["sessions"]
+        assert again["pid"] != session["pid"]
+        assert (await assistant_texts(client, thread_id))[-1] == " ".join(f"w{i}" for i in range(20))
+
+
+async def test_daemon_sigkill_and_restart_give_the_f12_states(world, tmp_path, short_dir):
+    socket = short_dir / "s.sock"
+    async with agentd(world, tmp_path, socket, kill=True) as client:
+        thread_id = await new_thread(client)
+        assert (await send_and_wait(client, thread_id, "hello"))["status"] == "completed"
+        sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
+        await event(client, thread_id, "message.delta")
+        await trio.sleep(0.3)  # some text becomes durable
+        (session,) = (await client.call("daemon.status"))["sessions"]
+        native = await native_session(client, thread_id)
+    pid = session["pid"]
+
+    async with agentd(world, tmp_path, socket) as client:
+        detail = await client.call("run.get", runId=sent["runId"])
+        assert (detail["run"]["status"], detail["run"]["reason"]) == ("interrupted", "daemon_restart")
+        assert detail["attempts"][0]["status"] == "interrupted"
+        root = next(n for n in detail["nodes"] if n["kind"] == "root_turn")
+        assert root["status"] == "interrupted"
+        _hello, partial = await assistant_texts(client, thread_id)
+        assert partial.startswith("w0"), "the text that was durable is kept"
+        assert (await client.call("daemon.status"))["sessions"] == [], "nothing was restarted by itself"
+        with trio.fail_after(10):
+            while _alive(pid):
+                await trio.sleep(0.05)  # the orphaned claude was ended at startup
+        nxt = await send_and_wait(client, thread_id, "what now?")
+        assert nxt["status"] == "completed"
+        assert await native_session(client, thread_id) == native
+        events = await stored_events(client, thread_id)
+        assert [e["type"] for e in events].count("provider_thread.created") == 1, "the next message resumed the same session"
+        assert any(e["type"] == "provider_thread.resumed" for e in events)
+        assert (await assistant_texts(client, thread_id))[-1].endswith("what now?")
+
+
+async def test_a_lost_session_is_replaced_from_the_apps_own_record(world, tmp_path, short_dir):
+    """F11: Claude's session file is gone → NativeThreadMissing → a new session
+    whose first turn carries the stored ContextHandoff."""
+    socket = short_dir / "s.sock"
+    async with agentd(world, tmp_path, socket) as client:
+        thread_id = await new_thread(client)
+        first = await send_and_wait(client, thread_id, "the password is swordfish")
+        native = await native_session(client, thread_id)
+    for path in (world.config_dir / "projects").glob(f"*/{native}.jsonl"):
+        path.unlink()
+
+    async with agentd(world, tmp_path, socket) as client:
+        run = await send_and_wait(client, thread_id, "what is the password?")
+        assert run["status"] == "completed"
+        attempt = (await client.call("run.get", runId=run["id"]))["attempts"][0]
+        old = (await client.call("run.get", runId=first["id"]))["attempts"][0]["providerThreadId"]
+        assert attempt["providerThreadId"] != old and attempt["handoffId"]
+        unusable = await event(client, thread_id, "provider_thread.unusable")
+        assert "No conversation found" in unusable["payload"]["reason"]
+        handoff = (await event(client, thread_id, "context_handoff.created"))["payload"]["handoff"]
+        texts = user_texts(world.model_requests()[-1])
+        assert texts == [handoff["text"], "what is the password?"], "the new session got the handoff, then the message"
+        assert "the password is swordfish" in handoff["text"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" not in f.read()
+    except OSError:
+        return False
