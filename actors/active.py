@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import trio
+
 from store.records import ConversationMessage, ExecutionNode, ProviderTurn, Run, RunAttempt, RuntimeRequest
 
 
@@ -43,7 +45,10 @@ class ActiveRun:
     #: pending RuntimeRequests by app id
     requests: dict[str, RuntimeRequest] = field(default_factory=dict)
     provider_turn: ProviderTurn | None = None
+    #: the provider session this attempt runs on, known as soon as the starter has it
     session_id: str | None = None
+    #: cancels this attempt's starter when the attempt is closed early
+    starter_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     #: an assistant message of this attempt completed (a "meaningful final answer")
     answered: bool = False
     interrupt_requested: bool = False

@@ -60,6 +60,8 @@ class ThreadRegistry:
         self.workspaces_dir = Path(workspaces_dir)
         self.wall_clock = wall_clock
         self.actor_idle_timeout = actor_idle_timeout
+        #: set when the daemon begins to stop: no new run starts after it
+        self.shutting_down = False
         self._actors: dict[str, ThreadActor] = {}
         self._creating: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None

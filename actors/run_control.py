@@ -132,7 +132,8 @@ class RunControlMixin:
                     raise ProviderRuntimeError("the provider session is gone")
                 await live[1].steer_turn(native_thread, native_turn, text=message.text)
             except ProviderRuntimeError as exc:
-                await self._post(EffectDone(lambda actor: actor._on_steer_failed(message, str(exc))))
+                why = str(exc)  # ``exc`` is unbound once the except block ends
+                await self._post(EffectDone(lambda actor: actor._on_steer_failed(message, why)))
             else:
                 await self._post(EffectDone(lambda actor: actor._on_steer_delivered(message)))
 
@@ -173,10 +174,23 @@ class RunControlMixin:
     # -- interrupt and Stop (F10) ---------------------------------------------------------
 
     def _request_interrupt(self: ThreadActor, active: ActiveRun, reason: str) -> None:
-        if not active.interrupt_requested:
-            active.interrupt_requested = True
-            active.interrupt_reason = reason
+        active.interrupt_requested = True
+        active.interrupt_reason = reason
         self._send_interrupt(active)
+
+    def _drop_pending_restart(self: ThreadActor, batch: WriteBatch, active: ActiveRun) -> None:
+        """An explicit interrupt or Stop wins over a steer still waiting to
+        restart the run: the run ends; a same-run steering message is kept
+        (``not_sent``) for the person to re-send. A superseding run already
+        waits in the queue and starts unless the queue is held."""
+        pending = active.pending_restart
+        if pending is None:
+            return
+        active.pending_restart = None
+        if pending.superseding_run_id is None:
+            batch.put(struct_copy(pending.message, status="not_sent"))
+            self._event(batch, "message.not_sent", run_id=active.run.id, messageId=pending.message.id,
+                        reason="the run was interrupted before the steer could restart it")
 
     def _send_interrupt(self: ThreadActor, active: ActiveRun) -> None:
         """Ask the provider to interrupt the running turn (once it has started)."""
@@ -198,7 +212,8 @@ class RunControlMixin:
             try:
                 await live[1].interrupt_turn(native_thread, native_turn)
             except ProviderRuntimeError as exc:
-                await self._post(EffectDone(lambda actor: actor._escalate_interrupt(attempt_id, f"the provider refused the interrupt: {exc}")))
+                why = f"the provider refused the interrupt: {exc}"  # ``exc`` is unbound after the block
+                await self._post(EffectDone(lambda actor: actor._escalate_interrupt(attempt_id, why)))
 
         self._spawn_effect(send)
 
@@ -231,6 +246,7 @@ class RunControlMixin:
             self._hold_queue(batch)
             cascade = self._stop_cascade_effect(batch)
         if is_active:
+            self._drop_pending_restart(batch, active)
             self._event(batch, "run.interrupt_requested", run_id=active.run.id, node_id=active.root.id, holdQueue=params.hold_queue)
         result = {"runId": params.run_id, "interruptRequested": is_active, "queueHeld": self.thread.queue_held}
         if command.command_id is not None:
@@ -249,6 +265,7 @@ class RunControlMixin:
         self._hold_queue(batch)
         active = self.active
         if active is not None:
+            self._drop_pending_restart(batch, active)
             self._event(batch, "run.interrupt_requested", run_id=active.run.id, node_id=active.root.id, holdQueue=True)
         result = {"threadId": self.thread_id, "interruptedRunId": active.run.id if active else None, "queueHeld": True}
         cascade = self._stop_cascade_effect(batch)

@@ -332,6 +332,8 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
     def _maybe_start_next(self) -> None:
         if self.active is not None or not self.queued or self.thread.queue_held or self._nursery is None:
             return
+        if self.registry.shutting_down:
+            return  # left queued: the next start reconciles it (cancelled, message not_sent)
         run = self.queued.pop(0)
         attempt = self.store.get("attempts", run.selected_attempt_id)
         root = self.store.get("nodes", run.root_node_id)
@@ -350,13 +352,21 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
 
     async def _starter(self, active: ActiveRun) -> None:
         """Open the runtime and native thread, then start the turn; report
-        every outcome through the mailbox."""
+        every outcome through the mailbox. Cancelled if the attempt is closed
+        first (a crash recovery must not race a starter of the old attempt)."""
+        with active.starter_scope:
+            await self._start_attempt(active)
+
+    async def _start_attempt(self, active: ActiveRun) -> None:
         attempt_id = active.attempt.id
         text = active.user_message.text
         try:
             cwd = self.thread.workspace
             await trio.to_thread.run_sync(lambda: os.makedirs(cwd, mode=0o700, exist_ok=True))
             session_id, conn = await self.sessions.ensure_session(self.thread_id, active.run.provider)
+            # Known at once (same loop, no await in between): an exit of an
+            # older session of this thread must not be blamed on this attempt.
+            active.session_id = session_id
             current = self.provider_thread
             lost: str | None = None
             if current is not None and current.status != "unusable":
@@ -448,6 +458,8 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
         active = self.active
         if active is None or active.attempt.id != failed.attempt_id:
             return
+        if self.registry.shutting_down:
+            return  # the daemon is stopping: the restart reconciles this run
         if active.interrupt_requested and active.pending_restart is None:
             await self._end_run(WriteBatch(), "interrupted", reason=active.interrupt_reason)
             return
@@ -634,8 +646,8 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
         restart intensity); otherwise the run fails with the reason."""
         batch = WriteBatch()
         active = self.active
-        if active is None or (active.session_id is not None and active.session_id != event.session_id):
-            return
+        if active is None or active.session_id != event.session_id:
+            return  # not the session this attempt runs on (or it has none yet)
         self._requests_not_resumable(batch, active, f"the provider session ended ({event.reason or 'exited'})")
         if active.pending_restart is not None:
             await self._apply_restart(active, batch)
@@ -694,6 +706,7 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
     def _close_attempt_graph(self, batch: WriteBatch, active: ActiveRun, status: str, reason: str | None, now: float) -> None:
         """Close the attempt's messages, artifacts, open child nodes, root
         node, attempt and provider turn — the completion barrier's order."""
+        active.starter_scope.cancel()
         self._timers.pop("flush", None)
         self._timers.pop(f"interrupt:{active.attempt.id}", None)
         message_status = "complete" if status == "completed" else "interrupted"
@@ -715,8 +728,6 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
         batch.put_all(root, attempt)
         if active.provider_turn is not None:
             batch.put(struct_copy(active.provider_turn, status=status, ended_at=now))
-        if active.user_message.status == "queued":
-            batch.put(struct_copy(active.user_message, status="complete"))
         self._event(batch, f"root_turn.{status}", run_id=active.run.id, node_id=root.id, node=to_wire(root))
         self._event(batch, f"attempt.{status}", run_id=active.run.id, node_id=root.id, attempt=to_wire(attempt))
         active.root, active.attempt = root, attempt
@@ -730,6 +741,9 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
         now = self.now()
         self._close_attempt_graph(batch, active, status, reason, now)
         run = struct_copy(active.run, status=status, reason=reason, ended_at=now)
+        if active.user_message.status == "queued":
+            # Never reached the provider (the start failed): the text is kept to re-send.
+            batch.put(struct_copy(active.user_message, status="complete" if run.started_at else "not_sent"))
         if status == "completed" and self.provider_thread is not None:
             pt = struct_copy(self.provider_thread, covered_run_count=run.ordinal, updated_at=now)
             batch.put(pt)

@@ -197,7 +197,7 @@ class Daemon:
             [
                 ChildSpec("store-writer", serve_writer),
                 ChildSpec("thread-registry", registry.serve),
-                ChildSpec("provider-sessions", sessions.serve, stop=lambda: sessions.stop_all("daemon_shutdown")),
+                ChildSpec("provider-sessions", sessions.serve, stop=partial(self._stop_sessions, registry, sessions)),
                 *children_tail,
             ],
             intensity=RestartIntensity(3, 60.0),
@@ -212,6 +212,13 @@ class Daemon:
                 self.supervisor.request_stop()
         finally:
             store.close()
+
+    @staticmethod
+    async def _stop_sessions(registry: ThreadRegistry, sessions: ProviderSessionManager) -> None:
+        # First no new run may start (a run the shutdown interrupts would
+        # otherwise hand its turn to the next queued one), then the runtimes stop.
+        registry.shutting_down = True
+        await sessions.stop_all("daemon_shutdown")
 
     def _idle_timeouts(self) -> dict[str, float]:
         config = self.options.config

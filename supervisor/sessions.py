@@ -83,6 +83,7 @@ class ProviderSessionManager(SessionHost):
         self._busy: set[str] = set()  # threads with work in flight
         self._locks: dict[str, trio.Lock] = {}
         self._changed = trio.Event()
+        self._closing = False
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -160,6 +161,8 @@ class ProviderSessionManager(SessionHost):
         self._touch()
 
     async def ensure_session(self, thread_id: str, provider: str) -> tuple[str, ProviderConnection]:
+        if self._closing:
+            raise ProviderRuntimeError("the daemon is shutting down; no provider is started")
         lock = self._locks.setdefault(thread_id, trio.Lock())
         async with lock:
             live = self._live.get(thread_id)
@@ -275,7 +278,8 @@ class ProviderSessionManager(SessionHost):
         await live.exited.wait()
 
     async def stop_all(self, reason: str) -> None:
-        """Stop every session (daemon shutdown), concurrently."""
+        """Stop every session (daemon shutdown), concurrently; none starts after."""
+        self._closing = True
         async with trio.open_nursery() as nursery:
             for thread_id in list(self._live):
                 nursery.start_soon(self.stop_session, thread_id, reason)

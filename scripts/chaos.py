@@ -1,0 +1,1210 @@
+#!/usr/bin/env python3
+"""Chaos run: a seeded fault schedule against a real agentd, checked after every round.
+
+    python scripts/chaos.py --seed 1 --rounds 200          # one JSON line per round
+    python scripts/chaos.py --seed 7 --rounds 5 --json     # every line is JSON
+
+A real daemon (``protocol.launch.start_daemon``) runs on a fresh temp data dir
+with the built-in scripted agent as its provider. Every random choice comes
+from ``random.Random(seed)`` and is drawn when a round is *planned*, never from
+what the daemon happened to do, so a seed replays the same schedule (the
+interleaving of a real multi-process system still varies; a violation prints
+its seed and round).
+
+Fault model
+-----------
+Each round, 2-4 clients (one connection each) create threads and send
+messages, every command with its own ``commandId``: plain text, and
+``@script`` messages that stream ``say`` in chunks, run a short ``tool``,
+``write`` a file, crash once (``{"crash": 1, "once": true}``: recovered by a
+new attempt), run a tool then crash (the run fails), ``fail``, ``hang``, or run
+a tool that hangs. Clients do not wait for their runs, so messages to a busy
+thread are queued. Meanwhile faults are injected when the round has produced
+a drawn number of durable events (or when the clients are done):
+
+* ``provider_kill``: SIGKILL of a provider process (a pid from
+  ``daemon.status`` sessions, busy ones first);
+* ``daemon_kill`` / ``daemon_term``: SIGKILL / SIGTERM of the daemon, then a
+  restart (a SIGTERM shutdown must exit 0); clients that lose their
+  connection retry the same ``commandId`` on the new daemon;
+* ``drop_stream``: a raw connection subscribes, reads a few events of the
+  replay and closes without unsubscribing;
+* dropped commands: a client writes a command on a raw connection and closes
+  it without reading the answer, then retries the same ``commandId``;
+* slow subscriber: a raw connection subscribes and stops reading while a
+  client streams a message of 13,000 deltas; the subscriber must get
+  ``events.resync`` (or be disconnected) and no one else may wait for it.
+
+Hanging runs can only be ended by a restart or a provider kill, so a round
+with a ``hang`` step always ends with a daemon restart, and a tool that hangs
+gets its provider killed once it runs (its run then fails).
+
+Invariants
+----------
+After each fault-injecting phase, the script waits (following events, bounded
+in real time) until every run of a live daemon is terminal, then checks:
+
+1. Committed receipts: repeating a command that got a result, with the same
+   ``commandId``, returns the identical result, across restarts (this round's
+   commands and a sample of older ones each round; all of them every
+   ``--full-every`` rounds and at the end). Exactly once: every thread and
+   every run answers exactly one command (a command never ran twice).
+2. Event seqs: a replay from a seq just below the last verified one gives
+   exactly the tail, gap-free and without duplicates, and events already seen
+   are unchanged; ``afterSeq 0`` gives exactly ``1..lastSeq`` every
+   ``--full-every`` rounds and at the end. A slow subscriber's resync
+   ``afterSeq`` is the last seq it was given.
+3. Right after every restart, before anything is sent: every run is terminal,
+   no thread has an ``activeRunId``, no node is running/pending and no attempt
+   open (re-read for every run not already verified terminal and unchanged),
+   no message is queued or streaming, no session was started by itself.
+4. Only root nodes end runs: each terminal run has exactly one ``run.<status>``
+   event, whose ``nodeId`` is the run's ``rootNodeId``, a ``root_turn`` node
+   that counts for the run and ended with the run's status; a completed run
+   has exactly one completed root node; no other node counts for the run; a
+   run never changes once terminal.
+5. No unknown provider process: every scripted-agent process under this data
+   dir is a session pid in ``daemon.status`` (zombies excepted); none is left
+   after a SIGTERM shutdown or after a restart.
+6. Every user message is ``complete`` (its run left the queue and was not
+   cancelled), ``not_sent`` (its run cancelled by a restart) or ``queued``
+   with its run still queued.
+7. No thread stuck: after each round every thread of the round takes a new
+   message that completes.
+
+Plus: a SIGTERM shutdown exits 0 and starts no provider session once it has
+begun stopping them; and in a round without provider kills or restarts, each
+scripted message ends as its script says (plain text completes, ``fail``
+fails, ...). Violations print the run's event history to explain themselves.
+
+Threads: at most ``MAX_ACTIVE_THREADS`` take new messages; when more are
+created, the oldest is retired (still covered by the restart checks and the
+receipt checks, no longer sent to).
+
+All rounds are played even after a violation (runs that stay stuck for
+``WAIT`` seconds are cleared by a SIGKILL restart); ``--fail-fast`` stops after
+the first round with one. Exit status 0 when nothing was violated, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import trio  # noqa: E402
+
+from protocol.client import Client, ConnectionLost  # noqa: E402
+from protocol.errors import AgentdError  # noqa: E402
+from protocol.launch import DaemonProcess, DaemonStartError, start_daemon  # noqa: E402
+
+TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled"})
+OPEN_NODE = frozenset({"running", "pending"})
+MAX_ACTIVE_THREADS = 4
+FLOOD_CHUNKS = 13_000  # > the hub's 10,000-event buffer plus socket and queue slack
+HANG_TOOL = "hang-tool"
+WAIT = 30.0  # real-time bound of every wait for the daemon
+ROUND_TIMEOUT = 120.0
+LOST_TEXT = "the daemon closed the connection"  # protocol.client's message when the socket closes
+
+PAYLOAD_WEIGHTS = {
+    "plain": 3, "say": 3, "tool": 2, "write": 2, "crash_once": 1.2,
+    "tool_crash": 0.8, "fail": 1, "hang": 0.35, "hang_tool": 0.5,
+}
+FAULT_WEIGHTS = {"provider_kill": 4, "daemon_kill": 2, "daemon_term": 1.2, "drop_stream": 1.5}
+HANGS = ("hang", "hang_tool")
+
+
+class Fatal(Exception):
+    """The run cannot go on (the daemon died, a wait timed out)."""
+
+
+# -- the plan -------------------------------------------------------------------------
+
+
+@dataclass
+class Command:
+    cid: str
+    method: str
+    params: dict[str, Any]
+    round: int
+    kind: str  # "create", a payload kind, or "check"
+    drop: bool = False  # first written on a raw connection that is closed unanswered
+    result: dict[str, Any] | None = None
+
+
+@dataclass
+class Fault:
+    kind: str
+    trigger: int | None  # durable events since the round began; None: once the clients are done
+    pick: int  # victim / window choice, drawn with the plan
+    idle_timeout: float  # for the daemon a restart starts
+
+
+@dataclass
+class RoundPlan:
+    number: int
+    threads: list[str]  # the active threads at the start of the round
+    clients: list[list[Command]]
+    faults: list[Fault]
+    slow_subscriber: bool
+    tail_back: int  # how far below the last verified seq the tail replay starts
+    full_check: bool
+    sample: list[str]  # older commandIds whose receipts are re-checked
+
+
+def script(*steps: dict[str, Any]) -> str:
+    return "@script\n" + json.dumps(list(steps))
+
+
+def payload_text(kind: str, cid: str, rng: random.Random) -> str:
+    """The message text of a payload kind; ``cid`` makes every text unique."""
+    if kind == "plain":
+        return f"hello from {cid}"
+    if kind == "say":
+        return script({"say": f"{cid} " + "streamed words " * rng.randint(1, 6), "chunks": rng.randint(2, 8)})
+    if kind == "tool":
+        return script({"tool": {"name": "probe", "seconds": rng.choice([0, 0.01, 0.05])}}, {"say": cid})
+    if kind == "write":
+        return script({"write": {"path": f"out/{cid}.txt", "content": cid}}, {"say": f"wrote {cid}"})
+    if kind == "crash_once":
+        return script({"say": cid}, {"crash": 1, "once": True}, {"say": "recovered"})
+    if kind == "tool_crash":
+        return script({"say": cid}, {"tool": {"name": "probe", "seconds": 0.01}}, {"crash": 2})
+    if kind == "fail":
+        return script({"say": cid}, {"fail": f"planned failure {cid}"})
+    if kind == "hang":
+        return script({"say": cid}, {"hang": True})
+    if kind == "hang_tool":
+        return script({"say": cid}, {"tool": {"name": HANG_TOOL, "hang": True}})
+    if kind == "flood":
+        return script({"say": (cid + " ").ljust(FLOOD_CHUNKS, "x"), "chunks": FLOOD_CHUNKS})
+    raise ValueError(kind)
+
+
+def expected_outcome(command: Command, run: dict[str, Any]) -> str | None:
+    """Why ``run`` is not what its script must give in an undisturbed round, or None."""
+    status, reason = run["status"], run.get("reason") or ""
+    if command.kind in ("plain", "say", "tool", "write", "flood", "check"):
+        ok = status == "completed"
+    elif command.kind == "fail":
+        ok = status == "failed" and reason.startswith("provider_error")
+    elif command.kind == "tool_crash":
+        ok = status == "failed" and reason.startswith("provider_crashed")
+    elif command.kind == "crash_once":  # recovered, unless this thread is in a crash loop
+        ok = status == "completed" or (status == "failed" and reason.startswith("provider_crash_loop"))
+    else:
+        return None
+    return None if ok else f"{command.kind} message ended {status} ({reason or 'no reason'})"
+
+
+# -- processes -------------------------------------------------------------------------
+
+
+def agent_processes(data_dir: Path) -> dict[int, str]:
+    """Live (non-zombie) scripted-agent processes whose ``--home`` is under
+    ``data_dir``: pid -> command line."""
+    root = os.path.realpath(data_dir)
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = [a.decode(errors="replace") for a in f.read().split(b"\0")]
+        except OSError:
+            continue
+        if "actors.providers.scripted_agent" not in args or "--home" not in args:
+            continue
+        index = args.index("--home") + 1
+        home = os.path.realpath(args[index]) if index < len(args) else ""
+        if (home == root or home.startswith(root + os.sep)) and process_alive(int(entry)):
+            found[int(entry)] = " ".join(args)
+    return found
+
+
+def process_alive(pid: int) -> bool:
+    """True unless the process is gone or a zombie (/proc/PID/stat state Z)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return data[data.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def describe_process(pid: int) -> str:
+    """Parent, state and age of a process, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except OSError:
+        return "gone"
+    age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return f"ppid {int(fields[1])}, state {fields[0].decode()}, age {age:.2f}s"
+
+
+async def wait_exit(pid: int, timeout: float) -> float | None:
+    """Seconds until ``pid`` exits (via a pidfd, no polling), or None if it
+    outlives ``timeout``."""
+    started = time.monotonic()
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return 0.0
+    try:
+        with trio.move_on_after(timeout):
+            await trio.lowlevel.wait_readable(fd)
+            return time.monotonic() - started
+    finally:
+        os.close(fd)
+    return None
+
+
+def kill(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def connection_error(exc: BaseException) -> bool:
+    """True if ``exc`` (or every exception in a group) means the daemon's
+    socket went away: refused, reset or closed mid-call."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(connection_error(e) for e in exc.exceptions)
+    if isinstance(exc, (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ConnectionLost)):
+        return True
+    return isinstance(exc, AgentdError) and exc.message == LOST_TEXT
+
+
+def daemon_error(exc: BaseException) -> AgentdError | None:
+    """The daemon's error answer inside ``exc`` (possibly a group), if any."""
+    if isinstance(exc, BaseExceptionGroup):
+        for e in exc.exceptions:
+            if (found := daemon_error(e)) is not None:
+                return found
+        return None
+    return exc if isinstance(exc, AgentdError) and not connection_error(exc) else None
+
+
+# -- round progress ------------------------------------------------------------------------
+
+
+class RoundWatch:
+    """Counts the round's durable events so faults can fire at a drawn point."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.clients_done = False
+        self._changed = trio.Event()
+
+    def _bump(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def saw_event(self) -> None:
+        self.count += 1
+        self._bump()
+
+    def finish_clients(self) -> None:
+        self.clients_done = True
+        self._bump()
+
+    async def wait_for(self, trigger: int | None) -> None:
+        while not (self.clients_done or (trigger is not None and self.count >= trigger)):
+            await self._changed.wait()
+
+
+@dataclass
+class SlowSubscriber:
+    stream: trio.SocketStream
+    after_seq: int
+    generation: int
+    buffer: bytes = b""
+
+
+# -- the chaos run -------------------------------------------------------------------------
+
+
+class Chaos:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.seed: int = args.seed
+        self.rounds: int = args.rounds
+        self.json: bool = args.json
+        self.full_every: int = args.full_every
+        self.fail_fast: bool = args.fail_fast
+        self.keep: bool = args.keep
+        self.rng = random.Random(self.seed)
+        # AF_UNIX paths are short: the socket always gets its own short dir.
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="ac-"))
+        self.socket = self.socket_dir / "agentd.sock"
+        self.work_dir = Path(tempfile.mkdtemp(prefix="chaos-", dir=args.dir)) if args.dir else self.socket_dir
+        self.data_dir = self.work_dir / "data"
+        self.daemon: DaemonProcess | None = None
+        self.generation = 0  # +1 at each restart
+        self.up = trio.Event()  # set while the daemon of this generation serves clients
+        self.ledger: dict[str, Command] = {}
+        self.run_command: dict[str, str] = {}  # runId -> commandId
+        self.thread_command: dict[str, str] = {}  # threadId -> commandId
+        self.active: list[str] = []
+        self.retired: list[str] = []
+        self.created: dict[str, str] = {}  # this round's commandId -> threadId
+        self.events: dict[int, tuple] = {}  # seq -> (type, threadId, runId, nodeId)
+        self.run_ends: dict[str, list[tuple[int, str, str | None]]] = {}
+        self.verified_seq = 0
+        self.verified_runs: dict[str, dict[str, Any]] = {}
+        self.round = 0
+        self.round_faults: Counter = Counter()
+        self.fault_totals: Counter = Counter()
+        self.run_totals: Counter = Counter()
+        self.violations: list[str] = []
+        self.reported: set[tuple[str, str]] = set()
+        self.round_violations = 0
+        self.slow_outcomes: Counter = Counter()
+
+    # -- output ---------------------------------------------------------------------
+
+    def emit(self, obj: dict[str, Any], text: str | None = None) -> None:
+        print(json.dumps(obj) if self.json or text is None else text, flush=True)
+
+    def violation(self, invariant: str, message: str) -> None:
+        if (invariant, message) in self.reported:
+            return  # the same broken record, seen again in a later round
+        self.reported.add((invariant, message))
+        text = f"VIOLATION seed={self.seed} round={self.round} [{invariant}] {message}"
+        self.violations.append(text)
+        self.round_violations += 1
+        self.emit({"violation": invariant, "seed": self.seed, "round": self.round, "message": message}, text)
+
+    # -- the daemon -------------------------------------------------------------------
+
+    async def start(self, idle_timeout: float) -> None:
+        try:
+            self.daemon = await start_daemon(
+                self.data_dir, self.socket, extra_args=["--idle-timeout", str(idle_timeout)], timeout=WAIT
+            )
+        except DaemonStartError as exc:
+            raise Fatal(f"daemon did not start: {exc}") from None
+
+    async def restart(self, how: str, idle_timeout: float, *, fault: str | None = None) -> None:
+        """SIGKILL or SIGTERM the daemon, start a new one, check what it
+        reconciled before any client may send, then let clients back in."""
+        self.generation += 1
+        self.up = trio.Event()
+        self.round_faults[fault or "daemon_" + how] += 1
+        if how == "kill":
+            await self.daemon.kill()
+        else:
+            async with Client.connect(self.socket) as client:
+                before = (await client.call("daemon.status"))["lastSeq"]
+            code = await self.daemon.terminate(timeout=WAIT)
+            if code != 0:
+                self.violation("shutdown", f"SIGTERM shutdown exited {code}, not 0")
+            await self.report_leftovers("after the SIGTERM shutdown")
+        await self.start(idle_timeout)
+        async with Client.connect(self.socket) as client:
+            await self.check_after_restart(client, how)
+            if how == "term":
+                await self.check_shutdown_events(client, before)
+        self.up.set()
+
+    async def recover(self) -> None:
+        """After runs got stuck: SIGKILL and restart the daemon so that the
+        next rounds start clean (or stop here with ``--fail-fast``)."""
+        if self.fail_fast:
+            raise Fatal("runs are stuck")
+        await self.restart("kill", 600.0, fault="recovery_restart")
+
+    async def wait_up(self) -> int:
+        """Wait until the daemon serves clients; return its generation."""
+        while not self.up.is_set():
+            await self.up.wait()  # a restart may replace the event meanwhile: loop
+        if self.daemon.process.returncode is not None:
+            raise Fatal(f"the daemon exited by itself with code {self.daemon.process.returncode}")
+        return self.generation
+
+    def still_up(self, generation: int) -> bool:
+        return self.up.is_set() and self.generation == generation
+
+    async def reconnect_guard(self, generation: int, failures: int) -> int:
+        """After a lost connection: fine if a restart began; three losses
+        while the same daemon is meant to be up are fatal."""
+        if not self.still_up(generation):
+            return 0
+        if failures >= 3:
+            raise Fatal("connections to a daemon that should be up keep failing")
+        await trio.lowlevel.checkpoint()
+        return failures + 1
+
+    # -- planning ------------------------------------------------------------------------
+
+    def plan_round(self, number: int) -> RoundPlan:
+        rng = self.rng
+        threads = list(self.active)
+        counter = itertools.count()
+        clients: list[list[Command]] = []
+        hang_threads: set[str] = set()
+        plain_hang = False
+        weights = [4, 2, 1, 1][: len(threads)]
+        for _ in range(rng.randint(2, 4)):
+            commands = []
+            for _ in range(rng.randint(1, 3)):
+                cid = f"c{self.seed}.{number}.{next(counter)}"
+                drop = rng.random() < 0.12
+                if rng.random() < 0.12:
+                    commands.append(Command(cid, "thread.create", {"title": cid}, number, "create", drop))
+                    continue
+                thread = threads[rng.choices(range(len(threads)), weights)[0]]
+                kind = rng.choices(list(PAYLOAD_WEIGHTS), list(PAYLOAD_WEIGHTS.values()))[0]
+                if kind in HANGS:
+                    hang_threads.add(thread)
+                    plain_hang |= kind == "hang"
+                text = payload_text(kind, cid, rng)
+                commands.append(Command(cid, "thread.message.send", {"threadId": thread, "text": text}, number, kind, drop))
+            clients.append(commands)
+        faults = []
+        for _ in range(rng.choices([0, 1, 2], [3, 4, 2])[0]):
+            kind = rng.choices(list(FAULT_WEIGHTS), list(FAULT_WEIGHTS.values()))[0]
+            faults.append(Fault(kind, rng.randint(1, 60), rng.randrange(1 << 16), self.draw_idle_timeout()))
+        faults.sort(key=lambda f: f.trigger)
+        if plain_hang:  # only a restart ends a hang step
+            faults.append(Fault(rng.choice(["daemon_kill", "daemon_term"]), None, 0, self.draw_idle_timeout()))
+        calm = [t for t in threads if t not in hang_threads]
+        slow = rng.random() < 0.1 and bool(calm)
+        if slow:
+            cid = f"c{self.seed}.{number}.{next(counter)}"
+            thread = calm[rng.randrange(len(calm))]
+            flood = Command(cid, "thread.message.send", {"threadId": thread, "text": payload_text("flood", cid, rng)}, number, "flood")
+            clients[rng.randrange(len(clients))].append(flood)
+        full = number == self.rounds or number % self.full_every == 0
+        older = sorted(self.ledger)
+        sample = rng.sample(older, min(20, len(older)))
+        return RoundPlan(number, threads, clients, faults, slow, rng.randint(0, 40), full, sample)
+
+    def draw_idle_timeout(self) -> float:
+        # Mostly the default; sometimes short, so the idle reaper races new runs.
+        return self.rng.choice([600.0, 600.0, 1.0])
+
+    # -- commands ------------------------------------------------------------------------
+
+    def record(self, command: Command, result: dict[str, Any]) -> None:
+        command.result = result
+        self.ledger[command.cid] = command
+        if command.method == "thread.create":
+            self.thread_command[result["threadId"]] = command.cid
+            self.created[command.cid] = result["threadId"]
+        else:
+            self.run_command[result["runId"]] = command.cid
+
+    async def drop_request(self, command: Command, generation: int) -> None:
+        """Write the command on a raw connection and close it unanswered."""
+        stream = await trio.open_unix_socket(str(self.socket))
+        try:
+            if not self.still_up(generation):  # may be the next daemon, before its restart checks
+                raise trio.BrokenResourceError("the daemon is restarting")
+            request = {"jsonrpc": "2.0", "id": 1, "method": command.method,
+                       "params": {**command.params, "commandId": command.cid}}
+            await stream.send_all(json.dumps(request).encode() + b"\n")
+        finally:
+            await stream.aclose()
+
+    async def perform(self, client: Client, command: Command, generation: int) -> None:
+        if command.drop:
+            self.round_faults["drop_command"] += 1
+            await self.drop_request(command, generation)
+        try:
+            result = await client.call(command.method, commandId=command.cid, **command.params)
+        except AgentdError as exc:
+            if connection_error(exc):
+                raise
+            self.violation("error", f"{command.method} {command.cid} answered {exc.kind}: {exc.message}")
+            return
+        self.record(command, result)
+
+    async def client_task(self, commands: list[Command]) -> None:
+        """Send ``commands`` in order; after a lost connection, retry the
+        unanswered one with the same commandId once the daemon is back."""
+        pending = list(commands)
+        failures = 0
+        while pending:
+            generation = await self.wait_up()
+            try:
+                async with Client.connect(self.socket) as client:
+                    if not self.still_up(generation):
+                        continue
+                    while pending:
+                        await self.perform(client, pending[0], generation)
+                        pending.pop(0)
+            except Exception as exc:
+                if not connection_error(exc):
+                    raise
+                failures = await self.reconnect_guard(generation, failures)
+
+    # -- following events -------------------------------------------------------------------
+
+    async def follow(self, watch: RoundWatch, after_seq: int) -> None:
+        """Count the round's durable events, across restarts."""
+        last, failures = after_seq, 0
+        while True:
+            generation = await self.wait_up()
+            try:
+                async with Client.connect(self.socket) as client:
+                    if not self.still_up(generation):
+                        continue
+                    async with client.subscribe(after_seq=last) as events:
+                        async for event in events:
+                            if not event.get("ephemeral"):
+                                last = event["seq"]
+                                watch.saw_event()
+            except Exception as exc:
+                if (error := daemon_error(exc)) is not None:
+                    self.violation("2", f"resubscribing after seq {last} failed: {error.message}")
+                    return
+                if not connection_error(exc):
+                    raise
+                failures = await self.reconnect_guard(generation, failures)
+
+    async def replay(self, client: Client, after_seq: int, until_seq: int) -> list[dict[str, Any]]:
+        """The durable events after ``after_seq`` up to ``until_seq``
+        (resubscribing after a resync, which is allowed)."""
+        out: list[dict[str, Any]] = []
+        position = after_seq
+        with trio.fail_after(WAIT):
+            while position < until_seq:
+                async with client.subscribe(after_seq=position) as events:
+                    async for event in events:
+                        if event.get("ephemeral"):
+                            continue
+                        out.append(event)
+                        position = max(position, event["seq"])
+                        if event["seq"] >= until_seq:
+                            break
+                    else:
+                        if events.resync_after is None:
+                            raise Fatal("the event stream ended without a resync")
+                        position = events.resync_after
+        return out
+
+    # -- faults ------------------------------------------------------------------------------
+
+    async def fault_task(self, watch: RoundWatch, faults: list[Fault]) -> None:
+        for fault in faults:
+            await watch.wait_for(fault.trigger)
+            await self.inject(fault)
+
+    async def inject(self, fault: Fault) -> None:
+        if fault.kind == "daemon_kill":
+            await self.restart("kill", fault.idle_timeout)
+        elif fault.kind == "daemon_term":
+            await self.restart("term", fault.idle_timeout)
+        elif fault.kind == "provider_kill":
+            await self.kill_provider(fault.pick)
+        elif fault.kind == "drop_stream":
+            await self.drop_stream(fault.pick)
+
+    async def kill_provider(self, pick: int, thread_id: str | None = None) -> None:
+        """SIGKILL one provider process: of ``thread_id``, else a busy one if any."""
+        async with Client.connect(self.socket) as client:
+            sessions = (await client.call("daemon.status"))["sessions"]
+        sessions = sorted((s for s in sessions if s.get("pid")), key=lambda s: s["threadId"] or "")
+        if thread_id is not None:
+            sessions = [s for s in sessions if s["threadId"] == thread_id]
+        candidates = [s for s in sessions if s.get("busy")] or sessions
+        if not candidates:
+            self.round_faults["provider_kill_skipped"] += 1
+            return
+        if kill(candidates[pick % len(candidates)]["pid"]):
+            self.round_faults["provider_kill"] += 1
+
+    async def drop_stream(self, pick: int) -> None:
+        """Subscribe on a raw connection, read a few replayed events, hang up."""
+        async with Client.connect(self.socket) as client:
+            last = (await client.call("daemon.status"))["lastSeq"]
+        if last == 0:
+            return
+        after = max(0, last - 1 - pick % 300)
+        stream = await trio.open_unix_socket(str(self.socket))
+        self.round_faults["drop_stream"] += 1
+        seqs = []
+        try:
+            request = {"jsonrpc": "2.0", "id": 1, "method": "events.subscribe", "params": {"afterSeq": after}}
+            await stream.send_all(json.dumps(request).encode() + b"\n")
+            buffer, wanted = b"", min(1 + pick % 20, last - after)
+            with trio.move_on_after(5):  # a short read is fine: the point is hanging up mid-stream
+                while len(seqs) < wanted:
+                    data = await stream.receive_some(4096)
+                    if not data:
+                        break
+                    buffer += data
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        message = json.loads(line)
+                        if message.get("method") == "event" and not message["params"].get("ephemeral"):
+                            seqs.append(message["params"]["seq"])
+        finally:
+            await stream.aclose()
+        if seqs != list(range(after + 1, after + 1 + len(seqs))):
+            self.violation("2", f"replay after {after} began {seqs[:10]}, not {after + 1}, {after + 2}, ...")
+
+    # -- slow subscriber -----------------------------------------------------------------------
+
+    async def open_slow_subscriber(self) -> SlowSubscriber:
+        """Subscribe on a raw connection, read the answer, then stop reading."""
+        async with Client.connect(self.socket) as client:
+            last = (await client.call("daemon.status"))["lastSeq"]
+        stream = await trio.open_unix_socket(str(self.socket))
+        slow = SlowSubscriber(stream, last, self.generation)
+        request = {"jsonrpc": "2.0", "id": 1, "method": "events.subscribe", "params": {"afterSeq": last}}
+        await stream.send_all(json.dumps(request).encode() + b"\n")
+        with trio.fail_after(WAIT):
+            while b"\n" not in slow.buffer:
+                data = await stream.receive_some(65536)
+                if not data:
+                    raise Fatal("the daemon hung up on a subscribe")
+                slow.buffer += data
+        answer, _, slow.buffer = slow.buffer.partition(b"\n")
+        if "result" not in json.loads(answer):
+            raise Fatal(f"subscribe failed: {answer[:200]!r}")
+        self.round_faults["slow_subscriber"] += 1
+        return slow
+
+    async def check_slow_subscriber(self, slow: SlowSubscriber, flood: Command | None) -> None:
+        """The stalled subscriber must end with a resync at the last seq it was
+        given (or a hang-up) once a flood it could not have buffered ran."""
+        flood_ran = False
+        if flood is not None and flood.result is not None and slow.generation == self.generation:
+            async with Client.connect(self.socket) as client:
+                run = (await client.call("run.get", runId=flood.result["runId"]))["run"]
+            flood_ran = run["status"] == "completed"
+        outcome, seqs = "unresolved", []
+        with trio.move_on_after(WAIT if flood_ran else 1):
+            outcome = await self.read_slow_subscriber(slow, seqs)
+        await slow.stream.aclose()
+        self.slow_outcomes[outcome] += 1
+        if seqs != list(range(slow.after_seq + 1, slow.after_seq + 1 + len(seqs))):
+            self.violation("2", f"the slow subscriber's events after {slow.after_seq} are not gap-free: {seqs[:10]}...")
+        if flood_ran and outcome == "unresolved":
+            self.violation("slow", f"a subscriber that read nothing through {FLOOD_CHUNKS} events got no events.resync "
+                                   f"within {WAIT:g}s of being read again, and was not disconnected")
+
+    async def read_slow_subscriber(self, slow: SlowSubscriber, seqs: list[int]) -> str:
+        buffer = slow.buffer
+        while True:
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                message = json.loads(line)
+                params = message.get("params") or {}
+                if message.get("method") == "event" and not params.get("ephemeral"):
+                    seqs.append(params["seq"])
+                elif message.get("method") == "events.resync":
+                    given = seqs[-1] if seqs else slow.after_seq
+                    if params["afterSeq"] != given:
+                        self.violation("2", f"events.resync says afterSeq {params['afterSeq']} but the last event "
+                                            f"sent was {given}")
+                    return "resync"
+            data = await slow.stream.receive_some(1 << 16)
+            if not data:
+                return "disconnected"
+            buffer += data
+
+    # -- one round ------------------------------------------------------------------------------
+
+    async def play_round(self, plan: RoundPlan) -> None:
+        self.round, self.round_violations = plan.number, 0
+        self.round_faults, self.created = Counter(), {}
+        started = time.monotonic()
+        async with Client.connect(self.socket) as client:
+            start_seq = (await client.call("daemon.status"))["lastSeq"]
+        slow = await self.open_slow_subscriber() if plan.slow_subscriber else None
+        watch = RoundWatch()
+        with trio.fail_after(ROUND_TIMEOUT):
+            async with trio.open_nursery() as outer:
+                outer.start_soon(self.follow, watch, start_seq)
+                async with trio.open_nursery() as inner:
+                    inner.start_soon(self.fault_task, watch, plan.faults)
+                    async with trio.open_nursery() as clients:
+                        for commands in plan.clients:
+                            clients.start_soon(self.client_task, commands)
+                    watch.finish_clients()
+                outer.cancel_scope.cancel()
+        new_threads = [self.created[c] for c in sorted(self.created)]
+        threads = plan.threads + new_threads
+        await self.settle(threads, start_seq)
+        if slow is not None:
+            flood = next((c for cs in plan.clients for c in cs if c.kind == "flood"), None)
+            await self.check_slow_subscriber(slow, flood)
+        disturbed = any(self.round_faults[k] for k in ("provider_kill", "daemon_kill", "daemon_term", "recovery_restart"))
+        await self.check_not_stuck(threads)
+        await self.check_events(plan)
+        await self.check_threads(threads, disturbed)
+        await self.check_receipts(plan)
+        await self.check_processes()
+        self.update_pool(new_threads)
+        self.summarize(plan, start_seq, time.monotonic() - started)
+
+    def update_pool(self, new_threads: list[str]) -> None:
+        self.active += new_threads
+        while len(self.active) > MAX_ACTIVE_THREADS:
+            self.retired.append(self.active.pop(0))
+
+    async def settle(self, threads: list[str], after_seq: int) -> None:
+        """Follow events until every run of ``threads`` is terminal. A tool
+        that hangs gets its provider killed once it is running."""
+        async with Client.connect(self.socket) as client:
+            last = (await client.call("daemon.status"))["lastSeq"]
+            open_runs = {}
+            for thread_id in threads:
+                for run in (await client.call("thread.get", threadId=thread_id))["runs"]:
+                    if run["status"] not in TERMINAL:
+                        open_runs[run["id"]] = thread_id
+            if not open_runs:
+                return
+            hanging: dict[str, tuple[str, str]] = {}  # node -> (thread, run), a hang tool running
+            killed: set[str] = set()
+            position = after_seq
+            try:
+                with trio.fail_after(WAIT):
+                    while open_runs:
+                        async with client.subscribe(after_seq=position) as events:
+                            async for event in events:
+                                if event.get("ephemeral"):
+                                    continue
+                                position = event["seq"]
+                                self.track_hang_tools(event, hanging, open_runs)
+                                if not open_runs:
+                                    return
+                                if position >= last:  # caught up: what is running now is known
+                                    for node_id, (thread_id, _run) in list(hanging.items()):
+                                        if node_id not in killed:
+                                            killed.add(node_id)
+                                            await self.kill_provider(0, thread_id)
+                        if events.resync_after is None:
+                            raise Fatal("the event stream ended while runs were open")
+                        position = events.resync_after
+            except trio.TooSlowError:
+                for run_id, thread_id in sorted(open_runs.items()):
+                    history = await self.story(client, thread_id, run_id, after_seq)
+                    self.violation("7", f"run {run_id} still not terminal {WAIT:g}s after the round; since seq {after_seq}: {history}")
+        await self.recover()
+
+    @staticmethod
+    def track_hang_tools(event: dict[str, Any], hanging: dict, open_runs: dict) -> None:
+        kind = event["type"]
+        if kind == "tool.started" and event["payload"]["node"].get("title") == HANG_TOOL:
+            hanging[event["nodeId"]] = (event["threadId"], event["runId"])
+        elif kind.startswith("tool."):
+            hanging.pop(event["nodeId"], None)
+        elif kind.startswith("run.") and kind[4:] in TERMINAL:
+            open_runs.pop(event["runId"], None)
+            for node_id, (_thread, run_id) in list(hanging.items()):
+                if run_id == event["runId"]:
+                    del hanging[node_id]
+
+    # -- checks -------------------------------------------------------------------------------
+
+    async def check_after_restart(self, client: Client, how: str) -> None:
+        """Invariant 3 (and 5, 6): what a restart must leave, before anything is sent."""
+        what = f"after daemon {how} and restart"
+        status = await client.call("daemon.status")
+        if status["sessions"]:
+            self.violation("3", f"{what}: sessions were started by themselves: {status['sessions']}")
+        await self.report_leftovers(what)
+        for thread in (await client.call("thread.list"))["threads"]:
+            if thread["activeRunId"] or thread["status"] != "idle":
+                self.violation("3", f"{what}: thread {thread['id']} is {thread['status']} with activeRunId {thread['activeRunId']}")
+            detail = await client.call("thread.get", threadId=thread["id"])
+            for run in detail["runs"]:
+                if run["status"] not in TERMINAL:
+                    self.violation("3", f"{what}: run {run['id']} is {run['status']}")
+                elif self.verified_runs.get(run["id"]) != run:
+                    await self.check_run_closed(client, run, what)
+            for message in detail["messages"]:
+                if message["status"] in ("queued", "streaming"):
+                    self.violation("3", f"{what}: {message['role']} message {message['id']} is still {message['status']}")
+
+    async def check_shutdown_events(self, client: Client, before: int) -> None:
+        """No provider session may start once the SIGTERM shutdown has begun
+        stopping sessions (queued runs stay queued, to be cancelled at restart)."""
+        last = (await client.call("daemon.status"))["lastSeq"]
+        stopping_since = None
+        for event in await self.replay(client, before, last):
+            session = event["payload"].get("session") or {}
+            if event["type"] == "daemon.reconciled":
+                break
+            if stopping_since is None and event["type"] == "session.stopped" and session.get("reason") == "daemon_shutdown":
+                stopping_since = event["seq"]
+            elif stopping_since is not None and event["type"] == "session.starting":
+                self.violation("shutdown", f"provider session {session['id']} of thread {event['threadId']} started at seq "
+                                           f"{event['seq']}, during the SIGTERM shutdown (sessions stopping since seq "
+                                           f"{stopping_since})")
+
+    async def report_leftovers(self, what: str) -> None:
+        """Invariant 5 where no provider process may exist at all."""
+        for pid, cmd in agent_processes(self.data_dir).items():
+            about = describe_process(pid)
+            lived = await wait_exit(pid, 5.0)
+            if lived is None:
+                kill(pid)
+            fate = f"it exited {lived:.2f}s later" if lived is not None else "still alive 5s later (chaos killed it)"
+            self.violation("5", f"{what}: provider process {pid} ({about}) is still running; {fate}: {cmd}")
+
+    async def check_run_closed(self, client: Client, run: dict[str, Any], what: str) -> dict[str, Any]:
+        detail = await client.call("run.get", runId=run["id"])
+        for node in detail["nodes"]:
+            if node["status"] in OPEN_NODE:
+                self.violation("3", f"{what}: {node['kind']} node {node['id']} of {run['status']} run {run['id']} is {node['status']}")
+        for attempt in detail["attempts"]:
+            if attempt["status"] not in TERMINAL:
+                self.violation("3", f"{what}: attempt {attempt['id']} of {run['status']} run {run['id']} is {attempt['status']}")
+        return detail
+
+    async def check_events(self, plan: RoundPlan) -> None:
+        """Invariant 2: the tail (or the whole log) replays gap-free and unchanged."""
+        async with Client.connect(self.socket) as client:
+            last = (await client.call("daemon.status"))["lastSeq"]
+            if last < self.verified_seq:
+                self.violation("2", f"lastSeq went back from {self.verified_seq} to {last}: committed events were lost")
+            start = 0 if plan.full_check else max(0, min(self.verified_seq, last) - plan.tail_back)
+            events = await self.replay(client, start, last)
+        seqs = [e["seq"] for e in events]
+        if seqs != list(range(start + 1, last + 1)):
+            self.violation("2", f"replay after {start} is not exactly {start + 1}..{last}: {describe_seqs(seqs, start)}")
+        for event in events:
+            key = (event["type"], event["threadId"], event["runId"], event["nodeId"])
+            known = self.events.get(event["seq"])
+            if known is None:
+                self.events[event["seq"]] = key
+                if key[0].startswith("run.") and key[0][4:] in TERMINAL:
+                    self.run_ends.setdefault(key[2], []).append((event["seq"], key[0], key[3]))
+            elif known != key:
+                self.violation("2", f"event {event['seq']} was {known} and replays as {key}")
+        self.verified_seq = max(self.verified_seq, last)
+
+    async def check_threads(self, threads: list[str], disturbed: bool) -> None:
+        """Invariants 1 (exactly once), 4, 6, 7 and outcomes, on quiescent threads."""
+        async with Client.connect(self.socket) as client:
+            for thread_id in threads:
+                detail = await client.call("thread.get", threadId=thread_id)
+                await self.check_thread(client, detail, disturbed)
+            listed = (await client.call("thread.list"))["threads"]
+        for thread in listed:
+            if thread["id"] not in self.thread_command:
+                self.violation("1", f"thread {thread['id']} ({thread['title']!r}) answers no thread.create: a create ran twice?")
+
+    async def check_thread(self, client: Client, detail: dict[str, Any], disturbed: bool) -> None:
+        thread = detail["thread"]
+        if thread["activeRunId"] or thread["status"] != "idle":
+            self.violation("7", f"thread {thread['id']} is {thread['status']} (activeRunId {thread['activeRunId']}) "
+                                "though all its runs ended")
+        runs = {run["id"]: run for run in detail["runs"]}
+        for run in detail["runs"]:
+            cid = self.run_command.get(run["id"])
+            if cid is None:
+                self.violation("1", f"run {run['id']} (ordinal {run['ordinal']}) answers no command: a send ran twice?")
+            if run["status"] not in TERMINAL:
+                self.violation("7", f"run {run['id']} is {run['status']} after the round settled")
+                continue
+            known = self.verified_runs.get(run["id"])
+            if known is not None:
+                if known != run:
+                    self.violation("4", f"run {run['id']} changed after it ended: {diff(known, run)}")
+                continue
+            await self.check_run(client, run)
+            self.verified_runs[run["id"]] = run
+            self.run_totals[run["status"]] += 1
+            command = self.ledger.get(cid) if cid else None
+            if command is not None and command.round == self.round and not disturbed and command.kind != "check":
+                if (why := expected_outcome(command, run)) is not None:
+                    self.violation("outcome", f"run {run['id']} of {command.cid} in a round without kills: {why}")
+        for problem, run_id in self.check_messages(detail["messages"], runs):
+            if ("6", problem) not in self.reported:  # the story grows each round: report the problem once
+                self.reported.add(("6", problem))
+                self.violation("6", f"{problem}; {await self.story(client, thread['id'], run_id, 0)}")
+
+    async def check_run(self, client: Client, run: dict[str, Any]) -> None:
+        """Invariant 4 for one terminal run (and its nodes and attempts closed)."""
+        detail = await self.check_run_closed(client, run, "after the round")
+        nodes = {node["id"]: node for node in detail["nodes"]}
+        ends = self.run_ends.get(run["id"], [])
+        where = f"{run['status']} run {run['id']}"
+        if len(ends) != 1:
+            self.violation("4", f"{where} has {len(ends)} run.<terminal> events: {ends}")
+        for _seq, kind, node_id in ends:
+            if kind != "run." + run["status"] or node_id != run["rootNodeId"]:
+                self.violation("4", f"{where} (root {run['rootNodeId']}) ended by {kind} on node {node_id}")
+        root = nodes.get(run["rootNodeId"])
+        if root is None or root["kind"] != "root_turn" or not root["countsForRun"] or root["status"] != run["status"]:
+            summary = root and {k: root[k] for k in ("kind", "countsForRun", "status")}
+            self.violation("4", f"{where}: its root node {run['rootNodeId']} is {summary}")
+        completed_roots = [n for n in nodes.values() if n["kind"] == "root_turn" and n["status"] == "completed"]
+        if len(completed_roots) != (1 if run["status"] == "completed" else 0):
+            self.violation("4", f"{where} has {len(completed_roots)} completed root nodes")
+        for node in nodes.values():
+            if node["countsForRun"] and node["kind"] != "root_turn":
+                self.violation("4", f"{where}: non-root {node['kind']} node {node['id']} counts for the run")
+        selected = next((a for a in detail["attempts"] if a["id"] == run["selectedAttemptId"]), None)
+        if selected is None or selected["status"] != run["status"]:
+            self.violation("4", f"{where}: its selected attempt is {selected and selected['status']}")
+
+    def check_messages(self, messages: list[dict[str, Any]], runs: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+        """Invariant 6, on a quiescent thread: (problem, runId) pairs."""
+        problems = []
+        for message in messages:
+            if message["role"] != "user":
+                if message["status"] == "streaming":
+                    self.violation("6", f"assistant message {message['id']} is still streaming after its run ended")
+                continue
+            run = runs.get(message["runId"])
+            status = message["status"]
+            run_status = run and run["status"]
+            ok = {
+                "complete": run_status not in (None, "queued", "cancelled"),
+                "not_sent": run_status == "cancelled",
+                "queued": run_status == "queued",
+            }.get(status, False)
+            if not ok:
+                problems.append((f"user message {message['id']} is {status} but its run {message['runId']} is {run_status}",
+                                 message["runId"]))
+        for run in runs.values():
+            if not any(m["id"] == run["userMessageId"] and m["role"] == "user" for m in messages):
+                problems.append((f"run {run['id']} has no user message {run['userMessageId']}", run["id"]))
+        return problems
+
+    async def check_receipts(self, plan: RoundPlan) -> None:
+        """Invariant 1: repeated commandIds give the stored answer."""
+        if plan.full_check:
+            cids = sorted(self.ledger)
+        else:
+            cids = sorted({c for c, cmd in self.ledger.items() if cmd.round == plan.number} | set(plan.sample))
+        limiter = trio.Semaphore(32)
+
+        async def recheck(client: Client, command: Command) -> None:
+            async with limiter:
+                try:
+                    again = await client.call(command.method, commandId=command.cid, **command.params)
+                except AgentdError as exc:
+                    if connection_error(exc):
+                        raise
+                    self.violation("1", f"repeating {command.cid} answered {exc.kind}: {exc.message}")
+                    return
+            if again != command.result:
+                self.violation("1", f"repeating {command.cid} answered {again}, first answer was {command.result}")
+
+        async with Client.connect(self.socket) as client:
+            with trio.fail_after(WAIT):
+                async with trio.open_nursery() as nursery:
+                    for cid in cids:
+                        nursery.start_soon(recheck, client, self.ledger[cid])
+
+    async def check_processes(self) -> None:
+        """Invariant 5 on a live, quiescent daemon."""
+        async with Client.connect(self.socket) as client:
+            before = (await client.call("daemon.status"))["sessions"]
+            found = agent_processes(self.data_dir)
+            after = (await client.call("daemon.status"))["sessions"]
+        known = {s["pid"] for s in before + after if s.get("pid")}
+        for pid, cmd in found.items():
+            if pid not in known and process_alive(pid):
+                self.violation("5", f"provider process {pid} is not a session of the daemon: {cmd}")
+
+    async def check_not_stuck(self, threads: list[str]) -> None:
+        """Invariant 7: each thread takes a new message, which completes."""
+        async with Client.connect(self.socket) as client:
+            last = (await client.call("daemon.status"))["lastSeq"]
+            waiting = {}
+            for index, thread_id in enumerate(threads):
+                cid = f"c{self.seed}.{self.round}.k{index}"
+                command = Command(cid, "thread.message.send", {"threadId": thread_id, "text": f"still there? {cid}"},
+                                  self.round, "check")
+                try:
+                    result = await client.call(command.method, commandId=cid, **command.params)
+                except AgentdError as exc:
+                    self.violation("7", f"thread {thread_id} refused a new message: {exc.kind}: {exc.message}")
+                    continue
+                self.record(command, result)
+                waiting[result["runId"]] = thread_id
+            try:
+                for event in await self.wait_runs(client, last, set(waiting)):
+                    run = event["payload"]["run"]
+                    if run["status"] != "completed":
+                        self.violation("7", f"thread {waiting[run['id']]}: a new message ended {run['status']} ({run['reason']})")
+            except trio.TooSlowError:
+                self.violation("7", f"new messages did not complete within {WAIT:g}s")
+            else:
+                return
+        await self.recover()
+
+    async def wait_runs(self, client: Client, after_seq: int, run_ids: set[str]) -> list[dict[str, Any]]:
+        """The terminal run events of ``run_ids``, following events after ``after_seq``."""
+        ended, position = [], after_seq
+        with trio.fail_after(WAIT):
+            while run_ids:
+                async with client.subscribe(after_seq=position) as events:
+                    async for event in events:
+                        if event.get("ephemeral"):
+                            continue
+                        position = event["seq"]
+                        kind = event["type"]
+                        if kind.startswith("run.") and kind[4:] in TERMINAL and event["runId"] in run_ids:
+                            run_ids.discard(event["runId"])
+                            ended.append(event)
+                            if not run_ids:
+                                break
+                if run_ids and events.resync_after is None:
+                    raise Fatal("the event stream ended while runs were open")
+                position = events.resync_after or position
+        return ended
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    async def story(self, client: Client, thread_id: str, run_id: str, after_seq: int) -> str:
+        """The run's events and its thread's session events after ``after_seq``,
+        compactly, to explain a violation."""
+        last = (await client.call("daemon.status"))["lastSeq"]
+        async with client.subscribe(thread_id=thread_id, after_seq=after_seq) as events:
+            lines = []
+            with trio.move_on_after(5):
+                async for event in events:
+                    if event.get("ephemeral"):
+                        continue
+                    session = event["payload"].get("session")
+                    if event["runId"] == run_id:
+                        attempt = event["payload"].get("attempt") or {}
+                        lines.append(f"{event['seq']} {event['type']}" + (f" #{attempt['number']}" if attempt else ""))
+                    elif session:
+                        lines.append(f"{event['seq']} {event['type']} {session['id'][-6:]} {session.get('reason') or ''}".rstrip())
+                    if event["seq"] >= last:
+                        break
+        return "events: " + ", ".join(lines[-40:])
+
+    def summarize(self, plan: RoundPlan, start_seq: int, seconds: float) -> None:
+        runs = Counter()
+        for run_id, cid in self.run_command.items():
+            if self.ledger[cid].round == plan.number and run_id in self.verified_runs:
+                runs[self.verified_runs[run_id]["status"]] += 1
+        commands = sum(1 for c in self.ledger.values() if c.round == plan.number)
+        self.fault_totals.update(self.round_faults)
+        self.emit({
+            "round": plan.number, "seed": self.seed, "commands": commands, "runs": dict(sorted(runs.items())),
+            "faults": dict(sorted(self.round_faults.items())), "events": self.verified_seq - start_seq,
+            "lastSeq": self.verified_seq, "threads": len(self.active), "violations": self.round_violations,
+            "seconds": round(seconds, 2),
+        })
+
+    # -- main -------------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        started = time.monotonic()
+        self.emit({"seed": self.seed, "rounds": self.rounds, "dataDir": str(self.data_dir)},
+                  f"seed={self.seed} rounds={self.rounds} data={self.data_dir}")
+        try:
+            await self.start(self.draw_idle_timeout())
+            self.up.set()
+            await self.setup()
+            for number in range(1, self.rounds + 1):
+                await self.play_round(self.plan_round(number))
+                if self.round_violations and self.fail_fast:
+                    break
+        except BaseException as exc:
+            if (why := fatal_message(exc)) is None:
+                raise
+            self.violation("fatal", why)
+        finally:
+            await self.stop()
+        self.emit({
+            "final": True, "seed": self.seed, "rounds": self.round, "commands": len(self.ledger),
+            "threads": len(self.active) + len(self.retired), "runs": dict(sorted(self.run_totals.items())),
+            "faults": dict(sorted(self.fault_totals.items())), "slowSubscribers": dict(self.slow_outcomes),
+            "events": self.verified_seq, "violations": len(self.violations),
+            "wallSeconds": round(time.monotonic() - started, 1),
+        })
+        for text in self.violations[:20]:
+            print(text, file=sys.stderr)
+        return 1 if self.violations else 0
+
+    async def setup(self) -> None:
+        """Round 0: the first two threads."""
+        async with Client.connect(self.socket) as client:
+            for index in range(2):
+                cid = f"c{self.seed}.0.{index}"
+                command = Command(cid, "thread.create", {"title": cid}, 0, "create")
+                self.record(command, await client.call("thread.create", commandId=cid, title=cid))
+                self.active.append(command.result["threadId"])
+
+    async def stop(self) -> None:
+        with trio.CancelScope(shield=True):
+            if self.daemon is not None and self.daemon.process.returncode is None:
+                code = await self.daemon.terminate(timeout=WAIT)
+                if code != 0:
+                    self.violation("shutdown", f"the final SIGTERM shutdown exited {code}, not 0")
+                await self.report_leftovers("after the final SIGTERM shutdown")
+        if self.violations and self.keep:
+            print(f"kept {self.work_dir} (daemon log: {self.data_dir / 'daemon.log'})", file=sys.stderr)
+            return
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def fatal_message(exc: BaseException) -> str | None:
+    """What ended the run, if ``exc`` is (a group of) Fatal or a timeout; else None (a bug here)."""
+    if isinstance(exc, BaseExceptionGroup):
+        parts = [fatal_message(e) for e in exc.exceptions]
+        return None if None in parts else "; ".join(parts)
+    if isinstance(exc, Fatal):
+        return str(exc)
+    if isinstance(exc, trio.TooSlowError):
+        return f"a wait for the daemon took more than its bound ({WAIT:g}s, a round {ROUND_TIMEOUT:g}s)"
+    return None
+
+
+def describe_seqs(seqs: list[int], start: int) -> str:
+    expected = start + 1
+    for index, seq in enumerate(seqs):
+        if seq != expected:
+            return f"at position {index} got {seq}, expected {expected} ({len(seqs)} events)"
+        expected += 1
+    return f"ends at {expected - 1} ({len(seqs)} events)"
+
+
+def diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--dir", help="parent directory for the data dir (default: a temp dir)")
+    parser.add_argument("--json", action="store_true", help="print every line as JSON")
+    parser.add_argument("--full-every", type=int, default=25,
+                        help="replay the whole log and repeat every commandId every N rounds (and at the end)")
+    parser.add_argument("--fail-fast", action="store_true", help="stop after the first round with a violation")
+    parser.add_argument("--keep", action="store_true", help="keep the data dir when something was violated")
+    args = parser.parse_args()
+    sys.exit(trio.run(Chaos(args).run))
+
+
+if __name__ == "__main__":
+    main()
