@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 import stat
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -541,3 +542,23 @@ async def test_socket_is_0600_in_a_0700_directory(daemon, socket_path):
     assert stat.S_ISSOCK(mode)
     assert stat.S_IMODE(mode) == 0o600
     assert stat.S_IMODE(os.stat(socket_path.parent).st_mode) == 0o700
+
+
+async def test_a_peer_with_another_uid_is_refused(daemon, socket_path):
+    """SO_PEERCRED: even with the file modes opened up, another user is refused."""
+    if os.getuid() != 0:
+        pytest.skip("needs root to connect as another uid")
+    os.chmod(socket_path.parent, 0o755)
+    os.chmod(socket_path, 0o666)
+    probe = (
+        "import os, socket, sys\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "s.connect(sys.argv[1])\n"
+        "s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"daemon.status\"}\\n')\n"
+        "print(s.makefile().readline())\n"
+    )
+    result = await trio.run_process([sys.executable, "-c", probe, str(socket_path)], capture_stdout=True, check=False)
+    reply = json.loads(result.stdout)
+    assert "result" not in reply
+    assert "only serves its own user" in reply["error"]["message"]

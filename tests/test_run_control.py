@@ -394,3 +394,19 @@ async def test_proposed_plan_implemented_as_a_new_run_and_a_new_thread(rc):
     assert child_thread["parentThreadId"] == thread_id and child_thread["relationshipToParent"] == "plan_implementation"
     first = await wait_event(rc, lambda e: e["type"] == "run.completed", thread_id=child["threadId"])
     assert first["payload"]["run"]["ordinal"] == 1
+
+
+async def test_an_approval_asked_inside_a_subagent_stays_answerable(rc):
+    """F15: a pending approval from a native subagent is a request like any other."""
+    thread_id = await new_thread(rc)
+    sent = await rc.call("thread.message.send", threadId=thread_id, text=script(
+        {"subagent": {"steps": [{"approval": {"kind": "command", "command": "pytest"}}, {"say": "sub done"}]}}))
+    event = await started(rc, thread_id, "approval.requested")
+    detail = await rc.call("run.get", runId=sent["runId"])
+    subagent = next(n for n in detail["nodes"] if n["kind"] == "subagent")
+    approval = next(n for n in detail["nodes"] if n["id"] == event["payload"]["request"]["nodeId"])
+    assert approval["parentNodeId"] == subagent["id"]
+    await rc.call("approval.respond", requestId=event["payload"]["request"]["id"], decision="accept")
+    run = await wait_run_terminal(rc, thread_id, sent["runId"])
+    assert run["status"] == "completed"
+    assert (await texts(rc, thread_id))[-2:] == ["approval: accept", "sub done"]
