@@ -28,6 +28,9 @@ from .thread_actor import ThreadActor
 
 log = logging.getLogger(__name__)
 
+#: seconds a command may wait for room in a thread's mailbox before ``overloaded``
+COMMAND_ADMISSION_TIMEOUT = 10.0
+
 
 class ThreadRegistry:
     """Owns the live ThreadActors.
@@ -124,10 +127,15 @@ class ThreadRegistry:
         for _ in range(2):
             actor = self._actor(thread_id)
             try:
-                actor.send_channel.send_nowait(command)
-                break
-            except trio.WouldBlock:
-                raise Overloaded(f"thread {thread_id} has too many commands waiting; retry shortly") from None
+                # A full mailbox (an agent streaming fast) is backpressure, not
+                # a refusal: wait for room, in turn with the provider's events,
+                # and give up only when the thread stays jammed.
+                with trio.move_on_after(COMMAND_ADMISSION_TIMEOUT):
+                    await actor.send_channel.send(command)
+                    break
+                raise Overloaded(
+                    f"thread {thread_id} has had a full mailbox for {COMMAND_ADMISSION_TIMEOUT:g}s; retry shortly"
+                )
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 continue  # retired between lookup and send; a new actor takes it
         return await command.reply.wait()

@@ -66,8 +66,9 @@ in real time) until every run of a live daemon is terminal, then checks:
 5. No unknown provider process: every scripted-agent process under this data
    dir is a session pid in ``daemon.status`` (zombies excepted); none is left
    after a SIGTERM shutdown or after a restart.
-6. Every user message is ``complete`` (its run left the queue and was not
-   cancelled), ``not_sent`` (its run cancelled by a restart) or ``queued``
+6. Every user message is ``complete`` (its run started and was not
+   cancelled), ``not_sent`` (its run was cancelled by a restart, or ended
+   before its turn started: the text is kept, nothing was sent) or ``queued``
    with its run still queued.
 7. No thread stuck: after each round every thread of the round takes a new
    message that completes.
@@ -979,9 +980,12 @@ class Chaos:
             run = runs.get(message["runId"])
             status = message["status"]
             run_status = run and run["status"]
+            started = bool(run and run.get("startedAt"))
             ok = {
-                "complete": run_status not in (None, "queued", "cancelled"),
-                "not_sent": run_status == "cancelled",
+                "complete": started and run_status not in ("queued", "cancelled"),
+                # never reached the provider: cancelled by a restart, or the
+                # run ended (a crash, a stop) before its turn started
+                "not_sent": run_status == "cancelled" or (run_status not in (None, "queued") and not started),
                 "queued": run_status == "queued",
             }.get(status, False)
             if not ok:
