@@ -178,7 +178,7 @@ async def stream_run(
             if kind in ("message.delta", "message.appended"):
                 printer.text(payload["messageId"], payload["offset"], payload["text"])
                 continue
-            if printer.last_message is not None and kind not in ("message.created", "message.completed"):
+            if printer.last_message is not None and kind != "message.created":
                 out.write("\n")
                 printer.last_message = None
             if kind in ("approval.requested", "user_input.requested"):
@@ -196,7 +196,7 @@ async def stream_run(
                 out.write(line + "\n")
                 out.flush()
             elif kind.startswith("run.") and payload.get("run", {}).get("status") in TERMINAL_RUN:
-                out.write("\n")
+                out.flush()
                 return payload["run"]
         raise AgentdError(f"the event stream ended before run {run_id} finished (resync after {events.resync_after})")
 
