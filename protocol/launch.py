@@ -19,6 +19,18 @@ import trio
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the process that started us
+    dies (Linux), so a killed test run or demo leaves no daemon behind."""
+    try:
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
 class DaemonStartError(RuntimeError):
     """The daemon exited or stayed silent instead of becoming ready."""
 
@@ -85,7 +97,8 @@ async def start_daemon(
     with open(log_path, "ab") as log:
         try:
             process = await trio.lowlevel.open_process(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,), env=child_env
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,), env=child_env,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         finally:
             os.close(write_fd)
