@@ -19,21 +19,15 @@ Imported by ``test_claude.py`` and ``scripts/bench_providers_claude.py``
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
-import shlex
-import shutil
-import subprocess
-import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from actors.providers.base import ProviderRuntimeError
-from actors.providers.config import ProviderConfig
+from tests.integration import world
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +35,6 @@ HERE = Path(__file__).resolve().parent
 FAKE_SERVER = HERE / "fake_anthropic.py"
 #: the fake's port inside a private namespace (always free there)
 NAMESPACE_PORT = 18766
-#: a loopback port nothing listens on: proxies pointed here refuse at once
-CLOSED_PORT = 9
 
 SKIP_REASON = (
     "the pinned claude binary is not installed (run: npm ci --prefix tests/integration/runtimes, "
@@ -61,62 +53,20 @@ def claude_binary() -> Path | None:
         return None
 
 
-@functools.lru_cache(maxsize=1)
 def namespace_problem() -> str | None:
-    """None if ``unshare -rn`` gives a working loopback-only namespace here, else why not."""
-    if os.environ.get("AGENTD_CLAUDE_NAMESPACE") == "0":
-        return "switched off with AGENTD_CLAUDE_NAMESPACE=0"
-    if shutil.which("unshare") is None:
-        return "unshare is not installed"
-    if shutil.which("ip") is None:
-        return "ip (iproute2) is not installed"
-    try:
-        result = subprocess.run(
-            ["unshare", "-rn", "sh", "-c", "ip link set lo up && ip -o link show lo"],
-            capture_output=True, text=True, timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unshare -rn failed: {exc}"
-    if result.returncode != 0 or "UP" not in result.stdout:
-        return f"unshare -rn failed: {(result.stderr or result.stdout).strip()[:200]}"
-    return None
+    return world.namespace_problem("AGENTD_CLAUDE_NAMESPACE")
 
 
-def _toml_value(value: Any) -> str:
-    """A TOML literal for a string, number, list or table of those."""
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(value)
-
-
-@dataclass
-class ClaudeWorld:
+@dataclass(kw_only=True)
+class ClaudeWorld(world.FakeModelWorld):
     """Everything one test's claude runtimes share."""
 
-    root: Path
-    binary: Path
+    kind: ClassVar[str] = "claude"
     config_dir: Path
-    home: Path
-    request_log: Path
-    timings_log: Path
-    port: int
-    wrapper: list[str]
-    namespaced: bool
-    why_not_namespaced: str | None = None
-    _server: subprocess.Popen | None = field(default=None, repr=False)
 
     def env(self) -> dict[str, str]:
         """The provider's ``env`` (PROVIDERS.md): the fake's URL and a dummy
         key, private config dir and home, no non-essential traffic, dead-end proxies."""
-        proxy = f"http://127.0.0.1:{CLOSED_PORT}"
         return {
             "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{self.port}",
             "ANTHROPIC_API_KEY": "dummy",
@@ -126,38 +76,8 @@ class ClaudeWorld:
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1",
             "DISABLE_ERROR_REPORTING": "1",
-            "HTTPS_PROXY": proxy, "HTTP_PROXY": proxy, "ALL_PROXY": proxy,
-            "https_proxy": proxy, "http_proxy": proxy, "all_proxy": proxy,
-            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+            **world.proxy_env(),
         }
-
-    def provider_config(self, name: str = "claude", **changes: Any) -> ProviderConfig:
-        config = ProviderConfig(name=name, kind="claude", binary=str(self.binary), env=self.env(), wrapper=list(self.wrapper))
-        for key, value in changes.items():
-            setattr(config, key, value)
-        return config
-
-    def provider_toml(self, name: str = "claude", **extra: Any) -> str:
-        """A ``[providers.NAME]`` table for agentd's config file."""
-        table: dict[str, Any] = {"kind": "claude", "binary": str(self.binary), "env": self.env()}
-        if self.wrapper:
-            table["wrapper"] = self.wrapper
-        table.update(extra)
-        return f"[providers.{name}]\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in table.items())
-
-    def requests(self) -> list[dict[str, Any]]:
-        """Every request the fake model got so far (``{"path", "pid", "at", "body"}``)."""
-        if not self.request_log.exists():
-            return []
-        with open(self.request_log, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
-
-    def timings(self) -> list[dict[str, Any]]:
-        """Per streamed main-loop response: ``{"requestAt", "firstDeltaAt", "completedAt"}`` (wall clock)."""
-        if not self.timings_log.exists():
-            return []
-        with open(self.timings_log, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
 
     def model_requests(self) -> list[dict[str, Any]]:
         """Bodies of the main-loop model calls (with tools), oldest first."""
@@ -166,14 +86,6 @@ class ClaudeWorld:
             if r["path"].split("?")[0].endswith("/v1/messages") and r["body"] and r["body"].get("tools")
         ]
 
-    def close(self) -> None:
-        if self._server is not None and self._server.poll() is None:
-            self._server.terminate()
-            try:
-                self._server.wait(5)
-            except subprocess.TimeoutExpired:
-                self._server.kill()
-                self._server.wait()
 
 
 def make_world(root: Path, *, namespace: bool | None = None) -> ClaudeWorld:
@@ -186,47 +98,13 @@ def make_world(root: Path, *, namespace: bool | None = None) -> ClaudeWorld:
     binary = claude_binary()
     if binary is None:
         raise RuntimeError(SKIP_REASON)
-    root.mkdir(parents=True, exist_ok=True)
-    config_dir, home = root / "claude-config", root / "home"
-    config_dir.mkdir(exist_ok=True)
-    home.mkdir(exist_ok=True)
-    request_log = root / "model-requests.ndjson"
-    timings_log = root / "model-timings.ndjson"
-    fake_log = root / "fake-server.log"
-    problem = namespace_problem()
-    use_namespace = problem is None if namespace is None else namespace
-    if use_namespace:
-        if problem is not None:
-            raise RuntimeError(f"no network namespace here: {problem}")
-        port_file = f"{root}/fake-port.$$"
-        script = (
-            "ip link set lo up || exit 97\n"
-            f"{shlex.quote(sys.executable)} {shlex.quote(str(FAKE_SERVER))} --port {NAMESPACE_PORT} "
-            f"--port-file \"{port_file}\" --log {shlex.quote(str(request_log))} "
-            f"--timings {shlex.quote(str(timings_log))} --exit-with-parent "
-            f"</dev/null >/dev/null 2>>{shlex.quote(str(fake_log))} &\n"
-            f"i=0; while [ ! -s \"{port_file}\" ]; do i=$((i+1)); [ $i -gt 1000 ] && exit 98; sleep 0.005; done\n"
-            f"rm -f \"{port_file}\"\n"
-            'exec "$0" "$@"\n'
-        )
-        return ClaudeWorld(root, binary, config_dir, home, request_log, timings_log, NAMESPACE_PORT,
-                           ["unshare", "-rn", "sh", "-c", script], True)
-    if problem is not None:
-        log.warning("claude tests run without a network namespace: %s", problem)
-    port_file = root / "fake-port"
-    server = subprocess.Popen(
-        [sys.executable, str(FAKE_SERVER), "--port", "0", "--port-file", str(port_file), "--log", str(request_log),
-         "--timings", str(timings_log)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=open(fake_log, "ab"),
-    )
-    deadline = time.monotonic() + 10
-    while not port_file.exists():
-        if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
-            raise RuntimeError(f"the fake model server did not start: {fake_log.read_text()[-500:]}")
-        time.sleep(0.01)
-    return ClaudeWorld(root, binary, config_dir, home, request_log, timings_log, int(port_file.read_text()), [], False,
-                       problem, server)
+    config_dir = root / "claude-config"
+    config_dir.mkdir(parents=True, exist_ok=True)
+    made = world.make_fake_world(ClaudeWorld, root, FAKE_SERVER, binary=binary, namespace_port=NAMESPACE_PORT,
+                                 switch_variable="AGENTD_CLAUDE_NAMESPACE", namespace=namespace, config_dir=config_dir)
+    if not made.namespaced and made.why_not_namespaced:
+        log.warning("claude tests run without a network namespace: %s", made.why_not_namespaced)
+    return made
 
 
 def user_texts(body: dict[str, Any]) -> list[str]:

@@ -279,6 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port-file")
     parser.add_argument("--log")
     parser.add_argument("--timings")
+    parser.add_argument("--announce", action="store_true", help="print the port on stdout once listening")
     parser.add_argument("--exit-with-parent", action="store_true")
     args = parser.parse_args(argv)
     Handler.log_path = args.log
@@ -290,6 +291,10 @@ def main(argv: list[str] | None = None) -> None:
         with open(tmp, "w") as f:
             f.write(str(server.server_address[1]))
         os.replace(tmp, args.port_file)
+    if args.announce:
+        # One line on stdout once listening: whoever started us waits on it, not on a timer.
+        print(server.server_address[1], flush=True)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the reader may be gone now
     if args.exit_with_parent:
         threading.Thread(target=_watch_parent, args=(server,), daemon=True).start()
     try:

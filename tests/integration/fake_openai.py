@@ -281,6 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port-file", help="write the chosen port here once listening")
     parser.add_argument("--log", help="append every request as a JSON line here")
     parser.add_argument("--timings", help="append, per streamed response, when its first delta and its end were written")
+    parser.add_argument("--announce", action="store_true", help="print the port on stdout once listening")
     parser.add_argument("--exit-with-parent", action="store_true", help="exit when the parent process ends")
     args = parser.parse_args(argv)
     server = serve(args.port, args.log, timings_path=args.timings)
@@ -289,6 +290,10 @@ def main(argv: list[str] | None = None) -> None:
         with open(tmp, "w") as f:
             f.write(str(server.server_address[1]))
         os.replace(tmp, args.port_file)
+    if args.announce:
+        # One line on stdout once listening: whoever started us waits on it, not on a timer.
+        print(server.server_address[1], flush=True)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the reader may be gone now
     if args.exit_with_parent:
         _watch_parent()
     try:
