@@ -79,6 +79,30 @@ class UnavailableAdapter(ProviderAdapter):
         return {"usable": False, "why": self.why}
 
 
+async def end_orphan(pid: int, start_ticks: int | None, *, timeout: float = 10.0) -> bool:
+    """SIGKILL the process group of ``pid`` if ``pid`` is still the process
+    that started at ``start_ticks``, and wait until it has exited (a pidfd
+    becomes readable then), so nothing it did can overlap the new instance.
+    Returns whether a process was ended."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        return False
+    try:
+        # Checked after the pidfd pins the process: a pid reused later can't fool us.
+        if not is_same_process(pid, start_ticks):
+            return False
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        with trio.move_on_after(timeout):
+            await trio.lowlevel.wait_readable(pidfd)
+        return True
+    finally:
+        os.close(pidfd)
+
+
 def build_adapters(config: DaemonConfig, providers_dir: Path, *, request_timeout: float | None = 30.0) -> dict[str, ProviderAdapter]:
     """One adapter per configured provider instance."""
     adapters: dict[str, ProviderAdapter] = {}
@@ -248,11 +272,7 @@ class Daemon:
         # End runtimes a previous instance left behind, but only the very
         # processes it started: a pid plus its start time, checked in /proc.
         for session in store.live_sessions():
-            if session.pid and is_same_process(session.pid, session.process_start_ticks):
-                try:
-                    os.killpg(session.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            if session.pid and await end_orphan(session.pid, session.process_start_ticks):
                 log.info("ended orphan provider process %s of session %s", session.pid, session.id)
         batch, report = plan_reconciliation(store, self.options.wall_clock())
         if batch:
