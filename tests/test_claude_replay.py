@@ -436,19 +436,16 @@ def test_the_fake_model_answers_every_kind_of_call(tmp_path):
     """The fake Messages API the integration tests use: streaming and not,
     count_tokens, a side call without tools, keyword behaviours, the request log."""
     import json
-    import subprocess
-    import time
     import urllib.request
 
+    from tests.integration.world import start_fake_server
+
     fake = Path(__file__).resolve().parent / "integration" / "fake_anthropic.py"
-    port_file, log = tmp_path / "port", tmp_path / "log.ndjson"
-    server = subprocess.Popen([sys.executable, str(fake), "--port-file", str(port_file), "--log", str(log)])
+    log = tmp_path / "log.ndjson"
+    server, port = start_fake_server(fake, request_log=log, timings_log=tmp_path / "timings.ndjson",
+                                     fake_log=tmp_path / "fake.log")
     try:
-        deadline = time.monotonic() + 10
-        while not port_file.exists():
-            assert time.monotonic() < deadline and server.poll() is None
-            time.sleep(0.01)
-        base = f"http://127.0.0.1:{port_file.read_text()}"
+        base = f"http://127.0.0.1:{port}"
 
         def post(path: str, body: dict) -> bytes:
             request = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",

@@ -409,6 +409,8 @@ async def _replay_lines(tmp_path, steps: list[dict[str, Any]], drive):
         adapter = CodexAdapter(replay_config(), home=tmp_path / "home", spawn=fast_stop(spawn))
         conn = await nursery.start(functools.partial(adapter.open, session_id="pss", emit=log.emit))
         await drive(conn, log)
+        with trio.fail_after(10):
+            await replays[0].played.wait()  # every scripted step happened
         await conn.stop()
         nursery.cancel_scope.cancel()
     assert replays[0].mismatch is None, replays[0].mismatch
@@ -424,7 +426,7 @@ async def test_unknown_server_requests_get_an_error_reply(tmp_path):
     ]
 
     async def drive(conn, log):
-        await trio.sleep(0.2)
+        pass  # the runtime asks; _replay_lines waits until every step was played
 
     log = await _replay_lines(tmp_path, steps, drive)
     assert not log.of(RequestOpened)

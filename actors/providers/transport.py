@@ -217,6 +217,8 @@ class ReplayProcess:
         self.stdin = _ReplaySend(self)
         self.stdout = _ChannelReceive(self._stdout_receive)
         self._exited = trio.Event()
+        #: set once every step of the transcript has been played
+        self.played = trio.Event()
         self.mismatch: TranscriptMismatch | None = None
         nursery.start_soon(self._play)
 
@@ -237,6 +239,7 @@ class ReplayProcess:
                     self._exit(step.get("code", 0))
                     return
             # End of transcript: the runtime waits until stopped.
+            self.played.set()
             while not self.stdin_closed:
                 await self._outbound_receive.receive()
             self._exit(0)
