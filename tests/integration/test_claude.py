@@ -293,7 +293,9 @@ async def test_a_provider_crash_is_recovered_on_the_same_session(world, tmp_path
         assert (first["reason"], first["status"]) == ("initial", "failed") and "signal 9" in first["error"]
         assert (second["reason"], second["status"]) == ("provider_recovery", "completed")
         assert first["providerThreadId"] == second["providerThreadId"], "the recovery resumed the Claude session"
-        assert (await event(client, thread_id, "provider_thread.resumed"))["payload"]["nativeTurnCount"] == 1
+        # Claude may already have written the crashed turn's prompt to the
+        # session file (timing-dependent), so it holds 1 or 2 turns.
+        assert (await event(client, thread_id, "provider_thread.resumed"))["payload"]["nativeTurnCount"] in (1, 2)
         crashed = await event(client, thread_id, "session.error")
         assert crashed["payload"]["signal"] == signal.SIGKILL
         (again,) = (await client.call("daemon.status"))["sessions"]
