@@ -11,7 +11,6 @@ import os
 import signal
 
 import pytest
-import trio
 
 from protocol.client import Client
 from protocol.launch import start_daemon

@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
