@@ -137,8 +137,8 @@ from .base import (
     TurnStarted,
 )
 from .config import ProviderConfig
-from .jsonl import MAX_LINE, stop_process
-from .transport import ProcessLike, Spawn, spawn_process
+from .jsonl import runtime_lines, stop_process
+from .transport import ProcessLike, Spawn, exit_status, spawn_process
 
 log = logging.getLogger(__name__)
 
@@ -234,14 +234,6 @@ def _and_capabilities(native: Capabilities, configured: Capabilities) -> Capabil
         f.name: getattr(native, f.name) and getattr(configured, f.name) for f in msgspec.structs.fields(Capabilities)
     }
     return Capabilities(**values)
-
-
-def _exit_status(returncode: int | None) -> tuple[int | None, int | None]:
-    if returncode is None:
-        return (None, None)
-    if returncode < 0:
-        return (None, -returncode)
-    return (returncode, None)
 
 
 class ClaudeAdapter(ProviderAdapter):
@@ -358,7 +350,7 @@ class ClaudeAdapter(ProviderAdapter):
                 connection._respawned.set()
         finally:
             await stop_process(connection._process, polite=connection._polite_stop, grace=self.stop_grace)
-            connection._exit_status = _exit_status(connection._process.returncode)
+            connection._exit_status = exit_status(connection._process.returncode)
             connection._fail_waiters("the claude session ended")
             connection._respawned.set()
 
@@ -477,7 +469,7 @@ class ClaudeConnection(ProviderConnection):
         self._exited.set()
 
     def _exit_reason(self, process: ProcessLike) -> str:
-        code, sig = _exit_status(process.returncode)
+        code, sig = exit_status(process.returncode)
         how = f"exit code {code}" if code is not None else f"signal {sig}"
         detail = "; ".join(self._early_errors) or self._stderr_tail()
         return f"claude exited ({how})" + (f": {detail}" if detail else "")
@@ -750,27 +742,9 @@ class ClaudeConnection(ProviderConnection):
     # -- reading -----------------------------------------------------------------------
 
     async def _read_output(self, process: ProcessLike, done: trio.Event) -> None:
-        buffer = bytearray()
         try:
-            while True:
-                try:
-                    chunk = await process.stdout.receive_some(65536)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    break
-                if not chunk:
-                    break
-                buffer += chunk
-                while True:
-                    end = buffer.find(b"\n")
-                    if end < 0:
-                        if len(buffer) > MAX_LINE:
-                            log.warning("claude sent a line over %d bytes; dropped", MAX_LINE)
-                            buffer.clear()
-                        break
-                    line = bytes(buffer[:end])
-                    del buffer[: end + 1]
-                    if line.strip():
-                        await self._dispatch(line)
+            async for line in runtime_lines(process.stdout, "claude"):
+                await self._dispatch(line)
         finally:
             done.set()
 

@@ -67,7 +67,7 @@ from .base import (
 )
 from .config import ProviderConfig
 from .jsonl import JsonLinesPeer, stop_process
-from .transport import ProcessLike, Spawn, spawn_process
+from .transport import ProcessLike, Spawn, exit_status, spawn_process
 
 log = logging.getLogger(__name__)
 
@@ -400,7 +400,7 @@ class CodexAdapter(ProviderAdapter):
                     await process.wait()
         finally:
             await stop_process(process, polite=connection._polite_stop)
-            connection._exit_status = _exit_status(process.returncode)
+            connection._exit_status = exit_status(process.returncode)
             with trio.CancelScope(shield=True):
                 # Anything the runtime left behind (a launcher's child) gets end of input.
                 try:
@@ -429,14 +429,6 @@ def _stderr_tail(path: Path, offset: int, limit: int = 2000) -> str:
         lines = lines[errors[0]:]
     tail = "\n".join(lines)[-limit:]
     return f" (stderr: {tail})" if tail else ""
-
-
-def _exit_status(returncode: int | None) -> tuple[int | None, int | None]:
-    if returncode is None:
-        return (None, None)
-    if returncode < 0:
-        return (None, -returncode)
-    return (returncode, None)
 
 
 def _clip(value: Any) -> Any:

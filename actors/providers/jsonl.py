@@ -11,10 +11,12 @@ from __future__ import annotations
 import itertools
 import logging
 import signal
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import msgspec
 import trio
+
+from protocol.framing import LineReader, LineTooLong
 
 from .base import ProviderRuntimeError
 
@@ -24,6 +26,16 @@ MAX_LINE = 64 << 20  # a runtime may send large items (diffs); bounded all the s
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
+
+
+async def runtime_lines(stream: trio.abc.ReceiveStream, who: str) -> AsyncIterator[bytes]:
+    """The non-empty lines a runtime writes, until its output ends; a line
+    over MAX_LINE is dropped with a warning (the same framing as the socket)."""
+    async for line in LineReader(stream, limit=MAX_LINE).lines():
+        if isinstance(line, LineTooLong):
+            log.warning("%s sent a line over %d bytes; dropped", who, MAX_LINE)
+        else:
+            yield line
 
 
 class JsonLinesPeer:
@@ -108,27 +120,9 @@ class JsonLinesPeer:
 
     async def run(self) -> None:
         """Read lines until EOF, dispatching each; then fail what still waits."""
-        buffer = bytearray()
         try:
-            while True:
-                try:
-                    chunk = await self._receive.receive_some(65536)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    break
-                if not chunk:
-                    break
-                buffer += chunk
-                while True:
-                    end = buffer.find(b"\n")
-                    if end < 0:
-                        if len(buffer) > MAX_LINE:
-                            log.warning("runtime sent a line over %d bytes; dropped", MAX_LINE)
-                            buffer.clear()
-                        break
-                    line = bytes(buffer[:end])
-                    del buffer[: end + 1]
-                    if line.strip():
-                        await self._dispatch(line)
+            async for line in runtime_lines(self._receive, "runtime"):
+                await self._dispatch(line)
         finally:
             self._closed = "the runtime's output ended"
             for send in list(self._waiting.values()):

@@ -36,7 +36,7 @@ from .base import (
     TurnStarted,
 )
 from .jsonl import JsonLinesPeer, stop_process
-from .transport import ProcessLike, Spawn, spawn_process
+from .transport import ProcessLike, Spawn, exit_status, spawn_process
 
 log = logging.getLogger(__name__)
 
@@ -108,15 +108,7 @@ class ScriptedAdapter(ProviderAdapter):
                 await process.wait()
         finally:
             await stop_process(process, polite=connection._polite_stop)
-            connection._exit_status = _exit_status(process.returncode)
-
-
-def _exit_status(returncode: int | None) -> tuple[int | None, int | None]:
-    if returncode is None:
-        return (None, None)
-    if returncode < 0:
-        return (None, -returncode)
-    return (returncode, None)
+            connection._exit_status = exit_status(process.returncode)
 
 
 class ScriptedConnection(ProviderConnection):

@@ -33,6 +33,15 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
 
+def exit_status(returncode: int | None) -> tuple[int | None, int | None]:
+    """``(exit_code, signal)`` from a returncode (negative: killed by a signal)."""
+    if returncode is None:
+        return (None, None)
+    if returncode < 0:
+        return (None, -returncode)
+    return (returncode, None)
+
+
 class ProcessLike(Protocol):
     stdin: trio.abc.SendStream
     stdout: trio.abc.ReceiveStream
