@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,25 +58,9 @@ if str(ROOT) not in sys.path:
 
 from actors.providers.claude import ClaudeAdapter  # noqa: E402
 from protocol.client import Client  # noqa: E402
+from scripts.bench_turns import TARGET_COMPLETION_MS, TARGET_FIRST_DELTA_MS, WARMUP, median_ms, p90_ms  # noqa: E402
 from protocol.launch import start_daemon  # noqa: E402
 from tests.integration.claude_fixtures import ClaudeWorld, make_world  # noqa: E402
-
-WARMUP = 2
-TARGET_FIRST_DELTA_MS = 5.0
-TARGET_COMPLETION_MS = 2.0
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
-
-
-def _median_ms(values: list[float]) -> float | None:
-    return _ms(statistics.median(values)) if values else None
-
-
-def _p90_ms(values: list[float]) -> float | None:
-    return _ms(sorted(values)[min(len(values) - 1, int(len(values) * 0.9))]) if values else None
-
 
 # -- (a) claude directly -----------------------------------------------------------------------------
 
@@ -283,22 +266,22 @@ def summarize(direct: list[dict[str, float]], agentd: list[dict[str, float]], in
         "turns": len(direct),
         "networkNamespace": namespaced,
         "direct": {
-            "submitToFirstDeltaMs": _median_ms([s["firstDelta"] for s in direct]),
-            "submitToResultMs": _median_ms([s["end"] for s in direct]),
-            "modelFirstDeltaToClientMs": _median_ms(d_anchor["firstDelta"]),
-            "modelStopToResultMs": _median_ms(d_anchor["end"]),
+            "submitToFirstDeltaMs": median_ms([s["firstDelta"] for s in direct]),
+            "submitToResultMs": median_ms([s["end"] for s in direct]),
+            "modelFirstDeltaToClientMs": median_ms(d_anchor["firstDelta"]),
+            "modelStopToResultMs": median_ms(d_anchor["end"]),
         },
         "agentd": {
-            "submitToFirstDeltaMs": _median_ms([s["firstDelta"] for s in agentd]),
-            "submitToRunCompletedMs": _median_ms([s["end"] for s in agentd]),
-            "modelFirstDeltaToClientMs": _median_ms(a_anchor["firstDelta"]),
-            "modelStopToRunCompletedMs": _median_ms(a_anchor["end"]),
+            "submitToFirstDeltaMs": median_ms([s["firstDelta"] for s in agentd]),
+            "submitToRunCompletedMs": median_ms([s["end"] for s in agentd]),
+            "modelFirstDeltaToClientMs": median_ms(a_anchor["firstDelta"]),
+            "modelStopToRunCompletedMs": median_ms(a_anchor["end"]),
         },
         "agentdInProcess": {
-            "claudeFirstDeltaToClientMs": _median_ms([s["firstDelta"] for s in inproc]),
-            "claudeResultToRunCompletedMs": _median_ms([s["end"] for s in inproc]),
-            "p90ClaudeFirstDeltaToClientMs": _p90_ms([s["firstDelta"] for s in inproc]),
-            "p90ClaudeResultToRunCompletedMs": _p90_ms([s["end"] for s in inproc]),
+            "claudeFirstDeltaToClientMs": median_ms([s["firstDelta"] for s in inproc]),
+            "claudeResultToRunCompletedMs": median_ms([s["end"] for s in inproc]),
+            "p90ClaudeFirstDeltaToClientMs": p90_ms([s["firstDelta"] for s in inproc]),
+            "p90ClaudeResultToRunCompletedMs": p90_ms([s["end"] for s in inproc]),
         },
     }
     added = {

@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,21 +61,9 @@ if str(ROOT) not in sys.path:
 
 from actors.providers.codex import OPT_OUT_NOTIFICATIONS, CodexAdapter  # noqa: E402
 from protocol.client import Client  # noqa: E402
+from scripts.bench_turns import TARGET_COMPLETION_MS, TARGET_FIRST_DELTA_MS, WARMUP, median_ms, ms  # noqa: E402
 from protocol.launch import start_daemon  # noqa: E402
 from tests.integration.codex_fixtures import CodexWorld, make_world  # noqa: E402
-
-WARMUP = 2
-TARGET_FIRST_DELTA_MS = 5.0
-TARGET_COMPLETION_MS = 2.0
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
-
-
-def _median_ms(values: list[float]) -> float | None:
-    return _ms(statistics.median(values)) if values else None
-
 
 # -- (a) codex app-server directly -------------------------------------------------------------
 
@@ -276,16 +263,16 @@ def summarize(direct: list[dict[str, float]], agentd: list[dict[str, float]],
         "turns": len(direct),
         "networkNamespace": namespaced,
         "direct": {
-            "submitToFirstDeltaMs": _median_ms([s["firstDelta"] for s in direct]),
-            "submitToTurnCompletedMs": _median_ms([s["end"] for s in direct]),
-            "modelFirstDeltaToClientMs": _median_ms(d_anchor["firstDelta"]),
-            "modelCompletedToTurnCompletedMs": _median_ms(d_anchor["end"]),
+            "submitToFirstDeltaMs": median_ms([s["firstDelta"] for s in direct]),
+            "submitToTurnCompletedMs": median_ms([s["end"] for s in direct]),
+            "modelFirstDeltaToClientMs": median_ms(d_anchor["firstDelta"]),
+            "modelCompletedToTurnCompletedMs": median_ms(d_anchor["end"]),
         },
         "agentd": {
-            "submitToFirstDeltaMs": _median_ms([s["firstDelta"] for s in agentd]),
-            "submitToRunCompletedMs": _median_ms([s["end"] for s in agentd]),
-            "modelFirstDeltaToClientMs": _median_ms(a_anchor["firstDelta"]),
-            "modelCompletedToRunCompletedMs": _median_ms(a_anchor["end"]),
+            "submitToFirstDeltaMs": median_ms([s["firstDelta"] for s in agentd]),
+            "submitToRunCompletedMs": median_ms([s["end"] for s in agentd]),
+            "modelFirstDeltaToClientMs": median_ms(a_anchor["firstDelta"]),
+            "modelCompletedToRunCompletedMs": median_ms(a_anchor["end"]),
         },
     }
     added = {
@@ -322,10 +309,10 @@ async def run_async(turns: int = 20) -> dict[str, Any]:
             finally:
                 inproc_world.close()
             summary["agentdInProcess"] = {
-                "adapterFirstDeltaToClientMs": _median_ms([s["firstDelta"] for s in inproc]),
-                "adapterTurnCompletedToRunCompletedMs": _median_ms([s["end"] for s in inproc]),
-                "p90AdapterFirstDeltaToClientMs": _ms(sorted(s["firstDelta"] for s in inproc)[int(len(inproc) * 0.9)]),
-                "p90AdapterTurnCompletedToRunCompletedMs": _ms(sorted(s["end"] for s in inproc)[int(len(inproc) * 0.9)]),
+                "adapterFirstDeltaToClientMs": median_ms([s["firstDelta"] for s in inproc]),
+                "adapterTurnCompletedToRunCompletedMs": median_ms([s["end"] for s in inproc]),
+                "p90AdapterFirstDeltaToClientMs": ms(sorted(s["firstDelta"] for s in inproc)[int(len(inproc) * 0.9)]),
+                "p90AdapterTurnCompletedToRunCompletedMs": ms(sorted(s["end"] for s in inproc)[int(len(inproc) * 0.9)]),
             }
             return summary
         finally:
