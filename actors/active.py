@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from store.records import ConversationMessage, ExecutionNode, ProviderTurn, Run, RunAttempt, RuntimeRequest
+from agentd.store.records import ConversationMessage, ExecutionNode, ProviderTurn, Run, RunAttempt, RuntimeRequest
 
 
 @dataclass

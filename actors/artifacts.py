@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from protocol.errors import InvalidState, NotFound
-from store.batch import WriteBatch
-from store.db import struct_copy
-from store.ids import new_id
-from store.records import ExecutionNode, PlanArtifact, to_wire
+from agentd.protocol.errors import InvalidState, NotFound
+from agentd.store.batch import WriteBatch
+from agentd.store.db import struct_copy
+from agentd.store.ids import new_id
+from agentd.store.records import ExecutionNode, PlanArtifact, to_wire
 
 from .active import ActiveRun
 from .messages import Command

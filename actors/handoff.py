@@ -8,7 +8,7 @@ state. The newest runs are kept when the whole history does not fit.
 
 from __future__ import annotations
 
-from store.db import Store
+from agentd.store.db import Store
 
 DEFAULT_LIMIT = 32_000  # characters
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from protocol.errors import AgentdError
+from agentd.protocol.errors import AgentdError
 
 
 class Reply:

@@ -14,12 +14,12 @@ from typing import Any, Callable
 
 import trio
 
-from protocol.errors import Conflict, InvalidParams, NotFound, Overloaded
-from store.batch import WriteBatch
-from store.db import Store
-from store.hub import EventHub
-from store.ids import new_id
-from store.records import AppThread, CommandReceipt, to_wire
+from agentd.protocol.errors import Conflict, InvalidParams, NotFound, Overloaded
+from agentd.store.batch import WriteBatch
+from agentd.store.db import Store
+from agentd.store.hub import EventHub
+from agentd.store.ids import new_id
+from agentd.store.records import AppThread, CommandReceipt, to_wire
 
 from .messages import Command
 from .providers.base import ProviderEvent, SessionHost
@@ -236,6 +236,6 @@ class ThreadRegistry:
 
     async def send_internal(self, thread_id: str, text: str) -> Any:
         """A message the daemon itself sends to a thread (e.g. a plan to implement)."""
-        from protocol.wire import MessageSendParams
+        from agentd.protocol.wire import MessageSendParams
 
         return await self.call(thread_id, "thread.message.send", MessageSendParams(thread_id=thread_id, text=text))

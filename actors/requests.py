@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from protocol.errors import InvalidParams, InvalidState, NotFound, NotResumable
-from store.batch import WriteBatch
-from store.db import struct_copy
-from store.ids import new_id
-from store.records import ExecutionNode, PlanArtifact, RuntimeRequest, to_wire
+from agentd.protocol.errors import InvalidParams, InvalidState, NotFound, NotResumable
+from agentd.store.batch import WriteBatch
+from agentd.store.db import struct_copy
+from agentd.store.ids import new_id
+from agentd.store.records import ExecutionNode, PlanArtifact, RuntimeRequest, to_wire
 
 from .active import ActiveRun
 from .messages import Command

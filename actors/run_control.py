@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from protocol.errors import InvalidParams, InvalidState, NotFound
-from store.batch import WriteBatch
-from store.db import struct_copy
-from store.ids import new_id
-from store.records import ConversationMessage, Effect, to_wire
+from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
+from agentd.store.batch import WriteBatch
+from agentd.store.db import struct_copy
+from agentd.store.ids import new_id
+from agentd.store.records import ConversationMessage, Effect, to_wire
 
 from .active import ActiveRun, PendingRestart
 from .messages import Command, EffectDone

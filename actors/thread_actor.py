@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
-from protocol.errors import AgentdError, InternalError, InvalidParams, InvalidState, NotFound, Unsupported
-from store.batch import WriteBatch
-from store.db import Store, struct_copy
-from store.hub import EventHub
-from store.ids import new_id
-from store.records import (
+from agentd.protocol.errors import AgentdError, InternalError, InvalidParams, InvalidState, NotFound, Unsupported
+from agentd.store.batch import WriteBatch
+from agentd.store.db import Store, struct_copy
+from agentd.store.hub import EventHub
+from agentd.store.ids import new_id
+from agentd.store.records import (
     NODE_TERMINAL,
     AppThread,
     ContextHandoff,
@@ -662,14 +662,11 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
             # A tool may have touched the world: re-running could repeat it.
             await self._end_run(batch, "failed", reason=crashed)
             return
-        if self.sessions.allow_recovery(self.thread_id):
+        decision = self.sessions.allow_recovery(self.thread_id, how)
+        if decision.retry:
             await self._retry(active, "provider_recovery", crashed, batch=batch)
             return
-        limit, period = self.sessions.restart_limit
-        reason = (
-            f"provider_crash_loop: the provider crashed more than {limit} times within {period:g}s; "
-            f"agentd stopped restarting it (last: {how})"
-        )
+        reason = decision.reason or "provider_crash_loop"
         if self.provider_thread is not None:
             pt = struct_copy(self.provider_thread, status="error", reason=reason, updated_at=self.now())
             batch.put(pt)

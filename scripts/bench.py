@@ -19,7 +19,7 @@ One run measures, on a fresh temp dir on the chosen disk:
 
 1. the floor: synced LMDB puts per second (~300-byte values);
 2. ``thread.create`` throughput through a real daemon child process
-   (``protocol.launch.start_daemon``) with 1 and with 64 concurrent clients,
+   (``agentd.launch.start_daemon``) with 1 and with 64 concurrent clients,
    each its own connection, closed loop (one request in flight: send a line,
    read a line);
 3. round-trip latency (p50, p99, mean) at 1 client.
@@ -64,10 +64,10 @@ if str(ROOT) not in sys.path:
 import lmdb  # noqa: E402
 import trio  # noqa: E402
 
-from protocol.client import Client  # noqa: E402
-from protocol.launch import DaemonProcess, start_daemon  # noqa: E402
-from store.batch import DATABASES  # noqa: E402
-from store.db import DEFAULT_MAP_SIZE  # noqa: E402
+from agentd.protocol.client import Client  # noqa: E402
+from agentd.launch import DaemonProcess, start_daemon  # noqa: E402
+from agentd.store.batch import DATABASES  # noqa: E402
+from agentd.store.db import DEFAULT_MAP_SIZE  # noqa: E402
 
 TARGET_64_CLIENTS_PER_S = 5000
 TARGET_RATIO_VS_FLOOR = 3

@@ -10,7 +10,7 @@ private CLAUDE_CONFIG_DIR/HOME, a loopback-only network namespace where
 * **direct** — a minimal stream-json client of our own (not the adapter) on
   claude's stdio: user message → first ``text_delta`` stream event, and → the
   ``result`` line;
-* **agentd** — a real daemon child (``protocol.launch.start_daemon``) and a
+* **agentd** — a real daemon child (``agentd.launch.start_daemon``) and a
   socket client: ``thread.message.send`` → first ``message.delta`` event, and
   → ``run.completed``.
 
@@ -56,10 +56,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from actors.providers.claude import ClaudeAdapter  # noqa: E402
-from protocol.client import Client  # noqa: E402
+from agentd.actors.providers.claude import ClaudeAdapter  # noqa: E402
+from agentd.protocol.client import Client  # noqa: E402
 from scripts.bench_turns import TARGET_COMPLETION_MS, TARGET_FIRST_DELTA_MS, WARMUP, median_ms, p90_ms  # noqa: E402
-from protocol.launch import start_daemon  # noqa: E402
+from agentd.launch import start_daemon  # noqa: E402
 from tests.integration.claude_fixtures import ClaudeWorld, make_world  # noqa: E402
 
 # -- (a) claude directly -----------------------------------------------------------------------------
@@ -189,10 +189,10 @@ async def bench_agentd_in_process(world: ClaudeWorld, turns: int, root: Path) ->
     ``message.delta`` and ``run.completed`` reach it. The client shares the
     daemon's event loop here, so this includes a little of the client's own
     decoding, and none of a separate process's scheduling."""
-    from actors.providers import claude as claude_module
-    from actors.providers.config import load_config
-    from supervisor.daemon import Daemon, DaemonOptions
-    from supervisor.paths import Paths
+    from agentd.actors.providers import claude as claude_module
+    from agentd.actors.providers.config import load_config
+    from agentd.supervisor.daemon import Daemon, DaemonOptions
+    from agentd.supervisor.paths import Paths
 
     taps: dict[str, float] = {}
     original = claude_module.ClaudeConnection._dispatch

@@ -10,7 +10,7 @@ works), one thread, ``turns`` plain turns after a warm-up:
 * **direct** — a minimal JSON-lines client of our own (not the adapter) on
   the runtime's stdio: ``turn/start`` → first ``item/agentMessage/delta``,
   and → ``turn/completed``;
-* **agentd** — a real daemon child (``protocol.launch.start_daemon``) and a
+* **agentd** — a real daemon child (``agentd.launch.start_daemon``) and a
   socket client: ``thread.message.send`` → first ``message.delta`` event, and
   → ``run.completed``.
 
@@ -59,10 +59,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from actors.providers.codex import OPT_OUT_NOTIFICATIONS, CodexAdapter  # noqa: E402
-from protocol.client import Client  # noqa: E402
+from agentd.actors.providers.codex import OPT_OUT_NOTIFICATIONS, CodexAdapter  # noqa: E402
+from agentd.protocol.client import Client  # noqa: E402
 from scripts.bench_turns import TARGET_COMPLETION_MS, TARGET_FIRST_DELTA_MS, WARMUP, median_ms, ms  # noqa: E402
-from protocol.launch import start_daemon  # noqa: E402
+from agentd.launch import start_daemon  # noqa: E402
 from tests.integration.codex_fixtures import CodexWorld, make_world  # noqa: E402
 
 # -- (a) codex app-server directly -------------------------------------------------------------
@@ -195,10 +195,10 @@ async def bench_agentd_in_process(world: CodexWorld, turns: int, root: Path) -> 
     ``message.delta`` and ``run.completed`` reach it. The client shares the
     daemon's event loop here, so this includes a little of the client's own
     cost, and none of a separate process's scheduling."""
-    from actors.providers import codex as codex_module
-    from actors.providers.config import load_config
-    from supervisor.daemon import Daemon, DaemonOptions
-    from supervisor.paths import Paths
+    from agentd.actors.providers import codex as codex_module
+    from agentd.actors.providers.config import load_config
+    from agentd.supervisor.daemon import Daemon, DaemonOptions
+    from agentd.supervisor.paths import Paths
 
     taps: dict[str, float] = {}
     original = codex_module.CodexConnection._on_notification

@@ -4,7 +4,7 @@
     python scripts/chaos.py --seed 1 --rounds 200          # one JSON line per round
     python scripts/chaos.py --seed 7 --rounds 5 --json     # every line is JSON
 
-A real daemon (``protocol.launch.start_daemon``) runs on a fresh temp data dir
+A real daemon (``agentd.launch.start_daemon``) runs on a fresh temp data dir
 with the built-in scripted agent as its provider. Every random choice comes
 from ``random.Random(seed)`` and is drawn when a round is *planned*, never from
 what the daemon happened to do, so a seed replays the same schedule (the
@@ -110,9 +110,9 @@ if str(ROOT) not in sys.path:
 
 import trio  # noqa: E402
 
-from protocol.client import Client, ConnectionLost  # noqa: E402
-from protocol.errors import AgentdError  # noqa: E402
-from protocol.launch import DaemonProcess, DaemonStartError, start_daemon  # noqa: E402
+from agentd.protocol.client import Client, ConnectionLost  # noqa: E402
+from agentd.protocol.errors import AgentdError  # noqa: E402
+from agentd.launch import DaemonProcess, DaemonStartError, start_daemon  # noqa: E402
 
 TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled"})
 OPEN_NODE = frozenset({"running", "pending"})
@@ -230,7 +230,7 @@ def agent_processes(data_dir: Path) -> dict[int, str]:
                 args = [a.decode(errors="replace") for a in f.read().split(b"\0")]
         except OSError:
             continue
-        if "actors.providers.scripted_agent" not in args or "--home" not in args:
+        if "agentd.actors.providers.scripted_agent" not in args or "--home" not in args:
             continue
         index = args.index("--home") + 1
         home = os.path.realpath(args[index]) if index < len(args) else ""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from store.records import (
+from agentd.store.records import (
     AppThread, CommandReceipt, ContextHandoff, PlanArtifact, RuntimeRequest, ConversationMessage, Effect, Event, ExecutionNode, ProviderSession,
     ProviderThread, ProviderTurn, Run, RunAttempt, RECORD_KINDS, encode_record,
 )

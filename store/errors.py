@@ -1,6 +1,6 @@
 """Errors raised by the store."""
 
-from protocol.errors import InternalError
+from agentd.protocol.errors import InternalError
 
 
 class StoreError(InternalError):

@@ -22,15 +22,15 @@ from typing import Any, Callable
 
 import trio
 
-from actors.providers.base import ProviderAdapter, ProviderRuntimeError
-from actors.providers.config import DaemonConfig, ProviderConfig
-from actors.providers.scripted import ScriptedAdapter
-from actors.registry import ThreadRegistry
-from protocol.server import serve_unix
-from protocol.websocket import load_or_create_token, serve_websocket
-from store.db import Store
-from store.hub import EventHub
-from store.reconcile import plan_reconciliation
+from agentd.actors.providers.base import ProviderAdapter, ProviderRuntimeError
+from agentd.actors.providers.config import DaemonConfig, ProviderConfig
+from agentd.actors.providers.scripted import ScriptedAdapter
+from agentd.actors.registry import ThreadRegistry
+from agentd.protocol.server import serve_unix
+from agentd.protocol.websocket import load_or_create_token, serve_websocket
+from agentd.store.db import Store
+from agentd.store.hub import EventHub
+from agentd.store.reconcile import plan_reconciliation
 
 from .paths import Paths
 from .procinfo import is_same_process
@@ -115,9 +115,9 @@ def build_adapters(config: DaemonConfig, providers_dir: Path, *, request_timeout
             continue
         try:
             if provider.kind == "codex":
-                from actors.providers.codex import CodexAdapter as adapter_class
+                from agentd.actors.providers.codex import CodexAdapter as adapter_class
             else:
-                from actors.providers.claude import ClaudeAdapter as adapter_class
+                from agentd.actors.providers.claude import ClaudeAdapter as adapter_class
             adapters[name] = adapter_class(provider, home=home, request_timeout=request_timeout)
         except (ImportError, ProviderRuntimeError) as exc:
             adapters[name] = UnavailableAdapter(provider, str(exc))
@@ -252,9 +252,9 @@ class Daemon:
     async def _replay_effects(self, store: Store, registry: ThreadRegistry) -> None:
         """Run again the replay-safe effects a previous instance did not
         finish (process-bound ones were retired by reconciliation)."""
-        from actors.run_control import stop_delegated_children
-        from store.batch import WriteBatch
-        from store.db import struct_copy
+        from agentd.actors.run_control import stop_delegated_children
+        from agentd.store.batch import WriteBatch
+        from agentd.store.db import struct_copy
 
         for effect in store.open_effects():
             if not effect.replay_safe:

@@ -8,14 +8,14 @@ from typing import Any
 
 import trio
 
-from actors.registry import ThreadRegistry
-from protocol import wire
-from protocol.errors import InvalidParams, NotFound, Unsupported
-from protocol.server import Connection, Then
-from store.db import Store
-from store.hub import EventHub, Resync, replay_then_live
-from store.ids import new_id
-from store.records import to_wire
+from agentd.actors.registry import ThreadRegistry
+from agentd.protocol import wire
+from agentd.protocol.errors import InvalidParams, NotFound, Unsupported
+from agentd.protocol.server import Connection, Then
+from agentd.store.db import Store
+from agentd.store.hub import EventHub, Resync, replay_then_live
+from agentd.store.ids import new_id
+from agentd.store.records import to_wire
 
 from .sessions import ProviderSessionManager
 

@@ -17,18 +17,19 @@ from typing import Any, Awaitable, Callable
 
 import trio
 
-from actors.providers.base import (
+from agentd.actors.providers.base import (
     ProviderAdapter,
     ProviderConnection,
     ProviderEvent,
     ProviderRuntimeError,
+    RecoveryDecision,
     SessionExited,
     SessionHost,
 )
-from store.batch import WriteBatch
-from store.db import Store, struct_copy
-from store.ids import new_id
-from store.records import ProviderSession, to_wire
+from agentd.store.batch import WriteBatch
+from agentd.store.db import Store, struct_copy
+from agentd.store.ids import new_id
+from agentd.store.records import ProviderSession, to_wire
 
 from .procinfo import process_start_ticks
 from .tree import RestartIntensity, unwrap
@@ -127,17 +128,23 @@ class ProviderSessionManager(SessionHost):
 
     # -- restart intensity ------------------------------------------------------------
 
-    def allow_recovery(self, thread_id: str) -> bool:
-        """Record a crash recovery of the thread's runtime; False once the
-        restart intensity is exceeded (a crash loop)."""
+    def allow_recovery(self, thread_id: str, crash: str) -> RecoveryDecision:
+        """The one crash-recovery policy (SPEC F11): record a recovery of the
+        thread's runtime and say whether to retry, or why not once the restart
+        intensity is exceeded (a crash loop). ``crash`` says how it ended."""
         intensity = self._intensity.get(thread_id)
         if intensity is None:
             intensity = self._intensity[thread_id] = RestartIntensity(*self._restart_intensity)
-        return intensity.allow()
-
-    @property
-    def restart_limit(self) -> tuple[int, float]:
-        return self._restart_intensity
+        if intensity.allow():
+            return RecoveryDecision(retry=True)
+        limit, period = self._restart_intensity
+        return RecoveryDecision(
+            retry=False,
+            reason=(
+                f"provider_crash_loop: the provider crashed more than {limit} times within {period:g}s; "
+                f"agentd stopped restarting it (last: {crash})"
+            ),
+        )
 
     # -- SessionHost ------------------------------------------------------------
 

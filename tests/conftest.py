@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol.client import Client
-from protocol.launch import start_daemon
+from agentd.protocol.client import Client
+from agentd.launch import start_daemon
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typing import Any
 
 import trio
 
-from protocol.client import Client
+from agentd.protocol.client import Client
 
 TERMINAL = ("completed", "failed", "interrupted", "cancelled", "rolled_back")
 

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 import trio
 
-from actors.providers.base import (
+from agentd.actors.providers.base import (
     ItemCompleted,
     ItemStarted,
     NativeThreadMissing,
@@ -29,9 +29,9 @@ from actors.providers.base import (
     TurnCompleted,
     TurnStarted,
 )
-from actors.providers.claude import BASE_ARGS, LAUNCHER, NATIVE_CAPABILITIES, ClaudeAdapter, find_binary, parse_version
-from actors.providers.config import ProviderConfig
-from actors.providers.transport import replaying
+from agentd.actors.providers.claude import BASE_ARGS, LAUNCHER, NATIVE_CAPABILITIES, ClaudeAdapter, find_binary, parse_version
+from agentd.actors.providers.config import ProviderConfig
+from agentd.actors.providers.transport import replaying
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "fixtures" / "transcripts"
 BOGUS_SESSION = "11111111-2222-4333-8444-555555555555"

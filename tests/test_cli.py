@@ -14,7 +14,7 @@ from tests.helpers import script
 
 
 def agentd(daemon, *args: str) -> list[str]:
-    return [sys.executable, "-m", "protocol.cli", *args, "--data-dir", str(daemon.data_dir), "--socket", str(daemon.socket)]
+    return [sys.executable, "-m", "agentd", *args, "--data-dir", str(daemon.data_dir), "--socket", str(daemon.socket)]
 
 
 async def run(daemon, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -45,7 +45,7 @@ async def test_new_send_show_threads_status(daemon):
 
 async def test_send_fails_clearly_without_a_daemon(tmp_path, short_dir):
     result = subprocess.run(
-        [sys.executable, "-m", "protocol.cli", "threads", "--data-dir", str(tmp_path), "--socket", str(short_dir / "none.sock")],
+        [sys.executable, "-m", "agentd", "threads", "--data-dir", str(tmp_path), "--socket", str(short_dir / "none.sock")],
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 1 and "no daemon is listening" in result.stderr

@@ -32,9 +32,9 @@ import msgspec
 import pytest
 import trio
 
-from actors.providers import codex as codex_module
-from actors.providers import codex_wire
-from actors.providers.base import (
+from agentd.actors.providers import codex as codex_module
+from agentd.actors.providers import codex_wire
+from agentd.actors.providers.base import (
     ItemCompleted,
     ItemStarted,
     NativeThreadMissing,
@@ -45,9 +45,9 @@ from actors.providers.base import (
     TurnCompleted,
     TurnStarted,
 )
-from actors.providers.codex import CodexAdapter, approval_response, user_input_response
-from actors.providers.config import ProviderConfig
-from actors.providers.transport import replaying
+from agentd.actors.providers.codex import CodexAdapter, approval_response, user_input_response
+from agentd.actors.providers.config import ProviderConfig
+from agentd.actors.providers.transport import replaying
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "fixtures" / "transcripts"
 WAIT = 30.0
@@ -494,7 +494,7 @@ def test_command_and_environment(tmp_path, monkeypatch):
 
 
 def _pinned_binary() -> Path | None:
-    from actors.providers.codex import PROJECT_LOCAL_BINARY, native_binary
+    from agentd.actors.providers.codex import PROJECT_LOCAL_BINARY, native_binary
 
     configured = os.environ.get("AGENTD_CODEX_BINARY")
     path = Path(configured) if configured else PROJECT_LOCAL_BINARY

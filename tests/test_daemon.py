@@ -13,8 +13,8 @@ import sys
 import pytest
 import trio
 
-from protocol.client import Client
-from protocol.launch import start_daemon
+from agentd.protocol.client import Client
+from agentd.launch import start_daemon
 from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
 
 
@@ -301,7 +301,7 @@ def test_bad_config_stops_serve_with_file_line_and_reason(tmp_path, short_dir):
     config = tmp_path / "config.toml"
     config.write_text('[providers.basic]\nkind = "scripted"\ncapabilities = { steer = "no" }\n')
     result = subprocess.run(
-        [sys.executable, "-m", "protocol.cli", "serve", "--data-dir", str(tmp_path / "d"),
+        [sys.executable, "-m", "agentd", "serve", "--data-dir", str(tmp_path / "d"),
          "--socket", str(short_dir / "s.sock"), "--config", str(config)],
         capture_output=True, text=True, timeout=60,
     )

@@ -23,10 +23,10 @@ from typing import Any, AsyncIterator
 import pytest
 import trio
 
-from protocol import framing, wire
-from protocol.client import Client
-from protocol.errors import ERROR_KINDS
-from protocol.launch import start_daemon
+from agentd.protocol import framing, wire
+from agentd.protocol.client import Client
+from agentd.protocol.errors import ERROR_KINDS
+from agentd.launch import start_daemon
 from tests.helpers import script, wait_event, wait_run_terminal
 
 TIMEOUT = 10
@@ -359,7 +359,7 @@ async def test_dispatch_while_a_run_is_active(daemon, client):
 
 GATED_SITECUSTOMIZE = """\
 import os, sys
-if sys.orig_argv[1:3] == ["-m", "actors.providers.scripted_agent"]:
+if sys.orig_argv[1:3] == ["-m", "agentd.actors.providers.scripted_agent"]:
     # Hold the scripted agent before it answers `initialize`, until the test
     # opens this FIFO for writing (or the daemon's stop ladder signals it).
     os.close(os.open(os.environ["AGENTD_TEST_AGENT_GATE"], os.O_RDONLY))

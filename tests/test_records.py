@@ -5,7 +5,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from store.records import RECORD_KINDS, RecordDecodeError, decode_record, encode_record
+from agentd.store.records import RECORD_KINDS, RecordDecodeError, decode_record, encode_record
 
 FIXTURES = Path(__file__).parent / "fixtures" / "records"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from protocol.client import Client
-from protocol.launch import start_daemon
-from store.reconcile import BACKGROUND_NOT_OBSERVED, TOOL_NOT_RESUMED
+from agentd.protocol.client import Client
+from agentd.launch import start_daemon
+from agentd.store.reconcile import BACKGROUND_NOT_OBSERVED, TOOL_NOT_RESUMED
 from tests.helpers import script, send_and_wait, wait_event
 
 

@@ -12,8 +12,8 @@ import signal
 
 import pytest
 
-from protocol.client import Client
-from protocol.launch import start_daemon
+from agentd.protocol.client import Client
+from agentd.launch import start_daemon
 from tests.helpers import script, stored_events, wait_event, wait_run_terminal
 
 CONFIG = """

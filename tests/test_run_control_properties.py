@@ -53,13 +53,13 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.providers.base import ProviderRuntimeError
-from actors.providers.config import load_config
-from actors.providers.scripted import ScriptedConnection
-from protocol.client import Client
-from protocol.errors import AgentdError
-from supervisor.daemon import Daemon, DaemonOptions
-from supervisor.paths import Paths
+from agentd.actors.providers.base import ProviderRuntimeError
+from agentd.actors.providers.config import load_config
+from agentd.actors.providers.scripted import ScriptedConnection
+from agentd.protocol.client import Client
+from agentd.protocol.errors import AgentdError
+from agentd.supervisor.daemon import Daemon, DaemonOptions
+from agentd.supervisor.paths import Paths
 from tests.helpers import TERMINAL, script, stored_events, wait_event, wait_run_terminal
 
 CONFIG = """

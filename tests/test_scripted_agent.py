@@ -1,6 +1,6 @@
 """Tests for the built-in scripted agent, driven as a real subprocess.
 
-Every test talks JSON lines to ``python -m actors.providers.scripted_agent``
+Every test talks JSON lines to ``python -m agentd.actors.providers.scripted_agent``
 over pipes.  Nothing sleeps to wait for state: tests read messages until the
 one they expect arrives, under a ``trio.fail_after`` guard.
 """
@@ -110,7 +110,7 @@ class AgentProcess:
 @asynccontextmanager
 async def spawn(home: Path):
     process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "actors.providers.scripted_agent", "--home", str(home)],
+        [sys.executable, "-m", "agentd.actors.providers.scripted_agent", "--home", str(home)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         cwd=REPO_ROOT,

@@ -7,11 +7,11 @@ import threading
 import pytest
 import trio
 
-from store.batch import WriteBatch
-from store.db import Store
-from store.errors import StoreError
-from store.hub import EventHub, Resync, replay_then_live
-from store.records import AppThread
+from agentd.store.batch import WriteBatch
+from agentd.store.db import Store
+from agentd.store.errors import StoreError
+from agentd.store.hub import EventHub, Resync, replay_then_live
+from agentd.store.records import AppThread
 
 
 def thread_batch(i: int, command_id: str | None = None) -> WriteBatch:

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from actors.providers.base import Capabilities
-from actors.providers.config import DaemonConfig, ProviderConfig
-from actors.providers.jsonl import stop_process
-from protocol.client import Client
-from supervisor.daemon import Daemon, DaemonOptions
-from supervisor.paths import Paths
-from supervisor.tree import ChildSpec, Restart, RestartIntensity, Supervisor, SupervisorGaveUp
+from agentd.actors.providers.base import Capabilities
+from agentd.actors.providers.config import DaemonConfig, ProviderConfig
+from agentd.actors.providers.jsonl import stop_process
+from agentd.protocol.client import Client
+from agentd.supervisor.daemon import Daemon, DaemonOptions
+from agentd.supervisor.paths import Paths
+from agentd.supervisor.tree import ChildSpec, Restart, RestartIntensity, Supervisor, SupervisorGaveUp
 from tests.helpers import script
 
 IDLE = 600.0

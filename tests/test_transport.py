@@ -7,9 +7,9 @@ import functools
 import pytest
 import trio
 
-from actors.providers.base import TurnCompleted
-from actors.providers.scripted import ScriptedAdapter
-from actors.providers.transport import TranscriptMismatch, load_transcript, matches, recording, replaying
+from agentd.actors.providers.base import TurnCompleted
+from agentd.actors.providers.scripted import ScriptedAdapter
+from agentd.actors.providers.transport import TranscriptMismatch, load_transcript, matches, recording, replaying
 from tests.helpers import script
 
 TURN = script({"say": "recorded answer", "chunks": 3}, {"write": {"path": "r.txt", "content": "1"}})

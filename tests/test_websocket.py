@@ -10,15 +10,15 @@ import pytest
 import trio
 import trio_websocket
 
-from protocol.launch import start_daemon
-from protocol.websocket import check_loopback
+from agentd.launch import start_daemon
+from agentd.protocol.websocket import check_loopback
 
 
 @pytest.fixture
 async def ws_daemon(tmp_path, short_dir):
     daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", extra_args=["--websocket-port", "0"])
     try:
-        from protocol.client import Client
+        from agentd.protocol.client import Client
 
         async with Client.connect(daemon.socket) as client:
             url = (await client.call("daemon.status"))["websocket"]

@@ -19,6 +19,7 @@ id, ``can_use_tool`` requests), so neither needs the interface bent.
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import msgspec
@@ -232,6 +233,15 @@ class ProviderAdapter(abc.ABC):
         return {"usable": True}
 
 
+@dataclass(frozen=True)
+class RecoveryDecision:
+    """What the supervisor decided after a provider crash: ``retry`` as a new
+    attempt, or not, with the ``reason`` the run fails with."""
+
+    retry: bool
+    reason: str | None = None
+
+
 class SessionHost(abc.ABC):
     """What ThreadActors need from the provider-session manager (supervisor/).
 
@@ -263,5 +273,7 @@ class SessionHost(abc.ABC):
         """Stop the thread's session through the production stop path."""
 
     @abc.abstractmethod
-    def allow_recovery(self, thread_id: str) -> bool:
-        """Record a crash recovery; False once the restart intensity is exceeded."""
+    def allow_recovery(self, thread_id: str, crash: str) -> RecoveryDecision:
+        """Record a crash recovery of the thread's runtime and decide: retry
+        as a new attempt, or stop with the reason (``provider_crash_loop``).
+        ``crash`` says how the runtime ended (``exit code 1``)."""

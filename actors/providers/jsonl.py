@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import msgspec
 import trio
 
-from protocol.framing import LineReader, LineTooLong
+from agentd.protocol.framing import LineReader, LineTooLong
 
 from .base import ProviderRuntimeError
 

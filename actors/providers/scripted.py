@@ -40,7 +40,6 @@ from .transport import ProcessLike, Spawn, exit_status, spawn_process
 
 log = logging.getLogger(__name__)
 
-_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 #: the agent's item types -> agentd's node kinds
 ITEM_TYPES = {
@@ -92,12 +91,11 @@ class ScriptedAdapter(ProviderAdapter):
         return {"usable": True, "binary": sys.executable, "version": "built-in"}
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "actors.providers.scripted_agent", "--home", str(self.home)]
+        return [sys.executable, "-m", "agentd.actors.providers.scripted_agent", "--home", str(self.home)]
 
     async def open(self, *, session_id: str, emit: EventSink, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         process = await self.spawn(self.command(), env=env, cwd=None, stderr_path=self.home / "stderr.log")
         connection = ScriptedConnection(self, process, emit)
         try:

@@ -2,7 +2,7 @@
 
 Run it as::
 
-    python -m actors.providers.scripted_agent --home DIR
+    python -m agentd.actors.providers.scripted_agent --home DIR
 
 It exists so that agentd (and its tests) can drive an agent whose behaviour is
 fully predictable, through exactly the same machinery as a real one.

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from actors.providers.base import ProviderRuntimeError
+from agentd.actors.providers.base import ProviderRuntimeError
 from tests.integration import world
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ SKIP_REASON = (
 def claude_binary() -> Path | None:
     """The claude the tests drive: ``$AGENTD_CLAUDE_BINARY``, else what the
     adapter would find (PATH, then the project-local pinned install)."""
-    from actors.providers.claude import find_binary
+    from agentd.actors.providers.claude import find_binary
 
     try:
         return find_binary(os.environ.get("AGENTD_CLAUDE_BINARY") or None)

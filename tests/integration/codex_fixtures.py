@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from actors.providers.base import ProviderRuntimeError
+from agentd.actors.providers.base import ProviderRuntimeError
 from tests.integration import world
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ NAMESPACE_PORT = 18765
 def codex_binary() -> Path | None:
     """The codex the tests drive: ``$AGENTD_CODEX_BINARY``, else what the
     adapter would find (PATH, then the project-local pinned install)."""
-    from actors.providers.codex import find_binary
+    from agentd.actors.providers.codex import find_binary
 
     try:
         return find_binary(os.environ.get("AGENTD_CODEX_BINARY") or None)

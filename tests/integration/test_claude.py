@@ -30,10 +30,10 @@ from typing import Any
 import pytest
 import trio
 
-from actors.providers.claude import ClaudeAdapter
-from actors.providers.transport import recording
-from protocol.client import Client
-from protocol.launch import start_daemon
+from agentd.actors.providers.claude import ClaudeAdapter
+from agentd.actors.providers.transport import recording
+from agentd.protocol.client import Client
+from agentd.launch import start_daemon
 from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
 from tests.integration.claude_fixtures import SKIP_REASON, ClaudeWorld, claude_binary, make_world, sanitize, user_texts
 from tests.test_claude_replay import SCENARIOS, TRANSCRIPTS, Harness, run_replay, transcript_paths

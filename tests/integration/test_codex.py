@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 import trio
 
-from actors.providers.base import ProviderRuntimeError
-from actors.providers.codex import CodexAdapter
-from actors.providers.transport import recording, replaying
-from protocol.client import Client
-from protocol.launch import start_daemon
+from agentd.actors.providers.base import ProviderRuntimeError
+from agentd.actors.providers.codex import CodexAdapter
+from agentd.actors.providers.transport import recording, replaying
+from agentd.protocol.client import Client
+from agentd.launch import start_daemon
 from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
 from tests.integration.codex_fixtures import SKIP_REASON, CodexWorld, codex_binary, make_world, user_texts
 from tests.test_codex_replay import SCENARIOS, TRANSCRIPTS, Harness, fast_stop, replay_config

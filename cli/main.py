@@ -21,14 +21,14 @@ from typing import Any
 
 import trio
 
-from .client import Client
-from .errors import AgentdError
+from agentd.protocol.client import Client
+from agentd.protocol.errors import AgentdError
 
 TERMINAL_RUN = ("completed", "failed", "interrupted", "cancelled", "rolled_back")
 
 
 def _paths(args: argparse.Namespace):
-    from supervisor.paths import Paths  # the daemon side, only where needed
+    from agentd.supervisor.paths import Paths  # the daemon side, only where needed
 
     return Paths.resolve(args.data_dir, args.socket, args.config)
 
@@ -41,8 +41,8 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from actors.providers.config import ConfigError, load_config
-    from supervisor.daemon import DaemonAlreadyRunning, DaemonOptions, run_daemon
+    from agentd.actors.providers.config import ConfigError, load_config
+    from agentd.supervisor.daemon import DaemonAlreadyRunning, DaemonOptions, run_daemon
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
@@ -379,7 +379,7 @@ def cmd_providers(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from agentd.demo import run_demo
 
     return run_demo(args)
 

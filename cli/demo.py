@@ -15,9 +15,9 @@ from pathlib import Path
 
 import trio
 
-from .cli import render_tree, stream_run
-from .client import Client
-from .launch import start_daemon
+from agentd.main import render_tree, stream_run
+from agentd.protocol.client import Client
+from agentd.launch import start_daemon
 
 SCRIPT = [
     {"say": "I will write a note for you.", "chunks": 4},

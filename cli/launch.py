@@ -16,7 +16,6 @@ from pathlib import Path
 
 import trio
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 def _die_with_parent() -> None:
@@ -88,12 +87,11 @@ async def start_daemon(
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "daemon.log"
     read_fd, write_fd = os.pipe()
-    args = [sys.executable, "-m", "protocol.cli", "serve", "--data-dir", str(data_dir), "--socket", str(socket),
+    args = [sys.executable, "-m", "agentd", "serve", "--data-dir", str(data_dir), "--socket", str(socket),
             "--ready-fd", str(write_fd), *extra_args]
     if config is not None:
         args += ["--config", str(config)]
     child_env = dict(os.environ if env is None else env)
-    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, child_env.get("PYTHONPATH")) if p)
     with open(log_path, "ab") as log:
         try:
             process = await trio.lowlevel.open_process(
