@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import trio
 
@@ -41,9 +41,11 @@ class Reply:
 
 @dataclass
 class Command:
-    """A client (or internal) command for one thread."""
+    """A client (or internal) command for one thread: the method table's
+    handler for it, run by the thread's actor as ``handler(actor, command)``."""
 
     method: str
+    handler: Callable[[Any, Command], Awaitable[Any]]
     params: Any
     command_id: str | None = None
     reply: Reply = field(default_factory=Reply)

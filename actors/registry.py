@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import trio
 
@@ -116,14 +116,18 @@ class ThreadRegistry:
         actor.send_channel.close()
         return True
 
-    async def call(self, thread_id: str, method: str, params: Any, command_id: str | None = None) -> Any:
-        """Send a command to a thread's actor and wait for its answer.
+    async def call(
+        self, thread_id: str, handler: Callable[..., Awaitable[Any]], params: Any, command_id: str | None = None,
+        *, method: str,
+    ) -> Any:
+        """Send a command to a thread's actor and wait for its answer:
+        ``handler(actor, command)`` runs in the actor, under its lock.
 
         Raises:
             NotFound: no such thread.
             Overloaded: the thread's mailbox is full.
         """
-        command = Command(method, params, command_id)
+        command = Command(method, handler, params, command_id)
         for _ in range(2):
             actor = self._actor(thread_id)
             try:
@@ -238,4 +242,7 @@ class ThreadRegistry:
         """A message the daemon itself sends to a thread (e.g. a plan to implement)."""
         from agentd.protocol.wire import MessageSendParams
 
-        return await self.call(thread_id, "thread.message.send", MessageSendParams(thread_id=thread_id, text=text))
+        return await self.call(
+            thread_id, ThreadActor._cmd_thread_message_send, MessageSendParams(thread_id=thread_id, text=text),
+            method="thread.message.send",
+        )

@@ -53,7 +53,7 @@ async def stop_delegated_children(registry, thread_id: str) -> None:
     while stack:
         child = stack.pop()
         try:
-            await registry.call(child.id, "thread.stop", InternalStop(child.id))
+            await registry.call(child.id, RunControlMixin._cmd_thread_stop, InternalStop(child.id), method="thread.stop")
         except NotFound:
             continue
         stack.extend(c for c in reversed(store.thread_children(child.id)) if c.relationship_to_parent in DELEGATED)

@@ -244,10 +244,7 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
             if receipt is not None:
                 command.reply.set(self.registry.check_receipt(receipt, command.method))
                 return
-        handler = getattr(self, "_cmd_" + command.method.replace(".", "_").replace("-", "_"), None)
-        if handler is None:
-            raise Unsupported(f"{command.method} is not handled by thread actors")
-        command.reply.set(await handler(command))
+        command.reply.set(await command.handler(self, command))
 
     async def _cmd_thread_message_send(self, command: Command) -> dict[str, Any]:
         params = command.params

@@ -1,8 +1,9 @@
 """The Unix-socket JSON-RPC server.
 
-The server knows the wire and nothing of threads: each request's params are
-checked against ``wire.METHODS`` and handed to a ``Router`` (supplied by the
-supervisor), whose answer or AgentdError becomes the response. Requests on one
+The server knows the wire and nothing of threads: each request's method is
+looked up in the router's method table, its params are decoded into that
+method's Struct and handed to the ``Router`` (supplied by the supervisor),
+whose answer or AgentdError becomes the response. Requests on one
 connection run concurrently (up to a bound), so one slow command never holds
 up a client's reads.
 
@@ -18,14 +19,15 @@ import os
 import socket
 import struct
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Protocol
 
 import msgspec
 import trio
 
 from . import framing
 from .errors import AgentdError, InternalError, InvalidRequest, MethodNotFound, ParseError
-from .wire import METHODS, Params, decode_params
+from .methods import Method
+from .wire import Params
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +45,12 @@ class Then:
 
 
 class Router(Protocol):
-    """What the server needs from the daemon."""
+    """What the server needs from the daemon: its method table, and a way to
+    run a method with its decoded params."""
 
-    async def dispatch(self, method: str, params: Params, connection: Connection) -> Any: ...
+    methods: Mapping[str, Method]
+
+    async def dispatch(self, method: Method, params: Params, connection: Connection) -> Any: ...
 
 
 Sender = Callable[[list[bytes]], Awaitable[None]]
@@ -178,15 +183,16 @@ async def _serve_request(connection: Connection, router: Router, line: bytes, li
         if request_id is not None and not isinstance(request_id, (str, int)):
             request_id = None
             raise InvalidRequest("id must be a string or an integer")
-        method = message.get("method")
-        if not isinstance(method, str):
+        name = message.get("method")
+        if not isinstance(name, str):
             raise InvalidRequest("a request needs a string method")
         notification = "id" not in message
         if message.get("jsonrpc", "2.0") != "2.0":
             raise InvalidRequest('jsonrpc must be "2.0"')
-        if method not in METHODS:
-            raise MethodNotFound(f"unknown method {method!r}; the methods are listed in protocol/README.md", method=method)
-        params = decode_params(method, message.get("params"))
+        method = router.methods.get(name)
+        if method is None:
+            raise MethodNotFound(f"unknown method {name!r}; the methods are listed in protocol/README.md", method=name)
+        params = method.decode(message.get("params"))
         result = await router.dispatch(method, params, connection)
         follow_up = None
         if isinstance(result, Then):

@@ -1,5 +1,8 @@
 """Wire types: the params of every method, checked once at the boundary.
 
+Which method takes which params is said once, in the method table
+(``agentd.supervisor.methods``, entries of ``methods.Method``).
+
 Params are camelCase msgspec Structs that refuse unknown fields, so a typo
 (``threadID``) is an ``invalid_params`` error naming the field instead of a
 silently ignored value. Results and events are plain mappings built from the
@@ -8,12 +11,9 @@ store's records (``store.records.to_wire``).
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 import msgspec
-
-from .errors import InvalidParams
 
 MAX_TEXT = 1 << 20  # 1 MiB of message text
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
@@ -124,50 +124,3 @@ class SubscribeParams(Params):
 
 class UnsubscribeParams(Params):
     subscription_id: Id
-
-
-#: method -> params type. The server refuses any method not listed here.
-METHODS: dict[str, type[Params]] = {
-    "thread.create": ThreadCreateParams,
-    "thread.message.send": MessageSendParams,
-    "thread.list": NoParams,
-    "thread.get": ThreadGetParams,
-    "run.get": RunGetParams,
-    "run.resume": RunResumeParams,
-    "run.interrupt": RunInterruptParams,
-    "thread.stop": ThreadStopParams,
-    "thread.queue.release": ThreadIdParams,
-    "thread.requests": ThreadIdParams,
-    "queued-run.cancel": QueuedRunParams,
-    "queued-run.reorder": QueueReorderParams,
-    "queued-message.promote-to-steer": PromoteParams,
-    "approval.respond": ApprovalRespondParams,
-    "user-input.respond": UserInputRespondParams,
-    "plan.implement": PlanImplementParams,
-    "events.subscribe": SubscribeParams,
-    "events.unsubscribe": UnsubscribeParams,
-    "daemon.status": NoParams,
-    "providers.list": NoParams,
-}
-
-_FIELD = re.compile(r"at `\$\.([A-Za-z0-9_.\[\]]+)`|field `([A-Za-z0-9_]+)`")
-
-
-def decode_params(method: str, params: Any) -> Params:
-    """Convert raw JSON params to the method's Struct.
-
-    Raises:
-        InvalidParams: with ``data.field`` naming the offending field.
-    """
-    params_type = METHODS[method]
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        raise InvalidParams(f"params of {method} must be an object", field=None)
-    try:
-        return msgspec.convert(params, params_type)
-    except msgspec.ValidationError as exc:
-        text = str(exc)
-        match = _FIELD.search(text)
-        field = (match.group(1) or match.group(2)) if match else None
-        raise InvalidParams(f"invalid params for {method}: {text}", field=field) from None

@@ -1,0 +1,88 @@
+"""The method table: every protocol method, declared once.
+
+An entry names the method, its params Struct, who owns it and its handler.
+The server decodes params with it, the router dispatches with it, thread
+actors run the handlers they are given, and a test checks that
+``protocol/README.md`` documents exactly these methods. Adding a method
+touches this table, its handler and the README — nothing else.
+
+Thread-owned methods carry a ``route``: which thread's actor handles the call,
+from the params (reading the store when the params name a run, a request, a
+message or a plan). An id that names nothing is ``not_found`` here, before
+any actor is disturbed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentd.actors.thread_actor import ThreadActor
+from agentd.protocol import wire
+from agentd.protocol.errors import NotFound
+from agentd.protocol.methods import Method, MethodTable
+from agentd.store.db import Store
+
+from . import queries, subscriptions
+
+
+def by_thread(_store: Store, params: Any) -> str:
+    return params.thread_id
+
+
+def _owner_thread(store: Store, kind: str, record_id: str, what: str) -> str:
+    record = store.get(kind, record_id)
+    if record is None:
+        raise NotFound(f"no {what} {record_id}", **{f"{what}Id": record_id})
+    return record.thread_id
+
+
+def by_run(store: Store, params: Any) -> str:
+    return _owner_thread(store, "runs", params.run_id, "run")
+
+
+def by_request(store: Store, params: Any) -> str:
+    return _owner_thread(store, "requests", params.request_id, "request")
+
+
+def by_message(store: Store, params: Any) -> str:
+    return _owner_thread(store, "messages", params.message_id, "message")
+
+
+def by_plan(store: Store, params: Any) -> str:
+    return _owner_thread(store, "artifacts", params.plan_id, "plan")
+
+
+def _daemon(name: str, params: type[wire.Params], handler: Any) -> Method:
+    return Method(name, params, "daemon", handler)
+
+
+def _thread(name: str, params: type[wire.Params], handler: Any, route: Any) -> Method:
+    return Method(name, params, "thread", handler, route)
+
+
+METHODS = MethodTable([
+    # commands
+    _daemon("thread.create", wire.ThreadCreateParams, queries.thread_create),
+    _thread("thread.message.send", wire.MessageSendParams, ThreadActor._cmd_thread_message_send, by_thread),
+    _thread("run.interrupt", wire.RunInterruptParams, ThreadActor._cmd_run_interrupt, by_run),
+    _thread("thread.stop", wire.ThreadStopParams, ThreadActor._cmd_thread_stop, by_thread),
+    _thread("thread.queue.release", wire.ThreadIdParams, ThreadActor._cmd_thread_queue_release, by_thread),
+    _thread("queued-run.cancel", wire.QueuedRunParams, ThreadActor._cmd_queued_run_cancel, by_run),
+    _thread("queued-run.reorder", wire.QueueReorderParams, ThreadActor._cmd_queued_run_reorder, by_thread),
+    _thread("queued-message.promote-to-steer", wire.PromoteParams,
+            ThreadActor._cmd_queued_message_promote_to_steer, by_message),
+    _thread("approval.respond", wire.ApprovalRespondParams, ThreadActor._cmd_approval_respond, by_request),
+    _thread("user-input.respond", wire.UserInputRespondParams, ThreadActor._cmd_user_input_respond, by_request),
+    _thread("plan.implement", wire.PlanImplementParams, ThreadActor._cmd_plan_implement, by_plan),
+    _daemon("run.resume", wire.RunResumeParams, queries.run_resume),
+    # reads
+    _daemon("thread.list", wire.NoParams, queries.thread_list),
+    _daemon("thread.get", wire.ThreadGetParams, queries.thread_get),
+    _daemon("run.get", wire.RunGetParams, queries.run_get),
+    _daemon("thread.requests", wire.ThreadIdParams, queries.thread_requests),
+    _daemon("daemon.status", wire.NoParams, queries.daemon_status),
+    _daemon("providers.list", wire.NoParams, queries.providers_list),
+    # events
+    _daemon("events.subscribe", wire.SubscribeParams, subscriptions.subscribe),
+    _daemon("events.unsubscribe", wire.UnsubscribeParams, subscriptions.unsubscribe),
+])

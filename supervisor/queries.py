@@ -1,0 +1,100 @@
+"""Daemon-owned methods: reads answered from the store, thread creation, and
+the daemon's own status. None of them takes a thread's lock."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from agentd import __version__
+from agentd.protocol import wire
+from agentd.protocol.errors import NotFound, Unsupported
+from agentd.protocol.server import Connection
+from agentd.store.records import to_wire
+
+if TYPE_CHECKING:
+    from .router import DaemonRouter
+
+
+async def thread_create(router: DaemonRouter, params: wire.ThreadCreateParams, _conn: Connection) -> dict[str, Any]:
+    """SPEC F1: an AppThread only (the registry makes it; no actor is needed)."""
+    return await router.registry.create_thread(params, params.command_id)
+
+
+async def run_resume(router: DaemonRouter, params: wire.RunResumeParams, _conn: Connection) -> dict[str, Any]:
+    """SPEC F12: execution is never resumed after a restart; say so plainly."""
+    run = router.store.run(params.run_id)
+    if run is None:
+        raise NotFound(f"no run {params.run_id}", runId=params.run_id)
+    raise Unsupported(
+        f"agentd does not resume execution: run {run.id} is {run.status}"
+        + (f" ({run.reason})" if run.reason else "")
+        + ". In-flight model requests, tool calls and approvals are not revived after a restart; "
+        "send a new message to continue the thread.",
+        runId=run.id,
+    )
+
+
+async def thread_list(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
+    return {"threads": [to_wire(t) for t in router.store.list_threads()]}
+
+
+async def thread_get(router: DaemonRouter, params: wire.ThreadGetParams, _conn: Connection) -> dict[str, Any]:
+    store = router.store
+    thread = store.thread(params.thread_id)
+    if thread is None:
+        raise NotFound(f"no thread {params.thread_id}; list threads with thread.list", threadId=params.thread_id)
+    return {
+        "thread": to_wire(thread),
+        "runs": [to_wire(r) for r in store.thread_runs(thread.id)],
+        "messages": [to_wire(m) for m in store.thread_messages(thread.id)],
+    }
+
+
+async def run_get(router: DaemonRouter, params: wire.RunGetParams, _conn: Connection) -> dict[str, Any]:
+    store = router.store
+    run = store.run(params.run_id)
+    if run is None:
+        raise NotFound(f"no run {params.run_id}", runId=params.run_id)
+    return {
+        "run": to_wire(run),
+        "attempts": [to_wire(a) for a in store.run_attempts(run.id)],
+        "nodes": [to_wire(n) for n in store.run_nodes(run.id)],
+        "artifacts": [to_wire(a) for a in store.run_artifacts(run.id)],
+    }
+
+
+async def thread_requests(router: DaemonRouter, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
+    if router.store.thread(params.thread_id) is None:
+        raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
+    return {"requests": [to_wire(r) for r in router.store.pending_requests(params.thread_id)]}
+
+
+async def providers_list(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
+    out = []
+    for adapter in router.sessions.adapters.values():
+        try:
+            probe = await adapter.probe()
+        except Exception as exc:  # noqa: BLE001 - a probe failure is what to show
+            probe = {"usable": False, "why": str(exc)}
+        out.append({**adapter.describe(), **probe})
+    return {"providers": out}
+
+
+async def daemon_status(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
+    store = router.store
+    return {
+        "version": __version__,
+        "pid": os.getpid(),
+        "uptime": trio.current_time() - router.started_at,
+        "socket": router.socket_path,
+        "websocket": router.websocket_url,
+        "dataDir": str(store.path.parent),
+        "lastSeq": store.last_seq,
+        "loadedActors": router.registry.loaded,
+        "sessions": router.sessions.status(),
+        "subscribers": router.hub.subscriber_count,
+        "commits": {"batches": store.writer.batches_committed, "transactions": store.writer.transactions},
+    }
