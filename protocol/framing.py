@@ -1,15 +1,20 @@
 """JSON-RPC 2.0 messages, one JSON object per line, with a size limit.
 
 ``LineReader`` never holds more than the limit: an over-long line is reported
-once and skipped up to its newline, and the connection stays usable.
+once and skipped up to its newline, and the connection stays usable. Given a
+shared budget, it also holds its unfinished line against the bytes all
+connections together may buffer; past that budget the connection is ended.
 """
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 import msgspec
 import trio
+
+if TYPE_CHECKING:
+    from .limits import ByteBudget
 
 MAX_LINE = 2 << 20  # 2 MiB: room for a 1 MiB message text with its JSON escaping
 
@@ -24,14 +29,46 @@ class LineTooLong:
         self.limit = limit
 
 
-class LineReader:
-    """Splits a byte stream into lines of at most ``limit`` bytes."""
+class InputOverloaded:
+    """Yielded by LineReader, last, when the bytes buffered across all
+    connections reached their budget: the connection is to be ended."""
 
-    def __init__(self, stream: trio.abc.ReceiveStream, *, limit: int = MAX_LINE) -> None:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+
+class LineReader:
+    """Splits a byte stream into lines of at most ``limit`` bytes.
+
+    Args:
+        budget: bytes of unfinished lines all connections may hold together.
+    """
+
+    def __init__(self, stream: trio.abc.ReceiveStream, *, limit: int = MAX_LINE, budget: ByteBudget | None = None) -> None:
         self._stream = stream
         self._limit = limit
+        self._budget = budget
+        self._held = 0  # bytes of ``buffer`` held against the budget
 
-    async def lines(self) -> AsyncIterator[bytes | LineTooLong]:
+    async def lines(self) -> AsyncIterator[bytes | LineTooLong | InputOverloaded]:
+        try:
+            async for line in self._lines():
+                yield line
+        finally:
+            self._hold(0)
+
+    def _hold(self, size: int) -> bool:
+        """Hold exactly ``size`` buffered bytes against the budget."""
+        if self._budget is None:
+            return True
+        if size > self._held and not self._budget.take(size - self._held):
+            return False
+        if size < self._held:
+            self._budget.release(self._held - size)
+        self._held = size
+        return True
+
+    async def _lines(self) -> AsyncIterator[bytes | LineTooLong | InputOverloaded]:
         buffer = bytearray()
         skipping = False
         while True:
@@ -62,6 +99,9 @@ class LineReader:
                 skipping = True
             if skipping:
                 buffer.clear()
+            if not self._hold(len(buffer)):
+                yield InputOverloaded(self._budget.limit if self._budget else 0)
+                return
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -17,6 +17,7 @@ import errno
 import logging
 import os
 import socket
+import stat
 import struct
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Protocol
@@ -25,14 +26,14 @@ import msgspec
 import trio
 
 from . import framing
-from .errors import AgentdError, InternalError, InvalidRequest, MethodNotFound, ParseError
+from .errors import AgentdError, InternalError, InvalidRequest, MethodNotFound, Overloaded, ParseError
+from .limits import ServerLimits
 from .methods import Method
 from .wire import Params
 
 log = logging.getLogger(__name__)
 
 MAX_INFLIGHT = 256  # concurrent requests per connection
-OUTBOUND_QUEUE = 1024  # messages waiting to be written per connection
 
 
 class Then:
@@ -58,15 +59,27 @@ Sender = Callable[[list[bytes]], Awaitable[None]]
 
 class Connection:
     """One client connection, whatever its transport: ordered outbound
-    messages and tasks that live as long as it does."""
+    messages and tasks that live as long as it does.
 
-    def __init__(self, sender: Sender, nursery: trio.Nursery, *, peer_pid: int | None = None) -> None:
+    What waits to be written is bounded in bytes, not messages (one event can
+    be a megabyte of text): a message waits for room on its connection, and
+    an event that finds the daemon's shared budget spent is refused
+    (``send_event``), which ends its subscription with a resync.
+    """
+
+    def __init__(
+        self, sender: Sender, nursery: trio.Nursery, *, limits: ServerLimits, peer_pid: int | None = None,
+    ) -> None:
         self._sender = sender
         self.nursery = nursery
+        self.limits = limits
         self.peer_pid = peer_pid
         # Outbound lines wait in a plain list that the write loop takes whole:
-        # cheaper per message than a memory channel, same order, same bound.
+        # cheaper per message than a memory channel, same order.
         self._pending: list[bytes] = []
+        #: bytes queued or being written; events also count against limits.outbound
+        self._pending_bytes = 0
+        self._event_bytes = 0
         self._wake = trio.Event()
         self._room = trio.Event()
         self._broken = False
@@ -74,17 +87,51 @@ class Connection:
         self.subscriptions: dict[str, trio.CancelScope] = {}
         self.closed = trio.Event()
 
+    def _queue(self, line: bytes, *, event: bool) -> None:
+        self._pending.append(line)
+        self._pending_bytes += len(line)
+        if event:
+            self._event_bytes += len(line)
+        self._wake.set()
+
     async def send(self, message: dict[str, Any]) -> None:
         """Queue a message; waits while the client is slow to read."""
-        while len(self._pending) >= OUTBOUND_QUEUE and not self._broken:
+        line = framing.encode(message)
+        cap = self.limits.outbound_per_connection
+        while self._pending_bytes and self._pending_bytes + len(line) > cap and not self._broken:
             await self._room.wait()
-        if self._broken:
-            return
-        self._pending.append(framing.encode(message))
-        self._wake.set()
+        if not self._broken:
+            self._queue(line, event=False)
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         await self.send(framing.notification(method, params))
+
+    async def send_event(self, method: str, params: dict[str, Any]) -> bool:
+        """Queue a notification of a subscription: waits for room on this
+        connection like ``send``, but returns False at once when the daemon's
+        shared budget for queued events is spent (the caller resyncs)."""
+        line = framing.encode(framing.notification(method, params))
+        cap = self.limits.outbound_per_connection
+        while self._pending_bytes and self._pending_bytes + len(line) > cap and not self._broken:
+            await self._room.wait()
+        if self._broken:
+            return True  # nothing to keep: the stream ends with the connection
+        if not self.limits.outbound.take(len(line)):
+            return False
+        self._queue(line, event=True)
+        return True
+
+    def notify_now(self, method: str, params: dict[str, Any]) -> None:
+        """Queue a small notification past the bounds (``events.resync``):
+        the client must learn why its stream ended."""
+        if not self._broken:
+            self._queue(framing.encode(framing.notification(method, params)), event=False)
+
+    async def drain(self, *, timeout: float) -> None:
+        """Wait (at most ``timeout``) until everything queued is written."""
+        with trio.move_on_after(timeout):
+            while self._pending_bytes and not self._broken:
+                await self._room.wait()
 
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run a task for as long as the connection lives."""
@@ -96,28 +143,38 @@ class Connection:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 batch, self._pending = self._pending, []
+                written, events = self._pending_bytes, self._event_bytes
+                # One write for everything queued meanwhile; the bytes stay
+                # counted until they are written.
+                await self._sender(batch)
+                del batch
+                self._pending_bytes -= written
+                self._event_bytes -= events
+                self.limits.outbound.release(events)
                 room, self._room = self._room, trio.Event()
                 room.set()
-                # One write for everything queued meanwhile.
-                await self._sender(batch)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
             self._broken = True
+            self._pending.clear()
+            self.limits.outbound.release(self._event_bytes)
+            self._pending_bytes = self._event_bytes = 0
             self._room.set()
 
 
 async def serve_messages(
     router: Router,
-    messages: AsyncIterator[bytes | framing.LineTooLong],
+    messages: AsyncIterator[bytes | framing.LineTooLong | framing.InputOverloaded],
     sender: Sender,
     *,
+    limits: ServerLimits,
     peer_pid: int | None = None,
 ) -> None:
     """Serve JSON-RPC requests from ``messages`` until they end, answering
     through ``sender``. Shared by the Unix-socket and WebSocket transports."""
     async with trio.open_nursery() as nursery:
-        connection = Connection(sender, nursery, peer_pid=peer_pid)
+        connection = Connection(sender, nursery, limits=limits, peer_pid=peer_pid)
         nursery.start_soon(connection._write_loop)
         limiter = trio.Semaphore(MAX_INFLIGHT)
         try:
@@ -129,6 +186,15 @@ async def serve_messages(
                     )
                     await connection.send(framing.error_response(None, error.to_error()))
                     continue
+                if isinstance(message, framing.InputOverloaded):
+                    error = Overloaded(
+                        "agentd is holding too many unfinished requests from its clients; "
+                        "this connection is closed, reconnect and send complete lines",
+                        limit=message.limit,
+                    )
+                    await connection.send(framing.error_response(None, error.to_error()))
+                    await connection.drain(timeout=1.0)
+                    break
                 await limiter.acquire()
                 nursery.start_soon(_serve_request, connection, router, message, limiter)
         finally:
@@ -142,7 +208,18 @@ def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int, int]:
     return struct.unpack("3i", data)
 
 
-async def handle_connection(stream: trio.SocketStream, router: Router) -> None:
+async def _refuse(stream: trio.SocketStream, error: AgentdError) -> None:
+    """One error line, then close: a client that is turned away learns why."""
+    try:
+        with trio.move_on_after(1.0):
+            await stream.send_all(framing.encode(framing.error_response(None, error.to_error())))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    finally:
+        await stream.aclose()
+
+
+async def handle_connection(stream: trio.SocketStream, router: Router, limits: ServerLimits) -> None:
     """Serve one client until it disconnects."""
     pid: int | None = None
     try:
@@ -150,20 +227,26 @@ async def handle_connection(stream: trio.SocketStream, router: Router) -> None:
     except OSError:
         uid = -1
     if uid != os.getuid():
-        error = InvalidRequest("connection refused: agentd only serves its own user").to_error()
-        try:
-            await stream.send_all(framing.encode(framing.error_response(None, error)))
-        finally:
-            await stream.aclose()
+        await _refuse(stream, InvalidRequest("connection refused: agentd only serves its own user"))
         return
+    if limits.connections >= limits.max_connections:
+        await _refuse(stream, Overloaded(
+            f"agentd is serving its maximum of {limits.max_connections} connections; close some and retry",
+            limit=limits.max_connections,
+        ))
+        return
+    limits.connections += 1
 
     async def send_lines(batch: list[bytes]) -> None:
         await stream.send_all(b"".join(batch))
 
+    lines = framing.LineReader(stream, budget=limits.inbound).lines()
     try:
-        await serve_messages(router, framing.LineReader(stream).lines(), send_lines, peer_pid=pid)
+        await serve_messages(router, lines, send_lines, limits=limits, peer_pid=pid)
     finally:
+        limits.connections -= 1
         with trio.CancelScope(shield=True):
+            await lines.aclose()
             await stream.aclose()
 
 
@@ -175,12 +258,16 @@ async def _serve_request(connection: Connection, router: Router, line: bytes, li
             message = framing.decode(line)
         except msgspec.DecodeError as exc:
             raise ParseError(f"request is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ParseError("request is nested too deeply to parse") from None
         if isinstance(message, list):
             raise InvalidRequest("batch requests are not supported; send one request per line")
         if not isinstance(message, dict):
             raise InvalidRequest("a request must be a JSON object")
         request_id = message.get("id")
-        if request_id is not None and not isinstance(request_id, (str, int)):
+        # JSON-RPC ids are strings, numbers or null; a boolean is none of them
+        # (though Python counts it as an int).
+        if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
             request_id = None
             raise InvalidRequest("id must be a string or an integer")
         name = message.get("method")
@@ -212,29 +299,87 @@ async def _serve_request(connection: Connection, router: Router, line: bytes, li
         limiter.release()
 
 
+def _make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and any missing parents, 0700 — only those:
+    a directory that already exists (``/tmp``, a shared runtime dir) is
+    never changed."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for created in reversed(missing):
+        try:
+            os.mkdir(created, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(created, 0o700)  # the umask must not widen it
+
+
 def prepare_socket_path(path: Path) -> None:
-    """Make the socket's directory 0700 and remove a stale socket file.
+    """Make the socket's missing directories (0700) and remove a stale agentd
+    socket. Nothing that is not a socket is ever removed.
 
     Raises:
-        OSError: another daemon is listening on ``path``.
+        OSError: another daemon listens on ``path``, or ``path`` is not a socket.
     """
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path.parent, 0o700)
-    if path.exists() or path.is_symlink():
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink()  # stale: nobody listens
-        else:
-            raise OSError(errno.EADDRINUSE, f"another agentd is already listening on {path}")
-        finally:
-            probe.close()
+    _make_private_dirs(path.parent)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise OSError(
+            errno.EEXIST,
+            f"{path} exists and is not a socket; agentd will not replace it — remove it or pass another --socket",
+        )
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        path.unlink()  # stale: nobody listens
+    else:
+        raise OSError(errno.EADDRINUSE, f"another agentd is already listening on {path}")
+    finally:
+        probe.close()
 
 
-async def serve_unix(path: Path, router: Router, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+#: accept() errors that mean "no descriptors or memory right now", not "broken"
+_ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_WARNING_INTERVAL = 60.0
+
+
+async def _accept_loop(listener: trio.SocketListener, handler: Callable[[trio.SocketStream], Awaitable[None]],
+                       *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Accept clients until cancelled. Out of descriptors, it keeps serving
+    the connections it has, says so once a minute (no traceback), and tries
+    again with a growing pause until descriptors free up."""
+    last_warning = -ACCEPT_WARNING_INTERVAL
+    pause = 0.01
+    async with trio.open_nursery() as nursery:
+        task_status.started()
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                    raise
+                now = trio.current_time()
+                if now - last_warning >= ACCEPT_WARNING_INTERVAL:
+                    last_warning = now
+                    log.warning("cannot accept new clients: %s; serving the connected ones and retrying",
+                                os.strerror(exc.errno))
+                await trio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            pause = 0.01
+            nursery.start_soon(handler, stream)
+
+
+async def serve_unix(path: Path, router: Router, *, limits: ServerLimits | None = None,
+                     task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Listen on the Unix socket at ``path`` until cancelled; unlink it after."""
     path = Path(path)
+    limits = limits or ServerLimits.for_this_process()
     prepare_socket_path(path)
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_umask = os.umask(0o177)  # the socket file is born 0600
@@ -247,9 +392,9 @@ async def serve_unix(path: Path, router: Router, *, task_status=trio.TASK_STATUS
     listener = trio.SocketListener(sock)
     try:
         async def handler(stream: trio.SocketStream) -> None:
-            await handle_connection(stream, router)
+            await handle_connection(stream, router, limits)
 
-        await trio.serve_listeners(handler, [listener], task_status=task_status)
+        await _accept_loop(listener, handler, task_status=task_status)
     finally:
         with trio.CancelScope(shield=True):
             await listener.aclose()

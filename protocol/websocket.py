@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import AsyncIterator, Iterable
 from urllib.parse import parse_qs, urlsplit
@@ -25,22 +27,35 @@ import trio
 import trio_websocket
 
 from . import framing
+from .limits import ServerLimits
 from .server import Router, serve_messages
+
+log = logging.getLogger(__name__)
 
 TOKEN_FILE = "websocket.token"
 
 
 def load_or_create_token(data_dir: Path) -> str:
-    """The daemon's WebSocket token, created 0600 on first use."""
+    """The daemon's WebSocket token, created 0600 on first use.
+
+    A token file that others could read (or that another user owns) may have
+    leaked: it is replaced by a new one, never reused.
+    """
     path = Path(data_dir) / TOKEN_FILE
     try:
-        token = path.read_text().strip()
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None:
+        private = stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
+        token = path.read_text().strip() if private else ""
         if token:
             return token
-    except FileNotFoundError:
-        pass
+        if not private:
+            log.warning("%s was readable by others or not a private file; it is replaced by a new token", path)
+        path.unlink()
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     os.chmod(path, 0o600)
@@ -80,11 +95,14 @@ async def serve_websocket(
     port: int,
     token: str,
     allowed_origins: Iterable[str] = (),
+    limits: ServerLimits | None = None,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until cancelled; ``task_status.started(port)`` with the bound port."""
+    """Serve until cancelled; ``task_status.started(port)`` with the bound port.
+    ``limits`` are shared with the daemon's other transports."""
     check_loopback(host)
     allowed = frozenset(allowed_origins)
+    limits = limits or ServerLimits.for_this_process()
 
     async def handler(request: trio_websocket.WebSocketRequest) -> None:
         origin = _origin(request)
@@ -94,6 +112,9 @@ async def serve_websocket(
         presented = _presented_token(request)
         if presented is None or not hmac.compare_digest(presented.encode(), token.encode()):
             await request.reject(401, body=b"a valid token is required (see <data-dir>/websocket.token)")
+            return
+        if limits.connections >= limits.max_connections:
+            await request.reject(503, body=f"agentd is serving its maximum of {limits.max_connections} connections".encode())
             return
         ws = await request.accept()
 
@@ -112,7 +133,11 @@ async def serve_websocket(
             except trio_websocket.ConnectionClosed as exc:
                 raise trio.BrokenResourceError("websocket closed") from exc
 
-        await serve_messages(router, messages(), send_frames)
+        limits.connections += 1
+        try:
+            await serve_messages(router, messages(), send_frames, limits=limits)
+        finally:
+            limits.connections -= 1
 
     async with trio.open_nursery() as nursery:
         server = await nursery.start(

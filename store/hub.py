@@ -7,9 +7,10 @@ text deltas) are published at once and never stored; they carry the last
 durable ``seq`` and ``ephemeral: true``, and a text offset that lets a client
 place them against the durable ``message.appended`` records.
 
-A slow subscriber never blocks a publisher: past its bounded buffer it is
-marked overflowed, and its stream ends with ``Resync`` so the client can
-resubscribe from its last ``seq``.
+A slow subscriber never blocks a publisher: past its bounded buffer (10,000
+events, or 8 MiB of text — one delta can be a megabyte) it is marked
+overflowed, and its stream ends with ``Resync`` so the client can resubscribe
+from its last ``seq``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from .db import Store
 from .records import Event
 
 DEFAULT_CAPACITY = 10_000
+#: characters of text (deltas, appended text) one subscriber may have waiting
+DEFAULT_TEXT_CAPACITY = 8 << 20
 REPLAY_PAGE = 500
 
 
@@ -37,22 +40,27 @@ class Resync(Exception):
 class Subscription:
     """A live buffer of events for one subscriber (all threads, or one)."""
 
-    def __init__(self, hub: EventHub, thread_id: str | None, capacity: int) -> None:
+    def __init__(self, hub: EventHub, thread_id: str | None, capacity: int, text_capacity: int) -> None:
         self._hub = hub
         self.thread_id = thread_id
         self._capacity = capacity
+        self._text_capacity = text_capacity
         self._buffer: deque[Event | dict[str, Any]] = deque()
+        self._text = 0  # characters of text in ``_buffer``
         self._wake = trio.Event()
         self.overflowed = False
 
     def _offer(self, item: Event | dict[str, Any]) -> None:
         if self.overflowed:
             return
-        if len(self._buffer) >= self._capacity:
+        text = _text_size(item)
+        if len(self._buffer) >= self._capacity or (self._buffer and self._text + text > self._text_capacity):
             self.overflowed = True
             self._buffer.clear()
+            self._text = 0
         else:
             self._buffer.append(item)
+            self._text += text
         self._wake.set()
 
     async def take(self) -> list[Event | dict[str, Any]]:
@@ -65,6 +73,7 @@ class Subscription:
             raise Resync(-1)
         items = list(self._buffer)
         self._buffer.clear()
+        self._text = 0
         return items
 
     def close(self) -> None:
@@ -78,8 +87,11 @@ class EventHub:
         self._subscriptions: set[Subscription] = set()
         self.last_seq = 0
 
-    def subscribe(self, thread_id: str | None = None, *, capacity: int = DEFAULT_CAPACITY) -> Subscription:
-        sub = Subscription(self, thread_id, capacity)
+    def subscribe(
+        self, thread_id: str | None = None, *, capacity: int = DEFAULT_CAPACITY,
+        text_capacity: int = DEFAULT_TEXT_CAPACITY,
+    ) -> Subscription:
+        sub = Subscription(self, thread_id, capacity, text_capacity)
         self._subscriptions.add(sub)
         return sub
 
@@ -120,6 +132,13 @@ class EventHub:
         for sub in self._subscriptions:
             if sub.thread_id is None or sub.thread_id == thread_id:
                 sub._offer(item)
+
+
+def _text_size(item: Event | dict[str, Any]) -> int:
+    """The text an event carries (a delta, appended text): what makes it big."""
+    payload = item.payload if isinstance(item, Event) else item["payload"]
+    text = payload.get("text") if isinstance(payload, dict) else None
+    return len(text) if isinstance(text, str) else 0
 
 
 def event_to_wire(event: Event) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from agentd.actors.providers.base import ProviderAdapter, ProviderRuntimeError
 from agentd.actors.providers.config import DaemonConfig, ProviderConfig
 from agentd.actors.providers.scripted import ScriptedAdapter
 from agentd.actors.registry import ThreadRegistry
+from agentd.protocol.limits import ServerLimits, return_freed_memory_promptly
 from agentd.protocol.server import serve_unix
 from agentd.protocol.websocket import load_or_create_token, serve_websocket
 from agentd.store.db import Store
@@ -192,7 +193,10 @@ class Daemon:
         )
         registry_box.append(registry)
         router = self.router = DaemonRouter(store, hub, registry, sessions, socket_path=str(self.paths.socket))
-        children_tail = [ChildSpec("socket-server", partial(serve_unix, self.paths.socket, router))]
+        # One set of bounds for every transport: connections, buffered bytes, subscriptions.
+        return_freed_memory_promptly()
+        limits = ServerLimits.for_this_process()
+        children_tail = [ChildSpec("socket-server", partial(serve_unix, self.paths.socket, router, limits=limits))]
         websocket_port = opts.websocket_port if opts.websocket_port is not None else opts.config.websocket_port
         if websocket_port is not None:
             token = load_or_create_token(self.paths.data_dir)
@@ -201,7 +205,7 @@ class Daemon:
                 async with trio.open_nursery() as nursery:
                     port = await nursery.start(partial(
                         serve_websocket, router, host=opts.websocket_host, port=websocket_port, token=token,
-                        allowed_origins=opts.config.websocket_origins,
+                        allowed_origins=opts.config.websocket_origins, limits=limits,
                     ))
                     router.websocket_url = f"ws://{opts.websocket_host}:{port}/"
                     task_status.started()

@@ -1,14 +1,23 @@
 """``events.subscribe`` and ``events.unsubscribe``: replay from a sequence,
-then follow live, on the subscriber's connection (SPEC F17)."""
+then follow live, on the subscriber's connection (SPEC F17).
+
+A subscriber never holds up anyone: its stream waits for room on its own
+connection while the hub keeps a bounded buffer for it (events and bytes);
+past that buffer, or when the daemon's shared budget for queued events is
+spent, the subscription ends with ``events.resync`` at the last event it was
+given, and the client resubscribes from there. Subscriptions are bounded per connection and
+in total, since each one costs every publish a little.
+"""
 
 from __future__ import annotations
 
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from agentd.protocol import wire
-from agentd.protocol.errors import InvalidParams, NotFound
+from agentd.protocol.errors import InvalidParams, InvalidState, NotFound, Overloaded
 from agentd.protocol.server import Connection, Then
 from agentd.store.hub import Resync, replay_then_live
 from agentd.store.ids import new_id
@@ -28,18 +37,36 @@ async def subscribe(router: DaemonRouter, params: wire.SubscribeParams, conn: Co
             "resubscribe with afterSeq 0 or the last seq you saw from this daemon",
             field="afterSeq",
         )
+    limits = conn.limits
+    if len(conn.subscriptions) >= limits.subscriptions_per_connection:
+        raise InvalidState(
+            f"this connection already has {len(conn.subscriptions)} subscriptions, the most one may have; "
+            "unsubscribe one (events.unsubscribe) or use one subscription for all threads",
+            limit=limits.subscriptions_per_connection,
+        )
+    if hub.subscriber_count >= limits.subscriptions_total:
+        raise Overloaded(
+            f"agentd is serving its maximum of {limits.subscriptions_total} subscriptions; retry when clients leave",
+            limit=limits.subscriptions_total,
+        )
     subscription_id = new_id("sub")
     scope = trio.CancelScope()
     conn.subscriptions[subscription_id] = scope
 
     async def stream() -> None:
+        delivered = params.after_seq
         with scope:
             try:
-                async for events in replay_then_live(store, hub, thread_id=params.thread_id, after_seq=params.after_seq):
-                    for event in events:
-                        await conn.notify("event", {"subscriptionId": subscription_id, **event})
+                async with aclosing(replay_then_live(
+                    store, hub, thread_id=params.thread_id, after_seq=params.after_seq,
+                )) as batches:
+                    async for events in batches:
+                        for event in events:
+                            if not await conn.send_event("event", {"subscriptionId": subscription_id, **event}):
+                                raise Resync(delivered)
+                            delivered = max(delivered, event["seq"])
             except Resync as exc:
-                await conn.notify("events.resync", {"subscriptionId": subscription_id, "afterSeq": exc.after_seq})
+                conn.notify_now("events.resync", {"subscriptionId": subscription_id, "afterSeq": exc.after_seq})
             finally:
                 conn.subscriptions.pop(subscription_id, None)
 

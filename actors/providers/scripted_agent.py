@@ -445,8 +445,9 @@ class Turn:
 
     Script steps, one JSON object each:
 
-    ``{"say": TEXT, "chunks": N}``
-        An agentMessage item streamed in N deltas.
+    ``{"say": TEXT, "chunks": N, "repeat": R}``
+        An agentMessage item streamed in N deltas; its text is TEXT R times
+        (default 1), so a test can stream more than a message may carry.
     ``{"write": {"path": REL, "content": TEXT}}``
         A fileChange item writing a file under the thread's cwd.
     ``{"sleep": SECONDS}`` / ``{"hang": true}``
@@ -574,9 +575,10 @@ class Turn:
     async def _say(self, step: dict, parent: str | None) -> None:
         text = _expect(step["say"], str, "say needs text")
         chunks = _expect(step.get("chunks", 1), int, "say chunks must be a whole number")
-        if chunks < 1:
-            raise TurnFailed("say chunks must be at least 1")
-        await self._message(text, parent, chunks)
+        repeat = _expect(step.get("repeat", 1), int, "say repeat must be a whole number")
+        if chunks < 1 or not 1 <= repeat <= 1024:
+            raise TurnFailed("say chunks must be at least 1 and repeat from 1 to 1024")
+        await self._message(text * repeat, parent, chunks)
 
     async def _write(self, step: dict, parent: str | None) -> None:
         spec = _expect(step["write"], dict, "write needs an object with path and content")
