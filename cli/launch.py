@@ -3,6 +3,13 @@
 Used by ``agentd demo``, the tests and the scripts: readiness is a line the
 daemon writes on an inherited pipe once its socket accepts connections, so
 nobody polls or sleeps.
+
+The daemon's life is tied to its launcher by a second pipe, the lifeline: the
+launcher holds the write end, the daemon watches the read end, and when the
+launcher closes it or dies (the kernel closes it then, whatever thread
+started the child) the daemon shuts down in order. ``PR_SET_PDEATHSIG`` was
+not that: Linux fires it when the *thread* that forked the child exits, and
+trio forks from worker threads that exit after 10 s idle.
 """
 
 from __future__ import annotations
@@ -11,23 +18,13 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the process that started us
-    dies (Linux), so a killed test run or demo leaves no daemon behind."""
-    try:
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
+#: names the daemon's end of the lifeline (see the module docstring)
+LIFELINE_ENV = "AGENTD_LIFELINE_FD"
 
 
 class DaemonStartError(RuntimeError):
@@ -40,6 +37,8 @@ class DaemonProcess:
     data_dir: Path
     socket: Path
     log_path: Path
+    #: the launcher's end of the lifeline; closing it shuts the daemon down
+    lifeline: int | None = field(default=None, repr=False)
 
     @property
     def pid(self) -> int:
@@ -51,22 +50,35 @@ class DaemonProcess:
         except OSError:
             return ""
 
+    def release(self) -> None:
+        """Close the launcher's end of the lifeline: the daemon shuts down in
+        order (the same happens when the launcher's process ends)."""
+        if self.lifeline is not None:
+            os.close(self.lifeline)
+            self.lifeline = None
+
     async def terminate(self, timeout: float = 30.0) -> int:
         """SIGTERM and wait for the orderly shutdown; SIGKILL if it takes too long."""
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(timeout):
-                await self.process.wait()
+        try:
             if self.process.returncode is None:
-                self.process.kill()
-                await self.process.wait()
+                self.process.send_signal(signal.SIGTERM)
+                with trio.move_on_after(timeout):
+                    await self.process.wait()
+                if self.process.returncode is None:
+                    self.process.kill()
+                    await self.process.wait()
+        finally:
+            self.release()
         return self.process.returncode
 
     async def kill(self) -> None:
         """SIGKILL: the daemon gets no chance to clean up."""
-        if self.process.returncode is None:
-            self.process.kill()
-        await self.process.wait()
+        try:
+            if self.process.returncode is None:
+                self.process.kill()
+            await self.process.wait()
+        finally:
+            self.release()
 
 
 async def start_daemon(
@@ -87,20 +99,25 @@ async def start_daemon(
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "daemon.log"
     read_fd, write_fd = os.pipe()
+    life_read, life_write = os.pipe()
     args = [sys.executable, "-m", "agentd", "serve", "--data-dir", str(data_dir), "--socket", str(socket),
             "--ready-fd", str(write_fd), *extra_args]
     if config is not None:
         args += ["--config", str(config)]
     child_env = dict(os.environ if env is None else env)
+    child_env[LIFELINE_ENV] = str(life_read)
     with open(log_path, "ab") as log:
         try:
             process = await trio.lowlevel.open_process(
-                args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,), env=child_env,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd, life_read), env=child_env,
             )
+        except BaseException:
+            os.close(life_write)
+            raise
         finally:
             os.close(write_fd)
-    daemon = DaemonProcess(process, data_dir, Path(socket), log_path)
+            os.close(life_read)
+    daemon = DaemonProcess(process, data_dir, Path(socket), log_path, lifeline=life_write)
     ready = trio.lowlevel.FdStream(read_fd)
     try:
         with trio.move_on_after(timeout):

@@ -67,12 +67,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         options = DaemonOptions(paths=paths, config=config, idle_timeout=args.idle_timeout,
-                                websocket_port=args.websocket_port)
+                                websocket_port=args.websocket_port, lifeline_fd=_take_lifeline())
         trio.run(run_daemon, options, on_ready)
     except (DaemonAlreadyRunning, OSError) as exc:
         print(f"agentd: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _take_lifeline() -> int | None:
+    """The read end of a launcher's lifeline (``agentd.launch``), if this
+    daemon was started by one; kept from the agents this daemon starts."""
+    from agentd.launch import LIFELINE_ENV
+
+    value = os.environ.pop(LIFELINE_ENV, None)
+    if value is None:
+        return None
+    fd = int(value)
+    os.set_inheritable(fd, False)
+    os.set_blocking(fd, False)
+    return fd
 
 
 # -- client commands ------------------------------------------------------------------

@@ -61,6 +61,8 @@ class DaemonOptions:
     websocket_host: str = "127.0.0.1"
     #: bound on every provider primitive; None in virtual-time tests
     request_timeout: float | None = 30.0
+    #: read end of a launcher's lifeline pipe: its end of file shuts the daemon down
+    lifeline_fd: int | None = None
 
 
 class UnavailableAdapter(ProviderAdapter):
@@ -286,13 +288,45 @@ class Daemon:
 
 
 async def run_daemon(options: DaemonOptions, on_ready: Callable[[Daemon], None] | None = None) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down in order."""
+    """Serve until SIGINT or SIGTERM (or the end of the launcher's lifeline),
+    then shut down in order.
+
+    A second signal during or after the shutdown changes nothing: the signals
+    trio still holds when its receiver closes are delivered again, to the
+    handlers that were in place before — so those ignore them, and a clean
+    shutdown is never turned into a death by signal.
+    """
     daemon = Daemon(options)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(daemon.serve)
             if on_ready is not None:
                 on_ready(daemon)
-            async for _sig in signals:
-                break
+            async with trio.open_nursery() as waiters:
+                async def on_signal() -> None:
+                    async for _sig in signals:
+                        break
+                    waiters.cancel_scope.cancel()
+
+                waiters.start_soon(on_signal)
+                if options.lifeline_fd is not None:
+                    async def on_lifeline_end() -> None:
+                        await wait_for_end_of_file(options.lifeline_fd)
+                        log.info("the process that launched agentd is gone; shutting down")
+                        waiters.cancel_scope.cancel()
+
+                    waiters.start_soon(on_lifeline_end)
             daemon.request_shutdown()
+
+
+async def wait_for_end_of_file(fd: int) -> None:
+    """Wait until the pipe ``fd`` reads end of file (its writers are gone)."""
+    while True:
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            if not os.read(fd, 4096):
+                return
+        except BlockingIOError:
+            continue
