@@ -311,3 +311,22 @@ def test_framing_keeps_no_budget_after_the_reader_ends():
 
     trio.run(main)
     assert budget.used == 0
+
+
+# -- a bad step is one failed step (defect 10) ----------------------------------------------
+
+
+async def test_a_write_path_with_nul_is_a_failed_step_and_the_turn_goes_on(client):
+    from .helpers import send_and_wait
+
+    thread_id = (await client.call("thread.create"))["threadId"]
+    run = await send_and_wait(client, thread_id, script(
+        {"write": {"path": "bad\u0000name.txt", "content": "x"}}, {"say": "still here"},
+    ))
+    assert run["status"] == "completed", run
+    detail = await client.call("run.get", runId=run["id"])
+    (node,) = [n for n in detail["nodes"] if n["kind"] == "file_change"]
+    assert node["status"] == "failed"
+    assert "NUL" in node["detail"]["error"]
+    thread = await client.call("thread.get", threadId=thread_id)
+    assert any(m["text"] == "still here" for m in thread["messages"] if m["role"] == "assistant")

@@ -544,7 +544,7 @@ class Turn:
         self._open_items.append(item)
         yield item
         self._open_items.remove(item)
-        if "status" in item:
+        if item.get("status") == "inProgress":
             item["status"] = "completed"
         await self._notify("item/completed", item=item)
 
@@ -586,17 +586,23 @@ class Turn:
         content = _expect(spec.get("content"), str, "write needs string content")
         if os.path.isabs(path):
             raise TurnFailed(f"write path {path} is absolute; it must be relative to the thread's cwd")
+        if "\0" in path:
+            # Not a path any system takes: this step fails, the turn goes on.
+            async with self._item(parent, "fileChange", path=path, status="inProgress") as item:
+                item.update(status="failed", error="the path contains a NUL character")
+            return
         cwd = os.path.realpath(self.thread.cwd)
         target = os.path.realpath(os.path.join(cwd, path))
         if os.path.commonpath([cwd, target]) != cwd:
             raise TurnFailed(f"write path {path} escapes the thread's cwd")
-        async with self._item(parent, "fileChange", path=path, status="inProgress"):
+        async with self._item(parent, "fileChange", path=path, status="inProgress") as item:
             try:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 with open(target, "w", encoding="utf-8") as file:
                     file.write(content)
             except OSError as exc:
-                raise TurnFailed(f"could not write {path}: {exc}") from None
+                # A full disk or a read-only file: this step fails, the turn goes on.
+                item.update(status="failed", error=f"could not write {path}: {exc.strerror or exc}")
 
     async def _sleep(self, step: dict, parent: str | None) -> None:
         await trio.sleep(_number(step["sleep"], "sleep"))
