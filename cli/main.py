@@ -41,7 +41,7 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from agentd.actors.providers.config import ConfigError, load_config
+    from agentd.actors.config import ConfigError, load_config
     from agentd.supervisor.daemon import DaemonAlreadyRunning, DaemonOptions, run_daemon
 
     logging.basicConfig(

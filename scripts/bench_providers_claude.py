@@ -190,7 +190,7 @@ async def bench_agentd_in_process(world: ClaudeWorld, turns: int, root: Path) ->
     daemon's event loop here, so this includes a little of the client's own
     decoding, and none of a separate process's scheduling."""
     from agentd.actors.providers import claude as claude_module
-    from agentd.actors.providers.config import load_config
+    from agentd.actors.config import load_config
     from agentd.supervisor.daemon import Daemon, DaemonOptions
     from agentd.supervisor.paths import Paths
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import trio
 
 from agentd.actors.providers.base import ProviderAdapter, ProviderRuntimeError
-from agentd.actors.providers.config import DaemonConfig, ProviderConfig
+from agentd.actors.config import DaemonConfig, ProviderConfig
 from agentd.actors.providers.scripted import ScriptedAdapter
 from agentd.actors.registry import ThreadRegistry
 from agentd.protocol.server import serve_unix

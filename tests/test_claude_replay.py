@@ -30,7 +30,7 @@ from agentd.actors.providers.base import (
     TurnStarted,
 )
 from agentd.actors.providers.claude import BASE_ARGS, LAUNCHER, NATIVE_CAPABILITIES, ClaudeAdapter, find_binary, parse_version
-from agentd.actors.providers.config import ProviderConfig
+from agentd.actors.config import ProviderConfig
 from agentd.actors.providers.transport import replaying
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "fixtures" / "transcripts"

@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from .base import Capabilities
+from .providers.base import Capabilities
 
 KINDS = ("scripted", "codex", "claude")
 DEFAULT_IDLE_TIMEOUT = 600.0
