@@ -50,7 +50,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     paths = _paths(args)
     try:
-        config = load_config(paths.config, optional=True)
+        config = load_config(paths.config, optional=paths.config_is_default)
         paths.check_socket()
         if args.idle_timeout is not None and args.idle_timeout <= 0:
             raise ValueError("--idle-timeout must be a positive number of seconds")

@@ -51,6 +51,29 @@ async def test_send_fails_clearly_without_a_daemon(tmp_path, short_dir):
     assert result.returncode == 1 and "no daemon is listening" in result.stderr
 
 
+def serve_once(tmp_path, short_dir, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``agentd serve`` expected to refuse to start (a started daemon would time out)."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentd", "serve", "--data-dir", str(tmp_path / "d"), "--socket", str(short_dir / "s.sock"), *args],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
+    )
+
+
+def test_serve_refuses_a_config_file_that_does_not_exist(tmp_path, short_dir):
+    """Only the default location (<data-dir>/config.toml) may be absent."""
+    missing = tmp_path / "no" / "such" / "file.toml"
+    result = serve_once(tmp_path, short_dir, "--config", str(missing))
+    assert result.returncode != 0
+    assert result.stderr.startswith("agentd: ") and str(missing) in result.stderr, result.stderr
+
+
+def test_serve_refuses_an_agentd_config_that_does_not_exist(tmp_path, short_dir):
+    missing = tmp_path / "gone.toml"
+    result = serve_once(tmp_path, short_dir, env={"AGENTD_CONFIG": str(missing)})
+    assert result.returncode != 0
+    assert result.stderr.startswith("agentd: ") and str(missing) in result.stderr, result.stderr
+
+
 async def test_approval_shown_inline_and_answered_from_another_command(daemon):
     thread_id = (await run(daemon, "new")).stdout.decode().strip()
     text = script({"approval": {"kind": "command", "command": "make deploy"}})
