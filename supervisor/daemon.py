@@ -27,7 +27,6 @@ from agentd.actors.config import DaemonConfig, ProviderConfig
 from agentd.actors.providers.scripted import ScriptedAdapter
 from agentd.actors.registry import ThreadRegistry
 from agentd.protocol.server import serve_unix
-from agentd.protocol.websocket import load_or_create_token, serve_websocket
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
 from agentd.store.reconcile import plan_reconciliation
@@ -195,6 +194,10 @@ class Daemon:
         children_tail = [ChildSpec("socket-server", partial(serve_unix, self.paths.socket, router))]
         websocket_port = opts.websocket_port if opts.websocket_port is not None else opts.config.websocket_port
         if websocket_port is not None:
+            # Only here: trio-websocket, wsproto and h11 are a quarter of the
+            # daemon's start-up, and most daemons serve the Unix socket alone.
+            from agentd.protocol.websocket import load_or_create_token, serve_websocket
+
             token = load_or_create_token(self.paths.data_dir)
 
             async def serve_ws(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
