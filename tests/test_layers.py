@@ -1,5 +1,6 @@
 """The layers import one way: protocol <- store <- actors <- supervisor <- agentd
-(the CLI); the WebSocket stack loads only when a WebSocket is served."""
+(the CLI); the WebSocket stack loads only when a WebSocket is served; scripts
+import no test module."""
 
 from __future__ import annotations
 
@@ -60,3 +61,8 @@ def test_the_websocket_stack_loads_only_when_a_websocket_is_served():
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout.split()
     assert loaded == []
+@pytest.mark.parametrize("path", sorted((ROOT / "scripts").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_scripts_import_no_test_module(path):
+    package = ".".join(path.parent.relative_to(ROOT).parts)
+    tests = [f"{line}: {module}" for line, module in imports(path, package) if module.split(".")[0] == "tests"]
+    assert not tests, f"{path.name} imports test modules: {tests}"
