@@ -63,10 +63,6 @@ class Paths:
     def providers(self) -> Path:
         return self.data_dir / "providers"
 
-    @property
-    def pidfile(self) -> Path:
-        return self.data_dir / "agentd.pid"
-
     def check_socket(self) -> None:
         """Raise ValueError if the socket path is too long for AF_UNIX."""
         if len(os.fsencode(self.socket)) > MAX_SOCKET_PATH:
