@@ -21,9 +21,9 @@ from agentd.store.hub import EventHub
 from agentd.store.ids import new_id
 from agentd.store.records import AppThread, CommandReceipt, to_wire
 
+from .config import DaemonConfig
 from .messages import Command
 from .providers.base import ProviderEvent, SessionHost
-from .providers.config import DaemonConfig
 from .thread_actor import ThreadActor
 
 log = logging.getLogger(__name__)

@@ -27,10 +27,10 @@ from agentd.protocol.errors import AgentdError
 TERMINAL_RUN = ("completed", "failed", "interrupted", "cancelled", "rolled_back")
 
 
-def _paths(args: argparse.Namespace):
+def _paths(args: argparse.Namespace, config: str | None = None):
     from agentd.supervisor.paths import Paths  # the daemon side, only where needed
 
-    return Paths.resolve(args.data_dir, args.socket, args.config)
+    return Paths.resolve(args.data_dir, args.socket, config)
 
 
 def _print_json(value: Any) -> None:
@@ -41,16 +41,16 @@ def _print_json(value: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from agentd.actors.providers.config import ConfigError, load_config
+    from agentd.actors.config import ConfigError, load_config
     from agentd.supervisor.daemon import DaemonAlreadyRunning, DaemonOptions, run_daemon
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    paths = _paths(args)
+    paths = _paths(args, args.config)
     try:
-        config = load_config(paths.config)
+        config = load_config(paths.config, optional=paths.config_is_default)
         paths.check_socket()
         if args.idle_timeout is not None and args.idle_timeout <= 0:
             raise ValueError("--idle-timeout must be a positive number of seconds")
@@ -402,32 +402,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--data-dir", help="state directory (default $AGENTD_DATA_DIR or $XDG_STATE_HOME/agentd)")
-    common.add_argument("--socket", help="Unix socket path (default $XDG_RUNTIME_DIR/agentd/agentd.sock)")
-    common.add_argument("--config", help="config file (default $AGENTD_CONFIG or <data-dir>/config.toml)")
-    common.add_argument("--json", action="store_true", help="print JSON (read commands)")
+    """Each command takes only the options it uses: ``--config`` is the
+    daemon's (``serve``), ``--json`` belongs to commands that print a result."""
+    daemon = argparse.ArgumentParser(add_help=False)  # where the daemon is (every command but demo)
+    daemon.add_argument("--data-dir", help="state directory (default $AGENTD_DATA_DIR or $XDG_STATE_HOME/agentd)")
+    daemon.add_argument("--socket", help="Unix socket path (default $XDG_RUNTIME_DIR/agentd/agentd.sock)")
+    results = argparse.ArgumentParser(add_help=False, parents=[daemon])  # client commands that print a result
+    results.add_argument("--json", action="store_true", help="print the result as JSON")
     parser = argparse.ArgumentParser(prog="agentd", description="A local daemon that runs coding agents.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("serve", parents=[common], help="run the daemon in the foreground")
+    p = sub.add_parser("serve", parents=[daemon], help="run the daemon in the foreground")
+    p.add_argument("--config", help="config file (default $AGENTD_CONFIG or <data-dir>/config.toml)")
     p.add_argument("--ready-fd", type=int, help="write 'ready' to this fd once listening")
     p.add_argument("--idle-timeout", type=float, help="seconds an idle provider session lives (default 600)")
     p.add_argument("--websocket-port", type=int, help="also serve on ws://127.0.0.1:PORT/ (0: any free port)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.set_defaults(fn=cmd_serve)
 
-    p = sub.add_parser("demo", parents=[common], help="a short end-to-end demo on a fresh daemon")
+    p = sub.add_parser("demo", help="a short end-to-end demo on a fresh daemon")
+    p.add_argument("--data-dir", help="the demo daemon's state directory, kept afterwards (default: a temporary one)")
     p.add_argument("--keep", action="store_true", help="keep the demo's data dir")
     p.set_defaults(fn=cmd_demo)
 
-    p = sub.add_parser("new", parents=[common], help="create a thread")
+    p = sub.add_parser("new", parents=[results], help="create a thread")
     p.add_argument("--title")
     p.add_argument("--workspace")
     p.add_argument("--provider")
     p.set_defaults(fn=cmd_new)
 
-    p = sub.add_parser("send", parents=[common], help="send a message and stream the answer")
+    p = sub.add_parser("send", parents=[daemon], help="send a message and stream the answer")
     p.add_argument("thread")
     p.add_argument("text")
     how = p.add_mutually_exclusive_group()
@@ -436,42 +440,42 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--queue", action="store_true", help="run after the active run (the default when busy)")
     p.set_defaults(fn=cmd_send)
 
-    p = sub.add_parser("stop", parents=[common], help="the Stop button: hold the queue, interrupt, stop delegated tasks")
+    p = sub.add_parser("stop", parents=[results], help="the Stop button: hold the queue, interrupt, stop delegated tasks")
     p.add_argument("thread")
     p.set_defaults(fn=cmd_stop)
 
-    p = sub.add_parser("interrupt", parents=[common], help="interrupt a running run")
+    p = sub.add_parser("interrupt", parents=[results], help="interrupt a running run")
     p.add_argument("run")
     p.add_argument("--hold-queue", action="store_true", help="also hold the thread's queue")
     p.set_defaults(fn=cmd_interrupt)
 
-    p = sub.add_parser("approve", parents=[common], help="answer an approval request")
+    p = sub.add_parser("approve", parents=[results], help="answer an approval request")
     p.add_argument("request")
     p.add_argument("--deny", action="store_true")
     p.set_defaults(fn=cmd_approve)
 
-    p = sub.add_parser("answer", parents=[common], help="answer a user-input request")
+    p = sub.add_parser("answer", parents=[results], help="answer a user-input request")
     p.add_argument("request")
     p.add_argument("answers", nargs="+", metavar="key=value")
     p.set_defaults(fn=cmd_answer)
 
-    p = sub.add_parser("threads", parents=[common], help="list threads")
+    p = sub.add_parser("threads", parents=[results], help="list threads")
     p.set_defaults(fn=cmd_threads)
 
-    p = sub.add_parser("show", parents=[common], help="a thread's runs, attempts and nodes as a tree")
+    p = sub.add_parser("show", parents=[results], help="a thread's runs, attempts and nodes as a tree")
     p.add_argument("thread")
     p.set_defaults(fn=cmd_show)
 
-    p = sub.add_parser("events", parents=[common], help="print the event log")
+    p = sub.add_parser("events", parents=[results], help="print the event log")
     p.add_argument("--thread")
     p.add_argument("--after", type=int, default=0)
     p.add_argument("--follow", action="store_true")
     p.set_defaults(fn=cmd_events)
 
-    p = sub.add_parser("providers", parents=[common], help="provider instances, their binaries and capabilities")
+    p = sub.add_parser("providers", parents=[results], help="provider instances, their binaries and capabilities")
     p.set_defaults(fn=cmd_providers)
 
-    p = sub.add_parser("status", parents=[common], help="daemon status")
+    p = sub.add_parser("status", parents=[results], help="daemon status")
     p.set_defaults(fn=cmd_status)
     return parser
 

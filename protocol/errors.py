@@ -103,12 +103,6 @@ class InternalError(AgentdError):
     code = INTERNAL_ERROR
 
 
-class ProviderError(AgentdError):
-    """The provider runtime failed or answered with an error."""
-
-    kind = "provider_error"
-
-
 ERROR_KINDS = {
     cls.kind: cls
     for cls in (
@@ -123,7 +117,6 @@ ERROR_KINDS = {
         Conflict,
         Overloaded,
         InternalError,
-        ProviderError,
     )
 }
 

@@ -2,8 +2,8 @@
 """What agentd adds to a Claude Code turn's latency, measured offline.
 
 Every path drives the real pinned ``claude -p`` (stream-json) against the
-fake Messages API (``tests/integration/fake_anthropic.py``) in the same
-private world as the integration tests (``tests/integration/claude_fixtures.py``:
+fake Messages API (``scripts/offline/fake_anthropic.py``) in the same
+private world as the integration tests (``scripts/offline/claude.py``:
 private CLAUDE_CONFIG_DIR/HOME, a loopback-only network namespace where
 ``unshare -rn`` works), one session, ``turns`` plain turns after a warm-up:
 
@@ -60,7 +60,7 @@ from agentd.actors.providers.claude import ClaudeAdapter  # noqa: E402
 from agentd.protocol.client import Client  # noqa: E402
 from scripts.bench_turns import TARGET_COMPLETION_MS, TARGET_FIRST_DELTA_MS, WARMUP, median_ms, p90_ms  # noqa: E402
 from agentd.launch import start_daemon  # noqa: E402
-from tests.integration.claude_fixtures import ClaudeWorld, make_world  # noqa: E402
+from scripts.offline.claude import ClaudeWorld, make_world  # noqa: E402
 
 # -- (a) claude directly -----------------------------------------------------------------------------
 
@@ -190,7 +190,7 @@ async def bench_agentd_in_process(world: ClaudeWorld, turns: int, root: Path) ->
     daemon's event loop here, so this includes a little of the client's own
     decoding, and none of a separate process's scheduling."""
     from agentd.actors.providers import claude as claude_module
-    from agentd.actors.providers.config import load_config
+    from agentd.actors.config import load_config
     from agentd.supervisor.daemon import Daemon, DaemonOptions
     from agentd.supervisor.paths import Paths
 

@@ -2,8 +2,8 @@
 """What agentd adds to a Codex turn's latency, measured offline.
 
 Both paths drive the real pinned ``codex app-server`` against the fake model
-(``tests/integration/fake_openai.py``) in the same private world as the
-integration tests (``tests/integration/codex_fixtures.py``: private
+(``scripts/offline/fake_openai.py``) in the same private world as the
+integration tests (``scripts/offline/codex.py``: private
 CODEX_HOME/HOME, a loopback-only network namespace where ``unshare -rn``
 works), one thread, ``turns`` plain turns after a warm-up:
 
@@ -63,7 +63,7 @@ from agentd.actors.providers.codex import OPT_OUT_NOTIFICATIONS, CodexAdapter  #
 from agentd.protocol.client import Client  # noqa: E402
 from scripts.bench_turns import TARGET_COMPLETION_MS, TARGET_FIRST_DELTA_MS, WARMUP, median_ms, ms  # noqa: E402
 from agentd.launch import start_daemon  # noqa: E402
-from tests.integration.codex_fixtures import CodexWorld, make_world  # noqa: E402
+from scripts.offline.codex import CodexWorld, make_world  # noqa: E402
 
 # -- (a) codex app-server directly -------------------------------------------------------------
 
@@ -196,7 +196,7 @@ async def bench_agentd_in_process(world: CodexWorld, turns: int, root: Path) -> 
     daemon's event loop here, so this includes a little of the client's own
     cost, and none of a separate process's scheduling."""
     from agentd.actors.providers import codex as codex_module
-    from agentd.actors.providers.config import load_config
+    from agentd.actors.config import load_config
     from agentd.supervisor.daemon import Daemon, DaemonOptions
     from agentd.supervisor.paths import Paths
 

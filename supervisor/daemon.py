@@ -23,12 +23,11 @@ from typing import Any, Callable
 import trio
 
 from agentd.actors.providers.base import ProviderAdapter, ProviderRuntimeError
-from agentd.actors.providers.config import DaemonConfig, ProviderConfig
+from agentd.actors.config import DaemonConfig, ProviderConfig
 from agentd.actors.providers.scripted import ScriptedAdapter
 from agentd.actors.registry import ThreadRegistry
 from agentd.protocol.limits import ServerLimits, return_freed_memory_promptly
 from agentd.protocol.server import serve_unix
-from agentd.protocol.websocket import load_or_create_token, serve_websocket
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
 from agentd.store.reconcile import plan_reconciliation
@@ -201,6 +200,10 @@ class Daemon:
         children_tail = [ChildSpec("socket-server", partial(serve_unix, self.paths.socket, router, limits=limits))]
         websocket_port = opts.websocket_port if opts.websocket_port is not None else opts.config.websocket_port
         if websocket_port is not None:
+            # Only here: trio-websocket, wsproto and h11 are a quarter of the
+            # daemon's start-up, and most daemons serve the Unix socket alone.
+            from agentd.protocol.websocket import load_or_create_token, serve_websocket
+
             token = load_or_create_token(self.paths.data_dir)
 
             async def serve_ws(*, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -34,6 +34,9 @@ class Paths:
     data_dir: Path
     socket: Path
     config: Path
+    #: ``config`` is the default location, ``<data-dir>/config.toml``, which may be
+    #: absent; a file asked for by ``--config`` or ``$AGENTD_CONFIG`` must exist
+    config_is_default: bool = False
 
     @classmethod
     def resolve(cls, data_dir: str | os.PathLike | None = None, socket: str | os.PathLike | None = None,
@@ -45,7 +48,7 @@ class Paths:
         elif os.environ.get("AGENTD_CONFIG"):
             cfg = Path(os.environ["AGENTD_CONFIG"])
         else:
-            cfg = data / "config.toml"
+            return cls(data_dir=data, socket=sock, config=data / "config.toml", config_is_default=True)
         return cls(data_dir=data, socket=sock, config=cfg)
 
     @property
@@ -59,10 +62,6 @@ class Paths:
     @property
     def providers(self) -> Path:
         return self.data_dir / "providers"
-
-    @property
-    def pidfile(self) -> Path:
-        return self.data_dir / "agentd.pid"
 
     def check_socket(self) -> None:
         """Raise ValueError if the socket path is too long for AF_UNIX."""

@@ -4,11 +4,11 @@ the daemon's own status. None of them takes a thread's lock."""
 from __future__ import annotations
 
 import os
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from agentd import __version__
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound, Unsupported
 from agentd.protocol.server import Connection
@@ -16,6 +16,11 @@ from agentd.store.records import to_wire
 
 if TYPE_CHECKING:
     from .router import DaemonRouter
+
+try:
+    VERSION = version("agentd")
+except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    VERSION = "unknown"
 
 
 async def thread_create(router: DaemonRouter, params: wire.ThreadCreateParams, _conn: Connection) -> dict[str, Any]:
@@ -86,7 +91,7 @@ async def providers_list(router: DaemonRouter, _params: wire.NoParams, _conn: Co
 async def daemon_status(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
     store = router.store
     return {
-        "version": __version__,
+        "version": VERSION,
         "pid": os.getpid(),
         "uptime": trio.current_time() - router.started_at,
         "socket": router.socket_path,

@@ -30,7 +30,7 @@ from agentd.actors.providers.base import (
     TurnStarted,
 )
 from agentd.actors.providers.claude import BASE_ARGS, LAUNCHER, NATIVE_CAPABILITIES, ClaudeAdapter, find_binary, parse_version
-from agentd.actors.providers.config import ProviderConfig
+from agentd.actors.config import ProviderConfig
 from agentd.actors.providers.transport import replaying
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "fixtures" / "transcripts"
@@ -438,9 +438,9 @@ def test_the_fake_model_answers_every_kind_of_call(tmp_path):
     import json
     import urllib.request
 
-    from tests.integration.world import start_fake_server
+    from scripts.offline.claude import FAKE_SERVER as fake
+    from scripts.offline.world import start_fake_server
 
-    fake = Path(__file__).resolve().parent / "integration" / "fake_anthropic.py"
     log = tmp_path / "log.ndjson"
     server, port = start_fake_server(fake, request_log=log, timings_log=tmp_path / "timings.ndjson",
                                      fake_log=tmp_path / "fake.log")

@@ -8,8 +8,10 @@ import pty
 import subprocess
 import sys
 
+import pytest
 import trio
 
+from agentd.main import build_parser
 from tests.helpers import script
 
 
@@ -49,6 +51,65 @@ async def test_send_fails_clearly_without_a_daemon(tmp_path, short_dir):
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 1 and "no daemon is listening" in result.stderr
+
+
+def serve_once(tmp_path, short_dir, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``agentd serve`` expected to refuse to start (a started daemon would time out)."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentd", "serve", "--data-dir", str(tmp_path / "d"), "--socket", str(short_dir / "s.sock"), *args],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
+    )
+
+
+def test_serve_refuses_a_config_file_that_does_not_exist(tmp_path, short_dir):
+    """Only the default location (<data-dir>/config.toml) may be absent."""
+    missing = tmp_path / "no" / "such" / "file.toml"
+    result = serve_once(tmp_path, short_dir, "--config", str(missing))
+    assert result.returncode != 0
+    assert result.stderr.startswith("agentd: ") and str(missing) in result.stderr, result.stderr
+
+
+def test_serve_refuses_an_agentd_config_that_does_not_exist(tmp_path, short_dir):
+    missing = tmp_path / "gone.toml"
+    result = serve_once(tmp_path, short_dir, env={"AGENTD_CONFIG": str(missing)})
+    assert result.returncode != 0
+    assert result.stderr.startswith("agentd: ") and str(missing) in result.stderr, result.stderr
+
+
+def test_a_client_command_refuses_the_daemons_config_option(tmp_path, short_dir):
+    result = subprocess.run(
+        [sys.executable, "-m", "agentd", "threads", "--config", str(tmp_path / "x.toml"),
+         "--data-dir", str(tmp_path), "--socket", str(short_dir / "none.sock")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "unrecognized arguments: --config" in result.stderr
+
+
+CLIENT_COMMANDS = [
+    ["new"], ["send", "T", "hi"], ["threads"], ["show", "T"], ["events"], ["status"], ["providers"],
+    ["stop", "T"], ["interrupt", "R"], ["approve", "Q"], ["answer", "Q", "k=v"],
+]
+
+
+@pytest.mark.parametrize("argv", [
+    *([*command, "--config", "c.toml"] for command in CLIENT_COMMANDS),
+    ["send", "T", "hi", "--json"], ["serve", "--json"], ["demo", "--socket", "s"], ["demo", "--config", "c.toml"],
+], ids=" ".join)
+def test_commands_take_only_the_options_they_use(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["serve", "--config", "c.toml", "--data-dir", "d", "--socket", "s"], ["demo", "--data-dir", "d", "--keep"],
+    *([*command, "--data-dir", "d", "--socket", "s"] for command in CLIENT_COMMANDS),
+    *([*command, "--json"] for command in CLIENT_COMMANDS if command[0] != "send"),
+], ids=" ".join)
+def test_commands_take_the_options_they_use(argv):
+    build_parser().parse_args(argv)
 
 
 async def test_approval_shown_inline_and_answered_from_another_command(daemon):

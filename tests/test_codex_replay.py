@@ -46,7 +46,7 @@ from agentd.actors.providers.base import (
     TurnStarted,
 )
 from agentd.actors.providers.codex import CodexAdapter, approval_response, user_input_response
-from agentd.actors.providers.config import ProviderConfig
+from agentd.actors.config import ProviderConfig
 from agentd.actors.providers.transport import replaying
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "fixtures" / "transcripts"

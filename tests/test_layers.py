@@ -1,61 +1,68 @@
-"""Imports flow one way (issue 8): protocol <- store <- actors <- supervisor <-
-the CLI (``agentd`` itself), and scripts import no test module."""
+"""The layers import one way: protocol <- store <- actors <- supervisor <- agentd
+(the CLI); the WebSocket stack loads only when a WebSocket is served; scripts
+import no test module."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: folder -> rank; a module may import only from layers of its rank or lower
-LAYERS = {"protocol": 0, "store": 1, "actors": 2, "supervisor": 3, "cli": 4}
-PACKAGE = {"protocol": "agentd.protocol", "store": "agentd.store", "actors": "agentd.actors",
-           "supervisor": "agentd.supervisor"}
+#: repository folder -> import package, bottom layer first
+LAYERS = {"protocol": "agentd.protocol", "store": "agentd.store", "actors": "agentd.actors",
+          "supervisor": "agentd.supervisor", "cli": "agentd"}
 
 
-def imported_modules(path: Path) -> list[str]:
-    """Absolute names of what ``path`` imports, wherever it does (lazy imports count)."""
-    names = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.append(node.module)
-    return names
-
-
-def layer_of(module: str) -> int | None:
-    """The rank of an ``agentd`` module; ``agentd`` alone is the package
-    root (its ``__version__``), which every layer may read."""
-    if module == "agentd":
-        return None
-    for folder, package in PACKAGE.items():
+def rank(module: str) -> int:
+    """0 for agentd.protocol.… up to 4 for the CLI (agentd, agentd.main, agentd.demo, …)."""
+    for index, package in enumerate(list(LAYERS.values())[:-1]):
         if module == package or module.startswith(package + "."):
-            return LAYERS[folder]
-    if module.startswith("agentd."):
-        return LAYERS["cli"]
-    return None
+            return index
+    return len(LAYERS) - 1
 
 
-@pytest.mark.parametrize("folder", sorted(LAYERS))
-def test_imports_flow_one_way(folder):
-    rank = LAYERS[folder]
-    wrong = []
-    for path in sorted((ROOT / folder).rglob("*.py")):
-        for module in imported_modules(path):
-            other = layer_of(module)
-            if other is not None and other > rank:
-                wrong.append(f"{path.relative_to(ROOT)} imports {module}")
-    assert not wrong, "\n".join(wrong)
+def imports(path: Path, package: str) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import in ``path``, a module of ``package``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            name = "." * node.level + (node.module or "")
+            found.append((node.lineno, importlib.util.resolve_name(name, package) if node.level else name))
+    return found
 
 
-def test_scripts_import_no_test_module():
-    wrong = [
-        f"{path.relative_to(ROOT)} imports {module}"
-        for path in sorted((ROOT / "scripts").glob("*.py"))
-        for module in imported_modules(path)
-        if module == "tests" or module.startswith("tests.")
-    ]
-    assert not wrong, "\n".join(wrong)
+def modules():
+    for folder, package in LAYERS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            sub = path.parent.relative_to(ROOT / folder).parts
+            yield path, ".".join((package, *sub))
+
+
+@pytest.mark.parametrize(("path", "package"), list(modules()), ids=lambda v: str(v.relative_to(ROOT)) if isinstance(v, Path) else "")
+def test_a_layer_imports_only_layers_below_it(path, package):
+    own = rank(package)
+    upward = [f"{path.relative_to(ROOT)}:{line}: {module}" for line, module in imports(path, package)
+              if module.split(".")[0] == "agentd" and rank(module) > own]
+    assert not upward, "imports from a higher layer:\n" + "\n".join(upward)
+
+
+def test_the_websocket_stack_loads_only_when_a_websocket_is_served():
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, agentd.supervisor.daemon, agentd.main\n"
+         "print(' '.join(m for m in sys.modules if m.split('.')[0] in ('trio_websocket', 'wsproto', 'h11')"
+         " or m == 'agentd.protocol.websocket'))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.split()
+    assert loaded == []
+@pytest.mark.parametrize("path", sorted((ROOT / "scripts").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_scripts_import_no_test_module(path):
+    package = ".".join(path.parent.relative_to(ROOT).parts)
+    tests = [f"{line}: {module}" for line, module in imports(path, package) if module.split(".")[0] == "tests"]
+    assert not tests, f"{path.name} imports test modules: {tests}"

@@ -54,7 +54,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentd.actors.providers.base import ProviderRuntimeError
-from agentd.actors.providers.config import load_config
+from agentd.actors.config import load_config
 from agentd.actors.providers.scripted import ScriptedConnection
 from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError

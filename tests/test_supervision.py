@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from agentd.actors.providers.base import Capabilities
-from agentd.actors.providers.config import DaemonConfig, ProviderConfig
+from agentd.actors.config import DaemonConfig, ProviderConfig
 from agentd.actors.providers.jsonl import stop_process
 from agentd.protocol.client import Client
 from agentd.supervisor.daemon import Daemon, DaemonOptions

@@ -65,7 +65,7 @@ from .base import (
     TurnCompleted,
     TurnStarted,
 )
-from .config import ProviderConfig
+from ..config import ProviderConfig
 from .jsonl import JsonLinesPeer, stop_process
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
 

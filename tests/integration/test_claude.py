@@ -11,9 +11,10 @@ Two layers:
   reap and resume, a provider crash, a daemon SIGKILL and restart, and a lost
   native session replaced from the app's own record.
 
-Every runtime talks to ``fake_anthropic.py`` with a private CLAUDE_CONFIG_DIR
-and HOME and, where ``unshare -rn`` works, inside a loopback-only network
-namespace (``claude_fixtures.py``). Skipped as a whole when the binary is not
+Every runtime talks to ``scripts/offline/fake_anthropic.py`` with a private
+CLAUDE_CONFIG_DIR and HOME and, where ``unshare -rn`` works, inside a
+loopback-only network namespace (``scripts/offline/claude.py``, shared with the
+provider benchmarks). Skipped as a whole when the binary is not
 installed.
 """
 
@@ -35,7 +36,8 @@ from agentd.actors.providers.transport import recording
 from agentd.protocol.client import Client
 from agentd.launch import start_daemon
 from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
-from tests.integration.claude_fixtures import SKIP_REASON, ClaudeWorld, claude_binary, make_world, sanitize, user_texts
+from scripts.offline.claude import SKIP_REASON, ClaudeWorld, claude_binary, make_world, user_texts
+from tests.integration.claude_transcripts import sanitize
 from tests.test_claude_replay import SCENARIOS, TRANSCRIPTS, Harness, run_replay, transcript_paths
 
 pytestmark = pytest.mark.skipif(claude_binary() is None, reason=SKIP_REASON)

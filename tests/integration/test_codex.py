@@ -9,9 +9,9 @@ Two layers:
   approvals, plan-mode questions, interrupt, native steer, idle reap and
   resume, a provider crash, a daemon SIGKILL and restart.
 
-Every runtime talks to ``fake_openai.py`` in a private CODEX_HOME/HOME and,
-where ``unshare -rn`` works, inside a loopback-only network namespace
-(``codex_fixtures.py``). Skipped as a whole when the binary is not installed.
+Every runtime talks to ``scripts/offline/fake_openai.py`` in a private
+CODEX_HOME/HOME and, where ``unshare -rn`` works, inside a loopback-only network
+namespace (``scripts/offline/codex.py``, shared with the provider benchmarks). Skipped as a whole when the binary is not installed.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from agentd.actors.providers.transport import recording, replaying
 from agentd.protocol.client import Client
 from agentd.launch import start_daemon
 from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
-from tests.integration.codex_fixtures import SKIP_REASON, CodexWorld, codex_binary, make_world, user_texts
+from scripts.offline.codex import SKIP_REASON, CodexWorld, codex_binary, make_world, user_texts
 from tests.test_codex_replay import SCENARIOS, TRANSCRIPTS, Harness, fast_stop, replay_config
 
 pytestmark = pytest.mark.skipif(codex_binary() is None, reason=SKIP_REASON)
@@ -86,7 +86,7 @@ async def test_scenario_against_the_real_runtime(name, world, tmp_path):
     workspace.mkdir()
     raw = tmp_path / "recorded" / f"codex_{name}.ndjson"
     version = (await CodexAdapter(world.provider_config(), home=tmp_path / "probe").probe())["version"]
-    header = {"provider": "codex", "version": version, "note": f"scenario {name} against tests/integration/fake_openai.py"}
+    header = {"provider": "codex", "version": version, "note": f"scenario {name} against scripts/offline/fake_openai.py"}
     spawn = recording(raw, header)
     harness = Harness(
         lambda: CodexAdapter(world.provider_config(), home=tmp_path / "agentd-home", spawn=spawn), workspace, real=True,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentd.actors.providers.config import ProviderConfig
+from agentd.actors.config import ProviderConfig
 
 CLOSED_PORT = 9  # discard: nothing listens, every proxied request fails at once
 

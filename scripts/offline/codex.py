@@ -11,8 +11,8 @@ per test on a free port outside, and no wrapper is used (logged). Either way
 ``HTTP(S)_PROXY`` point at a closed loopback port, so a request that is not
 for the fake fails at once instead of leaving the machine.
 
-Imported by the integration tests (``test_codex.py``) and the benchmark
-script; shared conftest.py is left alone on purpose.
+Used by the integration tests (``tests/integration/test_codex.py``) and
+``scripts/bench_providers_codex.py``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agentd.actors.providers.base import ProviderRuntimeError
-from tests.integration import world
+
+from . import world
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,6 @@ def make_world(root: Path, *, approval_policy: str = "on-request", namespace: bo
 
 def user_texts(body: dict[str, Any]) -> list[str]:
     """The user messages a model request carries (the fake's own reading)."""
-    from tests.integration import fake_openai
+    from . import fake_openai
 
     return fake_openai.user_texts(body)

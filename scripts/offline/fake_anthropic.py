@@ -1,6 +1,6 @@
 """A fake Anthropic Messages API for driving Claude Code offline (stdlib only).
 
-    python tests/integration/fake_anthropic.py --port-file F --log L [--timings T] [--port P] [--exit-with-parent]
+    python scripts/offline/fake_anthropic.py --port-file F --log L [--timings T] [--port P] [--exit-with-parent]
 
 Serves ``POST /v1/messages`` (``?beta=true`` or not, streaming over SSE or
 not) and ``POST /v1/messages/count_tokens`` on 127.0.0.1, writes the chosen

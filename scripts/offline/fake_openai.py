@@ -20,7 +20,7 @@ earlier turns; ``--timings`` gets, per streamed response, the wall-clock times
 its first delta and its ``response.completed`` were written (for benchmarks).
 Standard library only; run it as
 
-    python tests/integration/fake_openai.py --port-file F --log L [--port N] [--timings T] [--exit-with-parent]
+    python scripts/offline/fake_openai.py --port-file F --log L [--port N] [--timings T] [--exit-with-parent]
 """
 
 from __future__ import annotations

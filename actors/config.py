@@ -1,0 +1,319 @@
+"""The daemon's TOML config: provider instances and daemon settings.
+
+```toml
+[daemon]
+default_provider = "scripted"
+idle_timeout = 600            # seconds a provider session may sit idle
+interrupt_grace = 10          # seconds a provider may take to honour an interrupt
+unsupported_interrupt = "interrupted"   # or "cancelled": runs stopped because the provider cannot interrupt
+websocket_port = 7311         # also serve on ws://127.0.0.1:7311/ (token in <data-dir>/websocket.token)
+websocket_origins = []        # browser origins allowed to connect
+
+[providers.basic]
+kind = "scripted"
+capabilities = { steer = false, nativeFork = false }
+idle_timeout = 60
+```
+
+The file's shape is the ``ConfigFile`` Struct below: msgspec decodes the
+parsed TOML into it, so types, bounds and unknown keys are checked by the
+declarations, not by hand. ``scripted`` always exists, configured or not. A
+bad file is refused with its path, the line and the reason, before the daemon
+starts; a file that was asked for (``--config``, ``$AGENTD_CONFIG``) must exist.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from .providers.base import Capabilities
+
+DEFAULT_IDLE_TIMEOUT = 600.0
+
+#: a duration in seconds, greater than zero
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+#: a TCP port; 0 asks for any free port
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+#: the NAME of ``[providers.NAME]``
+ProviderName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+ProviderKind = Literal["scripted", "codex", "claude"]
+#: what a run becomes when its provider cannot interrupt and its session is stopped instead
+InterruptOutcome = Literal["interrupted", "cancelled"]
+
+
+class ConfigError(Exception):
+    """The config file cannot be used; the message names file, line and reason."""
+
+
+class ProviderTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A ``[providers.NAME]`` table."""
+
+    kind: ProviderKind
+    capabilities: Capabilities = msgspec.field(default_factory=Capabilities)
+    idle_timeout: Seconds | None = None
+    binary: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    model: str | None = None
+    #: argv put before the runtime's command (e.g. a network-namespace launcher in tests)
+    wrapper: list[str] = []
+
+
+class ProviderConfig(ProviderTable, kw_only=True):
+    """A provider instance: its table and the name it is configured under."""
+
+    name: str
+
+
+class DaemonSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The ``[daemon]`` table."""
+
+    default_provider: str = "scripted"
+    idle_timeout: Seconds = DEFAULT_IDLE_TIMEOUT
+    #: seconds a provider may take to end an interrupted turn before its session is stopped
+    interrupt_grace: Seconds = 10.0
+    unsupported_interrupt_status: InterruptOutcome = msgspec.field(default="interrupted", name="unsupported_interrupt")
+    #: also serve the protocol on this loopback WebSocket port (None: off)
+    websocket_port: Port | None = None
+    #: browser origins allowed to use the WebSocket (none by default)
+    websocket_origins: list[str] = []
+
+
+class ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The whole file: ``[daemon]`` and ``[providers.NAME]`` tables, nothing else."""
+
+    daemon: DaemonSettings = msgspec.field(default_factory=DaemonSettings)
+    providers: dict[ProviderName, ProviderTable] = {}
+
+
+def _builtin_providers() -> dict[str, ProviderConfig]:
+    return {"scripted": ProviderConfig(name="scripted", kind="scripted")}
+
+
+class DaemonConfig(DaemonSettings, kw_only=True):
+    """What the daemon runs with: the ``[daemon]`` settings, every provider
+    instance by name (``scripted`` always) and the file they came from."""
+
+    path: Path | None = None
+    providers: dict[str, ProviderConfig] = msgspec.field(default_factory=_builtin_providers)
+
+
+def load_config(path: Path | None, *, optional: bool = False) -> DaemonConfig:
+    """Read the config at ``path``; None means built-ins only.
+
+    ``optional``: ``path`` is the default location, which may be absent
+    (built-ins only); any other path must exist.
+
+    Raises:
+        ConfigError: the file is missing (and not optional), unreadable or not valid.
+    """
+    if path is None:
+        return DaemonConfig()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if optional:
+            return DaemonConfig(path=path)
+        raise ConfigError(f"{path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc}") from None
+
+    def fail(keys: list[str | int], reason: str) -> ConfigError:
+        return ConfigError(f"{path}:{_line_of(text, keys)}: {reason}")
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"line (\d+)", str(exc))
+        raise ConfigError(f"{path}:{int(match.group(1)) if match else 1}: not valid TOML: {exc}") from None
+    try:
+        file = msgspec.convert(data, ConfigFile)
+    except msgspec.ValidationError as exc:
+        keys, reason = _explain(data, exc)
+        raise fail(keys, reason) from None
+
+    providers = _builtin_providers()
+    for name, table in file.providers.items():
+        providers[name] = ProviderConfig(name=name, **msgspec.structs.asdict(table))
+    config = DaemonConfig(path=path, providers=providers, **msgspec.structs.asdict(file.daemon))
+    if config.default_provider not in providers:
+        raise fail(["daemon", "default_provider"],
+                   f"[daemon] default_provider {config.default_provider!r} is not a configured provider "
+                   f"(configured: {', '.join(sorted(providers))})")
+    return config
+
+
+# -- where a validation error is, and what to say about it ------------------------------
+
+_PATH_STEP = re.compile(r"\.([^.\[]+)|\[(\d+|\.\.\.)\]")
+_ERROR = re.compile(r"^(?P<reason>.*?)(?: - at `(?P<key>key` in `)?(?P<path>\$[^`]*)`)?$", re.S)
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<field>.*)`$", re.S)
+_MISSING = re.compile(r"^Object missing required field `(?P<field>.*)`$", re.S)
+#: msgspec speaks JSON; the file is TOML (where nothing is null)
+_TOML_WORDS = (("`object`", "`table`"), (" | null`", "`"))
+
+
+def _explain(data: dict[str, Any], exc: msgspec.ValidationError) -> tuple[list[str | int], str]:
+    """The keys of the offending value in ``data`` and a reason for a person.
+
+    msgspec names a dict entry ``[...]`` and a bad dict key ``key` in `PATH``;
+    such an entry is found by decoding the file with that dict cut down to one
+    entry at a time: the one that fails with the same error is it."""
+    match = _ERROR.match(str(exc))
+    reason, path, bad_key = match["reason"], match["path"] or "$", bool(match["key"])
+    keys: list[str | int] = []
+    for name, index in _PATH_STEP.findall(path[1:]):
+        if name:
+            keys.append(name)
+        elif index == "...":
+            if (narrowed := _narrow(data, keys, str(exc))) is None:
+                break  # not expected: the error names the dict itself
+            data = narrowed
+        else:
+            keys.append(int(index))
+    else:
+        if bad_key and _narrow(data, keys, str(exc)) is not None:
+            return keys, f"[{_dotted(keys[:-1])}] name {keys[-1]!r}: {reason}"
+    if unknown := _UNKNOWN.match(reason):
+        known = _known_keys(keys)
+        keys.append(unknown["field"])
+        where = f"[{_dotted(keys[:-1])}]" if len(keys) > 1 else "the file"
+        return keys, f"unknown key {unknown['field']!r} in {where}" + (f" (expected one of {', '.join(known)})" if known else "")
+    if missing := _MISSING.match(reason):
+        return keys, f"[{_dotted(keys)}] needs {missing['field']!r}"
+    value = _value_at(data, keys)
+    if isinstance(info := _type_at(keys), msgspec.inspect.LiteralType):
+        reason = f"expected one of {', '.join(map(repr, info.values))}, got {value!r}"
+    elif ", got " not in reason:
+        reason += f", got {value!r}"
+    for msgspec_word, toml_word in _TOML_WORDS:
+        reason = reason.replace(msgspec_word, toml_word)
+    return keys, f"{_where(keys)}: {reason}"
+
+
+def _narrow(data: dict[str, Any], keys: list[str | int], error: str) -> dict[str, Any] | None:
+    """Find the entry of the dict at ``keys`` that fails with ``error``;
+    append its key to ``keys`` and return ``data`` with that dict cut down to it.
+    (msgspec reports the first error in the file's order, so an entry that
+    fails alone with the same error is the one it meant.)"""
+    for key in _value_at(data, keys):
+        narrowed = _only(data, keys, key)
+        try:
+            msgspec.convert(narrowed, ConfigFile)
+        except msgspec.ValidationError as exc:
+            if str(exc) == error:
+                keys.append(key)
+                return narrowed
+    return None
+
+
+def _only(data: Any, keys: list[str | int], key: str) -> Any:
+    """``data`` with the dict at ``keys`` cut down to its entry ``key``."""
+    if not keys:
+        return {key: data[key]}
+    copy = dict(data) if isinstance(data, dict) else list(data)
+    copy[keys[0]] = _only(data[keys[0]], keys[1:], key)
+    return copy
+
+
+def _value_at(data: Any, keys: list[str | int]) -> Any:
+    for key in keys:
+        data = data[key]
+    return data
+
+
+def _type_at(keys: list[str | int]) -> Any:
+    """The declared type (``msgspec.inspect``) of the value at ``keys``, or None."""
+    info: Any = msgspec.inspect.type_info(ConfigFile)
+    for key in keys:
+        while isinstance(info, msgspec.inspect.UnionType):  # ``X | None``
+            info = next(t for t in info.types if not isinstance(t, msgspec.inspect.NoneType))
+        if isinstance(info, msgspec.inspect.StructType):
+            info = next((f.type for f in info.fields if f.encode_name == key), None)
+        elif isinstance(info, msgspec.inspect.DictType):
+            info = info.value_type
+        elif isinstance(info, msgspec.inspect.ListType):
+            info = info.item_type
+        else:
+            return None
+    return info
+
+
+def _known_keys(keys: list[str | int]) -> list[str]:
+    """The keys the table at ``keys`` may hold, from the declarations."""
+    info = _type_at(keys)
+    return sorted(f.encode_name for f in info.fields) if isinstance(info, msgspec.inspect.StructType) else []
+
+
+def _dotted(keys: list[str | int]) -> str:
+    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys).lstrip(".")
+
+
+def _where(keys: list[str | int]) -> str:
+    """How a person would name the value at ``keys``: ``[providers.basic] args[1]``."""
+    last = max((i for i, k in enumerate(keys) if isinstance(k, str)), default=0)
+    table, rest = keys[:last], keys[last:]
+    return f"[{_dotted(table)}] {_dotted(rest)}" if table else _dotted(rest)
+
+
+# -- the line a key is on ------------------------------------------------------------------
+
+_KEY = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|'[^']*')"""
+_KEY_PATH = rf"{_KEY}(?:\s*\.\s*{_KEY})*"
+_HEADER_LINE = re.compile(rf"^\s*\[\[?\s*(?P<keys>{_KEY_PATH})\s*\]\]?\s*(?:#.*)?$")
+_KEY_LINE = re.compile(rf"^\s*(?P<keys>{_KEY_PATH})\s*=")
+
+
+def _split_keys(dotted: str) -> list[str]:
+    keys = []
+    for part in re.findall(_KEY, dotted):
+        if part.startswith('"'):
+            try:
+                part = msgspec.json.decode(part)
+            except msgspec.DecodeError:  # a TOML escape JSON lacks (\e, \U…)
+                part = part[1:-1]
+        elif part.startswith("'"):
+            part = part[1:-1]
+        keys.append(part)
+    return keys
+
+
+def _line_of(text: str, keys: list[str | int]) -> int:
+    """The 1-based line that best names ``keys`` (a path of table keys; array
+    indices are ignored): the line defining exactly that key within its own
+    table, else the closest enclosing table or key, else 1."""
+    target = [k for k in keys if isinstance(k, str)]
+    best, best_score = 1, -1.0
+    table: list[str] = []
+    in_string: str | None = None  # inside a multi-line string that started with this delimiter
+    for number, line in enumerate(text.splitlines(), 1):
+        if in_string is not None:
+            if line.count(in_string) % 2:
+                in_string = None
+            continue
+        if header := _HEADER_LINE.match(line):
+            table = _split_keys(header["keys"])
+            here = table
+        elif key := _KEY_LINE.match(line):
+            here = table + _split_keys(key["keys"])
+        else:
+            here = None
+        if here is not None:
+            if target[: len(here)] == here:
+                score = float(len(here))  # the key itself, or a table/key around it
+            elif here[: len(target)] == target:
+                score = len(target) - 0.5  # inside it (e.g. a sub-table of a table not declared itself)
+            else:
+                score = -1.0
+            if score > best_score:
+                best, best_score = number, score
+        for delimiter in ('"""', "'''"):
+            if line.count(delimiter) % 2:
+                in_string = delimiter
+                break
+    return best

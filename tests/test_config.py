@@ -1,0 +1,129 @@
+"""``config.toml`` decoded into msgspec Structs: what is accepted, and where an
+error is reported (file, the line of the offending key in its own table, reason)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentd.actors.config import ConfigError, DaemonConfig, ProviderConfig, load_config
+from agentd.actors.providers.base import Capabilities
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:"), message
+    return message.removeprefix(f"{path}:")
+
+
+def test_a_full_file_decodes_and_scripted_always_exists(tmp_path):
+    config = load_config(write(tmp_path, """\
+[daemon]
+default_provider = "basic"
+idle_timeout = 30
+interrupt_grace = 2.5
+unsupported_interrupt = "cancelled"
+websocket_port = 0
+websocket_origins = ["http://localhost:3000"]
+
+[providers.basic]
+kind = "scripted"
+capabilities = { steer = false, nativeFork = false }
+idle_timeout = 60
+
+[providers.my-codex]
+kind = "codex"
+binary = "/opt/codex"
+args = ["-c", "x=1"]
+env = { CODEX_HOME = "/tmp/h" }
+model = "m"
+wrapper = ["nice"]
+"""))
+    assert config.default_provider == "basic"
+    assert config.idle_timeout == 30.0 and config.interrupt_grace == 2.5
+    assert config.unsupported_interrupt_status == "cancelled"
+    assert config.websocket_port == 0 and config.websocket_origins == ["http://localhost:3000"]
+    assert sorted(config.providers) == ["basic", "my-codex", "scripted"]
+    assert config.providers["scripted"] == ProviderConfig(name="scripted", kind="scripted")
+    basic = config.providers["basic"]
+    assert basic.name == "basic" and basic.idle_timeout == 60.0
+    assert basic.capabilities == Capabilities(steer=False, native_fork=False)
+    codex = config.providers["my-codex"]
+    assert (codex.kind, codex.binary, codex.args, codex.env, codex.model, codex.wrapper) == (
+        "codex", "/opt/codex", ["-c", "x=1"], {"CODEX_HOME": "/tmp/h"}, "m", ["nice"])
+
+
+def test_defaults_without_a_file():
+    for config in (load_config(None), DaemonConfig()):
+        assert list(config.providers) == ["scripted"] and config.default_provider == "scripted"
+        assert config.idle_timeout == 600.0 and config.interrupt_grace == 10.0
+        assert config.unsupported_interrupt_status == "interrupted" and config.websocket_port is None
+
+
+def test_the_error_names_the_key_in_its_own_table_not_its_first_occurrence(tmp_path):
+    """[daemon] idle_timeout on line 2 is fine; [providers.basic] idle_timeout on line 6 is not."""
+    message = error_of(tmp_path, """\
+[daemon]
+idle_timeout = 30
+
+[providers.basic]
+kind = "scripted"
+idle_timeout = -5
+""")
+    assert message.startswith("6: [providers.basic] idle_timeout:"), message
+    assert "-5" in message
+
+
+def test_the_error_names_the_provider_that_is_wrong(tmp_path):
+    """msgspec calls a dict entry ``[...]``; the error still names the table and its line."""
+    message = error_of(tmp_path, '[providers.a]\nkind = "scripted"\n\n[providers.b]\nkind = "gpt"\n')
+    assert message.startswith("5: [providers.b] kind:") and "'gpt'" in message and "'codex'" in message, message
+    message = error_of(tmp_path, '[providers.a]\nkind = "scripted"\nenv = { A = "1" }\n[providers.b]\nkind = "codex"\nenv = { B = 2 }\n')
+    assert message.startswith("6: [providers.b.env] B:"), message
+    message = error_of(tmp_path, '[providers]\na = { kind = "scripted" }\nb = { kind = "scripted", args = ["x", 1] }\n')
+    assert message.startswith("3: [providers.b] args[1]:"), message
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    ('[daemon]\nidle_timeout = 0\n', 2, ["[daemon] idle_timeout", "> 0"]),
+    ('[daemon]\ninterrupt_grace = true\n', 2, ["[daemon] interrupt_grace", "bool"]),
+    ('[daemon]\nwebsocket_port = 65536\n', 2, ["[daemon] websocket_port", "<= 65535"]),
+    ('[daemon]\nwebsocket_port = -1\n', 2, ["[daemon] websocket_port", ">= 0"]),
+    ('[daemon]\nwebsocket_origins = "http://x"\n', 2, ["[daemon] websocket_origins", "array"]),
+    ('[daemon]\nunsupported_interrupt = "gone"\n', 2, ["'interrupted'", "'cancelled'", "'gone'"]),
+    ('\n[daemon]\ndefault_provider = "nope"\n', 3, ["'nope' is not a configured provider"]),
+    ('[daemon]\nidle_timout = 5\n', 2, ["unknown key 'idle_timout' in [daemon]", "idle_timeout"]),
+    ('[daemn]\n', 1, ["unknown key 'daemn'", "daemon, providers"]),
+    ('[providers."bad name"]\nkind = "scripted"\n', 1, ["'bad name'"]),
+    ('[providers.basic]\nidle_timeout = 5\n', 1, ["[providers.basic] needs 'kind'"]),
+    ('[providers.basic]\nkind = "scripted"\nmodle = "x"\n', 3, ["unknown key 'modle' in [providers.basic]", "model"]),
+    ('[providers.basic]\nkind = "scripted"\ncapabilities = { steer = "no" }\n', 3, ["steer", "bool"]),
+    ('[providers.basic]\nkind = "scripted"\ncapabilities = { emptyThread = false }\n', 3, ["'emptyThread'", "emptyThreads"]),
+    ('[providers.basic]\nkind = "scripted"\nbinary = 3\n', 3, ["[providers.basic] binary", "str"]),
+    ('[providers.basic]\nkind = "scripted"\nwrapper = "nice"\n', 3, ["[providers.basic] wrapper", "array"]),
+    ('[providers.basic]\nkind = "scripted"\nmodel = """\nidle_timeout = 1\n"""\nidle_timeout = "soon"\n', 6, ["idle_timeout", "str"]),
+    ('[daemon\n', 1, ["not valid TOML"]),
+])
+def test_a_bad_value_is_refused_with_its_line_and_reason(tmp_path, text, line, words):
+    message = error_of(tmp_path, text)
+    assert message.startswith(f"{line}: "), message
+    for word in words:
+        assert word in message, (word, message)
+
+
+def test_a_missing_file_is_an_error_unless_it_is_the_optional_default(tmp_path):
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=f"^{missing}: no such config file"):
+        load_config(missing)
+    config = load_config(missing, optional=True)
+    assert list(config.providers) == ["scripted"]
