@@ -109,7 +109,6 @@ import itertools
 import logging
 import os
 import re
-import shutil
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -138,17 +137,15 @@ from .base import (
 )
 from .config import ProviderConfig
 from .jsonl import runtime_lines, stop_process
+from .runtime import RuntimeBinary, StderrLog, parse_version  # noqa: F401 - parse_version re-exported
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
 
 log = logging.getLogger(__name__)
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-#: where ``.ci/run`` installs the pinned runtime (``npm ci --prefix tests/integration/runtimes``)
-PROJECT_LOCAL_BINARY = _REPO_ROOT / "tests" / "integration" / "runtimes" / "node_modules" / ".bin" / "claude"
-
-#: versions this adapter was checked against (inclusive lower bound, exclusive upper bound)
-SUPPORTED_VERSIONS = ((2, 1, 0), (2, 2, 0))
-SUPPORTED_TEXT = "2.1.x (checked: 2.1.332)"
+#: the executable, and the versions this adapter was checked against
+CLAUDE = RuntimeBinary("claude", supported=((2, 1, 0), (2, 2, 0)), supported_text="2.1.x (checked: 2.1.332)")
+PROJECT_LOCAL_BINARY = CLAUDE.project_local
+find_binary = CLAUDE.find_binary
 
 #: what Claude can do natively (see the module docstring)
 NATIVE_CAPABILITIES = Capabilities(
@@ -199,36 +196,6 @@ class _NoAnswer(ProviderRuntimeError):
     """A bounded wait on claude ran out (the process may still be alive)."""
 
 
-def find_binary(configured: str | None) -> Path:
-    """The claude binary: ``configured``, else ``claude`` on PATH, else the
-    project-local pinned install.
-
-    Raises:
-        ProviderRuntimeError: none of them exists.
-    """
-    if configured:
-        found = shutil.which(configured)
-        if found is None and Path(configured).is_file() and os.access(configured, os.X_OK):
-            found = configured
-        if found is None:
-            raise ProviderRuntimeError(f"claude binary not found: {configured} (from the config's binary)")
-        return Path(found)
-    found = shutil.which("claude")
-    if found is not None:
-        return Path(found)
-    if PROJECT_LOCAL_BINARY.exists():
-        return PROJECT_LOCAL_BINARY
-    raise ProviderRuntimeError(
-        f"claude binary not found: not on PATH and not at {PROJECT_LOCAL_BINARY} "
-        "(install it with: npm ci --prefix tests/integration/runtimes, or set binary in [providers.NAME])"
-    )
-
-
-def parse_version(text: str) -> tuple[int, int, int] | None:
-    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    return (int(match.group(1)), int(match.group(2)), int(match.group(3))) if match else None
-
-
 def _and_capabilities(native: Capabilities, configured: Capabilities) -> Capabilities:
     values = {
         f.name: getattr(native, f.name) and getattr(configured, f.name) for f in msgspec.structs.fields(Capabilities)
@@ -266,7 +233,7 @@ class ClaudeAdapter(ProviderAdapter):
         self.home = Path(home)
         self.request_timeout = request_timeout
         self.spawn = spawn
-        self.binary = find_binary(config.binary)
+        self.binary = find_binary(config.binary, self.environment())
         self.capabilities = _and_capabilities(NATIVE_CAPABILITIES, config.capabilities)
 
     # -- describing -------------------------------------------------------------------
@@ -275,34 +242,10 @@ class ClaudeAdapter(ProviderAdapter):
         return {**super().describe(), "binary": str(self.binary), "model": self.config.model}
 
     async def probe(self) -> dict[str, Any]:
-        """``claude --version``, off the loop and bounded."""
-        out: dict[str, Any] = {"usable": False, "binary": str(self.binary)}
+        """``claude --version``, bounded by ``request_timeout`` (30 s when unbounded)."""
         limit = self.request_timeout if self.request_timeout is not None else 30.0
-        try:
-            with trio.fail_after(limit):
-                result = await trio.run_process(
-                    [str(self.binary), "--version"], capture_stdout=True, capture_stderr=True, check=False,
-                    env=self.environment(),
-                )
-        except trio.TooSlowError:
-            out["why"] = f"claude --version did not answer within {limit:g}s"
-            return out
-        except OSError as exc:
-            out["why"] = f"claude could not be started: {exc}"
-            return out
-        text = (result.stdout or b"").decode(errors="replace").strip()
-        version = parse_version(text)
-        if result.returncode != 0 or version is None:
-            detail = (result.stderr or b"").decode(errors="replace").strip() or text
-            out["why"] = f"claude --version failed (exit {result.returncode}): {detail[:200]}"
-            return out
-        out["version"] = ".".join(map(str, version))
-        low, high = SUPPORTED_VERSIONS
-        if not low <= version < high:
-            out["why"] = f"claude {out['version']} is not a supported version (this agentd supports {SUPPORTED_TEXT})"
-            return out
-        out["usable"] = True
-        return out
+        info = await CLAUDE.probe(self.binary, env=self.environment(), timeout=limit)
+        return {"binary": str(self.binary), **info}
 
     # -- starting -----------------------------------------------------------------------
 
@@ -387,7 +330,7 @@ class ClaudeConnection(ProviderConnection):
         self._exit_status: tuple[int | None, int | None] = (None, None)
         self._send_lock = trio.Lock()
         self._ids = itertools.count(1)
-        self._stderr_offset = 0
+        self._stderr = StderrLog(adapter.home)
         # the current process
         self._launch_mode: str | None = None  # None: only the launcher runs; "new" | "resume" | "fork"
         self._initialized = False
@@ -426,14 +369,10 @@ class ClaudeConnection(ProviderConnection):
     # -- the process ---------------------------------------------------------------------
 
     async def _spawn(self) -> None:
-        stderr_path = self.adapter.home / "stderr.log"
-        try:
-            self._stderr_offset = stderr_path.stat().st_size
-        except OSError:
-            self._stderr_offset = 0
+        self._stderr.mark()
         try:
             self._process = await self.adapter.spawn(
-                self.adapter.command(), env=self.adapter.environment(), cwd=None, stderr_path=stderr_path,
+                self.adapter.command(), env=self.adapter.environment(), cwd=None, stderr_path=self._stderr.path,
             )
         except OSError as exc:
             raise ProviderRuntimeError(f"claude could not be started: {exc}") from exc
@@ -471,20 +410,11 @@ class ClaudeConnection(ProviderConnection):
     def _exit_reason(self, process: ProcessLike) -> str:
         code, sig = exit_status(process.returncode)
         how = f"exit code {code}" if code is not None else f"signal {sig}"
-        detail = "; ".join(self._early_errors) or self._stderr_tail()
+        detail = "; ".join(self._early_errors) or self._stderr.tail(500)
         return f"claude exited ({how})" + (f": {detail}" if detail else "")
 
-    def _stderr_tail(self, limit: int = 500) -> str:
-        try:
-            with open(self.adapter.home / "stderr.log", "rb") as f:
-                f.seek(self._stderr_offset)
-                data = f.read()
-        except OSError:
-            return ""
-        return data.decode(errors="replace").strip()[-limit:]
-
     def _missing_session(self) -> bool:
-        text = ("; ".join(self._early_errors) + " " + self._stderr_tail()).lower()
+        text = ("; ".join(self._early_errors) + " " + self._stderr.tail(500)).lower()
         return any(p in text for p in _MISSING_PATTERNS)
 
     def _fail_waiters(self, why: str) -> None:
