@@ -136,7 +136,7 @@ from .base import (
     TurnStarted,
 )
 from .config import ProviderConfig
-from .jsonl import runtime_lines, stop_process
+from .jsonl import RequestCorrelator, RequestTimeout, runtime_lines, stop_process
 from .runtime import RuntimeBinary, StderrLog, parse_version  # noqa: F401 - parse_version re-exported
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
 
@@ -190,10 +190,6 @@ _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
-
-
-class _NoAnswer(ProviderRuntimeError):
-    """A bounded wait on claude ran out (the process may still be alive)."""
 
 
 def _and_capabilities(native: Capabilities, configured: Capabilities) -> Capabilities:
@@ -329,7 +325,11 @@ class ClaudeConnection(ProviderConnection):
         self._process: ProcessLike | None = None
         self._exit_status: tuple[int | None, int | None] = (None, None)
         self._send_lock = trio.Lock()
-        self._ids = itertools.count(1)
+        #: our control requests waiting for claude's control_response
+        self._requests = RequestCorrelator(
+            ids=(f"agentd_{n}" for n in itertools.count(1)), timeout=self._timeout,
+            timeout_text="claude did not answer {what} within {limit:g}s",
+        )
         self._stderr = StderrLog(adapter.home)
         # the current process
         self._launch_mode: str | None = None  # None: only the launcher runs; "new" | "resume" | "fork"
@@ -344,7 +344,6 @@ class ClaudeConnection(ProviderConnection):
         self._session: str | None = None
         self._session_known = trio.Event()
         self._turn: _Turn | None = None
-        self._waiting: dict[str, trio.MemorySendChannel] = {}
         self._permissions: dict[str, _PendingPermission] = {}
         self._declined: set[str] = set()
         #: tool_use id -> item type, for the items we reported started
@@ -418,12 +417,7 @@ class ClaudeConnection(ProviderConnection):
         return any(p in text for p in _MISSING_PATTERNS)
 
     def _fail_waiters(self, why: str) -> None:
-        for send in list(self._waiting.values()):
-            try:
-                send.send_nowait(ProviderRuntimeError(why))
-            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                pass
-        self._waiting.clear()
+        self._requests.fail_all(why)
         self._permissions.clear()
         self._session_known.set()
 
@@ -452,25 +446,17 @@ class ClaudeConnection(ProviderConnection):
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     raise ProviderRuntimeError(f"claude's input is closed ({exc.__class__.__name__})") from exc
         if scope.cancelled_caught:
-            raise _NoAnswer(f"claude did not read its input within {self._timeout:g}s")
+            raise RequestTimeout(f"claude did not read its input within {self._timeout:g}s")
 
     async def _control(self, subtype: str, **fields: Any) -> dict[str, Any]:
         """Send a control request and wait (bounded) for its answer."""
         if self._closed:
             raise ProviderRuntimeError(f"cannot send {subtype}: {self._closed}")
-        request_id = f"agentd_{next(self._ids)}"
-        send, receive = trio.open_memory_channel(1)
-        self._waiting[request_id] = send
-        try:
+
+        async def send(request_id: str) -> None:
             await self._write({"type": "control_request", "request_id": request_id, "request": {"subtype": subtype, **fields}})
-            with trio.move_on_after(self._bound()) as scope:
-                reply = await receive.receive()
-            if scope.cancelled_caught:
-                raise _NoAnswer(f"claude did not answer {subtype} within {self._timeout:g}s")
-        finally:
-            self._waiting.pop(request_id, None)
-        if isinstance(reply, ProviderRuntimeError):
-            raise reply
+
+        reply = await self._requests.call(subtype, send)
         if reply.get("subtype") != "success":
             raise ProviderRuntimeError(f"claude refused {subtype}: {reply.get('error') or reply}")
         return reply.get("response") or {}
@@ -484,7 +470,7 @@ class ClaudeConnection(ProviderConnection):
         try:
             await self._write({"type": "agentd_launch", "args": args, "cwd": cwd})
             await self._control("initialize")
-        except _NoAnswer:
+        except RequestTimeout:
             self._abandon()
             raise
         self._initialized = True
@@ -507,7 +493,7 @@ class ClaudeConnection(ProviderConnection):
         exited = self._exited  # this process's exit, whatever replaces it meanwhile
         try:
             await self._launch(mode, args, cwd)
-        except _NoAnswer:
+        except RequestTimeout:
             raise
         except ProviderRuntimeError as exc:
             # Claude refused and is exiting: wait until its exit is handled,
@@ -539,7 +525,7 @@ class ClaudeConnection(ProviderConnection):
             await self._session_known.wait()
         if scope.cancelled_caught:
             self._abandon()
-            raise _NoAnswer(f"claude did not report its session id within {self._timeout:g}s")
+            raise RequestTimeout(f"claude did not report its session id within {self._timeout:g}s")
         if self._session is None:
             raise ProviderRuntimeError(self._closed or "claude ended the turn without a session id")
         return self._session, turn_id
@@ -712,9 +698,7 @@ class ClaudeConnection(ProviderConnection):
             log.exception("claude %s line not handled", kind)
 
     def _on_control_response(self, response: dict[str, Any]) -> None:
-        waiter = self._waiting.pop(str(response.get("request_id")), None)
-        if waiter is not None:
-            waiter.send_nowait(response)
+        self._requests.resolve(str(response.get("request_id")), response)
 
     async def _on_control_request(self, message: dict[str, Any]) -> None:
         request_id = str(message.get("request_id"))
