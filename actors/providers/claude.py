@@ -17,7 +17,7 @@ routing of Claude's lines. The rest lives beside it:
 * ``claude_stream`` — the stream-json ↔ agentd event mapping;
 * ``claude_sessions`` — what is read from Claude's session files;
 * ``jsonl.RequestCorrelator`` matches our control requests to Claude's
-  ``control_response``\\ s; ``runtime`` finds the binary, probes its version
+  ``control_response`` lines; ``runtime`` finds the binary, probes its version
   and quotes its stderr.
 
 =========================  ==================================================

@@ -2,7 +2,7 @@
 
 Claude's output lines (``stream_event``, ``assistant``, ``user``, ``system``,
 ``result``) and its ``can_use_tool`` control requests become
-``ProviderEvent``\\ s; the app's answers become ``control_response`` lines.
+``ProviderEvent`` structs; the app's answers become ``control_response`` lines.
 :class:`StreamMapper` holds what the mapping must remember within a turn
 (open text blocks, started tools, waiting permissions); the connection in
 ``claude.py`` routes lines to it and writes what it returns.
@@ -10,9 +10,9 @@ Claude's output lines (``stream_event``, ``assistant``, ``user``, ``system``,
 =========================  ==================================================
 claude                     agentd
 =========================  ==================================================
-text blocks (streamed      ``agent_message`` items with ``TextDelta``\\ s; an
-``text_delta``\\ s)          ``assistant`` text that was not streamed arrives
-                           whole
+text blocks (streamed      ``agent_message`` items with a ``TextDelta`` per
+as ``text_delta``)         delta; an ``assistant`` text that was not
+                           streamed arrives whole
 ``tool_use`` blocks        ``tool`` items titled with the tool name
                            (``Task``/``Agent`` → ``subagent``, file-writing
                            tools → ``file_change``), closed by their
@@ -339,7 +339,7 @@ class StreamMapper:
         ))
 
     async def on_user(self, message: dict[str, Any]) -> None:
-        """A ``user`` line Claude writes back: its ``tool_result``\\ s close their tools."""
+        """A ``user`` line Claude writes back: each ``tool_result`` closes its tool."""
         content = (message.get("message") or {}).get("content")
         if not isinstance(content, list):
             return
