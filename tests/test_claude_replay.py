@@ -29,8 +29,10 @@ from agentd.actors.providers.base import (
     TurnCompleted,
     TurnStarted,
 )
-from agentd.actors.providers.claude import BASE_ARGS, LAUNCHER, NATIVE_CAPABILITIES, ClaudeAdapter, find_binary, parse_version
 from agentd.actors.config import ProviderConfig
+from agentd.actors.providers.claude import BASE_ARGS, NATIVE_CAPABILITIES, ClaudeAdapter, find_binary
+from agentd.actors.providers.claude_launcher import LAUNCHER
+from agentd.actors.providers.runtime import parse_version
 from agentd.actors.providers.transport import replaying
 
 TRANSCRIPTS = Path(__file__).resolve().parent / "fixtures" / "transcripts"

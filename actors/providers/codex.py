@@ -41,7 +41,6 @@ import logging
 import os
 import platform
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -67,17 +66,16 @@ from .base import (
 )
 from ..config import ProviderConfig
 from .jsonl import JsonLinesPeer, stop_process
+from .runtime import RuntimeBinary, StderrLog, parse_version  # noqa: F401 - parse_version re-exported
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
 
 log = logging.getLogger(__name__)
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-#: where ``.ci/run`` installs the pinned runtime (``npm ci --prefix tests/integration/runtimes``)
-PROJECT_LOCAL_BINARY = _REPO_ROOT / "tests" / "integration" / "runtimes" / "node_modules" / ".bin" / "codex"
-
-#: versions this adapter was checked against (inclusive lower bound, exclusive upper bound)
-SUPPORTED_VERSIONS = ((0, 169, 0), (0, 172, 0))
-SUPPORTED_TEXT = "0.169–0.171"
+#: the executable, and the versions this adapter was checked against
+CODEX = RuntimeBinary("codex", supported=((0, 169, 0), (0, 172, 0)), supported_text="0.169–0.171")
+PROJECT_LOCAL_BINARY = CODEX.project_local
+find_binary = CODEX.find_binary
+version_problem = CODEX.version_problem
 CLIENT_NAME = "agentd"
 CLIENT_VERSION = "0.1.0"
 PROBE_TIMEOUT = 20.0
@@ -216,7 +214,7 @@ def _decode(shape: type[msgspec.Struct], data: Any, what: str) -> Any:
         raise ProviderRuntimeError(f"codex sent an unexpected {what}: {exc}") from exc
 
 
-# -- locating the binary ------------------------------------------------------------------------
+# -- the native binary behind npm's launcher ----------------------------------------------------
 
 _NATIVE_TRIPLES = {
     ("Linux", "x86_64"): ("x86_64-unknown-linux-musl", "@openai/codex-linux-x64"),
@@ -249,48 +247,6 @@ def native_binary(path: Path) -> tuple[Path, dict[str, str]]:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate, {"CODEX_MANAGED_PACKAGE_ROOT": str(package_root), "CODEX_MANAGED_BY_NPM": "1"}
     return path, {}
-
-
-def find_binary(configured: str | None, env: dict[str, str] | None = None) -> Path:
-    """``configured`` (a path or a name on PATH), else ``codex`` on PATH, else
-    the project-local install.
-
-    Raises:
-        ProviderRuntimeError: none of them exists.
-    """
-    search_path = (env or os.environ).get("PATH")
-    if configured:
-        found = shutil.which(configured, path=search_path) if os.sep not in configured else configured
-        if found and Path(found).is_file() and os.access(found, os.X_OK):
-            return Path(found)
-        raise ProviderRuntimeError(f"codex binary not found: {configured} (from the provider's binary setting)")
-    found = shutil.which("codex", path=search_path)
-    if found:
-        return Path(found)
-    if PROJECT_LOCAL_BINARY.exists() and os.access(PROJECT_LOCAL_BINARY, os.X_OK):
-        return PROJECT_LOCAL_BINARY
-    raise ProviderRuntimeError(
-        f"codex binary not found: not configured, no codex on PATH, and no {PROJECT_LOCAL_BINARY} "
-        "(install it with: npm ci --prefix tests/integration/runtimes)"
-    )
-
-
-def parse_version(text: str) -> tuple[int, int, int] | None:
-    match = re.search(r"(\d+)\.(\d+)\.(\d+)", text)
-    return (int(match[1]), int(match[2]), int(match[3])) if match else None
-
-
-def version_problem(version: tuple[int, int, int] | None) -> str | None:
-    """Why ``version`` cannot be used, or None if it is supported."""
-    if version is None:
-        return "could not tell which codex version this is"
-    low, high = SUPPORTED_VERSIONS
-    text = ".".join(map(str, version))
-    if version < low:
-        return f"codex {text} is older than this agentd supports ({SUPPORTED_TEXT}); upgrade codex"
-    if version >= high:
-        return f"codex {text} is newer than this agentd was checked against ({SUPPORTED_TEXT}); pin a supported codex"
-    return None
 
 
 # -- the adapter ----------------------------------------------------------------------------------------
@@ -353,33 +309,15 @@ class CodexAdapter(ProviderAdapter):
         return {**super().describe(), "binary": str(self.binary)}
 
     async def probe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"binary": str(self.binary)}
-        try:
-            with trio.fail_after(PROBE_TIMEOUT):
-                result = await trio.run_process(
-                    [str(self.executable), "--version"], capture_stdout=True, capture_stderr=True,
-                    env=self.environment(), check=False,
-                )
-        except trio.TooSlowError:
-            return {**info, "usable": False, "why": f"codex --version did not answer within {PROBE_TIMEOUT:g}s"}
-        except OSError as exc:
-            return {**info, "usable": False, "why": f"codex cannot be run: {exc}"}
-        output = result.stdout.decode(errors="replace").strip()
-        if result.returncode != 0:
-            err = result.stderr.decode(errors="replace").strip().splitlines()
-            return {**info, "usable": False, "why": f"codex --version failed (exit {result.returncode}): {err[-1] if err else ''}"}
-        version = parse_version(output)
-        info["version"] = ".".join(map(str, version)) if version else output
-        problem = version_problem(version)
-        if problem:
-            return {**info, "usable": False, "why": problem}
-        return {**info, "usable": True}
+        """``codex --version`` (the native binary's), bounded by PROBE_TIMEOUT."""
+        info = await CODEX.probe(self.executable, env=self.environment(), timeout=PROBE_TIMEOUT)
+        return {"binary": str(self.binary), **info}
 
     async def open(self, *, session_id: str, emit: EventSink, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
-        stderr_path = self.home / "stderr.log"
-        offset = stderr_path.stat().st_size if stderr_path.exists() else 0
-        process = await self.spawn(self.command(), env=self.environment(), cwd=None, stderr_path=stderr_path)
+        stderr = StderrLog(self.home)
+        stderr.mark()
+        process = await self.spawn(self.command(), env=self.environment(), cwd=None, stderr_path=stderr.path)
         connection = CodexConnection(self, process, emit)
         failure: ProviderRuntimeError | None = None
         try:
@@ -391,7 +329,7 @@ class CodexAdapter(ProviderAdapter):
                     # Raised below, outside this nursery: the caller gets the
                     # error itself, not an exception group around it.
                     failure = ProviderRuntimeError(
-                        f"codex app-server did not start: {exc}{_stderr_tail(stderr_path, offset)}", code=exc.code,
+                        f"codex app-server did not start: {exc}{_quoted(stderr)}", code=exc.code,
                     )
                     failure.__cause__ = exc
                     nursery.cancel_scope.cancel()
@@ -411,23 +349,10 @@ class CodexAdapter(ProviderAdapter):
             raise failure
 
 
-def _stderr_tail(path: Path, offset: int, limit: int = 2000) -> str:
-    """What the runtime said on stderr since ``offset``, for an error message."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            text = f.read(64 * 1024).decode(errors="replace")
-    except OSError:
-        return ""
-    # Codex prints a Rust backtrace of unsymbolized frames after a fatal error: noise here.
-    lines = [
-        line for line in text.splitlines()
-        if line.strip() and not line.startswith("Stack backtrace") and not re.match(r"\s*\d+: <unknown>", line)
-    ]
-    errors = [i for i, line in enumerate(lines) if line.startswith("Error")]
-    if errors:
-        lines = lines[errors[0]:]
-    tail = "\n".join(lines)[-limit:]
+def _quoted(stderr: StderrLog) -> str:
+    """What codex said on stderr before failing, for an error message (a
+    fatal error starts with ``Error``; the log lines before it are noise)."""
+    tail = stderr.tail(2000, start_at="Error")
     return f" (stderr: {tail})" if tail else ""
 
 

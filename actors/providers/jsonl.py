@@ -4,6 +4,12 @@ Both the scripted agent and ``codex app-server`` speak JSON-RPC-shaped lines
 without the ``"jsonrpc"`` field: requests carry ``id`` and ``method``,
 responses ``id`` and ``result``/``error``, notifications only ``method``, and
 the runtime may send requests of its own (approvals) that we answer by ``id``.
+:class:`JsonLinesPeer` speaks that framing.
+
+Matching an answer to the request waiting for it does not depend on the
+framing: :class:`RequestCorrelator` does it for :class:`JsonLinesPeer` and for
+runtimes with framings of their own (Claude's ``control_request`` /
+``control_response``).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 import signal
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 import msgspec
 import trio
@@ -36,6 +42,88 @@ async def runtime_lines(stream: trio.abc.ReceiveStream, who: str) -> AsyncIterat
             log.warning("%s sent a line over %d bytes; dropped", who, MAX_LINE)
         else:
             yield line
+
+
+class RequestTimeout(ProviderRuntimeError):
+    """A bounded wait on the runtime ran out (the runtime may still be alive)."""
+
+
+class RequestCorrelator:
+    """The requests we sent a runtime that still wait for an answer, by id.
+
+    The owner writes each request in its own framing (``call``'s ``send``
+    gets the new id), hands every answer it reads to :meth:`resolve`, and
+    fails what still waits with :meth:`fail_all` when the runtime is gone.
+
+    Args:
+        ids: the request ids, in order (default: 1, 2, 3, …).
+        timeout: default bound on every wait (None: unbounded).
+        timeout_text: the message of a :class:`RequestTimeout`, formatted
+            with ``what`` (``call``'s) and ``limit`` (seconds).
+    """
+
+    def __init__(
+        self,
+        *,
+        ids: Iterator[Any] | None = None,
+        timeout: float | None = 30.0,
+        timeout_text: str = "{what} got no answer within {limit:g}s",
+    ) -> None:
+        self._ids = itertools.count(1) if ids is None else ids
+        self._timeout = timeout
+        self._timeout_text = timeout_text
+        self._waiting: dict[Any, trio.MemorySendChannel] = {}
+
+    async def call(self, what: str, send: Callable[[Any], Awaitable[None]], *, timeout: float | None = None) -> Any:
+        """Send a request with a fresh id and wait for its answer.
+
+        Args:
+            what: the request, for the timeout's message.
+            send: writes the request with the id it is given.
+            timeout: this wait's bound (default: the correlator's).
+
+        Returns:
+            the answer as given to :meth:`resolve`.
+
+        Raises:
+            RequestTimeout: no answer within the bound.
+            ProviderRuntimeError: ``send`` failed, or :meth:`fail_all` ended the wait.
+        """
+        limit = self._timeout if timeout is None else timeout
+        if limit is None:
+            limit = float("inf")
+        request_id = next(self._ids)
+        sender, receive = trio.open_memory_channel(1)
+        self._waiting[request_id] = sender
+        try:
+            await send(request_id)
+            with trio.move_on_after(limit) as scope:
+                reply = await receive.receive()
+            if scope.cancelled_caught:
+                raise RequestTimeout(self._timeout_text.format(what=what, limit=limit))
+        finally:
+            self._waiting.pop(request_id, None)
+        if isinstance(reply, ProviderRuntimeError):
+            raise reply
+        return reply
+
+    def resolve(self, request_id: Any, reply: Any) -> bool:
+        """Hand ``reply`` to the request ``request_id``; False if none waits
+        (already answered, given up, or never sent)."""
+        waiter = self._waiting.pop(request_id, None)
+        if waiter is None:
+            return False
+        waiter.send_nowait(reply)
+        return True
+
+    def fail_all(self, why: str) -> None:
+        """End every wait with ``ProviderRuntimeError(why)``."""
+        for sender in list(self._waiting.values()):
+            try:
+                sender.send_nowait(ProviderRuntimeError(why))
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                pass  # answered already; the answer wins
+        self._waiting.clear()
 
 
 class JsonLinesPeer:
@@ -63,9 +151,7 @@ class JsonLinesPeer:
         self._receive = receive
         self._on_notification = on_notification
         self._on_request = on_request
-        self._timeout = request_timeout
-        self._ids = itertools.count(1)
-        self._waiting: dict[int, trio.MemorySendChannel] = {}
+        self._pending = RequestCorrelator(timeout=request_timeout)
         self._send_lock = trio.Lock()
         self._closed: str | None = None
 
@@ -81,26 +167,16 @@ class JsonLinesPeer:
         """Send a request and wait for its result.
 
         Raises:
-            ProviderRuntimeError: an error answer, a timeout or a dead runtime.
+            RequestTimeout: no answer within the bound.
+            ProviderRuntimeError: an error answer or a dead runtime.
         """
         if self._closed:
             raise ProviderRuntimeError(f"cannot send {method}: {self._closed}")
-        limit = self._timeout if timeout is None else timeout
-        if limit is None:
-            limit = float("inf")
-        request_id = next(self._ids)
-        send, receive = trio.open_memory_channel(1)
-        self._waiting[request_id] = send
-        try:
+
+        async def send(request_id: int) -> None:
             await self._write({"id": request_id, "method": method, "params": params})
-            with trio.move_on_after(limit) as scope:
-                reply = await receive.receive()
-            if scope.cancelled_caught:
-                raise ProviderRuntimeError(f"{method} got no answer within {limit:g}s")
-        finally:
-            self._waiting.pop(request_id, None)
-        if isinstance(reply, ProviderRuntimeError):
-            raise reply
+
+        reply = await self._pending.call(method, send, timeout=timeout)
         if "error" in reply:
             error = reply["error"] or {}
             raise ProviderRuntimeError(
@@ -125,9 +201,7 @@ class JsonLinesPeer:
                 await self._dispatch(line)
         finally:
             self._closed = "the runtime's output ended"
-            for send in list(self._waiting.values()):
-                send.send_nowait(ProviderRuntimeError("the runtime exited before answering"))
-            self._waiting.clear()
+            self._pending.fail_all("the runtime exited before answering")
 
     async def _dispatch(self, line: bytes) -> None:
         try:
@@ -144,9 +218,7 @@ class JsonLinesPeer:
             else:
                 await self._on_notification(message["method"], params)
             return
-        waiter = self._waiting.get(message.get("id"))
-        if waiter is not None:
-            waiter.send_nowait(message)
+        self._pending.resolve(message.get("id"), message)
 
 
 async def stop_process(

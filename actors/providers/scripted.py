@@ -36,6 +36,7 @@ from .base import (
     TurnStarted,
 )
 from .jsonl import JsonLinesPeer, stop_process
+from .runtime import StderrLog
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class ScriptedAdapter(ProviderAdapter):
     async def open(self, *, session_id: str, emit: EventSink, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        process = await self.spawn(self.command(), env=env, cwd=None, stderr_path=self.home / "stderr.log")
+        process = await self.spawn(self.command(), env=env, cwd=None, stderr_path=StderrLog(self.home).path)
         connection = ScriptedConnection(self, process, emit)
         try:
             async with trio.open_nursery() as nursery:
