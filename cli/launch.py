@@ -96,7 +96,7 @@ async def start_daemon(
         DaemonStartError: it exited first or did not get ready within ``timeout``.
     """
     data_dir = Path(data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = data_dir / "daemon.log"
     read_fd, write_fd = os.pipe()
     life_read, life_write = os.pipe()

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import trio
 
+from agentd.actors.providers.guard import guarding
 from agentd.actors.providers.base import ProviderAdapter, ProviderRuntimeError
 from agentd.actors.config import DaemonConfig, ProviderConfig
 from agentd.actors.providers.scripted import ScriptedAdapter
@@ -33,7 +34,7 @@ from agentd.store.hub import EventHub
 from agentd.store.reconcile import plan_reconciliation
 
 from .paths import Paths
-from .procinfo import is_same_process
+from agentd.actors.providers.procinfo import is_same_process
 from .router import DaemonRouter
 from .sessions import ProviderSessionManager
 from .tree import ChildSpec, RestartIntensity, Supervisor
@@ -126,6 +127,22 @@ def build_adapters(config: DaemonConfig, providers_dir: Path, *, request_timeout
     return adapters
 
 
+def make_private_dir(path: Path) -> None:
+    """Create the data dir 0700, or tighten an existing one to 0700: it holds
+    the agents' conversations, their stderr logs and the WebSocket token.
+
+    Raises:
+        PermissionError: it belongs to another user.
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = os.stat(path)
+    if info.st_uid != os.getuid():
+        raise PermissionError(f"data dir {path} belongs to another user (uid {info.st_uid}); pass a --data-dir of your own")
+    if info.st_mode & 0o077:
+        log.warning("data dir %s was readable by others (mode %o); tightened to 0700", path, info.st_mode & 0o777)
+        os.chmod(path, 0o700)
+
+
 class Daemon:
     """The whole daemon. ``await nursery.start(daemon.serve)`` returns once the
     socket accepts connections."""
@@ -146,7 +163,7 @@ class Daemon:
         self._shutdown.set()
 
     def _lock_data_dir(self) -> None:
-        self.paths.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(self.paths.data_dir)
         fd = os.open(self.paths.data_dir / "agentd.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -169,7 +186,9 @@ class Daemon:
         self.paths.check_socket()
         self._lock_data_dir()
         try:
-            await self._serve(task_status)
+            # Agent runtimes die with this daemon, even a SIGKILLed one.
+            async with guarding():
+                await self._serve(task_status)
         finally:
             self._unlock_data_dir()
 

@@ -31,7 +31,7 @@ from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import ProviderSession, to_wire
 
-from .procinfo import process_start_ticks
+from agentd.actors.providers.procinfo import process_start_ticks
 from .tree import RestartIntensity, unwrap
 
 log = logging.getLogger(__name__)

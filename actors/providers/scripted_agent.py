@@ -45,6 +45,8 @@ import hashlib
 import itertools
 import os
 import re
+import subprocess
+import sys
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -114,7 +116,7 @@ class NativeStore:
     def __init__(self, home: Path) -> None:
         self.home = home
         self.directory = home / "threads"
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def load(self, thread_id: str) -> ThreadRecord:
         if not _THREAD_ID.fullmatch(thread_id):
@@ -133,7 +135,8 @@ class NativeStore:
         # or the new file and never a torn one.
         path = self.directory / f"{thread.threadId}.json"
         temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        with open(temp, "wb") as file:
+        # Conversations are private: 0600 whatever the umask.
+        with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
             file.write(msgspec.json.encode(thread))
             file.flush()
             os.fsync(file.fileno())
@@ -458,7 +461,9 @@ class Turn:
         ``"once": true`` the crash happens only the first time this thread
         runs this input (a recovered retry then goes on).
     ``{"tool": {"name": NAME, "seconds": S}}`` (or ``"hang": true``)
-        A tool item that takes that long.
+        A tool item that takes that long; with ``"background": true`` it
+        also leaves a process running (its pid in the item), as a tool that
+        starts a server would.
     ``{"reportHistory": true}``
         Say how many earlier turns the thread holds, and, when the client
         injected context (a handoff) into this turn, how long it is.
@@ -634,7 +639,15 @@ class Turn:
         spec = _expect(step["tool"], dict, "tool needs an object with a name")
         name = _expect(spec.get("name"), str, "tool needs a string name")
         seconds = None if spec.get("hang") else _number(spec.get("seconds", 0), "tool seconds")
-        async with self._item(parent, "tool", name=name, status="inProgress"):
+        async with self._item(parent, "tool", name=name, status="inProgress") as item:
+            if spec.get("background"):
+                # A process the tool leaves running (a dev server): in this
+                # runtime's process group, and the person's, not agentd's.
+                child = subprocess.Popen(
+                    [sys.executable, "-c", "import time; time.sleep(3600)"],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+                item["pid"] = child.pid
             if seconds is None:
                 await trio.sleep_forever()
             await trio.sleep(seconds)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 def process_start_ticks(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat
@@ -24,3 +26,24 @@ def is_same_process(pid: int, start_ticks: int | None) -> bool:
     if start_ticks is None:
         return False
     return process_start_ticks(pid) == start_ticks
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes in process group ``pgid``."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        rest = data[data.rfind(b")") + 2 :].split()
+        try:
+            state, group = rest[0], int(rest[2])  # fields 3 (state) and 5 (pgrp)
+        except (IndexError, ValueError):
+            continue
+        if group == pgid and state != b"Z":
+            members.append(int(entry.name))
+    return sorted(members)
