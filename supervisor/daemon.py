@@ -34,7 +34,7 @@ from agentd.store.hub import EventHub
 from agentd.store.reconcile import plan_reconciliation
 
 from .paths import Paths
-from agentd.actors.providers.procinfo import is_same_process
+from agentd.actors.providers.procinfo import is_same_process, process_group_members
 from .router import DaemonRouter
 from .sessions import ProviderSessionManager
 from .tree import ChildSpec, RestartIntensity, Supervisor
@@ -83,9 +83,10 @@ class UnavailableAdapter(ProviderAdapter):
 
 
 async def end_orphan(pid: int, start_ticks: int | None, *, timeout: float = 10.0) -> bool:
-    """SIGKILL the process group of ``pid`` if ``pid`` is still the process
-    that started at ``start_ticks``, and wait until it has exited (a pidfd
-    becomes readable then), so nothing it did can overlap the new instance.
+    """SIGKILL ``pid`` if it is still the runtime process that started at
+    ``start_ticks``, and wait until it has exited (a pidfd becomes readable
+    then), so nothing it did can overlap the new instance. Only the runtime:
+    the processes its tools started are not agentd's to end (seed 003).
     Returns whether a process was ended."""
     try:
         pidfd = os.pidfd_open(pid)
@@ -95,10 +96,7 @@ async def end_orphan(pid: int, start_ticks: int | None, *, timeout: float = 10.0
         # Checked after the pidfd pins the process: a pid reused later can't fool us.
         if not is_same_process(pid, start_ticks):
             return False
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         with trio.move_on_after(timeout):
             await trio.lowlevel.wait_readable(pidfd)
         return True
@@ -299,10 +297,25 @@ class Daemon:
     async def _reconcile(self, store: Store) -> None:
         # End runtimes a previous instance left behind, but only the very
         # processes it started: a pid plus its start time, checked in /proc.
+        left_running: list[tuple[str, int, list[int]]] = []
         for session in store.live_sessions():
             if session.pid and await end_orphan(session.pid, session.process_start_ticks):
                 log.info("ended orphan provider process %s of session %s", session.pid, session.id)
+            # Runtimes run in a session of their own (pgid = their pid); what
+            # is left in it was started by their tools: reported, not touched.
+            if session.pid and session.process_start_ticks is not None:
+                members = [p for p in process_group_members(session.pid) if p != session.pid]
+                if members:
+                    left_running.append((session.thread_id, session.pid, members))
         batch, report = plan_reconciliation(store, self.options.wall_clock())
+        for thread_id, runtime_pid, members in left_running:
+            batch.event(
+                "runtime.warning", thread_id=thread_id, at=self.options.wall_clock(), pids=members,
+                message=(
+                    f"processes started by the previous runtime (pid {runtime_pid}) are still running: "
+                    f"pids {', '.join(map(str, members))}; agentd neither stops nor adopts them"
+                ),
+            )
         if batch:
             await store.commit(batch)
             log.info("reconciled previous instance: %s", report.as_dict())

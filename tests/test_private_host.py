@@ -48,6 +48,14 @@ async def test_a_sigkilled_daemon_takes_its_agents_but_not_their_tools_processes
         await proc.kill()
         await wait_gone(agent)  # the guard killed it: no daemon start needed
         assert process_start_ticks(background) is not None, "a tool's own process is not agentd's to kill"
+        # The next start reports what the old runtime's tools left running.
+        proc = await start_daemon(data_dir, short_dir / "g.sock")
+        async with Client.connect(proc.socket) as client:
+            warning = await wait_event(client, lambda e: e["type"] == "runtime.warning", thread_id=thread_id)
+        assert background in warning["payload"]["pids"]
+        assert str(background) in warning["payload"]["message"]
+        assert process_start_ticks(background) is not None
+        await proc.terminate()
     finally:
         await proc.kill()
         if background is not None and process_start_ticks(background) is not None:
