@@ -77,7 +77,7 @@ class ArtifactsMixin:
     async def _cmd_plan_implement(self: ThreadActor, command: Command) -> dict[str, Any]:
         """Start work from a proposed plan: a new run here, or a new thread."""
         params = command.params
-        plan = self.store.get("artifacts", params.plan_id)
+        plan = self.store.get(PlanArtifact, params.plan_id)
         if plan is None or plan.thread_id != self.thread_id or plan.kind != "proposed_plan":
             raise NotFound(f"no proposed plan {params.plan_id} in thread {self.thread_id}", planId=params.plan_id)
         if plan.status != "proposed":

@@ -19,7 +19,7 @@ from agentd.store.batch import WriteBatch
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
 from agentd.store.ids import new_id
-from agentd.store.records import AppThread, CommandReceipt, to_wire
+from agentd.store.records import AppThread, CommandReceipt, ProviderThread, to_wire
 
 from .messages import Command
 from .providers.base import ProviderEvent, SessionHost
@@ -91,7 +91,7 @@ class ThreadRegistry:
         if thread is None:
             raise NotFound(f"no thread {thread_id}; list threads with thread.list", threadId=thread_id)
         queued = [r for r in self.store.thread_runs(thread_id) if r.status == "queued"]
-        provider_thread = self.store.get("provider_threads", thread.provider_thread_id) if thread.provider_thread_id else None
+        provider_thread = self.store.get(ProviderThread, thread.provider_thread_id) if thread.provider_thread_id else None
         actor = ThreadActor(self, thread, queued, provider_thread)
         self._actors[thread_id] = actor
         assert self._nursery is not None, "registry is not serving"

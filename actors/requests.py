@@ -72,7 +72,7 @@ class RequestsMixin:
         active.nodes.setdefault(key, node)
 
     def _pending_request(self: ThreadActor, request_id: str, kind: str) -> RuntimeRequest:
-        request = self.store.get("requests", request_id)
+        request = self.store.get(RuntimeRequest, request_id)
         if request is None or request.thread_id != self.thread_id:
             raise NotFound(f"no request {request_id}; list pending requests with thread.requests", requestId=request_id)
         if request.kind != kind:

@@ -25,7 +25,7 @@ from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
 from agentd.store.batch import WriteBatch
 from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
-from agentd.store.records import ConversationMessage, Effect, to_wire
+from agentd.store.records import ConversationMessage, Effect, ExecutionNode, RunAttempt, to_wire
 
 from .active import ActiveRun, PendingRestart
 from .messages import Command, EffectDone
@@ -338,9 +338,9 @@ class RunControlMixin:
         now = self.now()
         self.queued.remove(run)
         run = struct_copy(run, status="cancelled", reason=reason, ended_at=now)
-        attempt = self.store.get("attempts", run.selected_attempt_id)
-        root = self.store.get("nodes", run.root_node_id)
-        message = self.store.get("messages", run.user_message_id)
+        attempt = self.store.get(RunAttempt, run.selected_attempt_id)
+        root = self.store.get(ExecutionNode, run.root_node_id)
+        message = self.store.get(ConversationMessage, run.user_message_id)
         if attempt is not None:
             batch.put(struct_copy(attempt, status="cancelled", error=reason, ended_at=now))
         if root is not None:
@@ -374,7 +374,7 @@ class RunControlMixin:
         return {"queuedRunIds": wanted, "seq": committed.seq}
 
     async def _cmd_queued_message_promote_to_steer(self: ThreadActor, command: Command) -> dict[str, Any]:
-        message = self.store.get("messages", command.params.message_id)
+        message = self.store.get(ConversationMessage, command.params.message_id)
         run = next((r for r in self.queued if message is not None and r.user_message_id == message.id), None)
         if message is None or message.thread_id != self.thread_id:
             raise NotFound(f"no message {command.params.message_id} in thread {self.thread_id}", messageId=command.params.message_id)

@@ -225,7 +225,7 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
 
     def _settle_effect(self, batch: WriteBatch, effect_id: str, status: str, *, reason: str | None = None) -> None:
         """Close an outbox entry (if it is still pending)."""
-        effect = self.store.get("effects", effect_id)
+        effect = self.store.get(Effect, effect_id)
         if effect is not None and effect.status == "pending":
             batch.put(struct_copy(effect, status=status, reason=reason))
 
@@ -335,9 +335,9 @@ class ThreadActor(RunControlMixin, RequestsMixin, ArtifactsMixin):
         if self.registry.shutting_down:
             return  # left queued: the next start reconciles it (cancelled, message not_sent)
         run = self.queued.pop(0)
-        attempt = self.store.get("attempts", run.selected_attempt_id)
-        root = self.store.get("nodes", run.root_node_id)
-        message = self.store.get("messages", run.user_message_id)
+        attempt = self.store.get(RunAttempt, run.selected_attempt_id)
+        root = self.store.get(ExecutionNode, run.root_node_id)
+        message = self.store.get(ConversationMessage, run.user_message_id)
         if attempt is None or root is None or message is None:  # pragma: no cover - store corruption
             log.error("run %s is missing its attempt, root node or message; skipped", run.id)
             self._maybe_start_next()

@@ -14,7 +14,6 @@ from typing import Any
 import msgspec
 
 from .records import (
-    KIND_OF_TYPE,
     RUN_OPEN,
     AppThread,
     ConversationMessage,
@@ -28,6 +27,7 @@ from .records import (
     RunAttempt,
     RuntimeRequest,
     encode_record,
+    kind_of,
 )
 
 SEP = b"\x00"
@@ -64,7 +64,7 @@ class WriteBatch:
 
     def put(self, record: msgspec.Struct) -> None:
         """Store ``record`` under its id, with the index entries its kind has."""
-        kind = KIND_OF_TYPE[type(record)]
+        kind = kind_of(type(record))
         key = record.id.encode()
         self.ops.append((kind, key, encode_record(kind, record)))
         self._index(record)

@@ -276,6 +276,14 @@ RECORD_KINDS: dict[str, tuple[type, int]] = {
 
 KIND_OF_TYPE: dict[type, str] = {cls: name for name, (cls, _v) in RECORD_KINDS.items()}
 
+
+def kind_of(cls: type) -> str:
+    """The sub-database that holds records of type ``cls``."""
+    try:
+        return KIND_OF_TYPE[cls]
+    except KeyError:
+        raise TypeError(f"{cls.__name__} is not a stored record type") from None
+
 _encoder = msgspec.msgpack.Encoder()
 _decoders = {name: msgspec.msgpack.Decoder(cls) for name, (cls, _v) in RECORD_KINDS.items()}
 

@@ -15,7 +15,7 @@ from agentd.protocol.server import Connection, Then
 from agentd.store.db import Store
 from agentd.store.hub import EventHub, Resync, replay_then_live
 from agentd.store.ids import new_id
-from agentd.store.records import to_wire
+from agentd.store.records import ConversationMessage, PlanArtifact, Run, RuntimeRequest, to_wire
 
 from .sessions import ProviderSessionManager
 
@@ -54,14 +54,14 @@ class DaemonRouter:
     async def _thread_message_send(self, params: wire.MessageSendParams, _conn: Connection) -> Any:
         return await self.registry.call(params.thread_id, "thread.message.send", params, params.command_id)
 
-    def _thread_of(self, kind: str, record_id: str, what: str) -> str:
-        record = self.store.get(kind, record_id)
+    def _thread_of(self, cls: type, record_id: str, what: str) -> str:
+        record = self.store.get(cls, record_id)
         if record is None:
             raise NotFound(f"no {what} {record_id}", **{f"{what}Id": record_id})
         return record.thread_id
 
     async def _run_interrupt(self, params: wire.RunInterruptParams, _conn: Connection) -> Any:
-        thread_id = self._thread_of("runs", params.run_id, "run")
+        thread_id = self._thread_of(Run, params.run_id, "run")
         return await self.registry.call(thread_id, "run.interrupt", params, params.command_id)
 
     async def _thread_stop(self, params: wire.ThreadStopParams, _conn: Connection) -> Any:
@@ -71,25 +71,25 @@ class DaemonRouter:
         return await self.registry.call(params.thread_id, "thread.queue.release", params)
 
     async def _queued_run_cancel(self, params: wire.QueuedRunParams, _conn: Connection) -> Any:
-        return await self.registry.call(self._thread_of("runs", params.run_id, "run"), "queued-run.cancel", params)
+        return await self.registry.call(self._thread_of(Run, params.run_id, "run"), "queued-run.cancel", params)
 
     async def _queued_run_reorder(self, params: wire.QueueReorderParams, _conn: Connection) -> Any:
         return await self.registry.call(params.thread_id, "queued-run.reorder", params)
 
     async def _queued_message_promote_to_steer(self, params: wire.PromoteParams, _conn: Connection) -> Any:
-        thread_id = self._thread_of("messages", params.message_id, "message")
+        thread_id = self._thread_of(ConversationMessage, params.message_id, "message")
         return await self.registry.call(thread_id, "queued-message.promote-to-steer", params)
 
     async def _approval_respond(self, params: wire.ApprovalRespondParams, _conn: Connection) -> Any:
-        thread_id = self._thread_of("requests", params.request_id, "request")
+        thread_id = self._thread_of(RuntimeRequest, params.request_id, "request")
         return await self.registry.call(thread_id, "approval.respond", params, params.command_id)
 
     async def _user_input_respond(self, params: wire.UserInputRespondParams, _conn: Connection) -> Any:
-        thread_id = self._thread_of("requests", params.request_id, "request")
+        thread_id = self._thread_of(RuntimeRequest, params.request_id, "request")
         return await self.registry.call(thread_id, "user-input.respond", params, params.command_id)
 
     async def _plan_implement(self, params: wire.PlanImplementParams, _conn: Connection) -> Any:
-        thread_id = self._thread_of("artifacts", params.plan_id, "plan")
+        thread_id = self._thread_of(PlanArtifact, params.plan_id, "plan")
         return await self.registry.call(thread_id, "plan.implement", params, params.command_id)
 
     async def _run_resume(self, params: wire.RunResumeParams, _conn: Connection) -> Any:
