@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, TypeVar
 
 import lmdb
 import msgspec
@@ -24,7 +24,6 @@ from .records import (
     ExecutionNode,
     PlanArtifact,
     ProviderSession,
-    ProviderThread,
     ProviderTurn,
     Run,
     RunAttempt,
@@ -158,10 +157,6 @@ class Store:
         rows = self._scan_index("idx_run_nodes", run_id.encode() + SEP)
         return self._get_many(ExecutionNode, [k.split(SEP, 1)[1].decode() for k, _v in rows])
 
-    def thread_provider_threads(self, thread_id: str) -> list[ProviderThread]:
-        rows = self._scan_index("idx_thread_provider_threads", thread_id.encode() + SEP)
-        return self._get_many(ProviderThread, [k.split(SEP, 1)[1].decode() for k, _v in rows])
-
     def attempt_turns(self, attempt_id: str) -> list[ProviderTurn]:
         rows = self._scan_index("idx_attempt_turns", attempt_id.encode() + SEP)
         return self._get_many(ProviderTurn, [k.split(SEP, 1)[1].decode() for k, _v in rows])
@@ -227,18 +222,12 @@ class Store:
                         break
         return out
 
-    def iter_kind(self, kind: str) -> Iterator[Any]:
-        """Every record of ``kind`` (for checks and tools, not hot paths)."""
-        with self.env.begin(db=self.dbs[kind]) as txn:
-            for _key, value in txn.cursor():
-                yield decode_record(kind, value)
-
     def stat(self) -> dict[str, int]:
         """Entry counts per sub-database."""
         with self.env.begin() as txn:
             return {name: txn.stat(db)["entries"] for name, db in self.dbs.items()}
 
 
-def struct_copy(record: msgspec.Struct, **changes: Any) -> Any:
+def struct_copy(record: R, **changes: Any) -> R:
     """A copy of a record with ``changes`` applied (records are treated as values)."""
     return msgspec.structs.replace(record, **changes)

@@ -59,7 +59,7 @@ class AppThread(Record, kw_only=True):
     active_run_id: str | None = None
     provider_thread_id: str | None = None
     queue_held: bool = False
-    # Light lineage (F8); transfer details live in ContextTransfer records.
+    # Light lineage (F8): where this thread came from, and why.
     parent_thread_id: str | None = None
     relationship_to_parent: str | None = None
     root_thread_id: str | None = None
