@@ -21,9 +21,10 @@ from agentd.store.hub import EventHub
 from agentd.store.ids import new_id
 from agentd.store.records import AppThread, CommandReceipt, ProviderThread, to_wire
 
-from .messages import Command
+from .messages import Command, Handler
 from .providers.base import ProviderEvent, SessionHost
 from .providers.config import DaemonConfig
+from .steering import message_send
 from .thread_actor import ThreadActor
 
 log = logging.getLogger(__name__)
@@ -116,14 +117,23 @@ class ThreadRegistry:
         actor.send_channel.close()
         return True
 
-    async def call(self, thread_id: str, method: str, params: Any, command_id: str | None = None) -> Any:
+    async def call(
+        self, thread_id: str, handler: Handler, params: Any, command_id: str | None = None, *, method: str,
+    ) -> Any:
         """Send a command to a thread's actor and wait for its answer.
+
+        Args:
+            thread_id: the thread that owns the command.
+            handler: what the actor runs for it (e.g. ``steering.message_send``).
+            params: the method's params.
+            command_id: the client's commandId, for safe retries.
+            method: the method's name, for receipts and errors.
 
         Raises:
             NotFound: no such thread.
             Overloaded: the thread's mailbox is full.
         """
-        command = Command(method, params, command_id)
+        command = Command(method, handler, params, command_id)
         for _ in range(2):
             actor = self._actor(thread_id)
             try:
@@ -238,4 +248,6 @@ class ThreadRegistry:
         """A message the daemon itself sends to a thread (e.g. a plan to implement)."""
         from agentd.protocol.wire import MessageSendParams
 
-        return await self.call(thread_id, "thread.message.send", MessageSendParams(thread_id=thread_id, text=text))
+        return await self.call(
+            thread_id, message_send, MessageSendParams(thread_id=thread_id, text=text), method="thread.message.send",
+        )

@@ -8,7 +8,11 @@ from typing import Any
 
 import trio
 
+from agentd.actors.artifacts import plan_implement
 from agentd.actors.registry import ThreadRegistry
+from agentd.actors.requests import approval_respond, user_input_respond
+from agentd.actors.run_control import queue_release, queued_run_cancel, queued_run_reorder, run_interrupt, thread_stop
+from agentd.actors.steering import message_send, queued_message_promote_to_steer
 from agentd.protocol import wire
 from agentd.protocol.errors import InvalidParams, NotFound, Unsupported
 from agentd.protocol.server import Connection, Then
@@ -52,7 +56,7 @@ class DaemonRouter:
         return await self.registry.create_thread(params, params.command_id)
 
     async def _thread_message_send(self, params: wire.MessageSendParams, _conn: Connection) -> Any:
-        return await self.registry.call(params.thread_id, "thread.message.send", params, params.command_id)
+        return await self.registry.call(params.thread_id, message_send, params, params.command_id, method="thread.message.send")
 
     def _thread_of(self, cls: type, record_id: str, what: str) -> str:
         record = self.store.get(cls, record_id)
@@ -62,35 +66,37 @@ class DaemonRouter:
 
     async def _run_interrupt(self, params: wire.RunInterruptParams, _conn: Connection) -> Any:
         thread_id = self._thread_of(Run, params.run_id, "run")
-        return await self.registry.call(thread_id, "run.interrupt", params, params.command_id)
+        return await self.registry.call(thread_id, run_interrupt, params, params.command_id, method="run.interrupt")
 
     async def _thread_stop(self, params: wire.ThreadStopParams, _conn: Connection) -> Any:
-        return await self.registry.call(params.thread_id, "thread.stop", params, params.command_id)
+        return await self.registry.call(params.thread_id, thread_stop, params, params.command_id, method="thread.stop")
 
     async def _thread_queue_release(self, params: wire.ThreadIdParams, _conn: Connection) -> Any:
-        return await self.registry.call(params.thread_id, "thread.queue.release", params)
+        return await self.registry.call(params.thread_id, queue_release, params, method="thread.queue.release")
 
     async def _queued_run_cancel(self, params: wire.QueuedRunParams, _conn: Connection) -> Any:
-        return await self.registry.call(self._thread_of(Run, params.run_id, "run"), "queued-run.cancel", params)
+        return await self.registry.call(self._thread_of(Run, params.run_id, "run"), queued_run_cancel, params, method="queued-run.cancel")
 
     async def _queued_run_reorder(self, params: wire.QueueReorderParams, _conn: Connection) -> Any:
-        return await self.registry.call(params.thread_id, "queued-run.reorder", params)
+        return await self.registry.call(params.thread_id, queued_run_reorder, params, method="queued-run.reorder")
 
     async def _queued_message_promote_to_steer(self, params: wire.PromoteParams, _conn: Connection) -> Any:
         thread_id = self._thread_of(ConversationMessage, params.message_id, "message")
-        return await self.registry.call(thread_id, "queued-message.promote-to-steer", params)
+        return await self.registry.call(
+            thread_id, queued_message_promote_to_steer, params, method="queued-message.promote-to-steer",
+        )
 
     async def _approval_respond(self, params: wire.ApprovalRespondParams, _conn: Connection) -> Any:
         thread_id = self._thread_of(RuntimeRequest, params.request_id, "request")
-        return await self.registry.call(thread_id, "approval.respond", params, params.command_id)
+        return await self.registry.call(thread_id, approval_respond, params, params.command_id, method="approval.respond")
 
     async def _user_input_respond(self, params: wire.UserInputRespondParams, _conn: Connection) -> Any:
         thread_id = self._thread_of(RuntimeRequest, params.request_id, "request")
-        return await self.registry.call(thread_id, "user-input.respond", params, params.command_id)
+        return await self.registry.call(thread_id, user_input_respond, params, params.command_id, method="user-input.respond")
 
     async def _plan_implement(self, params: wire.PlanImplementParams, _conn: Connection) -> Any:
         thread_id = self._thread_of(PlanArtifact, params.plan_id, "plan")
-        return await self.registry.call(thread_id, "plan.implement", params, params.command_id)
+        return await self.registry.call(thread_id, plan_implement, params, params.command_id, method="plan.implement")
 
     async def _run_resume(self, params: wire.RunResumeParams, _conn: Connection) -> Any:
         # SPEC F12: execution is never resumed after a restart; say so plainly.
