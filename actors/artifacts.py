@@ -81,6 +81,7 @@ def plan_implemented(batch: ThreadBatch, plan: PlanArtifact, *, by: str, mode: L
 
 
 async def on_plan_updated(actor: ThreadActor, event: PlanUpdated) -> None:
+    """The provider's todo list changed (``plan_updated``)."""
     active = actor.state.active
     assert active is not None
     batch = actor.batch()

@@ -47,10 +47,6 @@ class Reply:
             self._error = error
             self._done.set()
 
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
     async def wait(self) -> Any:
         """The answer; raises the error the command failed with."""
         await self._done.wait()

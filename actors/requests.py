@@ -117,6 +117,7 @@ def resolve(
 
 
 async def on_request_opened(actor: ThreadActor, event: RequestOpened) -> None:
+    """The provider asks the person something (``request_opened``)."""
     batch = actor.batch()
     request_opened(batch, actor.state, event)
     await actor.commit(batch)

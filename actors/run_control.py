@@ -56,6 +56,7 @@ def hold_queue(batch: ThreadBatch, state: ThreadState) -> None:
 
 
 def release_queue(batch: ThreadBatch, state: ThreadState) -> None:
+    """Let queued runs start again."""
     graph.set_thread(batch, state, queue_held=False)
     batch.emit("thread.queue_released", queuedRunIds=[r.id for r in state.queued])
 
@@ -163,6 +164,7 @@ async def _interrupt_turn(
 
 
 async def on_interrupt_overdue(actor: ThreadActor, attempt_id: str) -> None:
+    """The interrupt's grace period passed with the turn still running."""
     grace = actor.config.interrupt_grace
     await escalate_interrupt(actor, attempt_id, f"the provider did not end the turn within {grace:g}s of the interrupt")
 
@@ -202,6 +204,7 @@ async def _run_cascade(actor: ThreadActor, effect_id: str) -> None:
 
 
 async def on_cascade_done(actor: ThreadActor, effect_id: str) -> None:
+    """The Stop cascade finished: its outbox entry is done."""
     batch = actor.batch()
     graph.settle_effect(batch, actor.store.get(Effect, effect_id), "done")
     if batch:

@@ -143,6 +143,7 @@ async def _send_steer(
 
 
 async def on_steer_delivered(actor: ThreadActor, message: ConversationMessage) -> None:
+    """The provider took a native steer (``steer_delivered``)."""
     batch = actor.batch()
     steer_delivered(batch, message)
     await actor.commit(batch)

@@ -267,6 +267,7 @@ class ThreadActor:
         self._timers.setdefault(timer, trio.current_time() + delay)
 
     def cancel_timer(self, timer: Timer) -> None:
+        """Forget ``timer`` if it is pending."""
         self._timers.pop(timer, None)
 
     def thread_run(self, run_id: str) -> Run:

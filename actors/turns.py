@@ -32,6 +32,7 @@ def _active(actor: ThreadActor) -> ActiveRun:
 
 
 async def on_turn_started(actor: ThreadActor, event: TurnStarted) -> None:
+    """The provider began the attempt's turn (``graph.turn_started``)."""
     active = _active(actor)
     batch = actor.batch()
     effect = actor.store.get(Effect, graph.turn_start_effect_id(active.run.id))
@@ -43,12 +44,14 @@ async def on_turn_started(actor: ThreadActor, event: TurnStarted) -> None:
 
 
 async def on_item_started(actor: ThreadActor, event: ItemStarted) -> None:
+    """A provider item began: a node, or an assistant message to stream."""
     batch = actor.batch()
     graph.item_started(batch, actor.state, event)
     await actor.commit(batch)
 
 
 async def on_item_completed(actor: ThreadActor, event: ItemCompleted) -> None:
+    """A provider item ended; a finished ``plan`` item is proposed as a plan."""
     batch = actor.batch()
     node = graph.item_completed(batch, actor.state, event)
     if node is not None and node.kind == "plan":
@@ -58,6 +61,7 @@ async def on_item_completed(actor: ThreadActor, event: ItemCompleted) -> None:
 
 
 async def on_runtime_warning(actor: ThreadActor, event: RuntimeWarning_) -> None:
+    """Something the person should know about the runtime (kept in the log)."""
     batch = actor.batch()
     active = actor.state.active
     batch.emit("runtime.warning", run_id=active.run.id if active else None, message=event.message)
