@@ -1,13 +1,30 @@
-"""What travels through a ThreadActor's mailbox besides provider events."""
+"""The ThreadActor's mailbox: one tagged union of typed messages.
+
+Everything that changes a thread reaches its actor as one of these and is
+handled in mailbox order, one at a time, with ``match`` (thread_actor.py):
+
+- ``Command``: a client's (or the daemon's own) command, with its handler;
+- a ``ProviderEvent`` of the thread's provider session (providers/base.py);
+- the attempt starter's reports, ``ProviderThreadReady`` and ``AttemptStartFailed``;
+- a timer that came due, ``FlushTimer`` or ``InterruptOverdue``;
+- the outcome of an effect task, which ran outside the thread's lock:
+  ``SteerDelivered``, ``SteerFailed``, ``InterruptRefused``, ``CascadeDone``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeAlias
 
 import trio
 
 from agentd.protocol.errors import AgentdError
+from agentd.store.records import ConversationMessage
+
+from .providers.base import ProviderEvent
+
+if TYPE_CHECKING:
+    from .thread_actor import ThreadActor
 
 
 class Reply:
@@ -19,39 +36,48 @@ class Reply:
         self._error: BaseException | None = None
 
     def set(self, value: Any) -> None:
+        """Answer with ``value`` (ignored once answered)."""
         if not self._done.is_set():
             self._value = value
             self._done.set()
 
     def fail(self, error: BaseException) -> None:
+        """Answer with ``error`` (ignored once answered)."""
         if not self._done.is_set():
             self._error = error
             self._done.set()
 
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
     async def wait(self) -> Any:
+        """The answer; raises the error the command failed with."""
         await self._done.wait()
         if self._error is not None:
             raise self._error
         return self._value
 
 
-@dataclass
+#: a thread-owned method's handler: runs in the actor, one command at a time,
+#: and returns the command's result (an AgentdError becomes the error reply)
+Handler: TypeAlias = Callable[["ThreadActor", "Command"], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True, eq=False)
 class Command:
-    """A client (or internal) command for one thread: the method table's
-    handler for it, run by the thread's actor as ``handler(actor, command)``."""
+    """A client (or internal) command for one thread.
+
+    ``method`` names it in receipts and errors; ``handler`` does it.
+    """
 
     method: str
-    handler: Callable[[Any, Command], Awaitable[Any]]
+    handler: Handler
     params: Any
     command_id: str | None = None
     reply: Reply = field(default_factory=Reply)
 
 
-@dataclass
+# -- the attempt starter's reports ------------------------------------------------
+
+
+@dataclass(frozen=True)
 class HandoffDraft:
     """Context the starter built for a replacement provider thread."""
 
@@ -61,7 +87,7 @@ class HandoffDraft:
     replaced_provider_thread_id: str | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProviderThreadReady:
     """The starter opened or resumed the native thread for an attempt."""
 
@@ -74,7 +100,7 @@ class ProviderThreadReady:
     handoff: HandoffDraft | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class AttemptStartFailed:
     """The starter could not get an attempt's turn running."""
 
@@ -83,17 +109,59 @@ class AttemptStartFailed:
     error: AgentdError | Exception | str
 
 
-@dataclass
-class FlushDue:
-    """Wakes an actor whose coalesced text is due to be written."""
+# -- timers: posted by the actor's own loop when their deadline passes --------------
 
 
-@dataclass
-class EffectDone:
-    """An effect task's outcome, applied by the actor in mailbox order (the
-    effect itself ran outside the thread's lock)."""
+@dataclass(frozen=True)
+class FlushTimer:
+    """Buffered assistant text is due to be written."""
 
-    fn: Any  # async (actor) -> None
 
-    async def apply(self, actor: Any) -> None:
-        await self.fn(actor)
+@dataclass(frozen=True)
+class InterruptOverdue:
+    """The provider did not end an interrupted attempt within the grace period."""
+
+    attempt_id: str
+
+
+Timer: TypeAlias = FlushTimer | InterruptOverdue
+
+
+# -- effect outcomes ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SteerDelivered:
+    """The provider took a native steer."""
+
+    message: ConversationMessage
+
+
+@dataclass(frozen=True)
+class SteerFailed:
+    """The provider refused a native steer (e.g. the turn had just ended)."""
+
+    message: ConversationMessage
+    why: str
+
+
+@dataclass(frozen=True)
+class InterruptRefused:
+    """The provider refused to interrupt an attempt's turn."""
+
+    attempt_id: str
+    why: str
+
+
+@dataclass(frozen=True)
+class CascadeDone:
+    """A Stop's delegated children were all stopped; ``effect_id`` is its outbox entry."""
+
+    effect_id: str
+
+
+#: everything a ThreadActor's mailbox carries
+MailboxItem: TypeAlias = (
+    Command | ProviderEvent | ProviderThreadReady | AttemptStartFailed | FlushTimer | InterruptOverdue
+    | SteerDelivered | SteerFailed | InterruptRefused | CascadeDone
+)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 import trio
 
@@ -19,11 +19,12 @@ from agentd.store.batch import WriteBatch
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
 from agentd.store.ids import new_id
-from agentd.store.records import AppThread, CommandReceipt, to_wire
+from agentd.store.records import AppThread, CommandReceipt, ProviderThread, to_wire
 
-from .config import DaemonConfig
-from .messages import Command
+from .messages import Command, Handler
 from .providers.base import ProviderEvent, SessionHost
+from .config import DaemonConfig
+from .steering import message_send
 from .thread_actor import ThreadActor
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class ThreadRegistry:
         if thread is None:
             raise NotFound(f"no thread {thread_id}; list threads with thread.list", threadId=thread_id)
         queued = [r for r in self.store.thread_runs(thread_id) if r.status == "queued"]
-        provider_thread = self.store.get("provider_threads", thread.provider_thread_id) if thread.provider_thread_id else None
+        provider_thread = self.store.get(ProviderThread, thread.provider_thread_id) if thread.provider_thread_id else None
         actor = ThreadActor(self, thread, queued, provider_thread)
         self._actors[thread_id] = actor
         assert self._nursery is not None, "registry is not serving"
@@ -117,11 +118,16 @@ class ThreadRegistry:
         return True
 
     async def call(
-        self, thread_id: str, handler: Callable[..., Awaitable[Any]], params: Any, command_id: str | None = None,
-        *, method: str,
+        self, thread_id: str, handler: Handler, params: Any, command_id: str | None = None, *, method: str,
     ) -> Any:
-        """Send a command to a thread's actor and wait for its answer:
-        ``handler(actor, command)`` runs in the actor, under its lock.
+        """Send a command to a thread's actor and wait for its answer.
+
+        Args:
+            thread_id: the thread that owns the command.
+            handler: what the actor runs for it (e.g. ``steering.message_send``).
+            params: the method's params.
+            command_id: the client's commandId, for safe retries.
+            method: the method's name, for receipts and errors.
 
         Raises:
             NotFound: no such thread.
@@ -243,6 +249,5 @@ class ThreadRegistry:
         from agentd.protocol.wire import MessageSendParams
 
         return await self.call(
-            thread_id, ThreadActor._cmd_thread_message_send, MessageSendParams(thread_id=thread_id, text=text),
-            method="thread.message.send",
+            thread_id, message_send, MessageSendParams(thread_id=thread_id, text=text), method="thread.message.send",
         )

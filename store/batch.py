@@ -14,7 +14,6 @@ from typing import Any
 import msgspec
 
 from .records import (
-    KIND_OF_TYPE,
     RUN_OPEN,
     AppThread,
     ConversationMessage,
@@ -22,12 +21,12 @@ from .records import (
     ExecutionNode,
     PlanArtifact,
     ProviderSession,
-    ProviderThread,
     ProviderTurn,
     Run,
     RunAttempt,
     RuntimeRequest,
     encode_record,
+    kind_of,
 )
 
 SEP = b"\x00"
@@ -64,7 +63,7 @@ class WriteBatch:
 
     def put(self, record: msgspec.Struct) -> None:
         """Store ``record`` under its id, with the index entries its kind has."""
-        kind = KIND_OF_TYPE[type(record)]
+        kind = kind_of(type(record))
         key = record.id.encode()
         self.ops.append((kind, key, encode_record(kind, record)))
         self._index(record)
@@ -111,8 +110,6 @@ class WriteBatch:
             self._idx("idx_thread_messages", index_key(record.thread_id, record.id))
             queued = record.status == "queued"
             self._idx("idx_queued_messages", record.id.encode(), record.thread_id.encode() if queued else None)
-        elif isinstance(record, ProviderThread):
-            self._idx("idx_thread_provider_threads", index_key(record.thread_id, record.id))
         elif isinstance(record, ProviderTurn):
             self._idx("idx_attempt_turns", index_key(record.attempt_id, record.id))
         elif isinstance(record, ProviderSession):
@@ -132,7 +129,9 @@ class WriteBatch:
                 self._idx("idx_thread_children", index_key(record.parent_thread_id, record.id))
 
 
-#: every sub-database the store opens
+#: every sub-database the store opens. A data dir may hold more: LMDB keeps
+#: named databases nothing opens (``idx_thread_provider_threads`` of older
+#: agentd), and they cost nothing but their pages.
 DATABASES = (
     "threads",
     "messages",
@@ -155,7 +154,6 @@ DATABASES = (
     "idx_run_nodes",
     "idx_thread_messages",
     "idx_queued_messages",
-    "idx_thread_provider_threads",
     "idx_attempt_turns",
     "idx_live_sessions",
     "idx_open_effects",

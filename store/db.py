@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, TypeVar
 
 import lmdb
 import msgspec
@@ -24,16 +24,18 @@ from .records import (
     ExecutionNode,
     PlanArtifact,
     ProviderSession,
-    ProviderThread,
     ProviderTurn,
     Run,
     RunAttempt,
     RuntimeRequest,
     decode_record,
+    kind_of,
 )
 from .writer import CommitResult, GroupCommitWriter
 
 DEFAULT_MAP_SIZE = 64 << 30  # sparse on Linux; only what is used takes disk
+
+R = TypeVar("R", bound=msgspec.Struct)
 
 
 class Store:
@@ -99,8 +101,10 @@ class Store:
                 return int.from_bytes(cursor.key(), "big")
         return 0
 
-    def get(self, kind: str, record_id: str) -> Any:
-        """The record of ``kind`` with ``record_id``, or None."""
+    def get(self, cls: type[R], record_id: str) -> R | None:
+        """The record of type ``cls`` (``RunAttempt``, ``Effect``, …) with
+        ``record_id``, or None."""
+        kind = kind_of(cls)
         with self.env.begin() as txn:
             data = txn.get(record_id.encode(), db=self.dbs[kind])
         return None if data is None else decode_record(kind, data)
@@ -116,7 +120,8 @@ class Store:
                     rows.append((bytes(key), bytes(value)))
         return rows
 
-    def _get_many(self, kind: str, ids: list[str]) -> list[Any]:
+    def _get_many(self, cls: type[R], ids: list[str]) -> list[R]:
+        kind = kind_of(cls)
         db = self.dbs[kind]
         with self.env.begin() as txn:
             values = [txn.get(i.encode(), db=db) for i in ids]
@@ -125,10 +130,10 @@ class Store:
     # -- typed reads ----------------------------------------------------------
 
     def thread(self, thread_id: str) -> AppThread | None:
-        return self.get("threads", thread_id)
+        return self.get(AppThread, thread_id)
 
     def run(self, run_id: str) -> Run | None:
-        return self.get("runs", run_id)
+        return self.get(Run, run_id)
 
     def list_threads(self) -> list[AppThread]:
         """Every thread, oldest first."""
@@ -138,61 +143,57 @@ class Store:
     def thread_runs(self, thread_id: str) -> list[Run]:
         """The runs of a thread by ordinal."""
         rows = self._scan_index("idx_thread_runs", thread_id.encode() + SEP)
-        return self._get_many("runs", [v.decode() for _k, v in rows])
+        return self._get_many(Run, [v.decode() for _k, v in rows])
 
     def thread_messages(self, thread_id: str) -> list[ConversationMessage]:
         rows = self._scan_index("idx_thread_messages", thread_id.encode() + SEP)
-        return self._get_many("messages", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+        return self._get_many(ConversationMessage, [k.split(SEP, 1)[1].decode() for k, _v in rows])
 
     def run_attempts(self, run_id: str) -> list[RunAttempt]:
         rows = self._scan_index("idx_run_attempts", run_id.encode() + SEP)
-        return self._get_many("attempts", [v.decode() for _k, v in rows])
+        return self._get_many(RunAttempt, [v.decode() for _k, v in rows])
 
     def run_nodes(self, run_id: str) -> list[ExecutionNode]:
         rows = self._scan_index("idx_run_nodes", run_id.encode() + SEP)
-        return self._get_many("nodes", [k.split(SEP, 1)[1].decode() for k, _v in rows])
-
-    def thread_provider_threads(self, thread_id: str) -> list[ProviderThread]:
-        rows = self._scan_index("idx_thread_provider_threads", thread_id.encode() + SEP)
-        return self._get_many("provider_threads", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+        return self._get_many(ExecutionNode, [k.split(SEP, 1)[1].decode() for k, _v in rows])
 
     def attempt_turns(self, attempt_id: str) -> list[ProviderTurn]:
         rows = self._scan_index("idx_attempt_turns", attempt_id.encode() + SEP)
-        return self._get_many("provider_turns", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+        return self._get_many(ProviderTurn, [k.split(SEP, 1)[1].decode() for k, _v in rows])
 
     def pending_requests(self, thread_id: str | None = None) -> list[RuntimeRequest]:
         """Requests still waiting on the user (of one thread, or all)."""
         rows = self._scan_index("idx_pending_requests", thread_id.encode() + SEP if thread_id else b"")
-        return self._get_many("requests", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+        return self._get_many(RuntimeRequest, [k.split(SEP, 1)[1].decode() for k, _v in rows])
 
     def run_artifacts(self, run_id: str) -> list[PlanArtifact]:
         rows = self._scan_index("idx_run_artifacts", run_id.encode() + SEP)
-        return self._get_many("artifacts", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+        return self._get_many(PlanArtifact, [k.split(SEP, 1)[1].decode() for k, _v in rows])
 
     def thread_children(self, thread_id: str) -> list[AppThread]:
         """Threads whose parent is ``thread_id``, oldest first."""
         rows = self._scan_index("idx_thread_children", thread_id.encode() + SEP)
-        return self._get_many("threads", [k.split(SEP, 1)[1].decode() for k, _v in rows])
+        return self._get_many(AppThread, [k.split(SEP, 1)[1].decode() for k, _v in rows])
 
     def receipt(self, command_id: str) -> CommandReceipt | None:
-        return self.get("receipts", command_id)
+        return self.get(CommandReceipt, command_id)
 
     def open_runs(self) -> list[Run]:
         """Runs that are queued, running or waiting (the open-runs index)."""
         rows = self._scan_index("idx_open_runs", b"")
-        return self._get_many("runs", [k.decode() for k, _v in rows])
+        return self._get_many(Run, [k.decode() for k, _v in rows])
 
     def queued_messages(self) -> list[ConversationMessage]:
         rows = self._scan_index("idx_queued_messages", b"")
-        return self._get_many("messages", [k.decode() for k, _v in rows])
+        return self._get_many(ConversationMessage, [k.decode() for k, _v in rows])
 
     def live_sessions(self) -> list[ProviderSession]:
         rows = self._scan_index("idx_live_sessions", b"")
-        return self._get_many("provider_sessions", [k.decode() for k, _v in rows])
+        return self._get_many(ProviderSession, [k.decode() for k, _v in rows])
 
     def open_effects(self) -> list[Effect]:
         rows = self._scan_index("idx_open_effects", b"")
-        return self._get_many("effects", [k.decode() for k, _v in rows])
+        return self._get_many(Effect, [k.decode() for k, _v in rows])
 
     def events_after(self, after_seq: int, *, thread_id: str | None = None, limit: int = 1000) -> list[Event]:
         """Up to ``limit`` events with ``seq > after_seq``, oldest first,
@@ -221,18 +222,12 @@ class Store:
                         break
         return out
 
-    def iter_kind(self, kind: str) -> Iterator[Any]:
-        """Every record of ``kind`` (for checks and tools, not hot paths)."""
-        with self.env.begin(db=self.dbs[kind]) as txn:
-            for _key, value in txn.cursor():
-                yield decode_record(kind, value)
-
     def stat(self) -> dict[str, int]:
         """Entry counts per sub-database."""
         with self.env.begin() as txn:
             return {name: txn.stat(db)["entries"] for name, db in self.dbs.items()}
 
 
-def struct_copy(record: msgspec.Struct, **changes: Any) -> Any:
+def struct_copy(record: R, **changes: Any) -> R:
     """A copy of a record with ``changes`` applied (records are treated as values)."""
     return msgspec.structs.replace(record, **changes)

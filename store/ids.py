@@ -12,9 +12,8 @@ import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
 
-PREFIXES = frozenset(
-    {"thr", "msg", "run", "att", "nod", "pss", "pth", "ptu", "eff", "req", "art", "cmd", "sub", "hof", "ctr", "pln"}
-)
+#: the kinds of ID agentd makes; a new kind of record gets its prefix here
+PREFIXES = frozenset({"thr", "msg", "run", "att", "nod", "pss", "pth", "ptu", "eff", "req", "art", "sub", "hof"})
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -57,11 +56,3 @@ def new_id(prefix: str) -> str:
         # 48 + 20 + 40 bits = 108 bits, 22 base32 characters (the top two bits are 0).
         value = (now << 60) | ((_counter & 0xFFFFF) << 40) | random_bits
     return f"{prefix}_{_encode22(value)}"
-
-
-def id_kind(value: str) -> str | None:
-    """The prefix of an app-owned ID, or ``None`` if it is not one."""
-    prefix, sep, body = value.partition("_")
-    if not sep or prefix not in PREFIXES or len(body) != 22:
-        return None
-    return prefix

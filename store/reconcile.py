@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from .batch import WriteBatch
 from .db import Store, struct_copy
-from .records import NODE_TERMINAL, to_wire
+from .records import NODE_TERMINAL, ConversationMessage, to_wire
 
 RESTART_REASON = "daemon_restart"
 TOOL_NOT_RESUMED = "incomplete history: no tool result recorded; execution not resumed"
@@ -87,7 +87,7 @@ def plan_reconciliation(store: Store, now: float) -> tuple[WriteBatch, Reconcile
         report.messages_not_sent.append(message.id)
 
     for message_id, thread_id in _streaming_messages(store, report):
-        message = store.get("messages", message_id)
+        message = store.get(ConversationMessage, message_id)
         message = struct_copy(message, status="interrupted", completed_at=now)
         batch.put(message)
         batch.event("message.completed", thread_id=thread_id, run_id=message.run_id, node_id=message.node_id, at=now,

@@ -9,13 +9,27 @@ stored fixture of every kind to hold us to that.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 # ---------------------------------------------------------------------------
-# Status vocabularies. Kept as plain strings on the wire; the sets below are
-# what code compares against.
+# Status vocabularies. Strings on disk and on the wire; the Literal types are
+# every value agentd writes, so a typo is a type error and a stored value
+# outside them is a decode error, not a silent new state. Adding a value is
+# compatible; removing one is not (old data dirs hold it).
+
+ThreadStatus = Literal["idle", "running", "waiting"]
+MessageStatus = Literal["complete", "streaming", "queued", "not_sent", "interrupted", "cancelled"]
+RunStatus = Literal["queued", "running", "waiting", "completed", "failed", "interrupted", "cancelled", "rolled_back"]
+AttemptStatus = Literal["pending", "running", "completed", "failed", "interrupted", "cancelled"]
+NodeStatus = Literal["pending", "running", "completed", "failed", "interrupted", "cancelled", "incomplete"]
+SessionStatus = Literal["starting", "ready", "stopped", "error"]
+ProviderThreadStatus = Literal["active", "unloaded", "error", "unusable"]
+TurnStatus = Literal["started", "completed", "failed", "interrupted", "cancelled"]
+RequestStatus = Literal["pending", "resolved", "not_resumable", "cancelled"]
+ArtifactStatus = Literal["active", "final", "proposed", "implemented", "answered", "closed"]
+EffectStatus = Literal["pending", "done", "retired"]
 
 RUN_ACTIVE = frozenset({"running", "waiting"})
 RUN_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled", "rolled_back"})
@@ -25,8 +39,9 @@ ATTEMPT_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled"}
 NODE_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled", "incomplete"})
 
 
-class Record(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=False):
-    """Base of every durable record: an app-owned ``id``."""
+class Record(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=False, frozen=True):
+    """Base of every durable record: an app-owned ``id``. Records are values:
+    an update is a copy (``struct_copy``) put into a WriteBatch."""
 
     id: str
 
@@ -37,14 +52,14 @@ class AppThread(Record, kw_only=True):
     title: str = ""
     workspace: str = ""
     provider: str = "scripted"
-    status: str = "idle"  # idle | running | waiting
+    status: ThreadStatus = "idle"
     created_at: float = 0.0
     updated_at: float = 0.0
     run_count: int = 0
     active_run_id: str | None = None
     provider_thread_id: str | None = None
     queue_held: bool = False
-    # Light lineage (F8); transfer details live in ContextTransfer records.
+    # Light lineage (F8): where this thread came from, and why.
     parent_thread_id: str | None = None
     relationship_to_parent: str | None = None
     root_thread_id: str | None = None
@@ -62,7 +77,7 @@ class ConversationMessage(Record, kw_only=True):
     node_id: str | None = None
     role: str  # user | assistant
     text: str = ""
-    status: str = "complete"  # complete | streaming | queued | not_sent | interrupted
+    status: MessageStatus = "complete"
     created_at: float = 0.0
     completed_at: float | None = None
 
@@ -72,7 +87,7 @@ class Run(Record, kw_only=True):
 
     thread_id: str
     ordinal: int
-    status: str = "queued"
+    status: RunStatus = "queued"
     reason: str | None = None
     provider: str = "scripted"
     user_message_id: str | None = None
@@ -93,7 +108,7 @@ class RunAttempt(Record, kw_only=True):
     thread_id: str
     number: int
     reason: str = "initial"  # initial | steering_restart | retry | provider_recovery
-    status: str = "pending"  # pending | running | completed | failed | interrupted | cancelled
+    status: AttemptStatus = "pending"
     root_node_id: str | None = None
     provider_thread_id: str | None = None
     provider_turn_id: str | None = None
@@ -112,7 +127,7 @@ class ExecutionNode(Record, kw_only=True):
     attempt_id: str | None = None
     parent_node_id: str | None = None
     kind: str  # root_turn | tool | file_change | agent_message | subagent | approval | …
-    status: str = "pending"
+    status: NodeStatus = "pending"
     counts_for_run: bool = False
     title: str = ""
     provider_item_id: str | None = None
@@ -128,7 +143,7 @@ class ProviderSession(Record, kw_only=True):
     provider: str
     kind: str
     thread_id: str | None = None
-    status: str = "starting"  # starting | ready | stopped | error
+    status: SessionStatus = "starting"
     reason: str | None = None
     pid: int | None = None
     process_start_ticks: int | None = None  # /proc/PID/stat field 22, to never kill a reused pid
@@ -145,7 +160,7 @@ class ProviderThread(Record, kw_only=True):
     provider: str
     kind: str
     native_thread_id: str
-    status: str = "active"  # active | unloaded | error | unusable
+    status: ProviderThreadStatus = "active"
     reason: str | None = None
     covered_run_count: int = 0
     created_at: float = 0.0
@@ -160,7 +175,7 @@ class ProviderTurn(Record, kw_only=True):
     run_id: str
     attempt_id: str
     native_turn_id: str | None = None
-    status: str = "started"  # started | completed | failed | interrupted
+    status: TurnStatus = "started"
     started_at: float = 0.0
     ended_at: float | None = None
 
@@ -174,7 +189,7 @@ class RuntimeRequest(Record, kw_only=True):
     attempt_id: str | None = None
     node_id: str | None = None
     kind: str  # approval | user_input
-    status: str = "pending"  # pending | resolved | not_resumable | cancelled
+    status: RequestStatus = "pending"
     provider_request_ref: str | None = None
     session_id: str | None = None
     detail: dict[str, Any] = {}
@@ -191,7 +206,7 @@ class PlanArtifact(Record, kw_only=True):
     run_id: str
     node_id: str | None = None
     kind: str  # proposed_plan | todo_list | questions
-    status: str = "active"  # active | final | proposed | implemented | answered | closed
+    status: ArtifactStatus = "active"
     steps: list[dict[str, Any]] = []  # todo_list
     text: str = ""  # proposed_plan markdown
     questions: list[dict[str, Any]] = []
@@ -217,7 +232,7 @@ class ContextHandoff(Record, kw_only=True):
     created_at: float = 0.0
 
 
-class Event(msgspec.Struct, kw_only=True, rename="camel"):
+class Event(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
     """One entry of the global event log, keyed by a gap-free ``seq``."""
 
     seq: int
@@ -229,7 +244,7 @@ class Event(msgspec.Struct, kw_only=True, rename="camel"):
     payload: dict[str, Any] = {}
 
 
-class CommandReceipt(msgspec.Struct, kw_only=True, rename="camel"):
+class CommandReceipt(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
     """The first answer to a client ``commandId``; a retry gets it again."""
 
     command_id: str
@@ -246,7 +261,7 @@ class Effect(Record, kw_only=True):
     thread_id: str | None = None
     payload: dict[str, Any] = {}
     replay_safe: bool = False
-    status: str = "pending"  # pending | done | retired
+    status: EffectStatus = "pending"
     reason: str | None = None
     created_at: float = 0.0
 
@@ -275,6 +290,14 @@ RECORD_KINDS: dict[str, tuple[type, int]] = {
 }
 
 KIND_OF_TYPE: dict[type, str] = {cls: name for name, (cls, _v) in RECORD_KINDS.items()}
+
+
+def kind_of(cls: type) -> str:
+    """The sub-database that holds records of type ``cls``."""
+    try:
+        return KIND_OF_TYPE[cls]
+    except KeyError:
+        raise TypeError(f"{cls.__name__} is not a stored record type") from None
 
 _encoder = msgspec.msgpack.Encoder()
 _decoders = {name: msgspec.msgpack.Decoder(cls) for name, (cls, _v) in RECORD_KINDS.items()}

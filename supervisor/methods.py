@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentd.actors.thread_actor import ThreadActor
+from agentd.actors import artifacts, requests, run_control, steering
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
 from agentd.protocol.methods import Method, MethodTable
 from agentd.store.db import Store
+from agentd.store.records import ConversationMessage, PlanArtifact, Run, RuntimeRequest
 
 from . import queries, subscriptions
 
@@ -29,7 +30,7 @@ def by_thread(_store: Store, params: Any) -> str:
     return params.thread_id
 
 
-def _owner_thread(store: Store, kind: str, record_id: str, what: str) -> str:
+def _owner_thread(store: Store, kind: type[Any], record_id: str, what: str) -> str:
     record = store.get(kind, record_id)
     if record is None:
         raise NotFound(f"no {what} {record_id}", **{f"{what}Id": record_id})
@@ -37,19 +38,19 @@ def _owner_thread(store: Store, kind: str, record_id: str, what: str) -> str:
 
 
 def by_run(store: Store, params: Any) -> str:
-    return _owner_thread(store, "runs", params.run_id, "run")
+    return _owner_thread(store, Run, params.run_id, "run")
 
 
 def by_request(store: Store, params: Any) -> str:
-    return _owner_thread(store, "requests", params.request_id, "request")
+    return _owner_thread(store, RuntimeRequest, params.request_id, "request")
 
 
 def by_message(store: Store, params: Any) -> str:
-    return _owner_thread(store, "messages", params.message_id, "message")
+    return _owner_thread(store, ConversationMessage, params.message_id, "message")
 
 
 def by_plan(store: Store, params: Any) -> str:
-    return _owner_thread(store, "artifacts", params.plan_id, "plan")
+    return _owner_thread(store, PlanArtifact, params.plan_id, "plan")
 
 
 def _daemon(name: str, params: type[wire.Params], handler: Any) -> Method:
@@ -63,17 +64,17 @@ def _thread(name: str, params: type[wire.Params], handler: Any, route: Any) -> M
 METHODS = MethodTable([
     # commands
     _daemon("thread.create", wire.ThreadCreateParams, queries.thread_create),
-    _thread("thread.message.send", wire.MessageSendParams, ThreadActor._cmd_thread_message_send, by_thread),
-    _thread("run.interrupt", wire.RunInterruptParams, ThreadActor._cmd_run_interrupt, by_run),
-    _thread("thread.stop", wire.ThreadStopParams, ThreadActor._cmd_thread_stop, by_thread),
-    _thread("thread.queue.release", wire.ThreadIdParams, ThreadActor._cmd_thread_queue_release, by_thread),
-    _thread("queued-run.cancel", wire.QueuedRunParams, ThreadActor._cmd_queued_run_cancel, by_run),
-    _thread("queued-run.reorder", wire.QueueReorderParams, ThreadActor._cmd_queued_run_reorder, by_thread),
+    _thread("thread.message.send", wire.MessageSendParams, steering.message_send, by_thread),
+    _thread("run.interrupt", wire.RunInterruptParams, run_control.run_interrupt, by_run),
+    _thread("thread.stop", wire.ThreadStopParams, run_control.thread_stop, by_thread),
+    _thread("thread.queue.release", wire.ThreadIdParams, run_control.queue_release, by_thread),
+    _thread("queued-run.cancel", wire.QueuedRunParams, run_control.queued_run_cancel, by_run),
+    _thread("queued-run.reorder", wire.QueueReorderParams, run_control.queued_run_reorder, by_thread),
     _thread("queued-message.promote-to-steer", wire.PromoteParams,
-            ThreadActor._cmd_queued_message_promote_to_steer, by_message),
-    _thread("approval.respond", wire.ApprovalRespondParams, ThreadActor._cmd_approval_respond, by_request),
-    _thread("user-input.respond", wire.UserInputRespondParams, ThreadActor._cmd_user_input_respond, by_request),
-    _thread("plan.implement", wire.PlanImplementParams, ThreadActor._cmd_plan_implement, by_plan),
+            steering.queued_message_promote_to_steer, by_message),
+    _thread("approval.respond", wire.ApprovalRespondParams, requests.approval_respond, by_request),
+    _thread("user-input.respond", wire.UserInputRespondParams, requests.user_input_respond, by_request),
+    _thread("plan.implement", wire.PlanImplementParams, artifacts.plan_implement, by_plan),
     _daemon("run.resume", wire.RunResumeParams, queries.run_resume),
     # reads
     _daemon("thread.list", wire.NoParams, queries.thread_list),

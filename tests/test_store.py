@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import lmdb
 import pytest
 import trio
 
@@ -77,6 +78,32 @@ async def test_commits_are_durable_across_reopen(tmp_path, nursery):
     assert again.receipt("c3").result == {"threadId": f"thr_{3:022d}", "seq": 4}
     assert [e.seq for e in again.events_after(2)] == [3, 4, 5]
     again.close()
+
+
+async def test_a_data_dir_with_a_dropped_index_still_opens(tmp_path, nursery):
+    """Older agentd kept ``idx_thread_provider_threads``; nothing reads it
+    now and a data dir that has it opens, reads and commits as before."""
+    path = tmp_path / "store"
+    s = Store(path, map_size=1 << 28)
+    await nursery.start(s.writer.serve)
+    await s.commit(thread_batch(1))
+    s.close()
+    env = lmdb.open(str(path), map_size=1 << 28, max_dbs=64)
+    legacy = env.open_db(b"idx_thread_provider_threads")
+    with env.begin(write=True) as txn:
+        txn.put(f"thr_{1:022d}".encode() + b"\x00pth_old", b"", db=legacy)
+    env.close()
+    again = Store(path, map_size=1 << 28)
+    await nursery.start(again.writer.serve)
+    assert again.get(AppThread, f"thr_{1:022d}").title == "t1"
+    assert (await again.commit(thread_batch(2))).seq == 2
+    again.close()
+
+
+def test_reads_are_typed_by_record_class(store):
+    assert store.get(AppThread, "thr_missing") is None
+    with pytest.raises(TypeError, match="not a stored record type"):
+        store.get(dict, "thr_missing")
 
 
 async def test_a_bad_batch_fails_alone(store, nursery):

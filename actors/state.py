@@ -1,12 +1,25 @@
-"""In-memory state of the run a ThreadActor is driving."""
+"""A thread's in-memory state, as its ThreadActor keeps it.
+
+Plain data, no trio and no store: the actor loads it once from the store and
+from then on the graph transitions (graph.py and the feature modules) keep it
+in step with the WriteBatches they build. Records in it are frozen values;
+an update replaces the record.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import trio
-
-from agentd.store.records import ConversationMessage, ExecutionNode, ProviderTurn, Run, RunAttempt, RuntimeRequest
+from agentd.store.records import (
+    AppThread,
+    ConversationMessage,
+    ExecutionNode,
+    ProviderThread,
+    ProviderTurn,
+    Run,
+    RunAttempt,
+    RuntimeRequest,
+)
 
 
 @dataclass
@@ -16,6 +29,13 @@ class OpenMessage:
     record: ConversationMessage
     pending: list[str] = field(default_factory=list)
     pending_len: int = 0
+
+    def buffer(self, delta: str) -> int:
+        """Hold ``delta`` until the next flush; return its offset in the message."""
+        offset = len(self.record.text) + self.pending_len
+        self.pending.append(delta)
+        self.pending_len += len(delta)
+        return offset
 
 
 @dataclass
@@ -47,8 +67,6 @@ class ActiveRun:
     provider_turn: ProviderTurn | None = None
     #: the provider session this attempt runs on, known as soon as the starter has it
     session_id: str | None = None
-    #: cancels this attempt's starter when the attempt is closed early
-    starter_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     #: an assistant message of this attempt completed (a "meaningful final answer")
     answered: bool = False
     interrupt_requested: bool = False
@@ -56,3 +74,28 @@ class ActiveRun:
     #: what an interrupt that ends the run makes of it (policy for stopped sessions)
     interrupt_reason: str = "interrupted"
     pending_restart: PendingRestart | None = None
+
+
+@dataclass
+class ThreadState:
+    """One AppThread as its actor holds it."""
+
+    thread: AppThread
+    #: runs waiting to start, in the order they will start
+    queued: list[Run] = field(default_factory=list)
+    #: the thread's current ProviderThread, if it has one
+    provider_thread: ProviderThread | None = None
+    #: the run being started or running, if any
+    active: ActiveRun | None = None
+
+    @property
+    def thread_id(self) -> str:
+        return self.thread.id
+
+    def queued_run(self, run_id: str) -> Run | None:
+        """The queued run ``run_id``, or None if it is not waiting in the queue."""
+        return next((run for run in self.queued if run.id == run_id), None)
+
+    def is_current(self, attempt_id: str | None) -> bool:
+        """True if ``attempt_id`` is the attempt being started or running."""
+        return self.active is not None and attempt_id == self.active.attempt.id
