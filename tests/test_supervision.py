@@ -26,7 +26,7 @@ from agentd.actors.providers.jsonl import stop_process
 from agentd.protocol.client import Client
 from agentd.supervisor.daemon import Daemon, DaemonOptions
 from agentd.supervisor.paths import Paths
-from agentd.supervisor.tree import ChildSpec, Restart, RestartIntensity, Supervisor, SupervisorGaveUp
+from agentd.supervisor.tree import ChildSpec, Restart, RestartIntensity, Strategy, Supervisor, SupervisorGaveUp
 from tests.helpers import script
 
 IDLE = 600.0
@@ -275,3 +275,145 @@ async def test_supervisor_gives_up_past_the_restart_intensity(autojump_clock):
         async with trio.open_nursery() as nursery:
             await nursery.start(sup.serve)
     assert trio.current_time() >= 3, "it restarted the child before giving up"
+
+
+# -- rest_for_one -------------------------------------------------------------------
+
+
+def recording_child(log: list[str], name: str, *, crashes: dict[str, int] | None = None,
+                    ready_after: float = 0.0, fails_to_start: dict[str, int] | None = None,
+                    sup: list[Supervisor] | None = None):
+    """A child that logs ``start``/``ready``/``stop`` (with the supervisor's
+    ``restart_cause`` when it starts), crashes ``crashes[name]`` times one
+    second after it is ready, and fails before ready ``fails_to_start[name]`` times."""
+    crashes = crashes if crashes is not None else {}
+    fails_to_start = fails_to_start if fails_to_start is not None else {}
+
+    async def serve(*, task_status=trio.TASK_STATUS_IGNORED):
+        cause = sup[0].restart_cause if sup else None
+        log.append(f"start {name}" + (f" (after {cause})" if cause else ""))
+        try:
+            await trio.sleep(ready_after)
+            if fails_to_start.get(name, 0) > 0:
+                fails_to_start[name] -= 1
+                raise RuntimeError(f"{name} could not start")
+            log.append(f"ready {name}")
+            task_status.started()
+            if crashes.get(name, 0) > 0:
+                crashes[name] -= 1
+                await trio.sleep(1)
+                raise RuntimeError(f"{name} crashed")
+            await trio.sleep_forever()
+        finally:
+            log.append(f"stop {name}")
+
+    return serve
+
+
+def polite(log: list[str], name: str, sup: list[Supervisor]):
+    async def stop():
+        cause = sup[0].restart_cause
+        log.append(f"polite {name} ({'restart after ' + cause if cause else 'shutdown'})")
+    return stop
+
+
+async def test_rest_for_one_restarts_the_crashed_child_and_every_later_one_in_order(autojump_clock):
+    """The later children stop last-first (polite stop, then cancel), then the
+    crashed one and the later ones start again in order, each after the one
+    before is ready; the earlier child is not touched."""
+    log: list[str] = []
+    box: list[Supervisor] = []
+    crashes = {"b": 1}
+    specs = [
+        ChildSpec(name, recording_child(log, name, crashes=crashes, ready_after=2.0 if name == "b" else 0.0, sup=box),
+                  stop=polite(log, name, box))
+        for name in "abcd"
+    ]
+    sup = Supervisor(specs, strategy=Strategy.REST_FOR_ONE, intensity=RestartIntensity(3, 60.0))
+    box.append(sup)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        assert log == ["start a", "ready a", "start b", "ready b", "start c", "ready c", "start d", "ready d"]
+        log.clear()
+        await trio.sleep(10)
+        assert log == [
+            "stop b",  # it crashed
+            "polite d (restart after b)", "stop d",
+            "polite c (restart after b)", "stop c",
+            "start b (after b)", "ready b",
+            "start c (after b)", "ready c",
+            "start d (after b)", "ready d",
+        ]
+        log.clear()
+        sup.request_stop()
+    assert log == [
+        "polite d (shutdown)", "stop d", "polite c (shutdown)", "stop c",
+        "polite b (shutdown)", "stop b", "polite a (shutdown)", "stop a",
+    ], "the first child was never restarted; everything stops in reverse at shutdown"
+
+
+async def test_rest_for_one_crash_of_the_last_child_restarts_only_it(autojump_clock):
+    log: list[str] = []
+    sup = Supervisor(
+        [ChildSpec(name, recording_child(log, name, crashes={"c": 1})) for name in "abc"],
+        strategy=Strategy.REST_FOR_ONE,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        log.clear()
+        await trio.sleep(10)
+        assert log == ["stop c", "start c", "ready c"]
+        sup.request_stop()
+
+
+async def test_rest_for_one_later_temporary_child_is_stopped_and_not_started_again(autojump_clock):
+    log: list[str] = []
+    sup = Supervisor(
+        [
+            ChildSpec("a", recording_child(log, "a", crashes={"a": 1})),
+            ChildSpec("temp", recording_child(log, "temp"), Restart.TEMPORARY),
+            ChildSpec("b", recording_child(log, "b")),
+        ],
+        strategy=Strategy.REST_FOR_ONE,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        log.clear()
+        await trio.sleep(10)
+        assert log == ["stop a", "stop b", "stop temp", "start a", "ready a", "start b", "ready b"]
+        sup.request_stop()
+
+
+async def test_rest_for_one_failed_restart_counts_as_a_crash_and_is_retried(autojump_clock):
+    """A restart that fails before ready is one more exit of that child: it
+    costs a restart of the budget, and nothing after it starts until it is ready."""
+    log: list[str] = []
+    fails = {}
+    sup = Supervisor(
+        [ChildSpec(name, recording_child(log, name, crashes={"a": 1}, fails_to_start=fails)) for name in "ab"],
+        strategy=Strategy.REST_FOR_ONE, intensity=RestartIntensity(3, 60.0),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        fails["a"] = 1  # its next start fails once
+        log.clear()
+        await trio.sleep(10)
+        assert log == ["stop a", "stop b", "start a", "stop a", "start a", "ready a", "start b", "ready b"]
+        assert [sup.intensity.allow() for _ in range(2)] == [True, False], "two of three restarts were spent"
+        sup.request_stop()
+
+
+async def test_rest_for_one_gives_up_past_the_restart_intensity_and_stops_everything(autojump_clock):
+    log: list[str] = []
+    crashes = {"a": 100}
+    box: list[Supervisor] = []
+    sup = Supervisor(
+        [ChildSpec(name, recording_child(log, name, crashes=crashes), stop=polite(log, name, box)) for name in "ab"],
+        strategy=Strategy.REST_FOR_ONE, intensity=RestartIntensity(2, 60.0),
+    )
+    box.append(sup)
+    with pytest.RaisesGroup(pytest.RaisesExc(SupervisorGaveUp, match="a crashed")):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sup.serve)
+    assert log.count("start a") == 3 and log.count("start b") == 3
+    assert log[-3:] == ["stop a", "polite b (shutdown)", "stop b"], "after giving up, the rest is stopped politely"
