@@ -72,6 +72,9 @@ class ThreadRegistry:
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Host actors until cancelled."""
+        # A supervisor restart starts with no actors: an actor made while the
+        # registry was down never ran, and must not swallow commands now.
+        self._actors.clear()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()

@@ -1,5 +1,11 @@
 """Startup reconciliation (SPEC F12): restart does not resume execution.
 
+It also runs inside a live daemon when the supervisor restarts the thread
+registry (directly, or because the store writer before it restarted): then
+only after every actor and provider session has ended, and with a reason that
+names the restarted child (``store_writer_restart``) instead of
+``daemon_restart``; the states are the same.
+
 Reads only the open-runs, queued-messages, live-sessions and open-effects
 indexes, so its cost grows with what was in flight, not with history. What
 was running is closed with an honest status and reason; nothing is re-run,
@@ -34,8 +40,12 @@ class ReconcileReport:
         return {name: len(value) for name, value in self.__dict__.items()}
 
 
-def plan_reconciliation(store: Store, now: float) -> tuple[WriteBatch, ReconcileReport]:
-    """Build the batch that closes everything a previous instance left open."""
+def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASON) -> tuple[WriteBatch, ReconcileReport]:
+    """Build the batch that closes everything left open by owners that are
+    gone: a previous instance (``daemon_restart``), or, inside one instance,
+    the actors and sessions a supervisor restart ended (``reason`` names it,
+    e.g. ``store_writer_restart``). Callers must make sure no live actor or
+    session still owns any of it."""
     batch = WriteBatch()
     report = ReconcileReport()
     threads = {}
@@ -48,19 +58,19 @@ def plan_reconciliation(store: Store, now: float) -> tuple[WriteBatch, Reconcile
     for run in store.open_runs():
         started = run.status != "queued"
         if started:
-            status, reason = "interrupted", RESTART_REASON
+            status, why = "interrupted", reason
             report.runs_interrupted.append(run.id)
         else:
-            status, reason = "cancelled", f"{RESTART_REASON}: never started; its message is kept as not_sent"
+            status, why = "cancelled", f"{reason}: never started; its message is kept as not_sent"
             report.runs_not_started.append(run.id)
         for attempt in store.run_attempts(run.id):
             if attempt.status not in ("completed", "failed", "interrupted", "cancelled"):
-                batch.put(struct_copy(attempt, status=status, error=reason, ended_at=now))
+                batch.put(struct_copy(attempt, status=status, error=why, ended_at=now))
         for node in store.run_nodes(run.id):
             if node.status in NODE_TERMINAL:
                 continue
             if node.kind == "root_turn":
-                node = struct_copy(node, status=status, ended_at=now, summary=reason)
+                node = struct_copy(node, status=status, ended_at=now, summary=why)
             else:
                 text = BACKGROUND_NOT_OBSERVED if node.kind in BACKGROUND_KINDS else TOOL_NOT_RESUMED
                 node = struct_copy(node, status="incomplete", ended_at=now, summary=text)
@@ -72,7 +82,7 @@ def plan_reconciliation(store: Store, now: float) -> tuple[WriteBatch, Reconcile
                 for turn in store.attempt_turns(turn_id):
                     if turn.status == "started":
                         batch.put(struct_copy(turn, status="interrupted", ended_at=now))
-        run = struct_copy(run, status=status, reason=reason, ended_at=now)
+        run = struct_copy(run, status=status, reason=why, ended_at=now)
         batch.put(run)
         batch.event(f"run.{status}", thread_id=run.thread_id, run_id=run.id, node_id=run.root_node_id, at=now, run=to_wire(run))
         t = thread(run.thread_id)
@@ -83,7 +93,7 @@ def plan_reconciliation(store: Store, now: float) -> tuple[WriteBatch, Reconcile
     for message in store.queued_messages():
         message = struct_copy(message, status="not_sent")
         batch.put(message)
-        batch.event("message.not_sent", thread_id=message.thread_id, run_id=message.run_id, at=now, messageId=message.id, reason=RESTART_REASON)
+        batch.event("message.not_sent", thread_id=message.thread_id, run_id=message.run_id, at=now, messageId=message.id, reason=reason)
         report.messages_not_sent.append(message.id)
 
     for message_id, thread_id in _streaming_messages(store, report):
@@ -94,7 +104,7 @@ def plan_reconciliation(store: Store, now: float) -> tuple[WriteBatch, Reconcile
                     messageId=message.id, status="interrupted", length=len(message.text))
 
     for request in store.pending_requests():
-        request = struct_copy(request, status="not_resumable", reason=f"{RESTART_REASON}: the provider callback is gone", resolved_at=now)
+        request = struct_copy(request, status="not_resumable", reason=f"{reason}: the provider callback is gone", resolved_at=now)
         batch.put(request)
         prefix = "approval" if request.kind == "approval" else "user_input"
         batch.event(f"{prefix}.not_resumable", thread_id=request.thread_id, run_id=request.run_id, node_id=request.node_id,
@@ -102,7 +112,7 @@ def plan_reconciliation(store: Store, now: float) -> tuple[WriteBatch, Reconcile
         report.requests_not_resumable.append(request.id)
 
     for session in store.live_sessions():
-        session = struct_copy(session, status="stopped", reason=RESTART_REASON, stopped_at=now)
+        session = struct_copy(session, status="stopped", reason=reason, stopped_at=now)
         batch.put(session)
         batch.event("session.stopped", thread_id=session.thread_id, at=now, session=to_wire(session))
         report.sessions_stopped.append(session.id)
@@ -110,11 +120,11 @@ def plan_reconciliation(store: Store, now: float) -> tuple[WriteBatch, Reconcile
     for effect in store.open_effects():
         if effect.replay_safe:
             continue  # re-queued by the effect runner
-        batch.put(struct_copy(effect, status="retired", reason=f"{RESTART_REASON}: bound to the previous process"))
+        batch.put(struct_copy(effect, status="retired", reason=f"{reason}: bound to the previous process"))
         report.effects_retired.append(effect.id)
 
     if batch:
-        batch.event("daemon.reconciled", at=now, **report.as_dict())
+        batch.event("daemon.reconciled", at=now, reason=reason, **report.as_dict())
     return batch, report
 
 

@@ -1,11 +1,21 @@
-"""The daemon root: one trio nursery tree, started in order, stopped in reverse.
+"""The daemon root: one trio nursery tree of children supervised
+``rest_for_one`` (supervisor/tree.py), started in this order and stopped in
+reverse:
 
-    store writer  ⊃  provider-session manager  ⊃  thread registry  ⊃  socket server
+    store writer  →  thread registry  →  provider-session manager  →  socket server(s)
 
-Startup: lock the data dir, open the store, end provider processes a previous
-instance left behind, reconcile what it left open (SPEC F12), then serve.
-Shutdown (SIGINT/SIGTERM or ``request_shutdown``): stop accepting, retire the
-actors, stop provider processes with the shutdown ladder, final commit.
+Startup: lock the data dir, open the store, start the writer; the registry's
+start ends provider processes a previous instance left behind and reconciles
+what it left open (SPEC F12), then the sessions and the socket follow.
+Shutdown (SIGINT/SIGTERM or ``request_shutdown``): stop accepting, stop
+provider processes with the shutdown ladder (the actors record how their runs
+ended), retire the actors, final commit.
+
+A restart of one child restarts every child after it. Whatever restarts, the
+registry starts again after everything that owned live work (actors, provider
+sessions, client connections) is gone, so its reconciliation closes only
+orphaned work, with reason ``<child>_restart`` (e.g. ``store_writer_restart``)
+instead of ``daemon_restart``; it never meets, kills or re-runs live work.
 """
 
 from __future__ import annotations
@@ -31,13 +41,13 @@ from agentd.protocol.limits import ServerLimits, return_freed_memory_promptly
 from agentd.protocol.server import serve_unix
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
-from agentd.store.reconcile import plan_reconciliation
+from agentd.store.reconcile import RESTART_REASON, plan_reconciliation
 
 from .paths import Paths
 from agentd.actors.providers.procinfo import is_same_process, process_group_members
 from .router import DaemonRouter
 from .sessions import ProviderSessionManager
-from .tree import ChildSpec, RestartIntensity, Supervisor
+from .tree import ChildSpec, RestartIntensity, Strategy, Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -234,41 +244,56 @@ class Daemon:
 
             children_tail.append(ChildSpec("websocket-server", serve_ws))
 
-        async def serve_writer(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async def serve_registry(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
+            # rest_for_one: every actor, provider session and connection of an
+            # earlier life ended before this start, so whatever the store still
+            # shows open has no owner left and reconciliation may close it.
+            registry.shutting_down = False
+            await self._reconcile(store, self._reconcile_reason())
             async with trio.open_nursery() as nursery:
-                await nursery.start(store.writer.serve)
-                await self._reconcile(store)
+                await nursery.start(registry.serve)
+                nursery.start_soon(self._replay_effects, store, registry)
                 task_status.started()
 
-        # Started in this order, stopped in reverse: the socket closes first,
-        # then the provider sessions stop (their actors still record how the
-        # runs ended), then the actors retire, and the writer commits last.
+        # The order is the dependency order, and rest_for_one restarts a child
+        # with everything after it: the registry's actors commit through the
+        # writer; the sessions deliver to the actors; the socket calls them all.
+        # Stopping runs backwards: the socket closes first, the provider
+        # sessions stop while their actors can still record how the runs ended,
+        # the actors retire, and the writer commits last.
         self.supervisor = Supervisor(
             [
-                ChildSpec("store-writer", serve_writer),
-                ChildSpec("thread-registry", registry.serve),
+                ChildSpec("store-writer", store.writer.serve),
+                ChildSpec("thread-registry", serve_registry),
                 ChildSpec("provider-sessions", sessions.serve, stop=partial(self._stop_sessions, registry, sessions)),
                 *children_tail,
             ],
+            strategy=Strategy.REST_FOR_ONE,
             intensity=RestartIntensity(3, 60.0),
         )
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.supervisor.serve)
                 log.info("agentd listening on %s (data dir %s)", self.paths.socket, self.paths.data_dir)
-                nursery.start_soon(self._replay_effects, store, registry)
                 task_status.started(self)
                 await self._shutdown.wait()
                 self.supervisor.request_stop()
         finally:
             store.close()
 
-    @staticmethod
-    async def _stop_sessions(registry: ThreadRegistry, sessions: ProviderSessionManager) -> None:
-        # First no new run may start (a run the shutdown interrupts would
-        # otherwise hand its turn to the next queued one), then the runtimes stop.
+    async def _stop_sessions(self, registry: ThreadRegistry, sessions: ProviderSessionManager) -> None:
+        # First no new run may start (a run the stop interrupts would otherwise
+        # hand its turn to the next queued one), then the runtimes stop. The
+        # registry's next start, if any, lets runs start again.
         registry.shutting_down = True
-        await sessions.stop_all("daemon_shutdown")
+        cause = self.supervisor.restart_cause
+        await sessions.stop_all("daemon_shutdown" if cause is None else restart_reason(cause))
+
+    def _reconcile_reason(self) -> str:
+        """``daemon_restart`` on the first start (a previous instance left the
+        work), ``<child>_restart`` when a restart inside this one did."""
+        cause = self.supervisor.restart_cause
+        return RESTART_REASON if cause is None else restart_reason(cause)
 
     def _idle_timeouts(self) -> dict[str, float]:
         config = self.options.config
@@ -294,10 +319,12 @@ class Daemon:
             batch.put(struct_copy(effect, status=status, reason=reason))
             await store.commit(batch)
 
-    async def _reconcile(self, store: Store) -> None:
+    async def _reconcile(self, store: Store, reason: str) -> None:
         # End runtimes a previous instance left behind, but only the very
         # processes it started: a pid plus its start time, checked in /proc.
-        left_running: list[tuple[str, int, list[int]]] = []
+        # (After a restart inside this instance its own sessions have already
+        # exited through the shutdown ladder; their pids no longer match.)
+        left_running: list[tuple[str | None, int, list[int]]] = []
         for session in store.live_sessions():
             if session.pid and await end_orphan(session.pid, session.process_start_ticks):
                 log.info("ended orphan provider process %s of session %s", session.pid, session.id)
@@ -307,7 +334,7 @@ class Daemon:
                 members = [p for p in process_group_members(session.pid) if p != session.pid]
                 if members:
                     left_running.append((session.thread_id, session.pid, members))
-        batch, report = plan_reconciliation(store, self.options.wall_clock())
+        batch, report = plan_reconciliation(store, self.options.wall_clock(), reason=reason)
         for thread_id, runtime_pid, members in left_running:
             batch.event(
                 "runtime.warning", thread_id=thread_id, at=self.options.wall_clock(), pids=members,
@@ -318,8 +345,14 @@ class Daemon:
             )
         if batch:
             await store.commit(batch)
-            log.info("reconciled previous instance: %s", report.as_dict())
+            log.info("reconciled (%s): %s", reason, report.as_dict())
         self.reconcile_report = report
+
+
+def restart_reason(child: str) -> str:
+    """The reason recorded for work a restart of ``child`` ended, e.g.
+    ``store_writer_restart``."""
+    return child.replace("-", "_") + "_restart"
 
 
 async def run_daemon(options: DaemonOptions, on_ready: Callable[[Daemon], None] | None = None) -> None:

@@ -89,12 +89,23 @@ class ProviderSessionManager(SessionHost):
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Host session tasks and the idle reaper until cancelled; cancelled
-        sessions are stopped with the shutdown ladder by their adapter."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            nursery.start_soon(self._reap_idle_sessions)
-            task_status.started()
-            await trio.sleep_forever()
+        sessions are stopped with the shutdown ladder by their adapter.
+
+        A restart (the daemon root is ``rest_for_one``) starts clean: every
+        session of the earlier life ran in its nursery and left ``_live`` as it
+        ended, sessions may start again after ``stop_all``, and no busy mark
+        survives (the actors that set them are gone, or re-mark their next run).
+        """
+        self._closing = False
+        self._busy.clear()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._reap_idle_sessions)
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
 
     # -- the idle reaper ------------------------------------------------------------
 
@@ -170,6 +181,8 @@ class ProviderSessionManager(SessionHost):
     async def ensure_session(self, thread_id: str, provider: str) -> tuple[str, ProviderConnection]:
         if self._closing:
             raise ProviderRuntimeError("the daemon is shutting down; no provider is started")
+        if self._nursery is None:
+            raise ProviderRuntimeError("the provider-session manager is not running (it is being restarted); no provider is started")
         lock = self._locks.setdefault(thread_id, trio.Lock())
         async with lock:
             live = self._live.get(thread_id)
@@ -191,8 +204,9 @@ class ProviderSessionManager(SessionHost):
         await self._save(record, "session.starting")
         live = _LiveSession(record=record, adapter=adapter, last_active=trio.current_time())
         self._live[thread_id] = live
-        assert self._nursery is not None, "session manager is not serving"
         try:
+            if self._nursery is None:
+                raise ProviderRuntimeError("the provider-session manager stopped; no provider is started")
             conn = await self._nursery.start(self._run_session, live)
         except BaseException as group:
             exc = unwrap(group)
@@ -230,6 +244,11 @@ class ProviderSessionManager(SessionHost):
                     self._touch()
                     task_status.started(conn)
         finally:
+            if live.stop_reason is None and trio.current_effective_deadline() == float("-inf"):
+                # Cancelled from outside its own scope: the manager itself is
+                # ending without a polite stop (it crashed). That is no crash
+                # of the provider: the owning actor ends the run, not retries it.
+                live.stop_reason = "session_manager_stopped"
             if started:
                 with trio.CancelScope(shield=True):
                     await self._on_exit(live, thread_id)

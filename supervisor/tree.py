@@ -3,19 +3,29 @@
 * **Child specs** say how to start a child (a ``serve(*, task_status)``
   function) and when to restart it: ``permanent`` (always), ``transient``
   (only after an abnormal exit, i.e. an exception), ``temporary`` (never).
+* **Strategy** says what a restart takes with it. ``one_for_one``: only the
+  child that exited. ``rest_for_one``: that child and every child started
+  after it — the later ones are stopped first, in reverse order and each with
+  its polite stop, then the exited child and the later ones start again, in
+  order. Children started before it are not touched. Use it when later
+  children depend on earlier ones: nothing ever runs against a restarted
+  child's predecessor state. A later ``temporary`` child stopped this way is
+  not started again (as in OTP).
 * **Restart intensity**: more than ``max_restarts`` within ``period``
   seconds and the supervisor gives up and escalates with SupervisorGaveUp,
-  instead of restarting a crash loop forever.
-* **Order**: children start in order, each only after the previous one said
-  it is ready, and stop in reverse order, each after the one started later has
-  finished — so the socket closes before the actors, the actors before the
-  provider sessions, and the store writer commits last.
+  instead of restarting a crash loop forever. A ``rest_for_one`` restart of
+  several children counts once.
+* **Order**: children start in list order, each only after the previous one
+  said it is ready (a restart too), and stop in reverse list order, each after
+  the one started later has finished. What that order means for the daemon
+  is spelled out in ``supervisor/daemon.py``.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
@@ -29,6 +39,11 @@ class Restart(enum.Enum):
     PERMANENT = "permanent"
     TRANSIENT = "transient"
     TEMPORARY = "temporary"
+
+
+class Strategy(enum.Enum):
+    ONE_FOR_ONE = "one_for_one"
+    REST_FOR_ONE = "rest_for_one"
 
 
 class SupervisorGaveUp(Exception):
@@ -53,11 +68,6 @@ class RestartIntensity:
         self._restarts.append(now)
         return True
 
-    @property
-    def recent(self) -> int:
-        now = trio.current_time()
-        return sum(1 for t in self._restarts if t > now - self.period)
-
 
 @dataclass
 class ChildSpec:
@@ -66,93 +76,167 @@ class ChildSpec:
     name: str
     start: Callable[..., Awaitable[Any]]
     restart: Restart = Restart.PERMANENT
-    #: called (synchronously) before the child's cancel scope is cancelled at
-    #: shutdown, for children that want a polite stop first
+    #: awaited (shielded) before the child's cancel scope is cancelled, whenever
+    #: the supervisor stops a running child (shutdown, or a ``rest_for_one``
+    #: restart of an earlier child), for children that want a polite stop first;
+    #: ``Supervisor.restart_cause`` tells the two apart
     stop: Callable[[], Awaitable[None]] | None = None
 
 
-@dataclass
-class _Running:
+@dataclass(eq=False)
+class _Child:
+    """One life of one child: a restart makes a new one."""
+
     spec: ChildSpec
+    index: int
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     finished: trio.Event = field(default_factory=trio.Event)
+    ready: bool = False
+    #: the supervisor is stopping it, so its exit is expected, not news
+    stopping: bool = False
 
 
 class Supervisor:
-    """Runs children in order and restarts them by their spec.
+    """Runs children in order and restarts them by their spec and the strategy.
 
     Args:
         children: started in this order, stopped in reverse.
+        strategy: what a restart takes with it (``one_for_one`` by default).
         intensity: shared restart budget of this supervisor.
     """
 
-    def __init__(self, children: list[ChildSpec], *, intensity: RestartIntensity | None = None) -> None:
+    def __init__(
+        self,
+        children: list[ChildSpec],
+        *,
+        strategy: Strategy = Strategy.ONE_FOR_ONE,
+        intensity: RestartIntensity | None = None,
+    ) -> None:
         self.children = children
+        self.strategy = strategy
         self.intensity = intensity or RestartIntensity(5, 30.0)
-        self._running: list[_Running] = []
+        #: while the supervisor stops and starts children because one exited,
+        #: that child's name; None during the first start and at shutdown
+        self.restart_cause: str | None = None
+        self._running: list[_Child | None] = [None] * len(children)
+        #: children a restart must not start again (temporary ones that exited or were stopped)
+        self._gone: set[int] = set()
+        # Unbounded: a child reports its exit synchronously from its own task.
+        self._exits_send, self._exits = trio.open_memory_channel[tuple[_Child, BaseException | None] | None](math.inf)
         self._failure: BaseException | None = None
-        self._stop = trio.Event()
+        self._nursery: trio.Nursery | None = None
 
     def request_stop(self) -> None:
         """Begin the orderly shutdown."""
-        self._stop.set()
+        self._exits_send.send_nowait(None)
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Start every child, report ready, supervise until ``request_stop``
         (or escalation), then stop the children in reverse order."""
         async with trio.open_nursery() as nursery:
-            for spec in self.children:
-                running = _Running(spec)
-                self._running.append(running)
-                await nursery.start(self._supervise, running)
+            self._nursery = nursery
+            for index in range(len(self.children)):
+                # Errors before ready surface at the caller, as with nursery.start.
+                await self._start(index)
             task_status.started()
-            await self._stop.wait()
-            for running in reversed(self._running):
-                if running.spec.stop is not None and not running.finished.is_set():
-                    with trio.CancelScope(shield=True):
-                        try:
-                            await running.spec.stop()
-                        except Exception:  # noqa: BLE001 - shutdown goes on
-                            log.exception("polite stop of %s failed", running.spec.name)
-                running.scope.cancel()
-                with trio.CancelScope(shield=True):
-                    await running.finished.wait()
+            while (report := await self._exits.receive()) is not None:
+                child, error = report
+                if child.stopping or self._running[child.index] is not child:
+                    continue  # an exit the supervisor caused, or of a life already replaced
+                await self._on_exit(child, error)
+                if self._failure is not None:
+                    break
+            await self._stop_from(0)
         if self._failure is not None:
             raise SupervisorGaveUp(f"gave up on a child after too many restarts: {self._failure}") from self._failure
 
-    async def _supervise(self, running: _Running, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        spec = running.spec
-        first = True
-        try:
-            with running.scope:
-                while True:
-                    error: BaseException | None = None
+    async def _on_exit(self, child: _Child, error: BaseException | None) -> None:
+        """Restart what the exit of ``child`` calls for, by its restart type
+        and the strategy; a failed (re)start before ready is one more exit of
+        that child."""
+        index, spec = child.index, child.spec
+        self._running[index] = None
+        if spec.restart is Restart.TEMPORARY:
+            self._gone.add(index)
+            return
+        if spec.restart is Restart.TRANSIENT and error is None:
+            return
+        while True:
+            if not self.intensity.allow():
+                self._failure = error or RuntimeError(f"{spec.name} kept exiting")
+                return
+            log.warning("restarting %s (%s)", spec.name, self.strategy.value)
+            self.restart_cause = spec.name
+            try:
+                if self.strategy is Strategy.REST_FOR_ONE:
+                    await self._stop_from(index + 1)
+                    targets = [index, *(i for i in range(index + 1, len(self.children)) if i not in self._gone)]
+                else:
+                    targets = [index]
+                for target in targets:
                     try:
-                        if first:
-                            await trio.lowlevel.checkpoint()
-                            # Errors before ready surface at the caller, as with nursery.start.
-                            async with trio.open_nursery() as inner:
-                                await inner.start(spec.start)
-                                task_status.started()
-                                first = False
-                        else:
-                            await spec.start()
-                    except Exception as exc:  # noqa: BLE001 - judged by the restart type
-                        if first:
-                            raise
-                        error = unwrap(exc)
-                        log.exception("child %s crashed", spec.name)
-                    if spec.restart is Restart.TEMPORARY:
-                        return
-                    if spec.restart is Restart.TRANSIENT and error is None:
-                        return
-                    if not self.intensity.allow():
-                        self._failure = error or RuntimeError(f"{spec.name} kept exiting")
-                        self._stop.set()
-                        return
-                    log.warning("restarting %s", spec.name)
+                        await self._start(target)
+                    except Exception as exc:  # noqa: BLE001 - counts as a crash of that child
+                        index, spec, error = target, self.children[target], unwrap(exc)
+                        log.error("child %s failed to start again: %r", spec.name, error)
+                        break
+                else:
+                    return
+            finally:
+                self.restart_cause = None
+
+    async def _start(self, index: int) -> None:
+        """Start child ``index`` and wait until it is ready."""
+        assert self._nursery is not None
+        child = _Child(self.children[index], index)
+        self._running[index] = child
+        try:
+            await self._nursery.start(self._run, child)
+        except BaseException:
+            self._running[index] = None
+            raise
+
+    async def _run(self, child: _Child, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """One life of a child: start it, report ready, and once it has been
+        ready tell the supervisor how it ended unless the supervisor ended it."""
+        error: BaseException | None = None
+        try:
+            with child.scope:
+                try:
+                    async with trio.open_nursery() as inner:
+                        await inner.start(child.spec.start)
+                        child.ready = True
+                        task_status.started()
+                except Exception as exc:  # noqa: BLE001 - judged by the restart type
+                    if not child.ready:
+                        raise  # surfaces at nursery.start, where the supervisor waits
+                    error = unwrap(exc)
+                    log.exception("child %s crashed", child.spec.name)
         finally:
-            running.finished.set()
+            child.finished.set()
+        if not child.stopping:
+            self._exits_send.send_nowait((child, error))
+
+    async def _stop_from(self, first: int) -> None:
+        """Stop the running children from position ``first`` on, last first:
+        polite stop (if any), then cancel, then wait until it has finished."""
+        for index in reversed(range(first, len(self.children))):
+            child = self._running[index]
+            if child is None:
+                continue
+            child.stopping = True
+            if child.spec.stop is not None and not child.finished.is_set():
+                with trio.CancelScope(shield=True):
+                    try:
+                        await child.spec.stop()
+                    except Exception:  # noqa: BLE001 - stopping goes on
+                        log.exception("polite stop of %s failed", child.spec.name)
+            child.scope.cancel()
+            with trio.CancelScope(shield=True):
+                await child.finished.wait()
+            self._running[index] = None
+            if child.spec.restart is Restart.TEMPORARY:
+                self._gone.add(index)
 
 
 def unwrap(exc: BaseException) -> BaseException:

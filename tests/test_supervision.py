@@ -11,10 +11,12 @@ requests carry no deadline; waits are on events, never on virtual deadlines.
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from agentd.actors.providers.jsonl import stop_process
 from agentd.protocol.client import Client
 from agentd.supervisor.daemon import Daemon, DaemonOptions
 from agentd.supervisor.paths import Paths
-from agentd.supervisor.tree import ChildSpec, Restart, RestartIntensity, Supervisor, SupervisorGaveUp
+from agentd.supervisor.tree import ChildSpec, Restart, RestartIntensity, Strategy, Supervisor, SupervisorGaveUp
 from tests.helpers import script
 
 IDLE = 600.0
@@ -275,3 +277,321 @@ async def test_supervisor_gives_up_past_the_restart_intensity(autojump_clock):
         async with trio.open_nursery() as nursery:
             await nursery.start(sup.serve)
     assert trio.current_time() >= 3, "it restarted the child before giving up"
+
+
+# -- rest_for_one -------------------------------------------------------------------
+
+
+def recording_child(log: list[str], name: str, *, crashes: dict[str, int] | None = None,
+                    ready_after: float = 0.0, fails_to_start: dict[str, int] | None = None,
+                    sup: list[Supervisor] | None = None):
+    """A child that logs ``start``/``ready``/``stop`` (with the supervisor's
+    ``restart_cause`` when it starts), crashes ``crashes[name]`` times one
+    second after it is ready, and fails before ready ``fails_to_start[name]`` times."""
+    crashes = crashes if crashes is not None else {}
+    fails_to_start = fails_to_start if fails_to_start is not None else {}
+
+    async def serve(*, task_status=trio.TASK_STATUS_IGNORED):
+        cause = sup[0].restart_cause if sup else None
+        log.append(f"start {name}" + (f" (after {cause})" if cause else ""))
+        try:
+            await trio.sleep(ready_after)
+            if fails_to_start.get(name, 0) > 0:
+                fails_to_start[name] -= 1
+                raise RuntimeError(f"{name} could not start")
+            log.append(f"ready {name}")
+            task_status.started()
+            if crashes.get(name, 0) > 0:
+                crashes[name] -= 1
+                await trio.sleep(1)
+                raise RuntimeError(f"{name} crashed")
+            await trio.sleep_forever()
+        finally:
+            log.append(f"stop {name}")
+
+    return serve
+
+
+def polite(log: list[str], name: str, sup: list[Supervisor]):
+    async def stop():
+        cause = sup[0].restart_cause
+        log.append(f"polite {name} ({'restart after ' + cause if cause else 'shutdown'})")
+    return stop
+
+
+async def test_rest_for_one_restarts_the_crashed_child_and_every_later_one_in_order(autojump_clock):
+    """The later children stop last-first (polite stop, then cancel), then the
+    crashed one and the later ones start again in order, each after the one
+    before is ready; the earlier child is not touched."""
+    log: list[str] = []
+    box: list[Supervisor] = []
+    crashes = {"b": 1}
+    specs = [
+        ChildSpec(name, recording_child(log, name, crashes=crashes, ready_after=2.0 if name == "b" else 0.0, sup=box),
+                  stop=polite(log, name, box))
+        for name in "abcd"
+    ]
+    sup = Supervisor(specs, strategy=Strategy.REST_FOR_ONE, intensity=RestartIntensity(3, 60.0))
+    box.append(sup)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        assert log == ["start a", "ready a", "start b", "ready b", "start c", "ready c", "start d", "ready d"]
+        log.clear()
+        await trio.sleep(10)
+        assert log == [
+            "stop b",  # it crashed
+            "polite d (restart after b)", "stop d",
+            "polite c (restart after b)", "stop c",
+            "start b (after b)", "ready b",
+            "start c (after b)", "ready c",
+            "start d (after b)", "ready d",
+        ]
+        log.clear()
+        sup.request_stop()
+    assert log == [
+        "polite d (shutdown)", "stop d", "polite c (shutdown)", "stop c",
+        "polite b (shutdown)", "stop b", "polite a (shutdown)", "stop a",
+    ], "the first child was never restarted; everything stops in reverse at shutdown"
+
+
+async def test_rest_for_one_crash_of_the_last_child_restarts_only_it(autojump_clock):
+    log: list[str] = []
+    sup = Supervisor(
+        [ChildSpec(name, recording_child(log, name, crashes={"c": 1})) for name in "abc"],
+        strategy=Strategy.REST_FOR_ONE,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        log.clear()
+        await trio.sleep(10)
+        assert log == ["stop c", "start c", "ready c"]
+        sup.request_stop()
+
+
+async def test_rest_for_one_later_temporary_child_is_stopped_and_not_started_again(autojump_clock):
+    log: list[str] = []
+    sup = Supervisor(
+        [
+            ChildSpec("a", recording_child(log, "a", crashes={"a": 1})),
+            ChildSpec("temp", recording_child(log, "temp"), Restart.TEMPORARY),
+            ChildSpec("b", recording_child(log, "b")),
+        ],
+        strategy=Strategy.REST_FOR_ONE,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        log.clear()
+        await trio.sleep(10)
+        assert log == ["stop a", "stop b", "stop temp", "start a", "ready a", "start b", "ready b"]
+        sup.request_stop()
+
+
+async def test_rest_for_one_failed_restart_counts_as_a_crash_and_is_retried(autojump_clock):
+    """A restart that fails before ready is one more exit of that child: it
+    costs a restart of the budget, and nothing after it starts until it is ready."""
+    log: list[str] = []
+    fails = {}
+    sup = Supervisor(
+        [ChildSpec(name, recording_child(log, name, crashes={"a": 1}, fails_to_start=fails)) for name in "ab"],
+        strategy=Strategy.REST_FOR_ONE, intensity=RestartIntensity(3, 60.0),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        fails["a"] = 1  # its next start fails once
+        log.clear()
+        await trio.sleep(10)
+        assert log == ["stop a", "stop b", "start a", "stop a", "start a", "ready a", "start b", "ready b"]
+        assert [sup.intensity.allow() for _ in range(2)] == [True, False], "two of three restarts were spent"
+        sup.request_stop()
+
+
+async def test_rest_for_one_gives_up_past_the_restart_intensity_and_stops_everything(autojump_clock):
+    log: list[str] = []
+    crashes = {"a": 100}
+    box: list[Supervisor] = []
+    sup = Supervisor(
+        [ChildSpec(name, recording_child(log, name, crashes=crashes), stop=polite(log, name, box)) for name in "ab"],
+        strategy=Strategy.REST_FOR_ONE, intensity=RestartIntensity(2, 60.0),
+    )
+    box.append(sup)
+    with pytest.RaisesGroup(pytest.RaisesExc(SupervisorGaveUp, match="a crashed")):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sup.serve)
+    assert log.count("start a") == 3 and log.count("start b") == 3
+    assert log[-3:] == ["stop a", "polite b (shutdown)", "stop b"], "after giving up, the rest is stopped politely"
+
+
+# -- a store-writer fault in a live daemon --------------------------------------------
+
+
+def faulty_once(serve, fault: trio.Event, what: str):
+    """``serve`` (an unbound ``serve(self, *, task_status)``) that raises once,
+    after it is ready, when ``fault`` is set; later lives serve normally."""
+    faulted: list[bool] = []
+
+    async def faulty(self, *, task_status=trio.TASK_STATUS_IGNORED):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve, self)
+            task_status.started()
+            if not faulted:
+                await fault.wait()
+                faulted.append(True)
+                raise RuntimeError(f"injected {what} fault")
+
+    return faulty
+
+
+def restart_probes(monkeypatch) -> tuple[list[trio.Event], list[tuple[int, bool]]]:
+    """Events set each time the daemon's socket server is ready (the last
+    child, so the second one means the rest restarted), and what every
+    ``end_orphan`` call of reconciliation did: ``(pid, ended)``."""
+    import agentd.supervisor.daemon as daemon_module
+
+    listening = [trio.Event(), trio.Event()]
+    unix_serve = daemon_module.serve_unix
+
+    async def counted_serve_unix(*args, task_status=trio.TASK_STATUS_IGNORED, **kwargs):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(unix_serve, *args, **kwargs))
+            next(e for e in listening if not e.is_set()).set()
+            task_status.started()
+
+    orphans_ended: list[tuple[int, bool]] = []
+    real_end_orphan = daemon_module.end_orphan
+
+    async def recorded_end_orphan(pid, start_ticks, **kwargs):
+        ended = await real_end_orphan(pid, start_ticks, **kwargs)
+        orphans_ended.append((pid, ended))
+        return ended
+
+    monkeypatch.setattr(daemon_module, "serve_unix", counted_serve_unix)
+    monkeypatch.setattr(daemon_module, "end_orphan", recorded_end_orphan)
+    return listening, orphans_ended
+
+
+def record_session_exits(daemon: Daemon, monkeypatch) -> list:
+    """The SessionExited events the session manager hands to the registry."""
+    from agentd.actors.providers.base import SessionExited
+
+    exits: list[SessionExited] = []
+    registry_deliver = daemon.registry.deliver
+
+    async def deliver(thread_id, event):
+        if isinstance(event, SessionExited):
+            exits.append(event)
+        await registry_deliver(thread_id, event)
+
+    monkeypatch.setattr(daemon.registry, "deliver", deliver)
+    return exits
+
+
+@pytest.mark.parametrize("child", ["store-writer", "thread-registry"])
+async def test_a_child_fault_during_a_turn_restarts_the_rest_and_reconciles_only_dead_work(
+    tmp_path, autojump_clock, monkeypatch, child
+):
+    """The store writer (or the thread registry) fails once while a turn runs.
+    rest_for_one stops the socket, the provider sessions (politely: the runtime
+    is not SIGKILLed) and the actors, restarts the failed child and the rest,
+    and the registry's reconciliation closes the run — once, as
+    ``interrupted`` with reason ``<child>_restart``, never retried. Afterwards
+    the thread takes a new message and completes it."""
+    from agentd.actors.registry import ThreadRegistry
+    from agentd.store.writer import GroupCommitWriter
+
+    fault = trio.Event()
+    reason = child.replace("-", "_") + "_restart"
+    owner = GroupCommitWriter if child == "store-writer" else ThreadRegistry
+    monkeypatch.setattr(owner, "serve", faulty_once(owner.serve, fault, child))
+
+    listening, orphans_ended = restart_probes(monkeypatch)
+
+    async with virtual_daemon(tmp_path) as (daemon, client):
+        exits = record_session_exits(daemon, monkeypatch)
+        thread_id = (await client.call("thread.create"))["threadId"]
+        sent = await client.call("thread.message.send", threadId=thread_id, text=script({"say": "working"}, {"hang": True}))
+        await next_event(client, thread_id, lambda e: e["type"] == "message.appended")
+        (session,) = (await client.call("daemon.status"))["sessions"]
+        assert session["busy"]
+
+        fault.set()
+        await listening[1].wait()  # the socket server is back: the whole rest restarted
+
+        with pytest.raises(Exception) as info:
+            await client.call("daemon.status")
+        assert info.value.kind == "connection_lost", "client connections are part of the restarted rest"
+
+        (exited,) = exits
+        assert exited.session_id == session["id"] and exited.requested, "stopped by the supervisor, not crashed"
+        assert exited.reason == reason
+        assert exited.signal != signal.SIGKILL
+        assert not any(ended for _, ended in orphans_ended), "reconciliation killed no live process of its own daemon"
+
+        async with Client.connect(daemon.paths.socket) as again:
+            got = await again.call("run.get", runId=sent["runId"])
+            run = got["run"]
+            assert (run["status"], run["reason"]) == ("interrupted", reason)
+            assert [(a["status"], a["error"]) for a in got["attempts"]] == [("interrupted", reason)], (
+                "the run was closed once, not retried"
+            )
+            events = []  # everything stored so far, of every thread and of the daemon
+            async with again.subscribe() as stream:
+                last = (await again.call("daemon.status"))["lastSeq"]
+                async for event in stream:
+                    events.append(event)
+                    if event["seq"] >= last:
+                        break
+            types = [e["type"] for e in events if e.get("threadId") == thread_id]
+            assert "run.retrying" not in types and "session.error" not in types
+            assert types.count("run.interrupted") == 1
+            stopped = [e["payload"]["session"] for e in events if e["type"] == "session.stopped"]
+            assert [(s["id"], s["reason"]) for s in stopped] == [(session["id"], reason)]
+            (reconciled,) = [e for e in events if e["type"] == "daemon.reconciled"]
+            assert reconciled["payload"]["reason"] == reason
+            assert reconciled["payload"]["runs_interrupted"] == 1
+            # Without a writer the session's stop could not be recorded, so
+            # reconciliation records it; with one, the session manager did.
+            assert reconciled["payload"]["sessions_stopped"] == (1 if child == "store-writer" else 0)
+            messages = (await again.call("thread.get", threadId=thread_id))["messages"]
+            assert [(m["role"], m["text"], m["status"]) for m in messages if m["role"] == "assistant"] == [
+                ("assistant", "working", "complete")
+            ], "what the turn said before the fault is kept"
+
+            assert (await again.call("thread.get", threadId=thread_id))["thread"]["status"] == "idle"
+            after = await send_and_finish(again, thread_id, "and now?")
+            assert after["status"] == "completed"
+            (new_session,) = (await again.call("daemon.status"))["sessions"]
+            assert new_session["id"] != session["id"] and new_session["pid"] != session["pid"]
+
+
+async def test_a_session_manager_fault_during_a_turn_ends_the_run_without_a_retry(tmp_path, autojump_clock, monkeypatch):
+    """Only the provider-session manager (and the socket after it) restarts:
+    the actor lives on and ends its run ``interrupted`` with reason
+    ``session_manager_stopped`` — not as a provider crash to retry — and no
+    reconciliation runs. The thread then takes a new message."""
+    from agentd.supervisor.sessions import ProviderSessionManager
+
+    fault = trio.Event()
+    monkeypatch.setattr(ProviderSessionManager, "serve", faulty_once(ProviderSessionManager.serve, fault, "provider-sessions"))
+    listening, orphans_ended = restart_probes(monkeypatch)
+    async with virtual_daemon(tmp_path) as (daemon, client):
+        exits = record_session_exits(daemon, monkeypatch)
+        thread_id = (await client.call("thread.create"))["threadId"]
+        sent = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True}))
+        await next_event(client, thread_id, lambda e: e["type"] == "run.started")
+        (session,) = (await client.call("daemon.status"))["sessions"]
+        fault.set()
+        await listening[1].wait()
+
+        (exited,) = exits
+        assert exited.requested and exited.reason == "session_manager_stopped" and exited.signal != signal.SIGKILL
+        assert orphans_ended == [], "the registry did not restart, so nothing was reconciled"
+        async with Client.connect(daemon.paths.socket) as again:
+            got = await again.call("run.get", runId=sent["runId"])
+            assert (got["run"]["status"], got["run"]["reason"]) == ("interrupted", "session_manager_stopped")
+            assert len(got["attempts"]) == 1, "not retried as a provider crash"
+            stopped = await next_event(again, thread_id, lambda e: e["type"] in ("session.stopped", "session.error"))
+            assert (stopped["type"], stopped["payload"]["session"]["reason"]) == ("session.stopped", "session_manager_stopped")
+            after = await send_and_finish(again, thread_id, "and now?")
+            assert after["status"] == "completed"
+            (new_session,) = (await again.call("daemon.status"))["sessions"]
+            assert new_session["pid"] != session["pid"]
