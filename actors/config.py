@@ -8,6 +8,7 @@ interrupt_grace = 10          # seconds a provider may take to honour an interru
 unsupported_interrupt = "interrupted"   # or "cancelled": runs stopped because the provider cannot interrupt
 websocket_port = 7311         # also serve on ws://127.0.0.1:7311/ (token in <data-dir>/websocket.token)
 websocket_origins = []        # browser origins allowed to connect
+allow_broad_workspaces = false  # let / or the home folder itself be a workspace
 
 [providers.basic]
 kind = "scripted"
@@ -82,6 +83,8 @@ class DaemonSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     websocket_port: Port | None = None
     #: browser origins allowed to use the WebSocket (none by default)
     websocket_origins: list[str] = []
+    #: allow ``/`` and the home folder itself as a thread's workspace
+    allow_broad_workspaces: bool = False
 
 
 class ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

@@ -33,6 +33,36 @@ log = logging.getLogger(__name__)
 COMMAND_ADMISSION_TIMEOUT = 10.0
 
 
+def check_workspace(raw: str, *, allow_broad: bool = False) -> str:
+    """The workspace a thread may use, as given, or ``invalid_params`` saying why.
+
+    A symlink is followed (the agents work in its target; the thread keeps the
+    path as given). The filesystem root and the person's home folder itself
+    are refused unless ``allow_broad``: an agent there works on everything.
+    """
+    path = Path(raw)
+    if not path.is_absolute():
+        raise InvalidParams(f"workspace must be an absolute path, not {raw!r}", field="workspace")
+    try:
+        is_dir = path.is_dir()
+        resolved = path.resolve()
+    except (OSError, RuntimeError) as exc:  # a name too long, a symlink loop, no permission
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidParams(f"workspace {raw!r} cannot be used: {why}", field="workspace") from None
+    if not is_dir:
+        raise InvalidParams(f"workspace {raw} is not an existing directory", field="workspace")
+    if not allow_broad:
+        home = Path.home().resolve()
+        if resolved in (Path("/"), home):
+            what = "the whole filesystem" if resolved == Path("/") else "your home folder itself"
+            raise InvalidParams(
+                f"workspace {raw} is {what}: an agent there works on everything in it; choose a project "
+                "folder, or set [daemon] allow_broad_workspaces = true",
+                field="workspace",
+            )
+    return str(path)
+
+
 class ThreadRegistry:
     """Owns the live ThreadActors.
 
@@ -205,12 +235,7 @@ class ThreadRegistry:
             )
         workspace = None
         if params.workspace:
-            path = Path(params.workspace)
-            if not path.is_absolute():
-                raise InvalidParams(f"workspace must be an absolute path, not {params.workspace!r}", field="workspace")
-            if not path.is_dir():
-                raise InvalidParams(f"workspace {params.workspace} is not an existing directory", field="workspace")
-            workspace = str(path)
+            workspace = check_workspace(params.workspace, allow_broad=self.config.allow_broad_workspaces)
         parent = None
         if params.parent_thread_id is not None:
             parent = self.store.thread(params.parent_thread_id)

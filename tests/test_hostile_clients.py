@@ -330,3 +330,27 @@ async def test_a_write_path_with_nul_is_a_failed_step_and_the_turn_goes_on(clien
     assert "NUL" in node["detail"]["error"]
     thread = await client.call("thread.get", threadId=thread_id)
     assert any(m["text"] == "still here" for m in thread["messages"] if m["role"] == "assistant")
+
+
+# -- workspaces (defect 8, item 11) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("workspace", ["/", os.path.expanduser("~"), "/" + "a" * 300, "/tmp/" + "b" * 300 + "/c"])
+async def test_unusable_or_too_broad_workspaces_are_invalid_params(daemon, socket_path, workspace):
+    async with raw_connection(socket_path) as conn:
+        reply = await conn.call("thread.create", {"workspace": workspace})
+        error = assert_error(reply, wire_code("invalid_params"), "invalid_params")
+        assert error["data"]["field"] == "workspace"
+        await assert_still_serving(conn)
+    assert "Traceback" not in daemon.log_text()
+
+
+async def test_broad_workspaces_are_allowed_when_the_config_says_so(tmp_path, short_dir):
+    config = tmp_path / "config.toml"
+    config.write_text("[daemon]\nallow_broad_workspaces = true\n")
+    proc = await start_daemon(tmp_path / "d", short_dir / "w.sock", config=config)
+    try:
+        async with raw_connection(proc.socket) as conn:
+            assert (await conn.result("thread.create", {"workspace": "/"}))["threadId"]
+    finally:
+        await proc.terminate()
