@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
 
 from .errors import CheckpointExistsError, GitCommandError, UnknownCheckpointError
-from .rawdiff import EMPTY_TREE, file_changes
+from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
-from .results import CaptureResult, CheckpointSummary, SkippedFile, SkipReason
+from .results import CaptureResult, CheckpointSummary, FileChange, SkippedFile, SkipReason
 from .paths import PathGuard
 from .shadow import Shadow
 
@@ -150,29 +151,50 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
             drop.append(path)
             if not _under(path, state.nested):
                 skipped.append(SkippedFile(path=os.fsdecode(layout.from_top(path)), reason="ignored"))
+    if drop or found.keep:
+        shadow.index_tree = None
     if drop:
         await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z(drop))
     if found.keep:
         await shadow.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], stdin=_z(found.keep))
-    state.excludes_fingerprint = fingerprint
-    shadow.save_state()
+    if state.excludes_fingerprint != fingerprint:
+        state.excludes_fingerprint = fingerprint
+        shadow.save_state()
+    elif new_nested:
+        shadow.save_state()
 
-    tree = await write_tree(shadow)
-    files = []
-    if base is not None:
-        diff = await shadow.run(["diff", "--raw", "--numstat", "-z", "-M", "--no-ext-diff", "--no-textconv",
-                                 base, tree], ok=(0, 128))
-        if diff.returncode != 0:
-            raise UnknownCheckpointError(f"the base {base} is not a checkpoint of {os.fsdecode(layout.workspace)}")
-        files = file_changes(diff.stdout)
+    tree = shadow.cached_index_tree() or await write_tree(shadow)
+    shadow.remember_index_tree(tree)
+    files: list[FileChange] = []
+    commit = base
+    if base is None:
+        commit = await _commit(shadow, tree, None, message or ref)
+    elif shadow.trees.get(base) != tree:
+        # The summary and the commit need only the tree: both at once; a commit
+        # made for an unchanged tree is dropped (objects no ref reaches go at compact).
+        made: list[str] = []
+
+        async def summarize() -> None:
+            diff = await shadow.run(["diff", "--raw", "--numstat", "-z", "-M", "--no-ext-diff", "--no-textconv",
+                                     base, tree], ok=(0, 128))
+            if diff.returncode != 0:
+                raise UnknownCheckpointError(f"the base {base} is not a checkpoint of {os.fsdecode(layout.workspace)}")
+            files.extend(file_changes(diff.stdout))
+
+        async def make_commit() -> None:
+            made.append(await _commit(shadow, tree, base, message or ref))
+
+        if base in shadow.trees:
+            await both(summarize, make_commit)
+        else:  # a base this process has not seen: check it first
+            await summarize()
+            if files:
+                await make_commit()
+        if files:
+            commit = made[0]
+        else:
+            shadow.trees[base] = tree
     changed = base is None or bool(files)
-    if changed:
-        args = ["commit-tree", tree, "-m", message or ref]
-        if base is not None:
-            args[2:2] = ["-p", base]
-        commit = (await shadow.run(args)).stdout.strip().decode()
-    else:
-        commit = base
     try:
         await shadow.run(["update-ref", ref, commit, ZERO_OID])
     except GitCommandError as exc:
@@ -185,6 +207,31 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
         nested_repos=[os.fsdecode(layout.from_top(p)) + "/" for p in state.nested],
     )
     return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=changed, summary=summary, files=files)
+
+
+async def _commit(shadow: Shadow, tree: str, parent: str | None, message: str) -> str:
+    args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-m", message]
+    commit = (await shadow.run(args)).stdout.strip().decode()
+    shadow.trees[commit] = tree
+    return commit
+
+
+async def both(first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]]) -> None:
+    """Run two steps at once; the first error is raised as it is (not in an ExceptionGroup)."""
+    errors: list[Exception] = []
+
+    async def guarded(step: Callable[[], Awaitable[None]], scope: trio.CancelScope) -> None:
+        try:
+            await step()
+        except Exception as exc:
+            errors.append(exc)
+            scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(guarded, first, nursery.cancel_scope)
+        nursery.start_soon(guarded, second, nursery.cancel_scope)
+    if errors:
+        raise errors[0]
 
 
 async def write_tree(shadow: Shadow) -> str:

@@ -193,6 +193,7 @@ async def restore(shadow: Shadow, target: str, *, safety_ref: str, safety_base: 
     finally:
         touched = [shadow.layout.to_top(p) for p in progress.written + progress.deleted]
         if touched:
+            shadow.index_tree = None
             with trio.CancelScope(shield=True), trio.move_on_after(60):
                 try:
                     await shadow.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"],

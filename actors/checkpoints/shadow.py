@@ -130,6 +130,11 @@ class Shadow:
         self.layout = layout
         self.state = state
         self.env = shadow_env(self.git_dir, layout.top)
+        #: the workspace tree of the index as last written, None once the index changed since
+        self.index_tree: str | None = None
+        self._index_stat: tuple[int, int, int] | None = None
+        #: commit -> tree of the checkpoints this process made or read
+        self.trees: dict[str, str] = {}
 
     @staticmethod
     def folder(root: bytes, real: bytes) -> bytes:
@@ -204,6 +209,25 @@ class Shadow:
         os.makedirs(os.path.join(tmp, b"info"), exist_ok=True)
         _write_atomic(os.path.join(tmp, b"info", b"attributes"), ATTRIBUTES)
         os.rename(tmp, git_dir)
+
+    def _stat_index(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(os.path.join(self.git_dir, b"index"))
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
+    def cached_index_tree(self) -> str | None:
+        """The tree ``write-tree`` would give now, if known: the index is the
+        one it was last written from (this process did not change it, and its
+        inode, size and mtime say no other process did)."""
+        if self.index_tree is not None and self._stat_index() == self._index_stat:
+            return self.index_tree
+        return None
+
+    def remember_index_tree(self, tree: str) -> None:
+        """Record ``tree`` as what the index holds now."""
+        self.index_tree, self._index_stat = tree, self._stat_index()
 
     def save_state(self) -> None:
         """Write ``state.json`` atomically."""
