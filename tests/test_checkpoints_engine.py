@@ -29,6 +29,7 @@ from agentd.actors.checkpoints import (
     CheckpointError,
     CheckpointExistsError,
     GitUnavailableError,
+    ShadowMismatchError,
     UnknownCheckpointError,
     WorkspaceBusyError,
     WorkspaceError,
@@ -515,6 +516,26 @@ async def test_git_missing_is_a_specific_error(tmp_path):
         assert caught.value.reason == "git_missing" and "git" in str(caught.value)
 
 
+async def test_a_git_older_than_2_32_is_refused(tmp_path):
+    fake = tmp_path / "old-git"
+    write(fake, "#!/bin/sh\necho git version 2.20.1\n", exec_=True)
+    (tmp_path / "ws").mkdir()
+    with pytest.raises(GitUnavailableError) as caught:
+        await CheckpointEngine(tmp_path / "checkpoints", git=str(fake)).capture(tmp_path / "ws", ref())
+    assert caught.value.reason == "git_too_old" and "2.20.1" in str(caught.value)
+
+
+async def test_a_store_folder_of_another_workspace_is_refused(tmp_path):
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    engine = CheckpointEngine(tmp_path / "checkpoints")
+    await engine.capture(ws, ref())
+    (folder,) = (tmp_path / "checkpoints").iterdir()
+    (folder / "workspace").write_text("/somewhere/else")
+    with pytest.raises(ShadowMismatchError):
+        await CheckpointEngine(tmp_path / "checkpoints").capture(ws, ref())
+
+
 async def test_the_home_folder_is_refused_unless_configured(tmp_path, user_home):
     write(user_home / "a.txt", "a\n")
     with pytest.raises(WorkspaceRefusedError) as caught:
@@ -625,6 +646,21 @@ async def test_another_process_holding_the_lock_makes_a_capture_wait(tmp_path):
         with pytest.raises(WorkspaceBusyError):
             await second.capture(ws, ref())
     assert (await second.capture(ws, ref())).changed
+
+
+async def test_two_engines_on_one_store_never_reuse_a_stale_tree(tmp_path):
+    # Like a daemon and a later one (or a CLI) on the same data dir, one after the other.
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    first, second = CheckpointEngine(tmp_path / "checkpoints"), CheckpointEngine(tmp_path / "checkpoints")
+    c1 = await first.capture(ws, ref())
+    write(ws / "a.txt", "b\n")
+    c2 = await second.capture(ws, ref(), base=c1.commit)
+    c3 = await first.capture(ws, ref(), base=c1.commit)  # nothing differs from the index second wrote
+    assert c3.changed and c3.tree == c2.tree and [f.path for f in c3.files] == ["a.txt"]
+    await second.restore(ws, c1.commit, safety_ref=ref("pre_rollback"))
+    c4 = await first.capture(ws, ref(), base=c3.commit)
+    assert c4.tree == c1.tree and (ws / "a.txt").read_text() == "a\n"
 
 
 # -- property test ----------------------------------------------------------------------------------
