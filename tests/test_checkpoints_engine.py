@@ -631,10 +631,12 @@ async def test_two_workspaces_capture_concurrently(tmp_path):
         for name, ws in (("a1", a), ("b1", b), ("a2", a), ("b2", b)):
             nursery.start_soon(capture, ws, name)
     assert all(r.changed for r in results.values()) and results["a1"].tree == results["a2"].tree
-    # not a global lock: b captures while a's lock is held
-    async with engine.locked(a):
+    # not a global lock: b captures while a's lock is held, and a's holder works under it
+    async with engine.locked(a) as locked:
         with trio.fail_after(30):
             await engine.capture(b, ref())
+        held = await locked.capture(ref(), base=results["a2"].commit)
+        assert not held.changed and (await locked.diff(held.commit)).files
 
 
 async def test_another_process_holding_the_lock_makes_a_capture_wait(tmp_path):

@@ -21,7 +21,7 @@ stream), ``paths`` (nested/blocked parents), ``rawdiff`` (git output
 parsing), ``refs``, ``results``, ``errors``.
 """
 
-from .engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PATCH_BYTES, CheckpointEngine
+from .engine import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_PATCH_BYTES, CheckpointEngine, LockedWorkspace
 from .errors import (
     CheckpointError,
     CheckpointExistsError,
@@ -47,6 +47,6 @@ from .results import (
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES", "DEFAULT_MAX_PATCH_BYTES", "CaptureResult", "CheckpointEngine", "CheckpointError",
     "CheckpointExistsError", "CheckpointSummary", "DiffResult", "FileChange", "GitCommandError",
-    "GitUnavailableError", "NotRestored", "RestoreResult", "ShadowMismatchError", "SkippedFile",
+    "GitUnavailableError", "LockedWorkspace", "NotRestored", "RestoreResult", "ShadowMismatchError", "SkippedFile",
     "UnknownCheckpointError", "WorkspaceBusyError", "WorkspaceError", "WorkspaceRefusedError", "checkpoint_ref",
 ]

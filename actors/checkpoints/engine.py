@@ -64,15 +64,17 @@ class CheckpointEngine:
         return resolve_workspace(workspace, self.refused)
 
     @asynccontextmanager
-    async def locked(self, workspace: PathLike) -> AsyncIterator[Shadow]:
-        """Hold the workspace's locks (in-process and flock) for the block and
-        give its opened shadow; the engine's own operations take them too, so
-        a caller can make a larger step (an ownership change) atomic with them."""
+    async def locked(self, workspace: PathLike) -> AsyncIterator[LockedWorkspace]:
+        """Hold the workspace's locks (in-process and flock) for the block, so
+        that a larger step (an ownership change, a capture and what the caller
+        records with it) is atomic for this workspace. Use the yielded object's
+        methods inside: the engine's own methods would wait for the lock
+        (trio refuses to re-acquire it from the same task)."""
         real = self.workspace_key(workspace)
         await self.git.path()
         lock_file = Shadow.lock_file(self.root, real)
         async with self.locks.hold(real, lock_file, os.path.join(os.path.dirname(lock_file), b"shadow.git")):
-            yield await self._open(real)
+            yield LockedWorkspace(self, await self._open(real))
 
     async def _open(self, real: bytes) -> Shadow:
         cached = self._shadows.get(real)
@@ -102,9 +104,8 @@ class CheckpointEngine:
             CheckpointExistsError: ``ref`` exists already.
         """
         check_ref(ref)
-        async with self.locked(workspace) as shadow:
-            return await _capture.capture(shadow, ref, base=base, max_file_bytes=self.max_file_bytes,
-                                          message=message)
+        async with self.locked(workspace) as locked:
+            return await locked.capture(ref, base=base, message=message)
 
     async def diff(self, workspace: PathLike, target: str, base: str | None = None, *,
                    max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> DiffResult:
@@ -118,8 +119,8 @@ class CheckpointEngine:
         real = self.workspace_key(workspace)
         shadow = self._shadows.get(real)
         if shadow is None:
-            async with self.locked(workspace) as shadow:
-                pass
+            async with self.locked(workspace) as locked:
+                shadow = locked.shadow
         return await _diff.diff(shadow, target, base, max_bytes)
 
     async def restore(self, workspace: PathLike, target: str, *, safety_ref: str,
@@ -140,25 +141,52 @@ class CheckpointEngine:
             CheckpointExistsError: ``safety_ref`` exists already (nothing was touched).
         """
         check_ref(safety_ref)
-        async with self.locked(workspace) as shadow:
-            return await _restore.restore(shadow, target, safety_ref=safety_ref, safety_base=safety_base,
-                                          max_file_bytes=self.max_file_bytes, fsync=self.fsync)
+        async with self.locked(workspace) as locked:
+            return await locked.restore(target, safety_ref=safety_ref, safety_base=safety_base)
 
     async def refs(self, workspace: PathLike, under: str = PREFIX) -> dict[str, str]:
         """The checkpoint refs under ``under`` (e.g. ``refs/agentd/<thread>/``) and their commits."""
-        async with self.locked(workspace) as shadow:
-            out = await shadow.run(["for-each-ref", "--format=%(refname) %(objectname)", under])
+        async with self.locked(workspace) as locked:
+            out = await locked.shadow.run(["for-each-ref", "--format=%(refname) %(objectname)", under])
         return dict(line.split(" ", 1) for line in out.stdout.decode().splitlines())
 
     async def delete_refs(self, workspace: PathLike, refs: Iterable[str]) -> None:
         """Delete checkpoint refs (their objects go at the next ``compact``)."""
         lines = "".join(f"delete {check_ref(ref)}\n" for ref in refs)
         if lines:
-            async with self.locked(workspace) as shadow:
-                await shadow.run(["update-ref", "--stdin"], stdin=lines.encode())
+            async with self.locked(workspace) as locked:
+                await locked.shadow.run(["update-ref", "--stdin"], stdin=lines.encode())
 
     async def compact(self, workspace: PathLike) -> None:
         """Repack the shadow and drop objects no ref or the index reaches (run when idle)."""
-        async with self.locked(workspace) as shadow:
-            await shadow.run(["repack", "-adq"])
-            await shadow.run(["prune", "--expire=now"])
+        async with self.locked(workspace) as locked:
+            await locked.shadow.run(["repack", "-adq"])
+            await locked.shadow.run(["prune", "--expire=now"])
+
+
+class LockedWorkspace:
+    """A workspace whose locks ``CheckpointEngine.locked`` holds: the same
+    operations as the engine's, without taking the locks again.
+
+    Attributes:
+        shadow: the opened shadow repository.
+    """
+
+    def __init__(self, engine: CheckpointEngine, shadow: Shadow) -> None:
+        self.engine = engine
+        self.shadow = shadow
+
+    async def capture(self, ref: str, *, base: str | None = None, message: str | None = None) -> CaptureResult:
+        """See ``CheckpointEngine.capture``."""
+        return await _capture.capture(self.shadow, check_ref(ref), base=base,
+                                      max_file_bytes=self.engine.max_file_bytes, message=message)
+
+    async def restore(self, target: str, *, safety_ref: str, safety_base: str | None = None) -> RestoreResult:
+        """See ``CheckpointEngine.restore``."""
+        return await _restore.restore(self.shadow, target, safety_ref=check_ref(safety_ref), safety_base=safety_base,
+                                      max_file_bytes=self.engine.max_file_bytes, fsync=self.engine.fsync)
+
+    async def diff(self, target: str, base: str | None = None, *,
+                   max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> DiffResult:
+        """See ``CheckpointEngine.diff``."""
+        return await _diff.diff(self.shadow, target, base, max_bytes)
