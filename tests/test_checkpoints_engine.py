@@ -597,6 +597,20 @@ async def test_a_restore_that_fails_part_way_says_what_was_and_was_not_restored(
     assert undo.complete and all((ws / f"f{i}.txt").read_text() == f"{i} changed\n" for i in range(6))
 
 
+async def test_temp_files_of_a_killed_restore_are_swept_next_time(tmp_path):
+    ws = tmp_path / "ws"
+    write(ws / "d" / "a.txt", "a\n")
+    engine = CheckpointEngine(tmp_path / "checkpoints")
+    c1 = await engine.capture(ws, ref())
+    # what a daemon killed between a temp file write and its os.replace leaves
+    leftover = ws / "d" / (TEMP_PREFIX.decode() + "0123456789ab")
+    write(leftover, "half written\n")
+    (shadow_git(tmp_path / "checkpoints").parent / "restore.journal").write_bytes(b"d\0")
+    c2 = await CheckpointEngine(tmp_path / "checkpoints").capture(ws, ref(), base=c1.commit)
+    assert not leftover.exists() and not c2.changed
+    assert not (shadow_git(tmp_path / "checkpoints").parent / "restore.journal").exists()
+
+
 async def test_a_directory_with_unstored_files_is_never_removed(tmp_path):
     ws = tmp_path / "ws"
     write(ws / ".gitignore", "*.log\n")

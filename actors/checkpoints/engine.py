@@ -74,7 +74,9 @@ class CheckpointEngine:
         await self.git.path()
         lock_file = Shadow.lock_file(self.root, real)
         async with self.locks.hold(real, lock_file, os.path.join(os.path.dirname(lock_file), b"shadow.git")):
-            yield LockedWorkspace(self, await self._open(real))
+            shadow = await self._open(real)
+            _restore.sweep_interrupted(shadow)
+            yield LockedWorkspace(self, shadow)
 
     async def _open(self, real: bytes) -> Shadow:
         cached = self._shadows.get(real)

@@ -20,6 +20,7 @@ paths were and were not restored.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import stat
@@ -39,6 +40,41 @@ from .shadow import TEMP_PREFIX, Shadow
 #: blobs gathered before a worker thread writes them
 BATCH_BYTES = 8 << 20
 GITLINK = "160000"
+#: in the shadow folder while a restore writes: the workspace folders that may hold its temp files
+JOURNAL = b"restore.journal"
+
+log = logging.getLogger(__name__)
+
+
+def sweep_interrupted(shadow: Shadow) -> int:
+    """Remove the temp files a restore that never finished (a killed daemon)
+    left in the workspace; called with the workspace's locks held. Returns
+    how many were removed."""
+    journal = os.path.join(shadow.dir, JOURNAL)
+    try:
+        with open(journal, "rb") as f:
+            folders = f.read().split(b"\0")
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for folder in set(folders):
+        full = os.path.join(shadow.layout.workspace, folder)
+        try:
+            names = os.listdir(full)
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(TEMP_PREFIX):
+                try:
+                    os.unlink(os.path.join(full, name))
+                    removed += 1
+                except OSError:
+                    pass
+    os.unlink(journal)
+    if removed:
+        log.warning("removed %d temp files of a restore of %s that did not finish", removed,
+                    os.fsdecode(shadow.layout.workspace))
+    return removed
 
 
 @dataclass
@@ -168,6 +204,9 @@ async def restore(shadow: Shadow, target: str, *, safety_ref: str, safety_base: 
     try:
         await trio.to_thread.run_sync(delete_paths, root, [e.path for e in entries if e.status == "D"], progress)
         planned = await trio.to_thread.run_sync(plan_writes, root, [e for e in entries if e.status != "D"], progress)
+        if planned:
+            with open(os.path.join(shadow.dir, JOURNAL), "wb") as f:
+                f.write(b"\0".join(sorted({os.path.dirname(e.path) for e in planned})))
         batch: list[tuple[bytes, str, bytes]] = []
         size = 0
 
@@ -191,6 +230,10 @@ async def restore(shadow: Shadow, target: str, *, safety_ref: str, safety_base: 
         done = {*progress.written, *progress.deleted, *(p for p, _, _ in progress.not_restored)}
         progress.not_restored.extend((e.path, "aborted", error) for e in entries if e.path not in done)
     finally:
+        try:  # this restore's temp files are gone (each write removes its own on failure)
+            os.unlink(os.path.join(shadow.dir, JOURNAL))
+        except FileNotFoundError:
+            pass
         touched = [shadow.layout.to_top(p) for p in progress.written + progress.deleted]
         if touched:
             shadow.index_tree = None
