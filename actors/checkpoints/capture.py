@@ -9,9 +9,11 @@ ref (CHECKPOINTS.md recipe b8).
    that became a directory or lie behind a symlink are dropped from the index.
 3. When the ignore rules changed, tracked files they now ignore are dropped too.
 4. ``update-index --add --remove --replace -z --stdin`` with the kept paths.
-5. ``write-tree`` (``--prefix`` = the workspace), diffed against the base:
-   no change reuses the base's commit.
-6. ``commit-tree`` and ``update-ref REF COMMIT 0000…`` (create-only).
+5. ``write-tree`` (``--prefix`` = the workspace; skipped when the index is
+   untouched since the last one), then ``diff --raw --numstat -z -M`` against
+   the base and ``commit-tree`` at the same time: no change reuses the base's
+   commit.
+6. ``update-ref REF COMMIT 0000…`` (create-only).
 
 Nested repositories are never modified: git runs with optional locks off and
 never looks inside them (their ``.git/index`` keeps its mtime).
@@ -27,10 +29,10 @@ from dataclasses import dataclass, field
 import trio
 
 from .errors import CheckpointExistsError, GitCommandError, UnknownCheckpointError
+from .paths import PathGuard
 from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
 from .results import CaptureResult, CheckpointSummary, FileChange, SkippedFile, SkipReason
-from .paths import PathGuard
 from .shadow import Shadow
 
 
