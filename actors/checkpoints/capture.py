@@ -1,0 +1,248 @@
+"""Capture: the workspace as it is now, as a shadow commit under a create-only
+ref (CHECKPOINTS.md recipe b8).
+
+1. ``ls-files -z -t -m -d -o --exclude-standard`` lists what differs from the
+   shadow's persistent index (and ``path/`` for each nested repository).
+2. Python sorts it (``classify``): nested repositories are excluded and
+   reported; files over the size cap, unreadable or special files are skipped
+   and reported (and dropped from the index if they were in it); tracked paths
+   that became a directory or lie behind a symlink are dropped from the index.
+3. When the ignore rules changed, tracked files they now ignore are dropped too.
+4. ``update-index --add --remove --replace -z --stdin`` with the kept paths.
+5. ``write-tree`` (``--prefix`` = the workspace; skipped when the index is
+   untouched since the last one), then ``diff --raw --numstat -z -M`` against
+   the base and ``commit-tree`` at the same time: no change reuses the base's
+   commit.
+6. ``update-ref REF COMMIT 0000…`` (create-only).
+
+Nested repositories are never modified: git runs with optional locks off and
+never looks inside them (their ``.git/index`` keeps its mtime).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from .errors import CheckpointExistsError, GitCommandError, UnknownCheckpointError
+from .paths import PathGuard
+from .rawdiff import file_changes
+from .refs import ZERO_OID, check_commitish, check_ref
+from .results import CaptureResult, CheckpointSummary, FileChange, SkippedFile, SkipReason
+from .shadow import Shadow
+
+
+@dataclass
+class Sorted:
+    """The listing of step 1, sorted by ``classify`` (work-tree-relative paths)."""
+
+    #: for ``update-index --add --remove --replace``
+    keep: list[bytes] = field(default_factory=list)
+    #: for ``update-index --force-remove``
+    drop: list[bytes] = field(default_factory=list)
+    skipped: list[tuple[bytes, SkipReason, int | None]] = field(default_factory=list)
+    nested: list[bytes] = field(default_factory=list)
+    #: a ``.gitignore`` is among the changes
+    ignore_rules_touched: bool = False
+
+
+def parse_listing(out: bytes) -> dict[bytes, bool]:
+    """``ls-files -z -t`` output as {path: tracked}; a path both modified and
+    deleted appears once."""
+    entries: dict[bytes, bool] = {}
+    for token in out.split(b"\0"):
+        if token:
+            entries[token[2:]] = entries.get(token[2:], False) or token[:1] != b"?"
+    return entries
+
+
+def classify(top: bytes, prefix: bytes, entries: dict[bytes, bool], max_file_bytes: int) -> Sorted:
+    """Step 2 (blocking: lstat calls; run it in a worker thread)."""
+    out = Sorted()
+    guard = PathGuard(top, prefix)
+    for path, tracked in entries.items():
+        if os.path.basename(path.rstrip(b"/")) == b".gitignore":
+            out.ignore_rules_touched = True
+        if path.endswith(b"/"):
+            out.nested.append(path[:-1])
+            continue
+        status = guard.of(path)
+        if status is not None:
+            if status[0] == "nested" and status[1] not in out.nested:
+                out.nested.append(status[1])
+            if tracked:
+                out.drop.append(path)
+            continue
+        try:
+            st = os.lstat(os.path.join(top, path))
+        except (FileNotFoundError, NotADirectoryError):
+            out.keep.append(path)  # deleted: --remove takes it out of the index
+            continue
+        reason: SkipReason | None = None
+        if stat.S_ISDIR(st.st_mode):
+            if tracked:
+                out.drop.append(path)  # a file became a directory; its files are listed on their own
+            continue
+        if stat.S_ISREG(st.st_mode):
+            if st.st_size > max_file_bytes:
+                reason = "too_large"
+            elif not os.access(os.path.join(top, path), os.R_OK):
+                reason = "unreadable"
+        elif not stat.S_ISLNK(st.st_mode):
+            reason = "unsupported_type"
+        if reason is None:
+            out.keep.append(path)
+        else:
+            out.skipped.append((path, reason, st.st_size if reason == "too_large" else None))
+            if tracked:
+                out.drop.append(path)
+    return out
+
+
+def _z(paths: list[bytes]) -> bytes:
+    return b"".join(p + b"\0" for p in paths)
+
+
+def _under(path: bytes, dirs: list[bytes]) -> bool:
+    return any(path.startswith(d + b"/") for d in dirs)
+
+
+async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes: int,
+                  message: str | None = None) -> CaptureResult:
+    """Capture the workspace of ``shadow`` (its locks held) as ``ref``.
+
+    Args:
+        shadow: the opened shadow.
+        ref: the new, create-only ref.
+        base: the commit to diff against and to use as parent; None for a
+            first baseline (no diff is computed: the summary counts nothing).
+        max_file_bytes: files larger than this are skipped and reported.
+        message: the commit message (default: the ref).
+
+    Raises:
+        CheckpointExistsError: ``ref`` already exists.
+        GitCommandError: a git command failed.
+    """
+    check_ref(ref)
+    if base is not None:
+        check_commitish(base)
+    layout, state = shadow.layout, shadow.state
+    if os.path.lexists(os.path.join(shadow.git_dir, os.fsencode(ref))):
+        raise CheckpointExistsError(f"checkpoint {ref} already exists")
+    # Nested repositories that are gone are no longer excluded: their files are the workspace's now.
+    state.nested = [p for p in state.nested if os.path.lexists(os.path.join(layout.top, p, b".git"))]
+    fingerprint = shadow.refresh_excludes()
+    spec = layout.pathspec()
+    listing = await shadow.run(["ls-files", "-z", "-t", "-m", "-d", "-o", "--exclude-standard", "--", *spec])
+    entries = parse_listing(listing.stdout)
+    found = await trio.to_thread.run_sync(classify, layout.top, layout.prefix, entries, max_file_bytes)
+    new_nested = [p for p in found.nested if p not in state.nested]
+    if new_nested:
+        state.nested.extend(new_nested)
+        fingerprint = shadow.refresh_excludes()
+    drop = list(found.drop)
+    skipped = [SkippedFile(path=os.fsdecode(layout.from_top(p)), reason=r, size=s) for p, r, s in found.skipped]
+    if fingerprint != state.excludes_fingerprint or found.ignore_rules_touched:
+        # Tracked files the ignore rules now ignore leave the shadow: ignored files are never stored.
+        ignored = await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec])
+        for path in filter(None, ignored.stdout.split(b"\0")):
+            drop.append(path)
+            if not _under(path, state.nested):
+                skipped.append(SkippedFile(path=os.fsdecode(layout.from_top(path)), reason="ignored"))
+    if drop or found.keep:
+        shadow.index_tree = None
+    if drop:
+        await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z(drop))
+    if found.keep:
+        await shadow.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], stdin=_z(found.keep))
+    if state.excludes_fingerprint != fingerprint:
+        state.excludes_fingerprint = fingerprint
+        shadow.save_state()
+    elif new_nested:
+        shadow.save_state()
+
+    tree = shadow.cached_index_tree() or await write_tree(shadow)
+    shadow.remember_index_tree(tree)
+    files: list[FileChange] = []
+    commit = base
+    if base is None:
+        commit = await _commit(shadow, tree, None, message or ref)
+    elif shadow.trees.get(base) != tree:
+        # The summary and the commit need only the tree: both at once; a commit
+        # made for an unchanged tree is dropped (objects no ref reaches go at compact).
+        made: list[str] = []
+
+        async def summarize() -> None:
+            diff = await shadow.run(["diff", "--raw", "--numstat", "-z", "-M", "--no-ext-diff", "--no-textconv",
+                                     base, tree], ok=(0, 128))
+            if diff.returncode != 0:
+                raise UnknownCheckpointError(f"the base {base} is not a checkpoint of {os.fsdecode(layout.workspace)}")
+            files.extend(file_changes(diff.stdout))
+
+        async def make_commit() -> None:
+            made.append(await _commit(shadow, tree, base, message or ref))
+
+        if base in shadow.trees:
+            await both(summarize, make_commit)
+        else:  # a base this process has not seen: check it first
+            await summarize()
+            if files:
+                await make_commit()
+        if files:
+            commit = made[0]
+        else:
+            shadow.trees[base] = tree
+    changed = base is None or bool(files)
+    try:
+        await shadow.run(["update-ref", ref, commit, ZERO_OID])
+    except GitCommandError as exc:
+        if "exists" in exc.stderr:
+            raise CheckpointExistsError(f"checkpoint {ref} already exists") from exc
+        raise
+    summary = CheckpointSummary(
+        files_changed=len(files), insertions=sum(f.insertions for f in files),
+        deletions=sum(f.deletions for f in files), skipped=skipped,
+        nested_repos=[os.fsdecode(layout.from_top(p)) + "/" for p in state.nested],
+    )
+    return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=changed, summary=summary, files=files)
+
+
+async def _commit(shadow: Shadow, tree: str, parent: str | None, message: str) -> str:
+    args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-m", message]
+    commit = (await shadow.run(args)).stdout.strip().decode()
+    shadow.trees[commit] = tree
+    return commit
+
+
+async def both(first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]]) -> None:
+    """Run two steps at once; the first error is raised as it is (not in an ExceptionGroup)."""
+    errors: list[Exception] = []
+
+    async def guarded(step: Callable[[], Awaitable[None]], scope: trio.CancelScope) -> None:
+        try:
+            await step()
+        except Exception as exc:
+            errors.append(exc)
+            scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(guarded, first, nursery.cancel_scope)
+        nursery.start_soon(guarded, second, nursery.cancel_scope)
+    if errors:
+        raise errors[0]
+
+
+async def write_tree(shadow: Shadow) -> str:
+    """The tree of the shadow index's workspace part (the empty tree when the
+    workspace holds nothing that is stored)."""
+    prefix = shadow.layout.prefix
+    result = await shadow.run(["write-tree", *([b"--prefix=" + prefix + b"/"] if prefix else [])], ok=(0, 128))
+    if result.returncode == 0:
+        return result.stdout.strip().decode()
+    if b"not found" not in result.stderr:
+        raise GitCommandError(["write-tree"], result.returncode, result.stderr)
+    return (await shadow.run(["mktree", "-z"], stdin=b"")).stdout.strip().decode()

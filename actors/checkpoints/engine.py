@@ -1,0 +1,194 @@
+"""``CheckpointEngine``: the one object the daemon holds to capture, diff and
+restore workspace checkpoints, each workspace in its own shadow repository
+under ``root`` and serialized on that workspace only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+
+from . import capture as _capture
+from . import diff as _diff
+from . import restore as _restore
+from .gitproc import Git
+from .layout import default_refused, discover, nearest_dotgit, resolve_workspace
+from .locks import WorkspaceLocks
+from .refs import PREFIX, check_ref
+from .results import CaptureResult, DiffResult, RestoreResult
+from .shadow import Shadow
+
+#: files larger than this are skipped (and reported) unless configured otherwise
+DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+#: patch bytes ``diff`` returns unless asked otherwise
+DEFAULT_MAX_PATCH_BYTES = 1024 * 1024
+
+PathLike = str | bytes | os.PathLike[str]
+
+
+class CheckpointEngine:
+    """Shadow-git checkpoints of workspaces.
+
+    Args:
+        root: the folder holding one shadow per workspace (``<data>/checkpoints``).
+        git: the git executable (default: ``git`` on ``PATH``).
+        max_file_bytes: files over this size are skipped and reported.
+        refused: folders that are never a checkpointed workspace (default:
+            ``/``, ``$HOME``, ``~/Desktop``, ``~/Documents``, ``~/Downloads``);
+            ``()`` refuses none.
+        lock_timeout: seconds to wait for another process's lock on a workspace.
+        fsync: a restore fsyncs each file before it replaces the old one.
+
+    Every method may raise ``GitUnavailableError`` (git missing or older than
+    2.32), ``WorkspaceError``, ``WorkspaceRefusedError``,
+    ``ShadowMismatchError``, ``WorkspaceBusyError`` or ``GitCommandError``, all
+    ``CheckpointError`` with a ``reason`` code.
+    """
+
+    def __init__(self, root: PathLike, *, git: str | None = None, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+                 refused: Iterable[PathLike] | None = None, lock_timeout: float = 60.0, fsync: bool = False) -> None:
+        self.root = os.path.abspath(os.fsencode(root))
+        self.git = Git(git)
+        self.max_file_bytes = max_file_bytes
+        self.refused = [os.fsencode(p) for p in (default_refused() if refused is None else refused)]
+        self.locks = WorkspaceLocks(lock_timeout)
+        self.fsync = fsync
+        self._shadows: dict[bytes, Shadow] = {}
+
+    def workspace_key(self, workspace: PathLike) -> bytes:
+        """The workspace's real path, checked (no git run).
+
+        Raises:
+            WorkspaceError, WorkspaceRefusedError.
+        """
+        return resolve_workspace(workspace, self.refused)
+
+    @asynccontextmanager
+    async def locked(self, workspace: PathLike) -> AsyncIterator[LockedWorkspace]:
+        """Hold the workspace's locks (in-process and flock) for the block, so
+        that a larger step (an ownership change, a capture and what the caller
+        records with it) is atomic for this workspace. Use the yielded object's
+        methods inside: the engine's own methods would wait for the lock
+        (trio refuses to re-acquire it from the same task)."""
+        real = self.workspace_key(workspace)
+        await self.git.path()
+        lock_file = Shadow.lock_file(self.root, real)
+        async with self.locks.hold(real, lock_file, os.path.join(os.path.dirname(lock_file), b"shadow.git")):
+            shadow = await self._open(real)
+            _restore.sweep_interrupted(shadow)
+            yield LockedWorkspace(self, shadow)
+
+    async def _open(self, real: bytes) -> Shadow:
+        cached = self._shadows.get(real)
+        if (cached is not None and cached.layout.marker == nearest_dotgit(real)
+                and os.path.exists(os.path.join(cached.git_dir, b"HEAD"))):
+            return cached
+        shadow = await Shadow.open(self.git, self.root, await discover(self.git, real))
+        self._shadows[real] = shadow
+        return shadow
+
+    async def capture(self, workspace: PathLike, ref: str, *, base: str | None = None,
+                      message: str | None = None) -> CaptureResult:
+        """Capture the workspace as the new checkpoint ``ref``.
+
+        Args:
+            workspace: the workspace folder.
+            ref: ``checkpoint_ref(thread, scope, n)``; refs are create-only.
+            base: the checkpoint commit to diff against (the previous one of
+                the scope); None for a first baseline, whose summary counts nothing.
+            message: the shadow commit's message (default: the ref).
+
+        Returns:
+            The commit (the base's own when nothing changed), the changed files
+            and the summary (counts, skipped files, nested repositories).
+
+        Raises:
+            CheckpointExistsError: ``ref`` exists already.
+        """
+        check_ref(ref)
+        async with self.locked(workspace) as locked:
+            return await locked.capture(ref, base=base, message=message)
+
+    async def diff(self, workspace: PathLike, target: str, base: str | None = None, *,
+                   max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> DiffResult:
+        """Files and patch from ``base`` to ``target`` (commits or refs of this
+        workspace; ``base`` None: against nothing). Reads objects only, so it
+        does not wait for a capture of the same workspace.
+
+        Raises:
+            UnknownCheckpointError: either is not a checkpoint of this workspace.
+        """
+        real = self.workspace_key(workspace)
+        shadow = self._shadows.get(real)
+        if shadow is None:
+            async with self.locked(workspace) as locked:
+                shadow = locked.shadow
+        return await _diff.diff(shadow, target, base, max_bytes)
+
+    async def restore(self, workspace: PathLike, target: str, *, safety_ref: str,
+                      safety_base: str | None = None) -> RestoreResult:
+        """Put the files of checkpoint ``target`` back, after a safety capture
+        ``safety_ref`` of the workspace as it is now (restoring that one
+        undoes this). Paths the restore leaves alone are reported with the
+        reason; ignored files, files over the size cap, nested repositories
+        and the user's ``.git`` are never touched.
+
+        Args:
+            target: a checkpoint commit or ref of this workspace.
+            safety_ref: the create-only ref of the safety checkpoint.
+            safety_base: the safety checkpoint's base (default: ``target``).
+
+        Raises:
+            UnknownCheckpointError: ``target`` is not a checkpoint of this workspace.
+            CheckpointExistsError: ``safety_ref`` exists already (nothing was touched).
+        """
+        check_ref(safety_ref)
+        async with self.locked(workspace) as locked:
+            return await locked.restore(target, safety_ref=safety_ref, safety_base=safety_base)
+
+    async def refs(self, workspace: PathLike, under: str = PREFIX) -> dict[str, str]:
+        """The checkpoint refs under ``under`` (e.g. ``refs/agentd/<thread>/``) and their commits."""
+        async with self.locked(workspace) as locked:
+            out = await locked.shadow.run(["for-each-ref", "--format=%(refname) %(objectname)", under])
+        return dict(line.split(" ", 1) for line in out.stdout.decode().splitlines())
+
+    async def delete_refs(self, workspace: PathLike, refs: Iterable[str]) -> None:
+        """Delete checkpoint refs (their objects go at the next ``compact``)."""
+        lines = "".join(f"delete {check_ref(ref)}\n" for ref in refs)
+        if lines:
+            async with self.locked(workspace) as locked:
+                await locked.shadow.run(["update-ref", "--stdin"], stdin=lines.encode())
+
+    async def compact(self, workspace: PathLike) -> None:
+        """Repack the shadow and drop objects no ref or the index reaches (run when idle)."""
+        async with self.locked(workspace) as locked:
+            await locked.shadow.run(["repack", "-adq"])
+            await locked.shadow.run(["prune", "--expire=now"])
+
+
+class LockedWorkspace:
+    """A workspace whose locks ``CheckpointEngine.locked`` holds: the same
+    operations as the engine's, without taking the locks again.
+
+    Attributes:
+        shadow: the opened shadow repository.
+    """
+
+    def __init__(self, engine: CheckpointEngine, shadow: Shadow) -> None:
+        self.engine = engine
+        self.shadow = shadow
+
+    async def capture(self, ref: str, *, base: str | None = None, message: str | None = None) -> CaptureResult:
+        """See ``CheckpointEngine.capture``."""
+        return await _capture.capture(self.shadow, check_ref(ref), base=base,
+                                      max_file_bytes=self.engine.max_file_bytes, message=message)
+
+    async def restore(self, target: str, *, safety_ref: str, safety_base: str | None = None) -> RestoreResult:
+        """See ``CheckpointEngine.restore``."""
+        return await _restore.restore(self.shadow, target, safety_ref=check_ref(safety_ref), safety_base=safety_base,
+                                      max_file_bytes=self.engine.max_file_bytes, fsync=self.engine.fsync)
+
+    async def diff(self, target: str, base: str | None = None, *,
+                   max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> DiffResult:
+        """See ``CheckpointEngine.diff``."""
+        return await _diff.diff(self.shadow, target, base, max_bytes)

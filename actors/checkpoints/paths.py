@@ -1,0 +1,59 @@
+"""Which directories of a workspace a path may be read or written through.
+
+A path whose parent (below the workspace root) holds a ``.git`` entry is
+inside a nested repository, which the engine never touches; a path whose
+parent is a symlink or a file is "blocked": following it would read or write
+outside the workspace. Blocking calls: use from a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+#: (kind, directory) where kind is "nested" or "blocked"; None: the path may be used
+Status = tuple[str, bytes] | None
+
+
+class PathGuard:
+    """Caches the status of the directories below ``start`` in ``root``.
+
+    Args:
+        root: an absolute directory (the shadow's work tree, or the workspace).
+        start: the directory (relative to ``root``, ``b""`` for itself) below
+            which paths are checked; it is trusted.
+    """
+
+    def __init__(self, root: bytes, start: bytes = b"") -> None:
+        self.root = root
+        self.start = start
+        self._dirs: dict[bytes, Status] = {start: None}
+
+    def status(self, directory: bytes) -> Status:
+        """The status of ``directory`` (relative to ``root``): the first
+        ancestor at or below ``start`` that is nested or blocked, else None.
+        A directory that does not exist is fine (it would be created)."""
+        found = self._dirs.get(directory, False)
+        if found is not False:
+            return found  # type: ignore[return-value]
+        parent = os.path.dirname(directory)
+        if parent == directory or not directory:
+            return None
+        result = self.status(parent)
+        if result is None:
+            full = os.path.join(self.root, directory)
+            try:
+                st = os.lstat(full)
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+            else:
+                if not stat.S_ISDIR(st.st_mode):
+                    result = ("blocked", directory)
+                elif os.path.lexists(os.path.join(full, b".git")):
+                    result = ("nested", directory)
+        self._dirs[directory] = result
+        return result
+
+    def of(self, path: bytes) -> Status:
+        """The status of the directory holding ``path``."""
+        return self.status(os.path.dirname(path))
