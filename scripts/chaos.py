@@ -409,6 +409,20 @@ class Chaos:
         except DaemonStartError as exc:
             raise Fatal(f"daemon did not start: {exc}") from None
 
+    def daemon_state(self) -> str:
+        """What became of the daemon, to explain a lost connection."""
+        daemon = self.daemon
+        if daemon is None:
+            return "no daemon was started"
+        code = daemon.process.returncode
+        if code is None:
+            return f"daemon pid {daemon.pid} is still running"
+        tail = [line for line in daemon.log_text().splitlines() if line.strip()][-3:]
+        return f"daemon pid {daemon.pid} exited with code {code}; its log ends: {' | '.join(tail)}"
+
+    def lost_daemon(self, what: str, exc: BaseException) -> Fatal:
+        return Fatal(f"lost the daemon {what} ({exc!r}): {self.daemon_state()}")
+
     async def restart(self, how: str, idle_timeout: float, *, fault: str | None = None) -> None:
         """SIGKILL or SIGTERM the daemon, start a new one, check what it
         reconciled before any client may send, then let clients back in."""
@@ -1016,11 +1030,16 @@ class Chaos:
             if again != command.result:
                 self.violation("1", f"repeating {command.cid} answered {again}, first answer was {command.result}")
 
-        async with Client.connect(self.socket) as client:
-            with trio.fail_after(WAIT):
-                async with trio.open_nursery() as nursery:
-                    for cid in cids:
-                        nursery.start_soon(recheck, client, self.ledger[cid])
+        try:
+            async with Client.connect(self.socket) as client:
+                with trio.fail_after(WAIT):
+                    async with trio.open_nursery() as nursery:
+                        for cid in cids:
+                            nursery.start_soon(recheck, client, self.ledger[cid])
+        except Exception as exc:
+            if not connection_error(exc):
+                raise
+            raise self.lost_daemon(f"while re-checking {len(cids)} receipts", exc) from None
 
     async def check_processes(self) -> None:
         """Invariant 5 on a live, quiescent daemon."""
@@ -1134,7 +1153,7 @@ class Chaos:
         except BaseException as exc:
             if (why := fatal_message(exc)) is None:
                 raise
-            self.violation("fatal", why)
+            self.violation("fatal", f"{why}; {self.daemon_state()}")
         finally:
             await self.stop()
         self.emit({
@@ -1178,6 +1197,8 @@ def fatal_message(exc: BaseException) -> str | None:
         return None if None in parts else "; ".join(parts)
     if isinstance(exc, Fatal):
         return str(exc)
+    if connection_error(exc):  # the daemon went away where no restart was planned
+        return f"lost the connection to the daemon ({exc!r})"
     if isinstance(exc, trio.TooSlowError):
         return f"a wait for the daemon took more than its bound ({WAIT:g}s, a round {ROUND_TIMEOUT:g}s)"
     return None

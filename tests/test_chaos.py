@@ -3,12 +3,17 @@ faults against a real daemon must leave every invariant intact."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAOS = ROOT / "scripts" / "chaos.py"
@@ -36,3 +41,65 @@ def test_chaos_seed_7_five_rounds():
 @pytest.mark.parametrize("seed", [11, 12])
 def test_chaos_other_seeds(seed):
     run_chaos(seed, 4)
+
+
+# -- the script itself ---------------------------------------------------------------------
+
+
+def load_chaos():
+    """scripts/chaos.py as a module (its dataclasses need it in sys.modules)."""
+    if "chaos_script" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("chaos_script", CHAOS)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["chaos_script"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["chaos_script"]
+
+
+@pytest.fixture
+def chaos_module():
+    return load_chaos()
+
+
+@pytest.fixture
+def chaos(chaos_module):
+    args = argparse.Namespace(seed=1, rounds=1, json=True, full_every=25, fail_fast=False, keep=False, dir=None)
+    run = chaos_module.Chaos(args)
+    yield run
+    shutil.rmtree(run.socket_dir, ignore_errors=True)
+
+
+async def test_a_daemon_that_vanishes_while_receipts_are_rechecked_is_a_fatal_violation_not_a_crash(
+        chaos_module, chaos, nursery):
+    """Issue 9, item 10: the re-check of receipts raised the lost connection
+    out of the script with a traceback."""
+    listener = trio.socket.socket(trio.socket.AF_UNIX)
+    await listener.bind(str(chaos.socket))
+    listener.listen(8)
+
+    serving = trio.CancelScope()
+
+    async def vanish() -> None:  # reads a request, then the "daemon" is gone
+        with serving:
+            while True:
+                conn, _ = await listener.accept()
+                with conn:
+                    await conn.recv(65536)
+
+    nursery.start_soon(vanish)
+    for index in range(3):
+        command = chaos_module.Command(f"c1.1.{index}", "thread.create", {"title": "t"}, 1, "create")
+        command.result = {"threadId": f"thr_{index}", "seq": index + 1}
+        chaos.ledger[command.cid] = command
+    plan = chaos_module.RoundPlan(1, [], [], [], False, 0, True, [])
+    with pytest.raises(chaos_module.Fatal) as caught:
+        await chaos.check_receipts(plan)
+    assert "while re-checking 3 receipts" in str(caught.value)
+    serving.cancel()
+    await trio.testing.wait_all_tasks_blocked()
+    listener.close()
+    chaos.socket.unlink()
+    # With nothing listening any more, the next check is fatal too, and says why.
+    with pytest.raises(chaos_module.Fatal) as caught:
+        await chaos.check_receipts(plan)
+    assert chaos_module.fatal_message(caught.value) == str(caught.value)
