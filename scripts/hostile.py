@@ -280,7 +280,13 @@ class PrivateTmpfs:
             await holder.wait()
             why = (error or b"").decode(errors="replace").strip() or f"exit {holder.returncode}"
             raise Unavailable(f"unshare -rm could not mount a tmpfs: {why}")
-        return cls(path, size, holder)
+        tmpfs = cls(path, size, holder)
+        entered = await tmpfs.sh('test "$(stat -f -c %T "$1")" = tmpfs', str(path))
+        if entered.returncode != 0:
+            await tmpfs.aclose()
+            why = entered.stderr.decode(errors="replace").strip() or "the tmpfs is not there"
+            raise Unavailable(f"nsenter could not enter the namespace holding the tmpfs: {why}")
+        return tmpfs
 
     async def sh(self, command: str, *args: str) -> subprocess.CompletedProcess:
         """Run ``sh -c command`` inside the namespace (``$1``... are ``args``)."""
