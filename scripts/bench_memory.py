@@ -48,6 +48,7 @@ from agentd.launch import start_daemon  # noqa: E402
 from agentd.protocol.client import Client  # noqa: E402
 
 MiB = hostile.MiB
+TERMINAL = ("completed", "failed", "interrupted", "cancelled")
 MB = 1_000_000
 #: what issue 9 measured before the bounds, in bytes
 ISSUE = {"idle": 33 * MB, "peak": 1540 * MB, "after": 630 * MB, "lines_added": 781 * MB}
@@ -66,16 +67,39 @@ async def settle(watch: hostile.MemoryWatch, seconds: float) -> hostile.Memory:
     return low
 
 
+async def run_end(client: Client, run_id: str) -> str:
+    """Wait until ``run_id`` ends; return its status. Polled with ``run.get``,
+    not followed: while stalled subscribers hold the daemon's shared budget for
+    queued events, a subscription is resynced at its first event that does
+    not fit (see ``starved`` in the results)."""
+    while True:
+        status = (await client.call("run.get", runId=run_id))["run"]["status"]
+        if status in TERMINAL:
+            return status
+        await trio.sleep(0.05)
+
+
+async def probe_subscriber(socket: Path, after_seq: int, run_id: str) -> dict:
+    """A new subscriber from ``after_seq`` while the stalled ones hold on: how
+    many events it gets before the run's end, a resync, or 5 s."""
+    conn = await hostile.subscribe_raw(socket, after_seq)
+    end = hostile.StreamEnd("unresolved", [])
+    try:
+        with trio.move_on_after(5):
+            await hostile.read_stream_into(end, conn, until=lambda e: e.get("runId") == run_id
+                                           and e.get("type", "")[4:] in TERMINAL and e.get("type", "").startswith("run."))
+    finally:
+        await conn.aclose()
+    return {"endedWith": end.how, "durableEvents": len(end.seqs), "resyncAfter": end.resync_after}
+
+
 async def stalled_subscribers(socket: Path, watch: hostile.MemoryWatch, args: argparse.Namespace) -> dict:
     repeat = max(1, round(args.answer_mib * MiB / hostile.SAY_UNIT))
     async with Client.connect(socket) as client:
         thread = (await client.call("thread.create", title="bench memory"))["threadId"]
         # One small run first, so the idle figure includes a started provider session.
         first = await client.call("thread.message.send", threadId=thread, text="warm up")
-        async with client.subscribe(after_seq=0) as events:
-            async for event in events:
-                if event["type"] == "run.completed" and event["runId"] == first["runId"]:
-                    break
+        await run_end(client, first["runId"])
         idle = await settle(watch, 1.0)
         last = (await client.call("daemon.status"))["lastSeq"]
         subscribers = [await hostile.subscribe_raw(socket, last) for _ in range(args.subscribers)]
@@ -83,14 +107,9 @@ async def stalled_subscribers(socket: Path, watch: hostile.MemoryWatch, args: ar
         started = time.monotonic()
         run = await client.call("thread.message.send", threadId=thread,
                                 text=hostile.big_say("bench", repeat, args.chunks))
-        async with client.subscribe(after_seq=last) as events:
-            async for event in events:
-                if event["type"].startswith("run.") and event["runId"] == run["runId"] and event["type"] != "run.started":
-                    status = event["type"][4:]
-                    if status in ("completed", "failed", "interrupted", "cancelled"):
-                        break
+        status = await run_end(client, run["runId"])
         streamed = time.monotonic() - started
-        await trio.sleep(0.5)  # the stalled ones hold on a little longer
+        newcomer = await probe_subscriber(socket, last, run["runId"])
         watch.sample()
         peak = watch.window_peak
         outcomes: dict[str, int] = {}
@@ -111,6 +130,7 @@ async def stalled_subscribers(socket: Path, watch: hostile.MemoryWatch, args: ar
     return {
         "subscribers": args.subscribers, "answerMiB": round(repeat * hostile.SAY_UNIT / MiB, 2), "chunks": args.chunks,
         "status": status, "streamSeconds": round(streamed, 2), "stalledEndedWith": outcomes,
+        "newSubscriberMeanwhile": newcomer,
         "idle": idle.mib(), "peakRssMiB": round(peak / MiB, 1), "after": after.mib(),
         "peakOverIdle": round(peak / idle.rss, 2), "afterOverIdle": round(after.rss / idle.rss, 2),
         "peakVsIssue": round(peak / ISSUE["peak"], 3), "afterVsIssue": round(after.rss / ISSUE["after"], 3),
@@ -197,6 +217,7 @@ def table(result: dict) -> str:
     return "\n".join([
         f"stalled subscribers: {s['subscribers']} never read while a {s['answerMiB']} MiB answer streams "
         f"in {s['chunks']} deltas ({s['streamSeconds']} s, run {s['status']}; they ended {s['stalledEndedWith']})",
+        f"  a new subscriber meanwhile (from before the answer): {s['newSubscriberMeanwhile']}",
         f"  RSS idle {s['idle']['rss']} MiB -> peak {s['peakRssMiB']} MiB ({s['peakOverIdle']}x idle; "
         f"issue 9: 33 MB -> 1,540 MB, {s['issuePeakOverIdle']}x) -> after {s['after']['rss']} MiB "
         f"({s['afterOverIdle']}x idle; issue 9: 630 MB, {s['issueAfterOverIdle']}x)",
