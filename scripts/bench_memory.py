@@ -221,11 +221,14 @@ def table(result: dict) -> str:
         f"  RSS idle {s['idle']['rss']} MiB -> peak {s['peakRssMiB']} MiB ({s['peakOverIdle']}x idle; "
         f"issue 9: 33 MB -> 1,540 MB, {s['issuePeakOverIdle']}x) -> after {s['after']['rss']} MiB "
         f"({s['afterOverIdle']}x idle; issue 9: 630 MB, {s['issueAfterOverIdle']}x)",
-        f"  peak is {s['peakVsIssue']:.1%} of issue 9's, after is {s['afterVsIssue']:.1%} of issue 9's",
+        f"  peak is {s['peakVsIssue']:.1%} of issue 9's, after is {s['afterVsIssue']:.1%} of issue 9's; anonymous "
+        f"memory {s['idle']['anon']} -> {s['after']['anon']} MiB (the rest of 'after' is pages of the store's map, "
+        f"read by the new subscriber's replay)",
         f"unfinished lines: {u['connections']} connections x {u['lineBytes']:,} bytes without a newline "
         f"(sent in {u['sendSeconds']} s; told: {u['told']}; a new client answered in {u['newClientAnsweredSeconds']} s)",
         f"  RSS before {u['before']['rss']} MiB -> peak {u['peakRssMiB']} MiB (+{u['addedMiB']} MiB; issue 9: +781 MB, "
-        f"so {u['addedVsIssue']:.1%} of it) -> after {u['after']['rss']} MiB ({u['afterOverBefore']}x before)",
+        f"so {u['addedVsIssue']:.1%} of it) -> after {u['after']['rss']} MiB ({u['afterOverBefore']}x before; "
+        f"anonymous {u['before']['anon']} -> {u['after']['anon']} MiB)",
     ])
 
 
