@@ -20,6 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import trio
 
@@ -89,8 +90,15 @@ async def start_daemon(
     extra_args: list[str] = (),
     env: dict[str, str] | None = None,
     timeout: float = 30.0,
+    wrapper: Sequence[str] = (),
 ) -> DaemonProcess:
     """Start a daemon child and return once it is listening.
+
+    ``wrapper`` is a command the daemon's command line is appended to, one
+    that execs it in the same process (``prlimit --nofile=512:512 --``,
+    ``nsenter -t PID -U -m --``): the daemon keeps the child's pid and the
+    inherited ready and lifeline pipes. Scripts use it to start a daemon under
+    tighter limits or in another mount namespace.
 
     Raises:
         DaemonStartError: it exited first or did not get ready within ``timeout``.
@@ -100,7 +108,7 @@ async def start_daemon(
     log_path = data_dir / "daemon.log"
     read_fd, write_fd = os.pipe()
     life_read, life_write = os.pipe()
-    args = [sys.executable, "-m", "agentd", "serve", "--data-dir", str(data_dir), "--socket", str(socket),
+    args = [*wrapper, sys.executable, "-m", "agentd", "serve", "--data-dir", str(data_dir), "--socket", str(socket),
             "--ready-fd", str(write_fd), *extra_args]
     if config is not None:
         args += ["--config", str(config)]

@@ -3,13 +3,17 @@
 
     python scripts/chaos.py --seed 1 --rounds 200          # one JSON line per round
     python scripts/chaos.py --seed 7 --rounds 5 --json     # every line is JSON
+    python scripts/chaos.py --seed 7 --rounds 200 --plan   # the schedule only, no daemon
+    python scripts/chaos.py --rounds 3 --with-fault partial_lines   # one more such fault every round
 
 A real daemon (``agentd.launch.start_daemon``) runs on a fresh temp data dir
-with the built-in scripted agent as its provider. Every random choice comes
+with the built-in scripted agent as its provider, under a descriptor limit of
+``DAEMON_NOFILE`` (512, through ``prlimit``) so that its connection cap (the
+limit less its reserve of 256) is cheap to reach. Every random choice comes
 from ``random.Random(seed)`` and is drawn when a round is *planned*, never from
 what the daemon happened to do, so a seed replays the same schedule (the
 interleaving of a real multi-process system still varies; a violation prints
-its seed and round).
+its seed and round). ``--plan`` prints it.
 
 Fault model
 -----------
@@ -33,7 +37,32 @@ a drawn number of durable events (or when the clients are done):
   it without reading the answer, then retries the same ``commandId``;
 * slow subscriber: a raw connection subscribes and stops reading while a
   client streams a message of 13,000 deltas; the subscriber must get
-  ``events.resync`` (or be disconnected) and no one else may wait for it.
+  ``events.resync`` (or be disconnected), or, since a 13,000-delta flood fits
+  in what the byte-bounded queues let one subscriber keep (``FLOOD_HOLDABLE``),
+  the whole flood (counted ``held``); no one else may wait for it;
+* ``double_term``: two SIGTERMs 0-199 ms apart (drawn), then a restart like
+  ``daemon_term``: the shutdown must absorb the second and exit 0;
+* ``stalled_subscribers``: 8-12 raw connections subscribe and never read, 1-2
+  read slowly (64 KiB every 20 ms) and one reads at full speed, while a new
+  thread streams a 6-10 MiB answer (``{"say": 64 KiB, "repeat": 96-160,
+  "chunks": 6-48}``: deltas up to 1.7 MiB). The thread is retired at once (it
+  takes no more random messages);
+* ``partial_lines``: 48-96 raw connections each send 1-2.5 MiB without a
+  newline (60-240 MiB in all, past the daemon's 64 MiB budget for unfinished
+  lines and, for some, past the 2 MiB line limit) and hold on;
+* ``connection_flood`` (once the clients are done): 4-32 more raw connections
+  than the daemon's connection cap, each asking ``daemon.status``, and held
+  until all are answered or refused.
+
+Hostile-client faults draw their sizes from their own seeded pick. Besides the
+rounds, a round may (2 %, drawn) end with the disk-full scenario: a daemon of
+its own whose data dir is an 8 MiB tmpfs in a private user and mount namespace
+(``unshare -rm``, held by a helper process, entered with ``nsenter``). It
+commits a thread and two runs, starts a run with a 4 MiB answer, fills the
+tmpfs during that run's tool step, then creates threads until the store refuses
+a commit. Where ``unshare`` or ``nsenter`` is missing, or the host refuses user
+namespaces or the mount, the scenario is skipped and the reason printed
+(``skipped`` in the summary); likewise ``connection_flood`` without ``prlimit``.
 
 Hanging runs can only be ended by a restart or a provider kill, so a round
 with a ``hang`` step always ends with a daemon restart, and a tool that hangs
@@ -73,10 +102,66 @@ in real time) until every run of a live daemon is terminal, then checks:
 7. No thread stuck: after each round every thread of the round takes a new
    message that completes.
 
-Plus: a SIGTERM shutdown exits 0 and starts no provider session once it has
-begun stopping them; and in a round without provider kills or restarts, each
-scripted message ends as its script says (plain text completes, ``fail``
-fails, ...). Violations print the run's event history to explain themselves.
+Plus: a SIGTERM shutdown exits 0 (also after a second SIGTERM) and starts no
+provider session once it has begun stopping them; and in a round without
+provider kills or restarts, each scripted message ends as its script says
+(plain text completes, ``fail`` fails, ...). Violations print the run's event
+history to explain themselves.
+
+Hostile clients and host (a violation names ``memory``, ``stalled``,
+``overload`` or ``disk``). Resident memory is the daemon's ``VmRSS`` (and
+``RssAnon``) from ``/proc/PID/status``, sampled every 50 ms; a fault's baseline
+is its value when the fault starts.
+
+8. ``stalled_subscribers``: while they hold on, resident memory stays under
+   baseline + twice the answer (its deltas and its durable appends, objects
+   shared by every subscriber's buffer) + (2 MiB outbound cap + one delta
+   line) per stalled or slow subscriber + ``RSS_ALLOWANCE`` (96 MiB: lines
+   being encoded and decoded, the answer being assembled, allocator slack).
+   Unbounded queues (the daemon before issue 9) hold about twice the answer
+   per subscriber, 12-20 MiB each. Once they read, each stalled subscriber
+   gets ``events.resync`` whose ``afterSeq`` is the last seq it was given, or
+   is disconnected (an answer small enough for its hub buffer, outbound cap and
+   socket to hold may instead arrive whole: counted ``held``); slow ones catch
+   up or are resynced likewise; the full-speed one gets every event up to the
+   run's end, gap-free, with no resync; every stream is gap-free. Once the
+   round's hostile connections are all closed (a slow subscriber of the same
+   round holds a bounded buffer until it is read at the end of the round, and
+   while it is open the bound above grows by what it may hold), within 10 s
+   ``VmRSS`` is back within ``RSS_AFTER_SLACK`` (96 MiB) and ``RssAnon`` within
+   ``ANON_AFTER_SLACK`` (48 MiB) of the baseline: the bounded buffers are
+   freed; what may stay is allocator slack and pages of the store's map that
+   were read (file-backed).
+9. ``partial_lines``: other clients, connected and new, are answered (within
+   ``WAIT``) while the lines are held; each sender is answered nothing (held),
+   a parse error (only past the 2 MiB line limit), or one ``overloaded`` error
+   line after which it is closed; when more than the 64 MiB budget surely
+   reached the daemon, someone was told ``overloaded``; resident memory stays
+   under baseline + 1.25 x 64 MiB + 64 KiB (a read) per connection + 32 MiB,
+   and comes back as in 8 after they close.
+10. ``connection_flood``: each connection is either served (its
+    ``daemon.status`` answered) or gets exactly one ``overloaded`` error line
+    and is closed; at least one is refused and at most the cap are served; a
+    client connected before is still answered; within ``WAIT`` of closing
+    them a new client is served; the daemon logs no traceback meanwhile.
+11. Disk full: the daemon stays up and answers reads on the full disk; a
+    commit the store refuses says the disk is full (``write failed: ...: the
+    disk holding agentd's store ... is full``) — within ``DISK_WRITES``
+    (2,000) tries; after the disk is freed the SIGTERM shutdown exits 0, and
+    after a restart every receipt repeats identically, the runs and messages
+    committed before the disk filled are unchanged, events replay gap-free
+    from 1, every run is terminal, and a new message completes; no provider
+    process outlives the daemon. How the run in flight ended is printed
+    (``disk full: ...``); when its reason does not mention the disk a ``note``
+    line names the known defect (issue 9, item 10: the scripted agent crashes
+    writing its own files on the full disk and the run blames the crash).
+
+The summary line (``"final": true``) has the fault counts (``faults``), the
+outcomes of the hostile-client faults (``hostile``), ``peakRssMiB`` over the
+whole run (file-backed pages of the store's map included, so it grows with the
+store) and ``peakAnonMiB`` (anonymous memory alone), ``memoryGrowthMiB`` (the
+most each memory fault grew resident memory over its baseline) and
+``skipped`` faults with the reason.
 
 Threads: at most ``MAX_ACTIVE_THREADS`` take new messages; when more are
 created, the oldest is retired (still covered by the restart checks and the
@@ -101,23 +186,37 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "scripts"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import trio  # noqa: E402
 
+import hostile  # noqa: E402
 from agentd.protocol.client import Client, ConnectionLost  # noqa: E402
 from agentd.protocol.errors import AgentdError  # noqa: E402
+from agentd.protocol.framing import MAX_LINE  # noqa: E402
+from agentd.protocol.limits import (  # noqa: E402
+    DESCRIPTOR_RESERVE, INPUT_BYTES_TOTAL, MAX_CONNECTIONS, OUTBOUND_BYTES_PER_CONNECTION, OUTBOUND_BYTES_TOTAL,
+)
 from agentd.launch import DaemonProcess, DaemonStartError, start_daemon  # noqa: E402
+from agentd.store.hub import DEFAULT_TEXT_CAPACITY  # noqa: E402
 
 TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled"})
 OPEN_NODE = frozenset({"running", "pending"})
 MAX_ACTIVE_THREADS = 4
-FLOOD_CHUNKS = 13_000  # > the hub's 10,000-event buffer plus socket and queue slack
+FLOOD_CHUNKS = 13_000  # > the hub's 10,000-event buffer
+#: events of ~200 bytes one stalled subscriber may have waiting within the
+#: daemon's bounds: the hub's buffer (10,000) twice (one its stream task took,
+#: one filling), its 2 MiB outbound cap, a socket buffer. A 13,000-delta flood
+#: fits since the cap is in bytes (it was 1,024 messages): the subscriber may
+#: then get the whole flood instead of a resync.
+FLOOD_HOLDABLE = 2 * 10_000 + OUTBOUND_BYTES_PER_CONNECTION // 200 + (1 << 20) // 200
 HANG_TOOL = "hang-tool"
 WAIT = 30.0  # real-time bound of every wait for the daemon
 ROUND_TIMEOUT = 120.0
@@ -127,8 +226,32 @@ PAYLOAD_WEIGHTS = {
     "plain": 3, "say": 3, "tool": 2, "write": 2, "crash_once": 1.2,
     "tool_crash": 0.8, "fail": 1, "hang": 0.35, "hang_tool": 0.5,
 }
-FAULT_WEIGHTS = {"provider_kill": 4, "daemon_kill": 2, "daemon_term": 1.2, "drop_stream": 1.5}
+FAULT_WEIGHTS = {
+    "provider_kill": 4, "daemon_kill": 2, "daemon_term": 1.2, "drop_stream": 1.5,
+    "double_term": 0.7, "stalled_subscribers": 0.9, "partial_lines": 0.6, "connection_flood": 0.5,
+}
+#: faults that wait until the round's clients are done (a connection flood
+#: would turn the round's own clients away)
+AFTER_CLIENTS = frozenset({"connection_flood"})
+RESTARTS = ("daemon_kill", "daemon_term", "double_term", "recovery_restart")
 HANGS = ("hang", "hang_tool")
+DISK_FULL_CHANCE = 0.02  # per round: the disk-full scenario, on its own daemon
+
+MiB = hostile.MiB
+#: the chaos daemon's descriptor limit (``prlimit``): its connection cap is
+#: this less the daemon's reserve, 256 connections, cheap to exceed
+DAEMON_NOFILE = 512
+#: what the daemon may hold beyond its documented bounds while it streams and
+#: parses megabyte lines: copies of a line being encoded or decoded, the
+#: provider's message being assembled, allocator slack
+RSS_ALLOWANCE = 96 * MiB
+#: after hostile connections are gone, resident memory must come back to
+#: within this of what it was before they came (the bounded buffers are freed;
+#: what stays is allocator slack and pages of the store's map that were read)
+RSS_AFTER_SLACK = 96 * MiB
+ANON_AFTER_SLACK = 48 * MiB
+DISK_BYTES = 8 * MiB  # the tmpfs of the disk-full scenario
+DISK_WRITES = 2000  # commits tried on the full disk before the store must have refused one
 
 
 class Fatal(Exception):
@@ -167,6 +290,7 @@ class RoundPlan:
     tail_back: int  # how far below the last verified seq the tail replay starts
     full_check: bool
     sample: list[str]  # older commandIds whose receipts are re-checked
+    disk_full: bool = False  # the disk-full scenario runs after the round's checks
 
 
 def script(*steps: dict[str, Any]) -> str:
@@ -201,7 +325,7 @@ def payload_text(kind: str, cid: str, rng: random.Random) -> str:
 def expected_outcome(command: Command, run: dict[str, Any]) -> str | None:
     """Why ``run`` is not what its script must give in an undisturbed round, or None."""
     status, reason = run["status"], run.get("reason") or ""
-    if command.kind in ("plain", "say", "tool", "write", "flood", "check"):
+    if command.kind in ("plain", "say", "tool", "write", "flood", "check", "big_say"):
         ok = status == "completed"
     elif command.kind == "fail":
         ok = status == "failed" and reason.startswith("provider_error")
@@ -300,6 +424,12 @@ def connection_error(exc: BaseException) -> bool:
     return isinstance(exc, AgentdError) and exc.message == LOST_TEXT
 
 
+def error_kind(message: Any) -> str | None:
+    """``data.kind`` of a JSON-RPC error line, else None."""
+    error = message.get("error") if isinstance(message, dict) else None
+    return (error.get("data") or {}).get("kind") if isinstance(error, dict) else None
+
+
 def daemon_error(exc: BaseException) -> AgentdError | None:
     """The daemon's error answer inside ``exc`` (possibly a group), if any."""
     if isinstance(exc, BaseExceptionGroup):
@@ -357,6 +487,7 @@ class Chaos:
         self.full_every: int = args.full_every
         self.fail_fast: bool = args.fail_fast
         self.keep: bool = args.keep
+        self.with_faults: list[str] = args.with_fault or []
         self.rng = random.Random(self.seed)
         # AF_UNIX paths are short: the socket always gets its own short dir.
         self.socket_dir = Path(tempfile.mkdtemp(prefix="ac-"))
@@ -384,6 +515,20 @@ class Chaos:
         self.reported: set[tuple[str, str]] = set()
         self.round_violations = 0
         self.slow_outcomes: Counter = Counter()
+        #: outcomes of the hostile-client faults and scenarios, for the summary
+        self.outcomes: dict[str, Counter] = {}
+        self.fault_ids = itertools.count()  # commandIds of commands a fault sends
+        self.big_threads: set[str] = set()  # threads holding a multi-megabyte answer: retired at once
+        self.growth: dict[str, int] = {}  # fault kind -> the most resident memory grew over its baseline
+        #: (baseline, what) of this round's memory faults: checked once the round's hostile connections are gone
+        self.memory_checks: list[tuple[hostile.Memory, str]] = []
+        self.slow_open = False  # the round's slow subscriber (13,000-delta flood) is holding on
+        self.memory = hostile.MemoryWatch(self.daemon_pid)
+        # The daemon runs with few descriptors, so its connection cap is cheap to reach.
+        self.wrapper = ["prlimit", f"--nofile={DAEMON_NOFILE}:{DAEMON_NOFILE}", "--"] if shutil.which("prlimit") else []
+        self.skipped: dict[str, str] = {}  # fault kind -> why this host cannot inject it
+        if not self.wrapper:
+            self.skipped["connection_flood"] = "prlimit is not installed: the daemon's connection cap stays in the thousands"
 
     # -- output ---------------------------------------------------------------------
 
@@ -404,14 +549,37 @@ class Chaos:
     async def start(self, idle_timeout: float) -> None:
         try:
             self.daemon = await start_daemon(
-                self.data_dir, self.socket, extra_args=["--idle-timeout", str(idle_timeout)], timeout=WAIT
+                self.data_dir, self.socket, extra_args=["--idle-timeout", str(idle_timeout)], timeout=WAIT,
+                wrapper=self.wrapper,
             )
         except DaemonStartError as exc:
             raise Fatal(f"daemon did not start: {exc}") from None
 
-    async def restart(self, how: str, idle_timeout: float, *, fault: str | None = None) -> None:
+    def daemon_pid(self) -> int | None:
+        """The pid of the running daemon (None between a stop and a start)."""
+        daemon = self.daemon
+        return daemon.pid if daemon is not None and daemon.process.returncode is None else None
+
+    def daemon_state(self) -> str:
+        """What became of the daemon, to explain a lost connection."""
+        daemon = self.daemon
+        if daemon is None:
+            return "no daemon was started"
+        code = daemon.process.returncode
+        if code is None:
+            return f"daemon pid {daemon.pid} is still running"
+        tail = [line for line in daemon.log_text().splitlines() if line.strip()][-3:]
+        return f"daemon pid {daemon.pid} exited with code {code}; its log ends: {' | '.join(tail)}"
+
+    def lost_daemon(self, what: str, exc: BaseException) -> Fatal:
+        return Fatal(f"lost the daemon {what} ({exc!r}): {self.daemon_state()}")
+
+    async def restart(self, how: str, idle_timeout: float, *, fault: str | None = None,
+                      second_term_after: float | None = None) -> None:
         """SIGKILL or SIGTERM the daemon, start a new one, check what it
-        reconciled before any client may send, then let clients back in."""
+        reconciled before any client may send, then let clients back in.
+        ``second_term_after``: a second SIGTERM that many seconds after the
+        first (the shutdown must absorb it and still exit 0)."""
         self.generation += 1
         self.up = trio.Event()
         self.round_faults[fault or "daemon_" + how] += 1
@@ -420,10 +588,17 @@ class Chaos:
         else:
             async with Client.connect(self.socket) as client:
                 before = (await client.call("daemon.status"))["lastSeq"]
-            code = await self.daemon.terminate(timeout=WAIT)
+            what = "SIGTERM shutdown"
+            if second_term_after is not None:
+                self.daemon.process.send_signal(signal.SIGTERM)
+                await trio.sleep(second_term_after)
+                landed = self.daemon.process.returncode is None
+                self.outcome("double_term", "second during the shutdown" if landed else "exited within the gap")
+                what = f"shutdown after two SIGTERMs {second_term_after * 1000:.0f} ms apart"
+            code = await self.daemon.terminate(timeout=WAIT)  # the (second) SIGTERM, unless it has exited
             if code != 0:
-                self.violation("shutdown", f"SIGTERM shutdown exited {code}, not 0")
-            await self.report_leftovers("after the SIGTERM shutdown")
+                self.violation("shutdown", f"{what} exited {code}, not 0")
+            await self.report_leftovers(f"after the {what}")
         await self.start(idle_timeout)
         async with Client.connect(self.socket) as client:
             await self.check_after_restart(client, how)
@@ -488,8 +663,14 @@ class Chaos:
         faults = []
         for _ in range(rng.choices([0, 1, 2], [3, 4, 2])[0]):
             kind = rng.choices(list(FAULT_WEIGHTS), list(FAULT_WEIGHTS.values()))[0]
-            faults.append(Fault(kind, rng.randint(1, 60), rng.randrange(1 << 16), self.draw_idle_timeout()))
-        faults.sort(key=lambda f: f.trigger)
+            trigger = rng.randint(1, 60)
+            faults.append(Fault(kind, None if kind in AFTER_CLIENTS else trigger, rng.randrange(1 << 16),
+                                self.draw_idle_timeout()))
+        for kind in self.with_faults:  # --with-fault: one more of that kind every round
+            if kind != "disk_full":
+                faults.append(Fault(kind, None if kind in AFTER_CLIENTS else 1, rng.randrange(1 << 16),
+                                    self.draw_idle_timeout()))
+        faults.sort(key=lambda f: (f.trigger is None, f.trigger or 0))
         if plain_hang:  # only a restart ends a hang step
             faults.append(Fault(rng.choice(["daemon_kill", "daemon_term"]), None, 0, self.draw_idle_timeout()))
         calm = [t for t in threads if t not in hang_threads]
@@ -500,9 +681,33 @@ class Chaos:
             flood = Command(cid, "thread.message.send", {"threadId": thread, "text": payload_text("flood", cid, rng)}, number, "flood")
             clients[rng.randrange(len(clients))].append(flood)
         full = number == self.rounds or number % self.full_every == 0
+        tail_back = rng.randint(0, 40)
+        disk_full = rng.random() < DISK_FULL_CHANCE
+        if "disk_full" in self.with_faults:
+            disk_full = True
+        # Drawn apart from the schedule, which so depends on the plan alone (--plan).
         older = sorted(self.ledger)
-        sample = rng.sample(older, min(20, len(older)))
-        return RoundPlan(number, threads, clients, faults, slow, rng.randint(0, 40), full, sample)
+        sample = random.Random(f"{self.seed}/{number}").sample(older, min(20, len(older)))
+        return RoundPlan(number, threads, clients, faults, slow, tail_back, full, sample, disk_full)
+
+    def print_plan(self) -> int:
+        """``--plan``: each round's planned faults, with no daemon. The
+        schedule depends only on the plan (commands sent, threads created), so
+        it is the one a run plays as long as every command is answered."""
+        self.draw_idle_timeout()  # the first daemon's, as ``run`` draws it
+        self.active = ["thread0", "thread1"]
+        names = itertools.count(2)
+        totals: Counter = Counter()
+        for number in range(1, self.rounds + 1):
+            plan = self.plan_round(number)
+            commands = [c for cs in plan.clients for c in cs]
+            kinds = [f.kind for f in plan.faults] + ["drop_command"] * sum(c.drop for c in commands)
+            kinds += ["slow_subscriber"] * plan.slow_subscriber + ["disk_full"] * plan.disk_full
+            totals.update(kinds)
+            self.emit({"round": number, "seed": self.seed, "commands": len(commands), "faults": dict(Counter(kinds))})
+            self.update_pool([f"thread{next(names)}" for c in commands if c.method == "thread.create"])
+        self.emit({"final": True, "seed": self.seed, "rounds": self.rounds, "faults": dict(sorted(totals.items()))})
+        return 0
 
     def draw_idle_timeout(self) -> float:
         # Mostly the default; sometimes short, so the idle reaper races new runs.
@@ -624,6 +829,10 @@ class Chaos:
             await self.kill_provider(fault.pick)
         elif fault.kind == "drop_stream":
             await self.drop_stream(fault.pick)
+        elif fault.kind == "double_term":
+            await self.restart("term", fault.idle_timeout, fault="double_term", second_term_after=(fault.pick % 200) / 1000)
+        else:
+            await self.hostile_fault(fault.kind, fault.pick)
 
     async def kill_provider(self, pick: int, thread_id: str | None = None) -> None:
         """SIGKILL one provider process: of ``thread_id``, else a busy one if any."""
@@ -669,6 +878,493 @@ class Chaos:
         if seqs != list(range(after + 1, after + 1 + len(seqs))):
             self.violation("2", f"replay after {after} began {seqs[:10]}, not {after + 1}, {after + 2}, ...")
 
+    # -- hostile clients -------------------------------------------------------------------------
+
+    def outcome(self, kind: str, what: str, count: int = 1) -> None:
+        self.outcomes.setdefault(kind, Counter())[what] += count
+
+    def fault_cid(self) -> str:
+        """A commandId for a command a fault sends."""
+        return f"c{self.seed}.{self.round}.f{next(self.fault_ids)}"
+
+    def log_size(self) -> int:
+        try:
+            return os.path.getsize(self.daemon.log_path)
+        except OSError:
+            return 0
+
+    def log_since(self, offset: int) -> str:
+        try:
+            with open(self.daemon.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    async def hostile_fault(self, kind: str, pick: int) -> None:
+        """Run the fault ``kind`` (a method of that name), unless this host cannot."""
+        if kind in self.skipped:
+            self.round_faults[kind + "_skipped"] += 1
+            return
+        self.round_faults[kind] += 1
+        try:
+            await getattr(self, kind)(pick)
+        except Exception as exc:
+            if not connection_error(exc):
+                raise
+            raise self.lost_daemon(f"during {kind}", exc) from None
+
+    def memory_now(self, what: str) -> hostile.Memory:
+        memory = self.memory.sample()
+        if memory is None:
+            raise Fatal(f"the daemon is gone {what}: {self.daemon_state()}")
+        return memory
+
+    def slow_hold(self) -> int:
+        """What the round's stalled slow subscriber may be holding meanwhile, if
+        it is open: its outbound cap and two hub buffers of the flood's events
+        (10,000 each, about 1 KiB apiece as Python objects)."""
+        return OUTBOUND_BYTES_PER_CONNECTION + 2 * 10_000 * 1024 if self.slow_open else 0
+
+    def check_peak(self, kind: str, before: hostile.Memory, bound: int, what: str) -> None:
+        """The daemon's resident memory stayed within ``bound`` over ``before``."""
+        self.memory.sample()
+        peak = max(self.memory.window_peak, before.rss)
+        growth = peak - before.rss
+        self.growth[kind] = max(self.growth.get(kind, 0), growth)
+        if growth > bound:
+            self.violation("memory", f"{what}: the daemon's resident memory went from {before.rss / MiB:.0f} MiB to "
+                                     f"{peak / MiB:.0f} MiB, more than the {bound / MiB:.0f} MiB its bounds allow")
+
+    async def check_memory_returns(self, before: hostile.Memory, what: str) -> None:
+        """Once hostile connections are gone, resident memory comes back to
+        within RSS_AFTER_SLACK (anonymous memory within ANON_AFTER_SLACK) of
+        ``before``, within 10 s."""
+        now = self.memory_now(what)
+        with trio.move_on_after(10):
+            while now.rss > before.rss + RSS_AFTER_SLACK or now.anon > before.anon + ANON_AFTER_SLACK:
+                await trio.sleep(0.1)
+                now = self.memory_now(what)
+        if now.rss > before.rss + RSS_AFTER_SLACK or now.anon > before.anon + ANON_AFTER_SLACK:
+            self.violation("memory", f"{what}: resident memory stayed at {now.mib()} MiB, more than "
+                                     f"{RSS_AFTER_SLACK // MiB} MiB (anonymous: {ANON_AFTER_SLACK // MiB} MiB) over the "
+                                     f"{before.mib()} MiB before, 10 s after they left")
+
+    def check_stream(self, end: hostile.StreamEnd, after_seq: int, who: str) -> None:
+        """A raw subscriber's events are gap-free from ``after_seq``, and a
+        resync names the last seq it was given."""
+        seqs = end.seqs
+        if seqs != list(range(after_seq + 1, after_seq + 1 + len(seqs))):
+            self.violation("2", f"{who}'s events after {after_seq} are not gap-free: {describe_seqs(seqs, after_seq)}")
+        if end.how == "resync":
+            given = seqs[-1] if seqs else after_seq
+            if end.resync_after != given:
+                self.violation("2", f"{who} got events.resync afterSeq {end.resync_after}, but the last event it was "
+                                    f"given is {given}")
+        if end.other:
+            self.violation("stalled", f"{who} got messages that are neither events nor a resync: {end.other[:2]}")
+
+    async def stalled_subscribers(self, pick: int) -> None:
+        """Raw subscribers that stop reading, and one or two that read slowly,
+        while a new thread streams a multi-megabyte answer in large deltas;
+        one more reads at full speed. See the module docstring."""
+        rng = random.Random(pick)
+        stalled_count, slow_count = rng.randint(8, 12), rng.randint(1, 2)
+        repeat, chunks = rng.randint(96, 160), rng.randint(6, 48)
+        answer = hostile.SAY_UNIT * repeat
+        line = answer // chunks + 4096  # one delta on the wire
+        holders = stalled_count + slow_count
+        # The answer's text twice (its deltas and its durable appends: objects
+        # every subscriber's hub buffer shares), each holder's outbound cap and
+        # the one line that may go past it, and the allowance.
+        bound = 2 * answer + holders * (OUTBOUND_BYTES_PER_CONNECTION + line) + RSS_ALLOWANCE + self.slow_hold()
+        # What one stalled subscriber can have waiting for it: a hub buffer its
+        # stream task took, the one filling, its outbound cap, a line and a
+        # socket buffer. An answer past that must end in a resync.
+        can_hold = 2 * DEFAULT_TEXT_CAPACITY + OUTBOUND_BYTES_PER_CONNECTION + line + MiB
+        where = (f"{stalled_count} stalled and {slow_count} slow subscribers of a {answer / MiB:.1f} MiB answer "
+                 f"in {chunks} deltas")
+        async with Client.connect(self.socket) as client:
+            cid = self.fault_cid()
+            create = Command(cid, "thread.create", {"title": cid}, self.round, "create")
+            self.record(create, await client.call("thread.create", commandId=cid, title=cid))
+            thread_id = create.result["threadId"]
+            self.big_threads.add(thread_id)
+            last = (await client.call("daemon.status"))["lastSeq"]
+            before = self.memory.mark() or self.memory_now("before the stalled subscribers")
+            conns: list[hostile.RawConnection] = []
+            try:
+                for _ in range(holders + 1):
+                    conns.append(await hostile.subscribe_raw(self.socket, last))
+                fast, slow, stalled = conns[0], conns[1:1 + slow_count], conns[1 + slow_count:]
+                cid = self.fault_cid()
+                send = Command(cid, "thread.message.send",
+                               {"threadId": thread_id, "text": hostile.big_say(cid, repeat, chunks)}, self.round, "big_say")
+                self.record(send, await client.call(send.method, commandId=cid, **send.params))
+                run_id = send.result["runId"]
+
+                def run_ended(event: dict[str, Any]) -> bool:
+                    kind = event.get("type", "")
+                    return event.get("runId") == run_id and kind.startswith("run.") and kind[4:] in TERMINAL
+
+                fast_end = hostile.StreamEnd("unresolved", [])
+                slow_ends = [hostile.StreamEnd("unresolved", []) for _ in slow]
+                with trio.move_on_after(WAIT):
+                    async with trio.open_nursery() as nursery:
+                        for conn, end in zip(slow, slow_ends):
+                            nursery.start_soon(partial(hostile.read_stream_into, end, conn, until=run_ended,
+                                                       chunk=64 << 10, pause=0.02))
+                        await hostile.read_stream_into(fast_end, fast, until=run_ended)
+                self.check_peak("stalled_subscribers", before, bound, f"with {where}")
+                # The stalled ones cannot spend the daemon's shared budget for
+                # queued events (with this file's sizes they never do): if they
+                # could, a resync of the full-speed one would be by design.
+                shared_spent = holders * (OUTBOUND_BYTES_PER_CONNECTION + line) + 8 * MiB >= OUTBOUND_BYTES_TOTAL
+                if fast_end.how == "resync" and shared_spent:
+                    self.outcome("fast_reader", "resync (the shared budget was spent)")
+                elif fast_end.how != "caught_up":
+                    self.violation("stalled", f"with {where}, a subscriber reading at full speed ended {fast_end.how} "
+                                              f"(afterSeq {fast_end.resync_after}) before the answer's run ended")
+                self.check_stream(fast_end, last, "the full-speed subscriber")
+                for end in slow_ends:
+                    self.outcome("slow_readers", end.how)
+                    self.check_stream(end, last, "a slow subscriber")
+                    if end.how == "unresolved":
+                        self.violation("stalled", f"with {where}, a slow subscriber neither caught up nor got "
+                                                  f"events.resync within {WAIT:g}s")
+                # The stalled ones read now: a resync at the last seq each was given.
+                stalled_ends = [hostile.StreamEnd("unresolved", []) for _ in stalled]
+                with trio.move_on_after(WAIT):
+                    async with trio.open_nursery() as nursery:
+                        for conn, end in zip(stalled, stalled_ends):
+                            nursery.start_soon(partial(hostile.read_stream_into, end, conn, until=run_ended))
+                for end in stalled_ends:
+                    self.check_stream(end, last, "a stalled subscriber")
+                    if end.how == "caught_up" and 2 * answer <= can_hold:
+                        self.outcome("stalled_readers", "held")  # within what the bounds let it keep
+                        continue
+                    self.outcome("stalled_readers", end.how)
+                    if end.how in ("caught_up", "unresolved"):
+                        self.violation("stalled", f"with {where}, a subscriber that read nothing until the run ended "
+                                                  f"then {'got every event' if end.how == 'caught_up' else 'got no events.resync'}"
+                                                  f" and was not disconnected (within {WAIT:g}s)")
+            finally:
+                for conn in conns:
+                    await conn.aclose()
+        self.memory_checks.append((before, f"after {where} closed"))
+
+    async def partial_lines(self, pick: int) -> None:
+        """Connections that each send a large line and never its newline. See
+        the module docstring."""
+        rng = random.Random(pick)
+        sizes = [rng.randint(MiB, MiB * 5 // 2) for _ in range(rng.randint(48, 96))]
+        chunk = 64 << 10  # what the daemon reads at a time, before it counts it
+        # The budget, bytearrays' spare room, a chunk being read per connection, and slack.
+        bound = INPUT_BYTES_TOTAL * 5 // 4 + len(sizes) * chunk + 32 * MiB + self.slow_hold()
+        # Held for sure: what went past a socket buffer, of lines under the line limit.
+        held_for_sure = sum(size - (256 << 10) for size in sizes if size <= MAX_LINE)
+        where = f"{len(sizes)} connections sending {sum(sizes) / MiB:.0f} MiB of unfinished lines"
+        before = self.memory.mark() or self.memory_now("before the unfinished lines")
+        conns: list[hostile.RawConnection | None] = [None] * len(sizes)
+        replies: list[list[dict[str, Any] | None]] = [[] for _ in sizes]
+        junk = memoryview(b"x" * max(sizes))
+
+        async def push(index: int, size: int) -> None:
+            conn = conns[index] = await hostile.RawConnection.open(self.socket)
+            try:
+                await conn.stream.send_all(junk[:size])
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass  # turned away past the budget: its answer is read below
+
+        async def collect(index: int) -> None:
+            while True:
+                message = await conns[index].receive()
+                replies[index].append(message)
+                if message is None:
+                    return
+
+        try:
+            async with Client.connect(self.socket) as probe:
+                await probe.call("daemon.status")
+                async with trio.open_nursery() as nursery:
+                    for index, size in enumerate(sizes):
+                        nursery.start_soon(push, index, size)
+                try:
+                    with trio.fail_after(WAIT):
+                        await probe.call("daemon.status")
+                        async with Client.connect(self.socket) as fresh:
+                            await fresh.call("daemon.status")
+                except trio.TooSlowError:
+                    self.violation("overload", f"with {where}, the daemon did not answer other clients within {WAIT:g}s")
+                # Answers come at once; the connections the daemon holds say nothing.
+                with trio.move_on_after(1.5):
+                    async with trio.open_nursery() as nursery:
+                        for index in range(len(conns)):
+                            nursery.start_soon(collect, index)
+                refused = [i for i, got in enumerate(replies) if got and got[0] and error_kind(got[0]) == "overloaded"]
+                with trio.move_on_after(5):  # those told overloaded are closed after the line
+                    async with trio.open_nursery() as nursery:
+                        for index in refused:
+                            if replies[index][-1] is not None:
+                                nursery.start_soon(collect, index)
+                self.check_peak("partial_lines", before, bound, f"with {where}")
+        finally:
+            for conn in conns:
+                if conn is not None:
+                    await conn.aclose()
+        tally = Counter()
+        for size, got in zip(sizes, replies):
+            kinds = [error_kind(m) if m else "closed" for m in got]
+            if not kinds:
+                tally["held"] += 1
+            elif kinds == ["overloaded", "closed"]:
+                tally["overloaded"] += 1
+            elif kinds == ["parse_error"] and size > MAX_LINE:
+                tally["too_long"] += 1
+            else:
+                tally["wrong"] += 1
+                self.violation("overload", f"with {where}, a connection that sent {size} bytes without a newline was "
+                                           f"answered {kinds}: {got[:2]}")
+        for what, count in tally.items():
+            self.outcome("partial_lines", what, count)
+        if held_for_sure > INPUT_BYTES_TOTAL and not tally["overloaded"]:
+            self.violation("overload", f"{where}: more than the {INPUT_BYTES_TOTAL // MiB} MiB budget reached the "
+                                       f"daemon, and no connection was told overloaded")
+        self.memory_checks.append((before, f"after {where} closed"))
+
+    async def connection_flood(self, pick: int) -> None:
+        """More connections than the daemon's cap. See the module docstring."""
+        cap = max(16, min(MAX_CONNECTIONS, DAEMON_NOFILE - DESCRIPTOR_RESERVE))
+        count = cap + random.Random(pick).randint(4, 32)
+        where = f"with {count} connections opened against a cap of {cap}"
+        log_start = self.log_size()
+        conns: list[hostile.RawConnection] = []
+        results: list[str] = []
+
+        async def probe(index: int) -> None:
+            conn = conns[index]
+            try:
+                await conn.request("daemon.status")
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass  # turned away already: its line is still to be read
+            first = await conn.receive()
+            if first is not None and "result" in first:
+                results[index] = "served"
+            elif first is not None and error_kind(first) == "overloaded":
+                results[index] = "refused, not closed"
+                results[index] = "refused" if await conn.receive() is None else "refused, then more lines"
+            else:
+                results[index] = f"answered {first}"
+
+        async with Client.connect(self.socket) as held:
+            await held.call("daemon.status")
+            try:
+                for _ in range(count):
+                    conns.append(await hostile.RawConnection.open(self.socket))
+                results = ["unanswered"] * len(conns)
+                with trio.move_on_after(WAIT):
+                    async with trio.open_nursery() as nursery:
+                        for index in range(len(conns)):
+                            nursery.start_soon(probe, index)
+                try:
+                    with trio.fail_after(WAIT):
+                        await held.call("daemon.status")
+                except trio.TooSlowError:
+                    self.violation("overload", f"{where}, a client connected before did not get an answer within {WAIT:g}s")
+            finally:
+                for conn in conns:
+                    await conn.aclose()
+        tally = Counter(results)
+        for what, number in tally.items():
+            self.outcome("connection_flood", what if what in ("served", "refused") else "wrong", number)
+        wrong = {what: number for what, number in tally.items() if what not in ("served", "refused")}
+        if wrong:
+            self.violation("overload", f"{where}, connections were neither served nor refused with one overloaded "
+                                       f"line and closed: {wrong}")
+        if not tally["refused"] or tally["served"] > cap:
+            self.violation("overload", f"{where}, {tally['served']} were served and {tally['refused']} refused")
+        # Once they are gone, new clients are served (the count drops as the daemon sees them close).
+        served_again = False
+        with trio.move_on_after(WAIT):
+            while not served_again:
+                try:
+                    async with Client.connect(self.socket) as fresh:
+                        await fresh.call("daemon.status")
+                    served_again = True
+                except Exception as exc:
+                    if not connection_error(exc):
+                        raise
+                    await trio.sleep(0.05)
+        if not served_again:
+            self.violation("overload", f"{where}, a new client was still not served {WAIT:g}s after they closed")
+        logged = self.log_since(log_start)
+        if "Traceback" in logged:
+            at = logged.index("Traceback")
+            self.violation("overload", f"{where}, the daemon logged a traceback: {logged[max(0, at - 200):at + 800]}")
+
+    # -- a disk that fills up ---------------------------------------------------------------------
+
+    async def disk_full(self) -> None:
+        """The disk-full scenario, on a daemon of its own whose data dir is a
+        small tmpfs in a private mount namespace. See the module docstring."""
+        if "disk_full" in self.skipped:
+            self.round_faults["disk_full_skipped"] += 1
+            return
+        root = self.work_dir / f"disk{self.round}"
+        data = root / "data"
+        socket = self.socket_dir / f"disk{self.round}.sock"
+        try:
+            tmpfs = await hostile.PrivateTmpfs.mount(data, DISK_BYTES)
+        except hostile.Unavailable as exc:
+            self.skipped["disk_full"] = str(exc)
+            self.round_faults["disk_full_skipped"] += 1
+            self.emit({"skipped": "disk_full", "seed": self.seed, "round": self.round, "reason": str(exc)},
+                      f"disk_full skipped: {exc}")
+            return
+        self.round_faults["disk_full"] += 1
+        box: list[DaemonProcess] = []
+        try:
+            await self.fill_disk(tmpfs, socket, box)
+        except Exception as exc:
+            if not connection_error(exc):
+                raise
+            state = box[-1].process.returncode if box else None
+            log = box[-1].log_text()[-1500:] if box else ""
+            self.violation("disk", f"lost the disk-full daemon ({exc!r}; exit code {state}); its log ends: {log}")
+        finally:
+            with trio.CancelScope(shield=True):
+                for daemon in box:
+                    if daemon.process.returncode is None:
+                        await daemon.kill()
+                await tmpfs.aclose()
+            if not self.violations or not self.keep:
+                shutil.rmtree(root, ignore_errors=True)
+
+    async def start_disk_daemon(self, tmpfs: hostile.PrivateTmpfs, socket: Path, box: list[DaemonProcess]) -> DaemonProcess:
+        try:
+            daemon = await start_daemon(tmpfs.path, socket, timeout=WAIT, wrapper=tmpfs.wrapper)
+        except DaemonStartError as exc:
+            raise Fatal(f"the disk-full daemon did not start: {exc}") from None
+        box.append(daemon)
+        return daemon
+
+    async def fill_disk(self, tmpfs: hostile.PrivateTmpfs, socket: Path, box: list[DaemonProcess]) -> None:
+        daemon = await self.start_disk_daemon(tmpfs, socket, box)
+        prefix = f"d{self.seed}.{self.round}"
+        receipts: dict[str, tuple[str, dict[str, Any], Any]] = {}
+
+        async def call(client: Client, cid: str, method: str, **params: Any) -> Any:
+            result = await client.call(method, commandId=cid, **params)
+            receipts[cid] = (method, params, result)
+            return result
+
+        async with Client.connect(socket) as client:
+            thread_id = (await call(client, f"{prefix}.0", "thread.create", title="disk"))["threadId"]
+            first = [(await call(client, f"{prefix}.{i}", "thread.message.send", threadId=thread_id, text=text))["runId"]
+                     for i, text in ((1, "hello before the disk fills"), (2, script({"say": "kept " * 400, "chunks": 4})))]
+            await self.wait_runs(client, 0, set(first))
+            kept = await client.call("thread.get", threadId=thread_id)
+            kept_seq = (await client.call("daemon.status"))["lastSeq"]
+            # A run in flight when the disk fills: it fills during the tool step,
+            # then a 4 MiB answer cannot be stored.
+            cid = f"{prefix}.3"
+            text = script({"say": cid}, {"tool": {"name": "probe", "seconds": 1}},
+                          {"say": "z" * hostile.SAY_UNIT, "repeat": 64, "chunks": 16})
+            flight = (await call(client, cid, "thread.message.send", threadId=thread_id, text=text))["runId"]
+            with trio.fail_after(WAIT):
+                async with client.subscribe(after_seq=kept_seq) as events:
+                    async for event in events:
+                        if event["type"] == "tool.started" and event["runId"] == flight:
+                            break
+            free = await tmpfs.fill()
+            with trio.move_on_after(15):
+                await self.wait_runs(client, kept_seq, {flight})
+            # Writes go on until the store refuses one: LMDB first reuses the
+            # pages it freed, then has to grow its file. The refusal must name
+            # the disk; the commands it took are committed like any other.
+            answer, accepted = None, 0
+            while answer is None and accepted < DISK_WRITES:
+                try:
+                    await call(client, f"{prefix}.w{accepted}", "thread.create", title=f"on a full disk {accepted}")
+                    accepted += 1
+                except AgentdError as exc:
+                    if connection_error(exc):
+                        raise
+                    answer = f"{exc.kind}: {exc.message}"
+            full = await client.call("thread.get", threadId=thread_id)  # reads go on
+            if daemon.process.returncode is not None:
+                self.violation("disk", f"the daemon exited with code {daemon.process.returncode} on a full disk")
+                return
+        flown = next((run for run in full["runs"] if run["id"] == flight), {})
+        reason = flown.get("reason") or ""
+        self.outcome("disk_full", f"in flight: {flown.get('status')} ({reason_head(reason)})")
+        self.outcome("disk_full", "a write refused" if answer else "no write refused")
+        self.outcome("disk_full", "commits taken on the full disk", accepted)
+        self.emit({"diskFull": {"seed": self.seed, "round": self.round, "free": free, "inFlight": f"{flown.get('status')} ({reason})",
+                                "commitsTaken": accepted, "refusal": answer}},
+                  f"disk full: the run in flight ended {flown.get('status')} ({reason}); {accepted} more commits taken, "
+                  f"then {answer}")
+        if flown.get("status") == "failed" and not mentions_disk(reason):
+            # Issue 9, item 10: the provider crashes writing its own files and
+            # the run's reason blames the crash, not the disk.
+            self.emit({"note": "disk", "seed": self.seed, "round": self.round, "known": "issue 9 item 10",
+                       "message": f"the run in flight when the disk filled ended failed ({reason})"},
+                      f"note (issue 9 item 10): the run in flight when the disk filled ended failed ({reason})")
+        if answer is None:
+            self.violation("disk", f"with {free} bytes free, the store took {DISK_WRITES} more commits without a refusal")
+        elif not mentions_disk(answer):
+            self.violation("disk", f"with {free} bytes free, a write was refused with {answer}, which does not say the "
+                                   "disk is full")
+        # Free the disk, stop the daemon in order, start it again: what was
+        # committed is all there, and the thread takes messages again.
+        await tmpfs.free()
+        code = await daemon.terminate(timeout=WAIT)
+        if code != 0:
+            self.violation("disk", f"after the disk was freed, the SIGTERM shutdown exited {code}, not 0")
+        daemon = await self.start_disk_daemon(tmpfs, socket, box)
+        async with Client.connect(socket) as client:
+            for cid, (method, params, result) in receipts.items():
+                try:
+                    again = await client.call(method, commandId=cid, **params)
+                except AgentdError as exc:
+                    if connection_error(exc):
+                        raise
+                    again = f"{exc.kind}: {exc.message}"
+                if again != result:
+                    self.violation("disk", f"after the disk was full, repeating {cid} answered {again}, not {result}")
+            after = await client.call("thread.get", threadId=thread_id)
+            last = (await client.call("daemon.status"))["lastSeq"]
+            seqs = [event["seq"] for event in await self.replay(client, 0, last)]
+            if last < kept_seq or seqs != list(range(1, last + 1)):
+                self.violation("disk", f"after the disk was full, events replay as {describe_seqs(seqs, 0)} "
+                                       f"(lastSeq {last}, {kept_seq} before it filled)")
+            now = {run["id"]: run for run in after["runs"]}
+            for run in kept["runs"]:
+                if now.get(run["id"]) != run:
+                    self.violation("disk", f"run {run['id']}, ended before the disk filled, is now {now.get(run['id'])}")
+            messages = {message["id"]: message for message in after["messages"]}
+            for message in kept["messages"]:
+                if messages.get(message["id"]) != message:
+                    self.violation("disk", f"message {message['id']}, stored before the disk filled, changed")
+            for run in after["runs"]:
+                if run["status"] not in TERMINAL:
+                    self.violation("disk", f"after the restart, run {run['id']} is {run['status']}")
+            sent = await client.call("thread.message.send", commandId=f"{prefix}.5", threadId=thread_id,
+                                     text="hello after the disk was freed")
+            try:
+                ended = await self.wait_runs(client, kept_seq, {sent["runId"]})
+            except trio.TooSlowError:
+                ended = []
+            status = ended[0]["payload"]["run"]["status"] if ended else f"not ended within {WAIT:g}s"
+            if status != "completed":
+                self.violation("disk", f"after the disk was freed, a new message ended {status}")
+        code = await daemon.terminate(timeout=WAIT)
+        if code != 0:
+            self.violation("disk", f"the disk-full daemon's final SIGTERM shutdown exited {code}, not 0")
+        for pid, cmd in agent_processes(tmpfs.path).items():
+            kill(pid)
+            self.violation("disk", f"provider process {pid} outlived the disk-full daemon: {cmd}")
+
     # -- slow subscriber -----------------------------------------------------------------------
 
     async def open_slow_subscriber(self) -> SlowSubscriber:
@@ -689,6 +1385,7 @@ class Chaos:
         if "result" not in json.loads(answer):
             raise Fatal(f"subscribe failed: {answer[:200]!r}")
         self.round_faults["slow_subscriber"] += 1
+        self.slow_open = True
         return slow
 
     async def check_slow_subscriber(self, slow: SlowSubscriber, flood: Command | None) -> None:
@@ -701,16 +1398,22 @@ class Chaos:
             flood_ran = run["status"] == "completed"
         outcome, seqs = "unresolved", []
         with trio.move_on_after(WAIT if flood_ran else 1):
-            outcome = await self.read_slow_subscriber(slow, seqs)
+            outcome = await self.read_slow_subscriber(slow, seqs, flood.result["runId"] if flood_ran else None)
         await slow.stream.aclose()
+        self.slow_open = False
+        if outcome == "caught_up" and FLOOD_CHUNKS < FLOOD_HOLDABLE:
+            outcome = "held"  # the whole flood, within what the bounds let it keep
         self.slow_outcomes[outcome] += 1
         if seqs != list(range(slow.after_seq + 1, slow.after_seq + 1 + len(seqs))):
             self.violation("2", f"the slow subscriber's events after {slow.after_seq} are not gap-free: {seqs[:10]}...")
-        if flood_ran and outcome == "unresolved":
+        if flood_ran and outcome in ("unresolved", "caught_up"):
             self.violation("slow", f"a subscriber that read nothing through {FLOOD_CHUNKS} events got no events.resync "
-                                   f"within {WAIT:g}s of being read again, and was not disconnected")
+                                   f"within {WAIT:g}s of being read again, and was not disconnected"
+                                   + (" (it got every event)" if outcome == "caught_up" else ""))
 
-    async def read_slow_subscriber(self, slow: SlowSubscriber, seqs: list[int]) -> str:
+    async def read_slow_subscriber(self, slow: SlowSubscriber, seqs: list[int], flood_run: str | None) -> str:
+        """Read until a resync, the end of the connection, or the end of the
+        flood's run (``caught_up``)."""
         buffer = slow.buffer
         while True:
             *lines, buffer = buffer.split(b"\n")
@@ -719,6 +1422,9 @@ class Chaos:
                 params = message.get("params") or {}
                 if message.get("method") == "event" and not params.get("ephemeral"):
                     seqs.append(params["seq"])
+                    if flood_run is not None and params.get("runId") == flood_run and params["type"][4:] in TERMINAL \
+                            and params["type"].startswith("run."):
+                        return "caught_up"
                 elif message.get("method") == "events.resync":
                     given = seqs[-1] if seqs else slow.after_seq
                     if params["afterSeq"] != given:
@@ -739,6 +1445,7 @@ class Chaos:
         async with Client.connect(self.socket) as client:
             start_seq = (await client.call("daemon.status"))["lastSeq"]
         slow = await self.open_slow_subscriber() if plan.slow_subscriber else None
+        self.memory_checks = []
         watch = RoundWatch()
         with trio.fail_after(ROUND_TIMEOUT):
             async with trio.open_nursery() as outer:
@@ -756,17 +1463,25 @@ class Chaos:
         if slow is not None:
             flood = next((c for cs in plan.clients for c in cs if c.kind == "flood"), None)
             await self.check_slow_subscriber(slow, flood)
-        disturbed = any(self.round_faults[k] for k in ("provider_kill", "daemon_kill", "daemon_term", "recovery_restart"))
+        # Once no hostile connection of the round is left (the slow subscriber
+        # above holds a bounded but sizeable buffer until it is read).
+        for before, what in self.memory_checks:
+            await self.check_memory_returns(before, what)
+        disturbed = any(self.round_faults[k] for k in ("provider_kill", *RESTARTS))
         await self.check_not_stuck(threads)
         await self.check_events(plan)
         await self.check_threads(threads, disturbed)
         await self.check_receipts(plan)
         await self.check_processes()
+        if plan.disk_full:
+            await self.disk_full()
         self.update_pool(new_threads)
         self.summarize(plan, start_seq, time.monotonic() - started)
 
     def update_pool(self, new_threads: list[str]) -> None:
-        self.active += new_threads
+        # A thread holding a multi-megabyte answer takes no more messages.
+        self.active += [t for t in new_threads if t not in self.big_threads]
+        self.retired += [t for t in new_threads if t in self.big_threads]
         while len(self.active) > MAX_ACTIVE_THREADS:
             self.retired.append(self.active.pop(0))
 
@@ -1016,11 +1731,16 @@ class Chaos:
             if again != command.result:
                 self.violation("1", f"repeating {command.cid} answered {again}, first answer was {command.result}")
 
-        async with Client.connect(self.socket) as client:
-            with trio.fail_after(WAIT):
-                async with trio.open_nursery() as nursery:
-                    for cid in cids:
-                        nursery.start_soon(recheck, client, self.ledger[cid])
+        try:
+            async with Client.connect(self.socket) as client:
+                with trio.fail_after(WAIT):
+                    async with trio.open_nursery() as nursery:
+                        for cid in cids:
+                            nursery.start_soon(recheck, client, self.ledger[cid])
+        except Exception as exc:
+            if not connection_error(exc):
+                raise
+            raise self.lost_daemon(f"while re-checking {len(cids)} receipts", exc) from None
 
     async def check_processes(self) -> None:
         """Invariant 5 on a live, quiescent daemon."""
@@ -1114,7 +1834,7 @@ class Chaos:
             "round": plan.number, "seed": self.seed, "commands": commands, "runs": dict(sorted(runs.items())),
             "faults": dict(sorted(self.round_faults.items())), "events": self.verified_seq - start_seq,
             "lastSeq": self.verified_seq, "threads": len(self.active), "violations": self.round_violations,
-            "seconds": round(seconds, 2),
+            "seconds": round(seconds, 2), "rssMiB": round((self.memory.sample() or hostile.Memory(0, 0, 0)).rss / MiB, 1),
         })
 
     # -- main -------------------------------------------------------------------------------------
@@ -1124,24 +1844,32 @@ class Chaos:
         self.emit({"seed": self.seed, "rounds": self.rounds, "dataDir": str(self.data_dir)},
                   f"seed={self.seed} rounds={self.rounds} data={self.data_dir}")
         try:
-            await self.start(self.draw_idle_timeout())
-            self.up.set()
-            await self.setup()
-            for number in range(1, self.rounds + 1):
-                await self.play_round(self.plan_round(number))
-                if self.round_violations and self.fail_fast:
-                    break
+            async with trio.open_nursery() as watchers:
+                watchers.start_soon(self.memory.run)
+                try:
+                    await self.start(self.draw_idle_timeout())
+                    self.up.set()
+                    await self.setup()
+                    for number in range(1, self.rounds + 1):
+                        await self.play_round(self.plan_round(number))
+                        if self.round_violations and self.fail_fast:
+                            break
+                finally:
+                    watchers.cancel_scope.cancel()
         except BaseException as exc:
             if (why := fatal_message(exc)) is None:
                 raise
-            self.violation("fatal", why)
+            self.violation("fatal", f"{why}; {self.daemon_state()}")
         finally:
             await self.stop()
         self.emit({
             "final": True, "seed": self.seed, "rounds": self.round, "commands": len(self.ledger),
             "threads": len(self.active) + len(self.retired), "runs": dict(sorted(self.run_totals.items())),
             "faults": dict(sorted(self.fault_totals.items())), "slowSubscribers": dict(self.slow_outcomes),
-            "events": self.verified_seq, "violations": len(self.violations),
+            "hostile": {kind: dict(sorted(counts.items())) for kind, counts in sorted(self.outcomes.items())},
+            "peakRssMiB": round(self.memory.peak / MiB, 1), "peakAnonMiB": round(self.memory.peak_anon / MiB, 1),
+            "memoryGrowthMiB": {kind: round(grew / MiB, 1) for kind, grew in sorted(self.growth.items())},
+            "skipped": self.skipped, "events": self.verified_seq, "violations": len(self.violations),
             "wallSeconds": round(time.monotonic() - started, 1),
         })
         for text in self.violations[:20]:
@@ -1178,9 +1906,22 @@ def fatal_message(exc: BaseException) -> str | None:
         return None if None in parts else "; ".join(parts)
     if isinstance(exc, Fatal):
         return str(exc)
+    if connection_error(exc):  # the daemon went away where no restart was planned
+        return f"lost the connection to the daemon ({exc!r})"
     if isinstance(exc, trio.TooSlowError):
         return f"a wait for the daemon took more than its bound ({WAIT:g}s, a round {ROUND_TIMEOUT:g}s)"
     return None
+
+
+def mentions_disk(text: str) -> bool:
+    """True if an error or a reason says the disk is full."""
+    text = text.lower()
+    return "disk" in text or "no space" in text
+
+
+def reason_head(reason: str | None) -> str:
+    """The kind of a reason (``provider_crashed: ...`` -> ``provider_crashed``), for tallies."""
+    return (reason or "no reason").split(":")[0][:60]
 
 
 def describe_seqs(seqs: list[int], start: int) -> str:
@@ -1206,7 +1947,15 @@ def main() -> None:
                         help="replay the whole log and repeat every commandId every N rounds (and at the end)")
     parser.add_argument("--fail-fast", action="store_true", help="stop after the first round with a violation")
     parser.add_argument("--keep", action="store_true", help="keep the data dir when something was violated")
+    parser.add_argument("--with-fault", action="append", choices=[*FAULT_WEIGHTS, "disk_full"], metavar="KIND",
+                        help="also inject a fault of KIND every round (repeatable; changes the schedule): "
+                             + ", ".join([*FAULT_WEIGHTS, "disk_full"]))
+    parser.add_argument("--plan", action="store_true",
+                        help="print the seed's fault schedule without running a daemon (as planned when every "
+                             "command is answered)")
     args = parser.parse_args()
+    if args.plan:
+        sys.exit(Chaos(args).print_plan())
     sys.exit(trio.run(Chaos(args).run))
 
 

@@ -13,7 +13,9 @@ idleness and would let virtual time jump past timeouts.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import queue
 import threading
 from dataclasses import dataclass
@@ -29,6 +31,30 @@ from .records import CommandReceipt, Event, encode_record
 log = logging.getLogger(__name__)
 
 _STOP = object()
+
+#: with less than this free, a write that failed with an I/O error is put
+#: down to a full disk (LMDB reports a short write as EIO, not ENOSPC)
+LOW_DISK_BYTES = 16 << 20
+
+
+def describe_write_failure(exc: BaseException, path: str) -> str:
+    """What a failed write tells the person: a full disk is named as such,
+    with the free space, since LMDB's own words for it can be "Input/output
+    error" (a write that came up short) as well as "No space left on device"."""
+    text = f"write failed: {exc}"
+    no_space = (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or os.strerror(errno.ENOSPC) in str(exc)
+    io_error = (isinstance(exc, OSError) and exc.errno == errno.EIO) or os.strerror(errno.EIO) in str(exc)
+    if not (no_space or io_error):
+        return text
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return text
+    free = stat.f_bavail * stat.f_frsize
+    if no_space or free < LOW_DISK_BYTES:
+        return (f"{text}: the disk holding agentd's store ({path}) is full ({free} bytes free); "
+                "nothing of this was written, free some space and try again")
+    return text
 
 
 @dataclass
@@ -166,15 +192,18 @@ class GroupCommitWriter:
             return self._write(group)
         except Exception as exc:  # noqa: BLE001 - retried one by one below
             if len(group) == 1:
-                return [StoreError(f"write failed: {exc}")]
+                return [self._failure(exc)]
             log.warning("group commit of %d batches failed (%s); retrying one by one", len(group), exc)
         results: list[CommitResult | BaseException] = []
         for pending in group:
             try:
                 results.extend(self._write([pending]))
             except Exception as exc:  # noqa: BLE001 - reported to that caller
-                results.append(StoreError(f"write failed: {exc}"))
+                results.append(self._failure(exc))
         return results
+
+    def _failure(self, exc: BaseException) -> StoreError:
+        return StoreError(describe_write_failure(exc, self._env.path()))
 
     def _write(self, group: list[_Pending]) -> list[CommitResult]:
         dbs = self._dbs

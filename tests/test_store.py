@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 
 import lmdb
 import pytest
 import trio
 
+from agentd.store import writer as writer_module
 from agentd.store.batch import WriteBatch
 from agentd.store.db import Store
 from agentd.store.errors import StoreError
@@ -126,6 +129,33 @@ async def test_a_bad_batch_fails_alone(store, nursery):
     assert sorted([outcomes["good1"], outcomes["good2"]]) == [1, 2]
     assert store.thread(f"thr_{99:022d}") is None, "nothing of the bad batch was written"
     assert store.last_seq == 2
+
+
+async def test_a_write_on_a_full_disk_says_the_disk_is_full(store, nursery, monkeypatch):
+    """LMDB reports a full disk as ENOSPC or, when a write comes up short, as
+    EIO (issue 9, item 10): either way the error names the full disk."""
+    await nursery.start(store.writer.serve)
+    free = {"bytes": 0}
+    real_statvfs = os.statvfs
+
+    def statvfs(path):
+        real = real_statvfs(path)
+        return os.statvfs_result((real.f_bsize, 4096, real.f_blocks, 0, free["bytes"] // 4096, *real[5:]))
+
+    monkeypatch.setattr(writer_module.os, "statvfs", statvfs)
+    for words in ("Input/output error", "No space left on device"):
+        def broken(group, words=words):
+            raise lmdb.Error(f"mdb_txn_commit: {words}")
+
+        monkeypatch.setattr(store.writer, "_write", broken)
+        with pytest.raises(StoreError) as caught:
+            await store.commit(thread_batch(1))
+        assert "disk holding agentd's store" in caught.value.message and "0 bytes free" in caught.value.message
+        assert words in caught.value.message
+    # With room on the disk, an I/O error is only that; other errors are unchanged.
+    free["bytes"] = 1 << 30
+    assert "disk" not in writer_module.describe_write_failure(OSError(errno.EIO, "Input/output error"), str(store.path))
+    assert writer_module.describe_write_failure(lmdb.MapFullError("map full"), str(store.path)) == "write failed: map full"
 
 
 async def test_inline_mode_commits_on_the_loop(tmp_path, nursery):
