@@ -1,0 +1,119 @@
+"""Checkpoints wired into the daemon (SPEC F13/F14, issue 10), through the
+socket with the scripted agent: per-run captures in the completion barrier,
+checkpoint.list/diff/restore, a capture cut off by SIGKILL, git missing."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agentd.launch import start_daemon
+from agentd.protocol.client import Client
+from tests.helpers import script, send_and_wait, stored_events, wait_event
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u",
+           "GIT_COMMITTER_EMAIL": "u@x", "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(cwd)}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def user_repo(root: Path) -> Path:
+    """A git workspace with a user commit, a stash entry, a staged and an untracked file."""
+    ws = root / "ws"
+    ws.mkdir()
+    git(ws, "init", "-q", "-b", "main")
+    (ws / "README.md").write_text("hello\n")
+    (ws / ".gitignore").write_text("build/\n")
+    git(ws, "add", "README.md", ".gitignore")
+    git(ws, "commit", "-qm", "user commit")
+    (ws / "README.md").write_text("hello stashed\n")
+    git(ws, "stash", "-q")
+    (ws / "staged.txt").write_text("staged\n")
+    git(ws, "add", "staged.txt")
+    (ws / "untracked.txt").write_text("untracked\n")
+    (ws / "plain").mkdir()
+    (ws / "plain" / "notes.txt").write_text("a folder of plain files\n")
+    return ws
+
+
+def dot_git_state(ws: Path) -> dict[str, bytes]:
+    """HEAD, refs, index and stash of the user's repository, byte for byte."""
+    out = {}
+    for rel in ("HEAD", "index", "logs/refs/stash", "refs/stash", "refs/heads/main"):
+        path = ws / ".git" / rel
+        out[rel] = path.read_bytes() if path.exists() else b""
+    return out
+
+
+def files_of(ws: Path) -> dict[str, bytes]:
+    out = {}
+    for path in ws.rglob("*"):
+        rel = path.relative_to(ws).as_posix()
+        if path.is_file() and not rel.startswith(".git/"):
+            out[rel] = path.read_bytes()
+    return out
+
+
+PNG = bytes(range(256)) * 4
+
+RUN1 = script({"write": {"path": "src/app.py", "content": "print('one')\n"}},
+              {"write": {"path": "logo.bin", "content": base64.b64encode(PNG).decode(), "binary": True}},
+              {"say": "run one"})
+RUN2 = script({"write": {"path": "src/app.py", "content": "print('two')\nprint('more')\n"}},
+              {"delete": {"path": "untracked.txt"}}, {"say": "run two"})
+RUN3 = script({"write": {"path": "docs/guide.md", "content": "# guide\n"}},
+              {"delete": {"path": "plain/notes.txt"}}, {"say": "run three"})
+
+
+def checkpoint_events(events):
+    return [e for e in events if e["type"].startswith("checkpoint.")]
+
+
+async def test_three_runs_give_three_captured_checkpoints_with_the_run(client, tmp_path):
+    ws = user_repo(tmp_path)
+    before = dot_git_state(ws)
+    thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+    runs = [await send_and_wait(client, thread_id, text) for text in (RUN1, RUN2, RUN3)]
+    assert [r["status"] for r in runs] == ["completed"] * 3
+    assert all(r["checkpointId"] for r in runs)
+    events = await stored_events(client, thread_id)
+    captured = [e["payload"]["checkpoint"] for e in checkpoint_events(events)]
+    assert [(c["kind"], c["ordinal"], c["status"]) for c in captured] == [
+        ("baseline", 0, "captured"), ("run", 1, "captured"), ("run", 2, "captured"), ("run", 3, "captured")]
+    # Committed with the run: the checkpoint event comes right before run.completed.
+    types = [e["type"] for e in events]
+    for run in runs:
+        at = next(i for i, e in enumerate(events) if e["type"] == "run.completed" and e["runId"] == run["id"])
+        assert types[at - 1] == "checkpoint.captured" and events[at - 1]["runId"] == run["id"]
+        assert events[at - 1]["payload"]["checkpoint"]["id"] == run["checkpointId"]
+        assert events[at - 1]["nodeId"] == run["rootNodeId"]
+    s1, s2, s3 = (c["summary"] for c in captured[1:])
+    assert (s1["filesChanged"], s1["insertions"], s1["deletions"]) == (2, 1, 0)
+    assert (s2["filesChanged"], s2["insertions"], s2["deletions"]) == (2, 2, 2)
+    assert (s3["filesChanged"], s3["insertions"], s3["deletions"]) == (2, 1, 1)
+    assert dot_git_state(ws) == before
+
+
+async def test_git_missing_gives_error_checkpoints_and_the_run_ends_normally(data_dir, socket_path, tmp_path):
+    ws = tmp_path / "plain"
+    ws.mkdir()
+    env = {**os.environ, "AGENTD_CHECKPOINT_GIT": str(tmp_path / "no-such-git")}
+    daemon = await start_daemon(data_dir, socket_path, env=env)
+    try:
+        async with Client.connect(socket_path) as client:
+            thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+            run = await send_and_wait(client, thread_id, RUN1)
+            assert run["status"] == "completed" and run["checkpointId"]
+            events = checkpoint_events(await stored_events(client, thread_id))
+            assert [e["type"] for e in events] == ["checkpoint.error", "checkpoint.error"]
+            last = events[-1]["payload"]["checkpoint"]
+            assert (last["id"], last["status"], last["reason"], last["commit"]) == (run["checkpointId"], "error", "git_missing", None)
+            assert events[-1]["runId"] == run["id"]
+            assert (ws / "src" / "app.py").read_text() == "print('one')\n"
+    finally:
+        await daemon.terminate()
