@@ -13,6 +13,7 @@ import pytest
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
+from agentd.protocol.errors import InvalidState, NotFound
 from tests.helpers import script, send_and_wait, stored_events, wait_event
 
 
@@ -117,3 +118,61 @@ async def test_git_missing_gives_error_checkpoints_and_the_run_ends_normally(dat
             assert (ws / "src" / "app.py").read_text() == "print('one')\n"
     finally:
         await daemon.terminate()
+
+
+async def test_list_diff_restore_and_undo_through_the_safety_checkpoint(client, tmp_path):
+    ws = user_repo(tmp_path)
+    (ws / "build").mkdir()
+    (ws / "build" / "out.o").write_bytes(b"ignored build output")
+    before = dot_git_state(ws)
+    thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+    run1 = await send_and_wait(client, thread_id, RUN1)
+    after1 = files_of(ws)
+    run2 = await send_and_wait(client, thread_id, RUN2)
+    run3 = await send_and_wait(client, thread_id, RUN3)
+    after3 = files_of(ws)
+
+    listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+    assert [(c["kind"], c["ordinal"], c["status"]) for c in listed] == [
+        ("baseline", 0, "captured"), ("run", 1, "captured"), ("run", 2, "captured"), ("run", 3, "captured")]
+    assert [c["id"] for c in listed[1:]] == [run1["checkpointId"], run2["checkpointId"], run3["checkpointId"]]
+    assert [c["baseCheckpointId"] for c in listed[1:]] == [c["id"] for c in listed[:3]]
+
+    diff1 = await client.call("checkpoint.diff", checkpointId=run1["checkpointId"])
+    assert {(f["path"], f["change"], f["binary"]) for f in diff1["files"]} == {
+        ("src/app.py", "added", False), ("logo.bin", "added", True)}
+    diff2 = await client.call("checkpoint.diff", checkpointId=run2["checkpointId"])
+    assert {(f["path"], f["change"], f["insertions"], f["deletions"]) for f in diff2["files"]} == {
+        ("src/app.py", "modified", 2, 1), ("untracked.txt", "deleted", 0, 1)}
+    assert "+print('two')" in diff2["patch"] and not diff2["truncated"]
+    across = await client.call("checkpoint.diff", checkpointId=run3["checkpointId"],
+                               baseCheckpointId=run1["checkpointId"], maxBytes=40)
+    assert {f["path"] for f in across["files"]} == {"src/app.py", "untracked.txt", "docs/guide.md", "plain/notes.txt"}
+    assert across["truncated"] and len(across["patch"].encode()) <= 40
+
+    restored = await client.call("checkpoint.restore", checkpointId=run1["checkpointId"])
+    assert restored["complete"] and not restored["notRestored"]
+    assert set(restored["restored"]) == {"src/app.py", "untracked.txt", "plain/notes.txt", "docs/guide.md"}
+    assert files_of(ws) == after1
+    assert dot_git_state(ws) == before
+    assert (ws / "build" / "out.o").read_bytes() == b"ignored build output"
+
+    listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+    safety = next(c for c in listed if c["id"] == restored["safetyCheckpointId"])
+    assert (safety["kind"], safety["scope"], safety["status"]) == ("pre_rollback", "pre_rollback", "captured")
+    undo = await client.call("checkpoint.restore", checkpointId=safety["id"])
+    assert undo["complete"] and files_of(ws) == after3
+    assert dot_git_state(ws) == before
+    # No run and no agent memory changed.
+    runs = (await client.call("thread.get", threadId=thread_id))["runs"]
+    assert [r["status"] for r in runs] == ["completed"] * 3
+
+    # Refused while a run is active.
+    sent = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True}))
+    await wait_event(client, lambda e: e["type"] == "run.started" and e["runId"] == sent["runId"], thread_id=thread_id)
+    with pytest.raises(InvalidState):
+        await client.call("checkpoint.restore", checkpointId=run1["checkpointId"])
+    with pytest.raises(NotFound):
+        await client.call("checkpoint.diff", checkpointId="ckp_nope")
+    await client.call("thread.stop", threadId=thread_id)
+    assert files_of(ws) == after3
