@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+import trio
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
@@ -176,3 +178,79 @@ async def test_list_diff_restore_and_undo_through_the_safety_checkpoint(client, 
         await client.call("checkpoint.diff", checkpointId="ckp_nope")
     await client.call("thread.stop", threadId=thread_id)
     assert files_of(ws) == after3
+
+
+def stalling_git(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A git wrapper that stalls a capture once ``flag`` exists: it writes
+    its pid (that of the ``sleep`` it becomes) to ``mark`` and sleeps, so the
+    daemon can be killed in the middle of a capture without racing it."""
+    flag, mark, wrapper = tmp_path / "stall.flag", tmp_path / "stall.pid", tmp_path / "git-wrapper"
+    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ -e "{flag}" ]; then case " $* " in *" update-index "*) echo $$ > "{mark}.tmp"; '
+        f'mv "{mark}.tmp" "{mark}"; exec sleep 60;; esac; fi\n'
+        f'exec "{real}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return flag, mark, wrapper
+
+
+async def test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptured(data_dir, socket_path, tmp_path):
+    ws = user_repo(tmp_path)
+    flag, mark, wrapper = stalling_git(tmp_path)
+    env = {**os.environ, "AGENTD_CHECKPOINT_GIT": str(wrapper)}
+    daemon = await start_daemon(data_dir, socket_path, env=env)
+    stalled_pid = None
+    try:
+        async with Client.connect(socket_path) as client:
+            thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+            sent = await client.call("thread.message.send", threadId=thread_id, text=script(
+                {"write": {"path": "src/app.py", "content": "print('one')\n"}}, {"sleep": 0.5}))
+            # The baseline is captured before the turn starts; stall only the run's capture.
+            await wait_event(client, lambda e: e["type"] == "run.started", thread_id=thread_id)
+            flag.touch()
+            with trio.fail_after(30):
+                while not mark.exists():
+                    await trio.sleep(0.05)
+            stalled_pid = int(mark.read_text())
+        await daemon.kill()
+    finally:
+        if stalled_pid is not None:
+            # Only the wrapper's own sleep, if still there (never a reused pid).
+            try:
+                if Path(f"/proc/{stalled_pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                    os.kill(stalled_pid, signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        await daemon.terminate()
+    flag.unlink()
+    # Changed after the kill: must not end up in any checkpoint of run 1.
+    (ws / "src" / "app.py").write_text("print('edited after the crash')\n")
+
+    daemon = await start_daemon(data_dir, socket_path)
+    try:
+        async with Client.connect(socket_path) as client:
+            run1 = (await client.call("run.get", runId=sent["runId"]))["run"]
+            assert (run1["status"], run1["reason"]) == ("interrupted", "daemon_restart")
+            listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+            assert [(c["kind"], c["ordinal"], c["status"], c["reason"]) for c in listed] == [
+                ("baseline", 0, "captured", None), ("run", 1, "missing", "daemon_restart")]
+            assert listed[1]["id"] == run1["checkpointId"] and listed[1]["runId"] == run1["id"]
+            assert listed[1]["commit"] is None
+            with pytest.raises(InvalidState):
+                await client.call("checkpoint.diff", checkpointId=run1["checkpointId"])
+            events = await stored_events(client, thread_id)
+            missing = [e for e in events if e["type"] == "checkpoint.missing"]
+            assert len(missing) == 1 and missing[0]["runId"] == run1["id"] and missing[0]["nodeId"] == run1["rootNodeId"]
+            # The thread takes a new message; run 2 gets a fresh baseline and its own checkpoint.
+            run2 = await send_and_wait(client, thread_id, script({"write": {"path": "two.txt", "content": "2\n"}}))
+            assert run2["status"] == "completed"
+            listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+            assert [(c["kind"], c["ordinal"], c["status"]) for c in listed] == [
+                ("baseline", 0, "captured"), ("run", 1, "missing"), ("baseline", 1, "captured"), ("run", 2, "captured")]
+            diff = await client.call("checkpoint.diff", checkpointId=run2["checkpointId"])
+            assert [(f["path"], f["change"]) for f in diff["files"]] == [("two.txt", "added")]
+            assert (await client.call("daemon.status"))["lastSeq"] > 0
+    finally:
+        await daemon.terminate()
