@@ -25,19 +25,23 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
-def user_repo(root: Path) -> Path:
-    """A git workspace with a user commit, a stash entry, a staged and an untracked file."""
+def user_repo(root: Path, *, repo: bool = True) -> Path:
+    """A git workspace with a user commit, a stash entry, a staged and an
+    untracked file (``repo=False``: the same files in a plain folder)."""
     ws = root / "ws"
     ws.mkdir()
-    git(ws, "init", "-q", "-b", "main")
     (ws / "README.md").write_text("hello\n")
     (ws / ".gitignore").write_text("build/\n")
-    git(ws, "add", "README.md", ".gitignore")
-    git(ws, "commit", "-qm", "user commit")
-    (ws / "README.md").write_text("hello stashed\n")
-    git(ws, "stash", "-q")
     (ws / "staged.txt").write_text("staged\n")
-    git(ws, "add", "staged.txt")
+    if repo:
+        (ws / "staged.txt").unlink()
+        git(ws, "init", "-q", "-b", "main")
+        git(ws, "add", "README.md", ".gitignore")
+        git(ws, "commit", "-qm", "user commit")
+        (ws / "README.md").write_text("hello stashed\n")
+        git(ws, "stash", "-q")
+        (ws / "staged.txt").write_text("staged\n")
+        git(ws, "add", "staged.txt")
     (ws / "untracked.txt").write_text("untracked\n")
     (ws / "plain").mkdir()
     (ws / "plain" / "notes.txt").write_text("a folder of plain files\n")
@@ -122,8 +126,10 @@ async def test_git_missing_gives_error_checkpoints_and_the_run_ends_normally(dat
         await daemon.terminate()
 
 
-async def test_list_diff_restore_and_undo_through_the_safety_checkpoint(client, tmp_path):
-    ws = user_repo(tmp_path)
+@pytest.mark.parametrize("repo", [True, False], ids=["git-repository", "plain-folder"])
+async def test_list_diff_restore_and_undo_through_the_safety_checkpoint(client, tmp_path, repo):
+    ws = user_repo(tmp_path, repo=repo)
+    assert (ws / ".git").exists() == repo
     (ws / "build").mkdir()
     (ws / "build" / "out.o").write_bytes(b"ignored build output")
     before = dot_git_state(ws)
