@@ -23,6 +23,7 @@ from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import (
     NODE_TERMINAL,
+    Checkpoint,
     ContextHandoff,
     ConversationMessage,
     Effect,
@@ -378,15 +379,26 @@ def close_attempt(
 def end_run(
     batch: ThreadBatch, state: ThreadState, status: Ending, *, reason: str | None,
     artifacts: Iterable[PlanArtifact], turn_start_effect: Effect | None,
+    checkpoint: tuple[Checkpoint, Effect] | None = None,
 ) -> Run:
     """The completion barrier (SPEC F16): close the attempt (``close_attempt``),
     then end the run and free the thread, all in one batch. Returns the ended
-    run; the caller drops the active run once the batch is durable."""
+    run; the caller drops the active run once the batch is durable.
+
+    ``checkpoint``: the run's Checkpoint (captured, or ``error``) and its
+    ``checkpoint.capture`` outbox entry (checkpointing.capture_run), committed
+    here with the run (``Run.checkpointId``) and the entry settled."""
     active = state.active
     assert active is not None
     now = batch.now
     close_attempt(batch, state, status, reason, artifacts=artifacts)
     run = struct_copy(active.run, status=status, reason=reason, ended_at=now)
+    if checkpoint is not None:
+        record, capture_effect = checkpoint
+        run = struct_copy(run, checkpoint_id=record.id)
+        batch.put(record)
+        settle_effect(batch, capture_effect, "done")
+        batch.emit(f"checkpoint.{record.status}", run_id=run.id, node_id=active.root.id, checkpoint=to_wire(record))
     if active.user_message.status == "queued":
         # Never reached the provider (the start failed): the text is kept to re-send.
         batch.put(struct_copy(active.user_message, status="complete" if run.started_at else "not_sent"))

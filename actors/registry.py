@@ -23,6 +23,7 @@ from agentd.store.records import AppThread, CommandReceipt, ProviderThread, to_w
 
 from .messages import Command, Handler
 from .providers.base import ProviderEvent, SessionHost
+from .checkpoints import CheckpointEngine
 from .config import DaemonConfig
 from .steering import message_send
 from .thread_actor import ThreadActor
@@ -86,8 +87,11 @@ class ThreadRegistry:
         workspaces_dir: Path,
         wall_clock: Callable[[], float] = time.time,
         actor_idle_timeout: float = 60.0,
+        checkpoints: CheckpointEngine | None = None,
     ) -> None:
         self.store = store
+        #: the daemon's checkpoint engine (None: runs are not checkpointed)
+        self.checkpoints = checkpoints
         self.hub = hub
         self.sessions = sessions
         self.config = config

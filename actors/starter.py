@@ -20,7 +20,7 @@ import trio
 
 from agentd.protocol.errors import AgentdError
 
-from . import graph
+from . import checkpointing, graph
 from .handoff import portable_context
 from .messages import AttemptStartFailed, HandoffDraft, ProviderThreadReady
 from .providers.base import NativeThreadMissing, ProviderRuntimeError
@@ -39,6 +39,9 @@ async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
     try:
         cwd = state.thread.workspace
         await trio.to_thread.run_sync(lambda: os.makedirs(cwd, mode=0o700, exist_ok=True))
+        # Before the root execution starts: the workspace state this run's
+        # checkpoint is diffed against (SPEC F13).
+        await checkpointing.ensure_baseline(actor, active)
         session_id, conn = await actor.sessions.ensure_session(actor.thread_id, active.run.provider)
         # Known at once (same loop, no await in between): an exit of an
         # older session of this thread must not be blamed on this attempt.

@@ -48,7 +48,7 @@ from agentd.store.records import (
 )
 from agentd.store.writer import CommitResult
 
-from . import artifacts, graph, requests, run_control, starter, steering, turns
+from . import artifacts, checkpointing, graph, requests, run_control, starter, steering, turns
 from .graph import Ending, ThreadBatch
 from .messages import (
     AttemptStartFailed,
@@ -322,9 +322,14 @@ class ThreadActor:
         active = state.active
         assert active is not None
         self._stop_attempt_tasks(active)
+        # The run's checkpoint (SPEC F13): an awaited git subprocess, after the
+        # provider's streams drained and before run.<status> is committed;
+        # mailbox items wait meanwhile, as they wait for any handler.
+        checkpoint = await checkpointing.capture_run(self, active)
         graph.end_run(
             batch, state, status, reason=reason, artifacts=self.store.run_artifacts(active.run.id),
             turn_start_effect=self.store.get(Effect, graph.turn_start_effect_id(active.run.id)),
+            checkpoint=checkpoint,
         )
         await self.commit(batch)
         state.active = None

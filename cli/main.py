@@ -477,6 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", parents=[results], help="daemon status")
     p.set_defaults(fn=cmd_status)
+
+    from agentd.checkpoint_cmds import add_checkpoint_commands  # checkpoints, diff, restore
+
+    add_checkpoint_commands(sub, results)
     return parser
 
 

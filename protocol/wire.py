@@ -117,6 +117,17 @@ class PlanImplementParams(Params):
     command_id: CommandId | None = None
 
 
+class CheckpointDiffParams(Params):
+    checkpoint_id: Id
+    base_checkpoint_id: Id | None = None
+    max_bytes: Annotated[int, msgspec.Meta(ge=0, le=16 << 20)] | None = None
+
+
+class CheckpointRestoreParams(Params):
+    checkpoint_id: Id
+    command_id: CommandId | None = None
+
+
 class SubscribeParams(Params):
     thread_id: Id | None = None
     after_seq: Annotated[int, msgspec.Meta(ge=0)] = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentd.store.records import (
-    AppThread, CommandReceipt, ContextHandoff, PlanArtifact, RuntimeRequest, ConversationMessage, Effect, Event, ExecutionNode, ProviderSession,
+    AppThread, Checkpoint, CommandReceipt, ContextHandoff, PlanArtifact, RuntimeRequest, ConversationMessage, Effect, Event, ExecutionNode, ProviderSession,
     ProviderThread, ProviderTurn, Run, RunAttempt, RECORD_KINDS, encode_record,
 )
 
@@ -29,6 +29,8 @@ SAMPLES = {
     "artifacts": PlanArtifact(id="art_fixture", thread_id="thr_fixture", run_id="run_fixture", kind="todo_list", steps=[{"step": "a", "status": "pending"}]),
     "events": Event(seq=7, type="run.completed", thread_id="thr_fixture", run_id="run_fixture", at=3.0, payload={"k": [1, 2]}),
     "receipts": CommandReceipt(command_id="c-1", method="thread.create", result={"threadId": "thr_fixture", "seq": 7}),
+    "checkpoints": Checkpoint(id="ckp_fixture", thread_id="thr_fixture", run_id="run_fixture", ordinal=1, commit="0" * 40,
+                              summary={"filesChanged": 1, "insertions": 2, "deletions": 0, "skipped": [], "nestedRepos": []}),
     "effects": Effect(id="eff_fixture", kind="checkpoint.capture", thread_id="thr_fixture", replay_safe=True),
 }
 

@@ -16,6 +16,7 @@ import msgspec
 from .records import (
     RUN_OPEN,
     AppThread,
+    Checkpoint,
     ConversationMessage,
     Effect,
     ExecutionNode,
@@ -123,6 +124,8 @@ class WriteBatch:
             self._idx("idx_pending_requests", index_key(record.thread_id, record.id), b"" if pending else None)
         elif isinstance(record, PlanArtifact):
             self._idx("idx_run_artifacts", index_key(record.run_id, record.id))
+        elif isinstance(record, Checkpoint):
+            self._idx("idx_thread_checkpoints", index_key(record.thread_id, record.ordinal, record.id))
         elif isinstance(record, AppThread):
             # The threads database is itself the thread list, in id (creation) order.
             if record.parent_thread_id is not None:
@@ -147,6 +150,7 @@ DATABASES = (
     "events",
     "receipts",
     "effects",
+    "checkpoints",
     "meta",
     "idx_thread_runs",
     "idx_open_runs",
@@ -161,4 +165,5 @@ DATABASES = (
     "idx_pending_requests",
     "idx_run_artifacts",
     "idx_thread_children",
+    "idx_thread_checkpoints",
 )

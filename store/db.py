@@ -17,6 +17,7 @@ import msgspec
 from .batch import DATABASES, SEP, WriteBatch, index_key
 from .records import (
     AppThread,
+    Checkpoint,
     CommandReceipt,
     ConversationMessage,
     Effect,
@@ -174,6 +175,11 @@ class Store:
         """Threads whose parent is ``thread_id``, oldest first."""
         rows = self._scan_index("idx_thread_children", thread_id.encode() + SEP)
         return self._get_many(AppThread, [k.split(SEP, 1)[1].decode() for k, _v in rows])
+
+    def thread_checkpoints(self, thread_id: str) -> list[Checkpoint]:
+        """The checkpoints of a thread by ordinal (then creation)."""
+        rows = self._scan_index("idx_thread_checkpoints", thread_id.encode() + SEP)
+        return self._get_many(Checkpoint, [k.rsplit(SEP, 1)[1].decode() for k, _v in rows])
 
     def receipt(self, command_id: str) -> CommandReceipt | None:
         return self.get(CommandReceipt, command_id)

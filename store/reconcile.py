@@ -18,12 +18,16 @@ from dataclasses import dataclass, field
 
 from .batch import WriteBatch
 from .db import Store, struct_copy
-from .records import NODE_TERMINAL, ConversationMessage, to_wire
+from .ids import new_id
+from .records import NODE_TERMINAL, Checkpoint, ConversationMessage, Effect, to_wire
 
 RESTART_REASON = "daemon_restart"
 TOOL_NOT_RESUMED = "incomplete history: no tool result recorded; execution not resumed"
 BACKGROUND_NOT_OBSERVED = "no current execution observed"
 BACKGROUND_KINDS = frozenset({"subagent", "background_task"})
+#: the outbox entry a run's checkpoint capture commits before it starts
+#: (actors/checkpointing.py): still pending at a start, the capture was cut off
+CHECKPOINT_CAPTURE = "checkpoint.capture"
 
 
 @dataclass
@@ -35,6 +39,7 @@ class ReconcileReport:
     requests_not_resumable: list[str] = field(default_factory=list)
     sessions_stopped: list[str] = field(default_factory=list)
     effects_retired: list[str] = field(default_factory=list)
+    checkpoints_missing: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
         return {name: len(value) for name, value in self.__dict__.items()}
@@ -54,6 +59,20 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
         if thread_id not in threads:
             threads[thread_id] = store.thread(thread_id)
         return threads[thread_id]
+
+    # Captures cut off by the restart: recorded as missing (SPEC F12), never
+    # captured later from whatever is on disk by then.
+    missing: dict[str, Checkpoint] = {}
+    for effect in store.open_effects():
+        if effect.kind == CHECKPOINT_CAPTURE and effect.status == "pending":
+            checkpoint = missing_checkpoint(effect, now, reason)
+            batch.put(checkpoint)
+            batch.put(struct_copy(effect, status="done", reason=f"{reason}: recorded as a missing checkpoint"))
+            batch.event("checkpoint.missing", thread_id=checkpoint.thread_id, run_id=checkpoint.run_id,
+                        node_id=checkpoint.node_id, at=now, checkpoint=to_wire(checkpoint))
+            report.checkpoints_missing.append(checkpoint.id)
+            if checkpoint.run_id:
+                missing[checkpoint.run_id] = checkpoint
 
     for run in store.open_runs():
         started = run.status != "queued"
@@ -83,6 +102,8 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
                     if turn.status == "started":
                         batch.put(struct_copy(turn, status="interrupted", ended_at=now))
         run = struct_copy(run, status=status, reason=why, ended_at=now)
+        if run.id in missing:
+            run = struct_copy(run, checkpoint_id=missing[run.id].id)
         batch.put(run)
         batch.event(f"run.{status}", thread_id=run.thread_id, run_id=run.id, node_id=run.root_node_id, at=now, run=to_wire(run))
         t = thread(run.thread_id)
@@ -118,14 +139,25 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
         report.sessions_stopped.append(session.id)
 
     for effect in store.open_effects():
-        if effect.replay_safe:
-            continue  # re-queued by the effect runner
+        if effect.replay_safe or effect.kind == CHECKPOINT_CAPTURE:
+            continue  # re-queued by the effect runner / settled above
         batch.put(struct_copy(effect, status="retired", reason=f"{reason}: bound to the previous process"))
         report.effects_retired.append(effect.id)
 
     if batch:
         batch.event("daemon.reconciled", at=now, reason=reason, **report.as_dict())
     return batch, report
+
+
+def missing_checkpoint(effect: Effect, now: float, reason: str) -> Checkpoint:
+    """The Checkpoint of a run whose capture ``effect`` a restart cut off."""
+    p = effect.payload
+    return Checkpoint(
+        id=p.get("checkpointId") or new_id("ckp"), thread_id=effect.thread_id or "", run_id=p.get("runId"),
+        node_id=p.get("nodeId"), scope="root", kind="run", ordinal=int(p.get("ordinal", 0)), status="missing",
+        reason=reason, detail="agentd stopped while this checkpoint was being captured",
+        workspace=p.get("workspace", ""), created_at=now,
+    )
 
 
 def _streaming_messages(store: Store, report: ReconcileReport) -> list[tuple[str, str]]:

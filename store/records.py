@@ -30,6 +30,10 @@ TurnStatus = Literal["started", "completed", "failed", "interrupted", "cancelled
 RequestStatus = Literal["pending", "resolved", "not_resumable", "cancelled"]
 ArtifactStatus = Literal["active", "final", "proposed", "implemented", "answered", "closed"]
 EffectStatus = Literal["pending", "done", "retired"]
+CheckpointStatus = Literal["captured", "missing", "error", "stale"]
+#: ``baseline``: the workspace before a run (ordinal = the run's - 1); ``run``:
+#: after a run (its ordinal); ``pre_rollback``: the safety capture a restore takes first
+CheckpointKind = Literal["baseline", "run", "pre_rollback"]
 
 RUN_ACTIVE = frozenset({"running", "waiting"})
 RUN_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled", "rolled_back"})
@@ -232,6 +236,39 @@ class ContextHandoff(Record, kw_only=True):
     created_at: float = 0.0
 
 
+class Checkpoint(Record, kw_only=True):
+    """A capture of the thread's workspace in the checkpoint engine's shadow
+    repository (SPEC F13): after a run (``kind`` ``run``), before the first
+    run that has no earlier one (``baseline``), or before a restore
+    (``pre_rollback``). ``status`` other than ``captured`` has no ``commit``
+    and says why in ``reason`` (``daemon_restart``, ``git_missing``, …)."""
+
+    thread_id: str
+    run_id: str | None = None
+    node_id: str | None = None
+    #: ``root`` for the thread's runs (and their baselines), ``pre_rollback``
+    #: for safety captures; a child scope's id later
+    scope: str = "root"
+    kind: CheckpointKind = "run"
+    #: the run ordinal it is the state after (0: before the first run); a
+    #: safety checkpoint's own sequence number
+    ordinal: int = 0
+    status: CheckpointStatus = "captured"
+    #: a short code when not captured (``daemon_restart``, ``git_missing``, …)
+    reason: str | None = None
+    #: the sentence for a person that goes with ``reason``
+    detail: str | None = None
+    #: the shadow repository's commit and ref (None unless captured)
+    commit: str | None = None
+    ref: str | None = None
+    #: the checkpoint this one is diffed against
+    base_checkpoint_id: str | None = None
+    #: ``{filesChanged, insertions, deletions, skipped: [{path, reason, size}], nestedRepos}``
+    summary: dict[str, Any] = {}
+    workspace: str = ""
+    created_at: float = 0.0
+
+
 class Event(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
     """One entry of the global event log, keyed by a gap-free ``seq``."""
 
@@ -287,6 +324,7 @@ RECORD_KINDS: dict[str, tuple[type, int]] = {
     "events": (Event, 1),
     "receipts": (CommandReceipt, 1),
     "effects": (Effect, 1),
+    "checkpoints": (Checkpoint, 1),
 }
 
 KIND_OF_TYPE: dict[type, str] = {cls: name for name, (cls, _v) in RECORD_KINDS.items()}

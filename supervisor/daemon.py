@@ -34,6 +34,7 @@ import trio
 
 from agentd.actors.providers.guard import guarding
 from agentd.actors.providers.base import ProviderAdapter, ProviderRuntimeError
+from agentd.actors.checkpoints import CheckpointEngine
 from agentd.actors.config import DaemonConfig, ProviderConfig
 from agentd.actors.providers.scripted import ScriptedAdapter
 from agentd.actors.registry import ThreadRegistry
@@ -215,9 +216,12 @@ class Daemon:
             deliver=deliver, wall_clock=opts.wall_clock, idle_timeouts=self._idle_timeouts(),
             restart_intensity=opts.restart_intensity,
         )
+        # One checkpoint engine per daemon; $AGENTD_CHECKPOINT_GIT names the git
+        # executable (default: git on PATH), so tests can make it missing or slow.
+        checkpoints = CheckpointEngine(self.paths.checkpoints, git=os.environ.get("AGENTD_CHECKPOINT_GIT") or None)
         registry = self.registry = ThreadRegistry(
             store, hub, sessions, opts.config, workspaces_dir=self.paths.workspaces,
-            wall_clock=opts.wall_clock, actor_idle_timeout=opts.actor_idle_timeout,
+            wall_clock=opts.wall_clock, actor_idle_timeout=opts.actor_idle_timeout, checkpoints=checkpoints,
         )
         registry_box.append(registry)
         router = self.router = DaemonRouter(store, hub, registry, sessions, socket_path=str(self.paths.socket))

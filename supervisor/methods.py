@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentd.actors import artifacts, requests, run_control, steering
+from agentd.actors import artifacts, checkpointing, requests, run_control, steering
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
 from agentd.protocol.methods import Method, MethodTable
 from agentd.store.db import Store
-from agentd.store.records import ConversationMessage, PlanArtifact, Run, RuntimeRequest
+from agentd.store.records import Checkpoint, ConversationMessage, PlanArtifact, Run, RuntimeRequest
 
 from . import queries, subscriptions
 
@@ -53,6 +53,10 @@ def by_plan(store: Store, params: Any) -> str:
     return _owner_thread(store, PlanArtifact, params.plan_id, "plan")
 
 
+def by_checkpoint(store: Store, params: Any) -> str:
+    return _owner_thread(store, Checkpoint, params.checkpoint_id, "checkpoint")
+
+
 def _daemon(name: str, params: type[wire.Params], handler: Any) -> Method:
     return Method(name, params, "daemon", handler)
 
@@ -76,6 +80,7 @@ METHODS = MethodTable([
     _thread("user-input.respond", wire.UserInputRespondParams, requests.user_input_respond, by_request),
     _thread("plan.implement", wire.PlanImplementParams, artifacts.plan_implement, by_plan),
     _daemon("run.resume", wire.RunResumeParams, queries.run_resume),
+    _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
     # reads
     _daemon("thread.list", wire.NoParams, queries.thread_list),
     _daemon("thread.get", wire.ThreadGetParams, queries.thread_get),
@@ -83,6 +88,8 @@ METHODS = MethodTable([
     _daemon("thread.requests", wire.ThreadIdParams, queries.thread_requests),
     _daemon("daemon.status", wire.NoParams, queries.daemon_status),
     _daemon("providers.list", wire.NoParams, queries.providers_list),
+    _daemon("checkpoint.list", wire.ThreadIdParams, queries.checkpoint_list),
+    _daemon("checkpoint.diff", wire.CheckpointDiffParams, queries.checkpoint_diff),
     # events
     _daemon("events.subscribe", wire.SubscribeParams, subscriptions.subscribe),
     _daemon("events.unsubscribe", wire.UnsubscribeParams, subscriptions.unsubscribe),

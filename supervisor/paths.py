@@ -60,6 +60,11 @@ class Paths:
         return self.data_dir / "workspaces"
 
     @property
+    def checkpoints(self) -> Path:
+        """The checkpoint engine's shadow repositories, one per workspace."""
+        return self.data_dir / "checkpoints"
+
+    @property
     def providers(self) -> Path:
         return self.data_dir / "providers"
 

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from agentd.actors.checkpointing import captured_checkpoint
+from agentd.actors.checkpoints import DEFAULT_MAX_PATCH_BYTES, CheckpointError
 from agentd.protocol import wire
-from agentd.protocol.errors import NotFound, Unsupported
+from agentd.protocol.errors import InvalidState, NotFound, Unsupported
 from agentd.protocol.server import Connection
 from agentd.store.records import to_wire
 
@@ -75,6 +77,40 @@ async def thread_requests(router: DaemonRouter, params: wire.ThreadIdParams, _co
     if router.store.thread(params.thread_id) is None:
         raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
     return {"requests": [to_wire(r) for r in router.store.pending_requests(params.thread_id)]}
+
+
+async def checkpoint_list(router: DaemonRouter, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
+    """A thread's checkpoints (root and safety ones) by ordinal, then creation."""
+    if router.store.thread(params.thread_id) is None:
+        raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
+    return {"checkpoints": [to_wire(c) for c in router.store.thread_checkpoints(params.thread_id)]}
+
+
+async def checkpoint_diff(router: DaemonRouter, params: wire.CheckpointDiffParams, _conn: Connection) -> dict[str, Any]:
+    """Files and patch from a base checkpoint (default: the one it was
+    captured against) to a checkpoint; reads the shadow's objects only."""
+    store = router.store
+    engine = router.registry.checkpoints
+    if engine is None:
+        raise InvalidState("checkpoints are off in this agentd")
+    target = captured_checkpoint(store, params.checkpoint_id)
+    base_id = params.base_checkpoint_id or target.base_checkpoint_id
+    base = captured_checkpoint(store, base_id) if base_id else None
+    if base is not None and base.thread_id != target.thread_id:
+        raise InvalidState(f"checkpoints {target.id} and {base.id} belong to different threads",
+                           checkpointId=target.id, baseCheckpointId=base.id)
+    max_bytes = DEFAULT_MAX_PATCH_BYTES if params.max_bytes is None else params.max_bytes
+    try:
+        result = await engine.diff(target.workspace, target.commit, base.commit if base else None, max_bytes=max_bytes)
+    except CheckpointError as exc:
+        raise InvalidState(f"cannot diff checkpoint {target.id}: {exc}", checkpointId=target.id, reason=exc.reason) from None
+    return {
+        "checkpointId": target.id,
+        "baseCheckpointId": base.id if base else None,
+        "files": to_wire(result)["files"],
+        "patch": result.patch,
+        "truncated": result.truncated,
+    }
 
 
 async def providers_list(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:

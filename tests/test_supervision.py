@@ -586,8 +586,13 @@ async def test_a_session_manager_fault_during_a_turn_ends_the_run_without_a_retr
         assert exited.requested and exited.reason == "session_manager_stopped" and exited.signal != signal.SIGKILL
         assert orphans_ended == [], "the registry did not restart, so nothing was reconciled"
         async with Client.connect(daemon.paths.socket) as again:
+            # The completion barrier captures the run's checkpoint (a real git
+            # subprocess) before run.<status>: wait for it rather than race it.
+            await next_event(again, thread_id, lambda e: e["type"] == "run.interrupted")
             got = await again.call("run.get", runId=sent["runId"])
             assert (got["run"]["status"], got["run"]["reason"]) == ("interrupted", "session_manager_stopped")
+            listed = (await again.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+            assert [(c["id"], c["status"]) for c in listed if c["kind"] == "run"] == [(got["run"]["checkpointId"], "captured")]
             assert len(got["attempts"]) == 1, "not retried as a provider crash"
             stopped = await next_event(again, thread_id, lambda e: e["type"] in ("session.stopped", "session.error"))
             assert (stopped["type"], stopped["payload"]["session"]["reason"]) == ("session.stopped", "session_manager_stopped")

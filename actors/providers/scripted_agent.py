@@ -40,6 +40,7 @@ A turn's input is either plain text, answered with ``You said: <text>``, or
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import hashlib
 import itertools
@@ -452,7 +453,10 @@ class Turn:
         An agentMessage item streamed in N deltas; its text is TEXT R times
         (default 1), so a test can stream more than a message may carry.
     ``{"write": {"path": REL, "content": TEXT}}``
-        A fileChange item writing a file under the thread's cwd.
+        A fileChange item writing a file under the thread's cwd; with
+        ``"binary": true`` CONTENT is base64 and written as bytes.
+    ``{"delete": {"path": REL}}``
+        A fileChange item removing a file under the thread's cwd.
     ``{"sleep": SECONDS}`` / ``{"hang": true}``
         Wait for a while / until interrupted (``"ignoreInterrupt": true``:
         forever — a runtime that never honours an interrupt).
@@ -589,6 +593,12 @@ class Turn:
         spec = _expect(step["write"], dict, "write needs an object with path and content")
         path = _expect(spec.get("path"), str, "write needs a string path")
         content = _expect(spec.get("content"), str, "write needs string content")
+        data: bytes | None = None
+        if spec.get("binary"):
+            try:
+                data = base64.b64decode(content, validate=True)
+            except ValueError:
+                raise TurnFailed(f"write {path}: binary content is not valid base64") from None
         if os.path.isabs(path):
             raise TurnFailed(f"write path {path} is absolute; it must be relative to the thread's cwd")
         if "\0" in path:
@@ -603,11 +613,30 @@ class Turn:
         async with self._item(parent, "fileChange", path=path, status="inProgress") as item:
             try:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
-                with open(target, "w", encoding="utf-8") as file:
-                    file.write(content)
+                if data is not None:
+                    with open(target, "wb") as bfile:
+                        bfile.write(data)
+                else:
+                    with open(target, "w", encoding="utf-8") as file:
+                        file.write(content)
             except OSError as exc:
                 # A full disk or a read-only file: this step fails, the turn goes on.
                 item.update(status="failed", error=f"could not write {path}: {exc.strerror or exc}")
+
+    async def _delete(self, step: dict, parent: str | None) -> None:
+        spec = _expect(step["delete"], dict, "delete needs an object with a path")
+        path = _expect(spec.get("path"), str, "delete needs a string path")
+        if os.path.isabs(path) or "\0" in path:
+            raise TurnFailed(f"delete path {path!r} must be relative to the thread's cwd")
+        cwd = os.path.realpath(self.thread.cwd)
+        target = os.path.join(cwd, path)
+        if os.path.commonpath([cwd, os.path.realpath(os.path.dirname(target))]) != cwd:
+            raise TurnFailed(f"delete path {path} escapes the thread's cwd")
+        async with self._item(parent, "fileChange", path=path, kind="delete", status="inProgress") as item:
+            try:
+                os.unlink(target)
+            except OSError as exc:
+                item.update(status="failed", error=f"could not delete {path}: {exc.strerror or exc}")
 
     async def _sleep(self, step: dict, parent: str | None) -> None:
         await trio.sleep(_number(step["sleep"], "sleep"))
@@ -713,6 +742,7 @@ class Turn:
     _STEPS = {
         "say": _say,
         "write": _write,
+        "delete": _delete,
         "sleep": _sleep,
         "hang": _hang,
         "crash": _crash,

@@ -1,0 +1,222 @@
+"""Checkpoints of a thread's runs (SPEC F13, F14): the daemon's use of the
+checkpoint engine (``actors/checkpoints``).
+
+- Before a run's root execution starts, the starter ensures the baseline
+  checkpoint for ordinal − 1 (``ensure_baseline``): the previous run's own
+  checkpoint when there is one and no restore came after it, else a fresh
+  ``baseline`` capture of the workspace as it is now.
+- In the completion barrier the actor captures the run's checkpoint
+  (``capture_run``), diffed against that baseline; ``graph.end_run`` commits
+  the Checkpoint record with ``run.<status>`` in one transaction. The capture
+  is announced first by a ``checkpoint.capture`` outbox entry, so a daemon
+  killed mid-capture leaves a trace that the next start's reconciliation turns
+  into a ``missing`` checkpoint (``daemon_restart``), never a late capture.
+- ``checkpoint.restore`` (thread-owned) puts a captured checkpoint's files
+  back after a ``pre_rollback`` safety capture; it changes no run and no
+  agent memory.
+
+Every engine call is an awaited git subprocess: nothing blocks the loop. An
+engine failure (git missing, a refused workspace, …) becomes a Checkpoint with
+status ``error`` and the engine's reason; the run still ends normally.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from agentd.protocol.errors import InvalidState, NotFound
+from agentd.store.ids import new_id
+from agentd.store.reconcile import CHECKPOINT_CAPTURE
+from agentd.store.records import Checkpoint, Effect, to_wire
+
+from .checkpoints import CheckpointEngine, CheckpointError, checkpoint_ref
+
+if TYPE_CHECKING:
+    from agentd.store.db import Store
+
+    from .messages import Command
+    from .state import ActiveRun
+    from .thread_actor import ThreadActor
+
+log = logging.getLogger(__name__)
+
+#: the outbox entry of a run's checkpoint capture (store/reconcile.py turns
+#: one a restart left pending into a ``missing`` checkpoint)
+CAPTURE_EFFECT = CHECKPOINT_CAPTURE
+
+
+def engine_of(actor: ThreadActor) -> CheckpointEngine | None:
+    """The daemon's engine (None: checkpoints are off, as in unit tests)."""
+    return getattr(actor.registry, "checkpoints", None)
+
+
+def _summary(result: Any) -> dict[str, Any]:
+    return msgspec.to_builtins(result.summary)
+
+
+def _failure(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, CheckpointError):
+        return exc.reason, str(exc)
+    return "internal", f"{type(exc).__name__}: {exc}"
+
+
+def previous_root(store: Store, thread_id: str, ordinal: int) -> Checkpoint | None:
+    """The captured root checkpoint a run of ``ordinal`` is diffed against:
+    the newest one of ordinal − 1, unless a restore came after it (then the
+    workspace is no longer that state and a new baseline is needed)."""
+    checkpoints = store.thread_checkpoints(thread_id)
+    last_restore = max((c.created_at for c in checkpoints if c.kind == "pre_rollback"), default=None)
+    candidates = [c for c in checkpoints
+                  if c.scope == "root" and c.status == "captured" and c.ordinal == ordinal - 1]
+    if not candidates:
+        return None
+    best = max(candidates, key=lambda c: (c.created_at, c.id))
+    if last_restore is not None and last_restore >= best.created_at:
+        return None
+    return best
+
+
+async def ensure_baseline(actor: ThreadActor, active: ActiveRun) -> None:
+    """Before the run's root execution starts: make sure a captured root
+    checkpoint of ordinal − 1 exists (captured now if not). Called by the
+    starter, outside the thread's lock; the record it commits is new and
+    touches no state the actor holds."""
+    engine = engine_of(actor)
+    if engine is None:
+        return
+    run = active.run
+    if previous_root(actor.store, actor.thread_id, run.ordinal) is not None:
+        return
+    workspace = actor.state.thread.workspace
+    # The attempt id makes the ref unique: a baseline whose record a crash
+    # lost is never in the way of the next one (refs are create-only).
+    ref = checkpoint_ref(actor.thread_id, "baseline", f"{run.ordinal - 1}-{active.attempt.id}")
+    fields: dict[str, Any]
+    try:
+        result = await engine.capture(workspace, ref)
+        fields = {"status": "captured", "commit": result.commit, "ref": ref, "summary": _summary(result)}
+    except Exception as exc:  # noqa: BLE001 - recorded; the run starts anyway
+        reason, detail = _failure(exc)
+        if not isinstance(exc, CheckpointError):
+            log.exception("thread %s: baseline capture for run %s failed", actor.thread_id, run.id)
+        fields = {"status": "error", "reason": reason, "detail": detail}
+    batch = actor.batch()
+    checkpoint = Checkpoint(
+        id=new_id("ckp"), thread_id=actor.thread_id, run_id=run.id, node_id=active.root.id, scope="root",
+        kind="baseline", ordinal=run.ordinal - 1, workspace=workspace, created_at=batch.now, **fields,
+    )
+    batch.put(checkpoint)
+    batch.emit(f"checkpoint.{checkpoint.status}", run_id=run.id, node_id=active.root.id, checkpoint=to_wire(checkpoint))
+    await actor.commit(batch)
+
+
+async def capture_run(actor: ThreadActor, active: ActiveRun) -> tuple[Checkpoint, Effect] | None:
+    """The completion barrier's capture: commit the ``checkpoint.capture``
+    outbox entry, capture the workspace as the run's checkpoint and return the
+    record (not yet committed) with the entry to settle in the same batch as
+    ``run.<status>``. None when checkpoints are off or the run never started
+    (the agent never saw the workspace)."""
+    engine = engine_of(actor)
+    run = active.run
+    if engine is None or run.started_at is None:
+        return None
+    thread_id = actor.thread_id
+    checkpoint_id = new_id("ckp")
+    marker = actor.batch()
+    effect = Effect(
+        id=new_id("eff"), kind=CAPTURE_EFFECT, thread_id=thread_id, replay_safe=True, created_at=marker.now,
+        payload={"checkpointId": checkpoint_id, "runId": run.id, "nodeId": active.root.id, "ordinal": run.ordinal,
+                 "workspace": actor.state.thread.workspace},
+    )
+    marker.put(effect)
+    await actor.commit(marker)
+    base = previous_root(actor.store, thread_id, run.ordinal)
+    workspace = actor.state.thread.workspace
+    ref = checkpoint_ref(thread_id, "root", run.ordinal)
+    fields: dict[str, Any]
+    try:
+        result = await engine.capture(workspace, ref, base=base.commit if base else None)
+        fields = {"status": "captured", "commit": result.commit, "ref": ref, "summary": _summary(result)}
+    except Exception as exc:  # noqa: BLE001 - any failure is recorded, the run still ends
+        reason, detail = _failure(exc)
+        if not isinstance(exc, CheckpointError):
+            log.exception("thread %s: capturing run %s failed", thread_id, run.id)
+        fields = {"status": "error", "reason": reason, "detail": detail}
+    checkpoint = Checkpoint(
+        id=checkpoint_id, thread_id=thread_id, run_id=run.id, node_id=active.root.id, scope="root", kind="run",
+        ordinal=run.ordinal, base_checkpoint_id=base.id if base else None, workspace=workspace,
+        created_at=actor.now(), **fields,
+    )
+    return checkpoint, effect
+
+
+# -- checkpoint.restore ------------------------------------------------------------------
+
+
+def captured_checkpoint(store: Store, checkpoint_id: str) -> Checkpoint:
+    """A checkpoint that has files to diff or restore (``not_found`` /
+    ``invalid_state`` otherwise)."""
+    checkpoint = store.get(Checkpoint, checkpoint_id)
+    if checkpoint is None:
+        raise NotFound(f"no checkpoint {checkpoint_id}", checkpointId=checkpoint_id)
+    if checkpoint.commit is None or checkpoint.status not in ("captured", "stale"):
+        raise InvalidState(
+            f"checkpoint {checkpoint.id} is {checkpoint.status}" + (f" ({checkpoint.reason})" if checkpoint.reason else "")
+            + ": it holds no files", checkpointId=checkpoint.id, status=checkpoint.status,
+        )
+    return checkpoint
+
+
+async def checkpoint_restore(actor: ThreadActor, command: Command) -> dict[str, Any]:
+    """``checkpoint.restore``: put a captured checkpoint's files back, after a
+    ``pre_rollback`` safety capture of the workspace as it is now. Refused
+    while a run is active or waiting; changes no run and no agent memory."""
+    params = command.params
+    state = actor.state
+    engine = engine_of(actor)
+    if engine is None:
+        raise InvalidState("checkpoints are off in this agentd")
+    target = captured_checkpoint(actor.store, params.checkpoint_id)
+    if target.thread_id != actor.thread_id:  # pragma: no cover - routed by the checkpoint's thread
+        raise NotFound(f"no checkpoint {target.id} in thread {actor.thread_id}", checkpointId=target.id)
+    if state.active is not None:
+        raise InvalidState(
+            f"thread {actor.thread_id} has run {state.active.run.id} {state.active.run.status}: "
+            "stop it (thread.stop) before restoring a checkpoint",
+            threadId=actor.thread_id, runId=state.active.run.id,
+        )
+    workspace = target.workspace or state.thread.workspace
+    safety_n = 1 + sum(1 for c in actor.store.thread_checkpoints(actor.thread_id) if c.kind == "pre_rollback")
+    safety_id = new_id("ckp")
+    # The id makes the ref unique even if a crash lost an earlier record.
+    safety_ref = checkpoint_ref(actor.thread_id, "pre_rollback", f"{safety_n}-{safety_id}")
+    try:
+        result = await engine.restore(workspace, target.commit, safety_ref=safety_ref)
+    except CheckpointError as exc:
+        raise InvalidState(f"cannot restore checkpoint {target.id}: {exc}", checkpointId=target.id,
+                           reason=exc.reason) from None
+    batch = actor.batch()
+    safety = Checkpoint(
+        id=safety_id, thread_id=actor.thread_id, scope="pre_rollback", kind="pre_rollback", ordinal=safety_n,
+        commit=result.safety.commit, ref=safety_ref, base_checkpoint_id=target.id,
+        summary=_summary(result.safety), workspace=workspace, created_at=batch.now,
+    )
+    batch.put(safety)
+    batch.emit("checkpoint.captured", checkpoint=to_wire(safety))
+    answer = {
+        "checkpointId": target.id,
+        "safetyCheckpointId": safety.id,
+        "restored": sorted(result.written + result.deleted),
+        "written": result.written,
+        "deleted": result.deleted,
+        "notRestored": msgspec.to_builtins(result.not_restored),
+        "complete": result.complete,
+        "error": result.error,
+    }
+    batch.emit("checkpoint.restored", run_id=target.run_id, node_id=target.node_id, **answer)
+    batch.record_receipt(command.command_id, command.method, answer)
+    committed = await actor.commit(batch)
+    return {**answer, "seq": committed.seq}

@@ -1,0 +1,127 @@
+"""``agentd checkpoints THREAD``, ``agentd diff CHECKPOINT``, ``agentd restore
+CHECKPOINT``: a thread's workspace checkpoints from the command line (SPEC F13).
+
+Kept apart from main.py, which only calls ``add_checkpoint_commands``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import trio
+
+from agentd.protocol.client import Client
+from agentd.protocol.errors import AgentdError
+
+GREEN, RED, CYAN, BOLD, RESET = "\033[32m", "\033[31m", "\033[36m", "\033[1m", "\033[0m"
+
+
+async def _call(args: argparse.Namespace, method: str, **params: Any) -> dict[str, Any] | None:
+    from agentd.supervisor.paths import Paths  # the daemon side, only where needed
+
+    socket = Paths.resolve(args.data_dir, args.socket).socket
+    try:
+        async with Client.connect(socket) as client:
+            return await client.call(method, **params)
+    except (FileNotFoundError, ConnectionRefusedError):
+        print(f"agentd: no daemon is listening on {socket}; start one with `agentd serve`", file=sys.stderr)
+    except AgentdError as exc:
+        print(f"agentd: {exc.message}", file=sys.stderr)
+    return None
+
+
+def _run(args: argparse.Namespace, method: str, **params: Any) -> dict[str, Any] | None:
+    result = trio.run(lambda: _call(args, method, **params))
+    if result is not None and args.json:
+        print(json.dumps(result, indent=2, sort_keys=True))
+    return result
+
+
+def checkpoint_rows(checkpoints: list[dict[str, Any]]) -> list[str]:
+    """One line per checkpoint: ordinal, kind, status, id, counts or reason."""
+    lines = []
+    for c in checkpoints:
+        s = c.get("summary") or {}
+        if c["status"] == "captured":
+            what = f"{s.get('filesChanged', 0)} files +{s.get('insertions', 0)} -{s.get('deletions', 0)}"
+            if s.get("skipped"):
+                what += f" ({len(s['skipped'])} skipped)"
+        else:
+            what = c.get("reason") or ""
+        run = c.get("runId") or "-"
+        lines.append(f"{c['ordinal']:>3} {c['kind']:12} {c['status']:8} {c['id']}  run={run}  {what}")
+    return lines
+
+
+def colour_patch(patch: str) -> str:
+    """A git patch with added lines green, removed red, hunks cyan."""
+    out = []
+    for line in patch.splitlines(keepends=True):
+        if line.startswith(("+++", "---", "diff ", "index ")):
+            out.append(BOLD + line.rstrip("\n") + RESET + "\n" * line.endswith("\n"))
+        elif line.startswith("+"):
+            out.append(GREEN + line.rstrip("\n") + RESET + "\n" * line.endswith("\n"))
+        elif line.startswith("-"):
+            out.append(RED + line.rstrip("\n") + RESET + "\n" * line.endswith("\n"))
+        elif line.startswith("@@"):
+            out.append(CYAN + line.rstrip("\n") + RESET + "\n" * line.endswith("\n"))
+        else:
+            out.append(line)
+    return "".join(out)
+
+
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    result = _run(args, "checkpoint.list", threadId=args.thread)
+    if result is None:
+        return 1
+    if not args.json:
+        for line in checkpoint_rows(result["checkpoints"]):
+            print(line)
+    return 0
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"checkpointId": args.checkpoint}
+    if args.base:
+        params["baseCheckpointId"] = args.base
+    result = _run(args, "checkpoint.diff", **params)
+    if result is None:
+        return 1
+    if not args.json:
+        patch = result["patch"]
+        sys.stdout.write(colour_patch(patch) if sys.stdout.isatty() else patch)
+        if result["truncated"]:
+            print("agentd: the patch was cut; see `--json` for the file list", file=sys.stderr)
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    result = _run(args, "checkpoint.restore", checkpointId=args.checkpoint)
+    if result is None:
+        return 1
+    if not args.json:
+        print(f"restored {len(result['restored'])} files from {result['checkpointId']}; "
+              f"undo with `agentd restore {result['safetyCheckpointId']}`")
+        for item in result["notRestored"]:
+            print(f"  not restored: {item['path']} ({item['reason']})")
+    return 0 if result["complete"] else 1
+
+
+def add_checkpoint_commands(sub: Any, results: argparse.ArgumentParser) -> None:
+    """Add ``checkpoints``, ``diff`` and ``restore`` to the ``agentd`` parser."""
+    p = sub.add_parser("checkpoints", parents=[results], help="a thread's workspace checkpoints")
+    p.add_argument("thread")
+    p.set_defaults(fn=cmd_checkpoints)
+
+    p = sub.add_parser("diff", parents=[results], help="what a checkpoint changed (a coloured patch at a terminal)")
+    p.add_argument("checkpoint")
+    p.add_argument("--base", help="diff against this checkpoint (default: the one it was captured against)")
+    p.set_defaults(fn=cmd_diff)
+
+    p = sub.add_parser("restore", parents=[results],
+                       help="put a checkpoint's files back (after a safety checkpoint that undoes it)")
+    p.add_argument("checkpoint")
+    p.set_defaults(fn=cmd_restore)

@@ -1,0 +1,262 @@
+"""Checkpoints wired into the daemon (SPEC F13/F14, issue 10), through the
+socket with the scripted agent: per-run captures in the completion barrier,
+checkpoint.list/diff/restore, a capture cut off by SIGKILL, git missing."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from agentd.launch import start_daemon
+from agentd.protocol.client import Client
+from agentd.protocol.errors import InvalidState, NotFound
+from tests.helpers import script, send_and_wait, stored_events, wait_event
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x", "GIT_COMMITTER_NAME": "u",
+           "GIT_COMMITTER_EMAIL": "u@x", "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(cwd)}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def user_repo(root: Path, *, repo: bool = True) -> Path:
+    """A git workspace with a user commit, a stash entry, a staged and an
+    untracked file (``repo=False``: the same files in a plain folder)."""
+    ws = root / "ws"
+    ws.mkdir()
+    (ws / "README.md").write_text("hello\n")
+    (ws / ".gitignore").write_text("build/\n")
+    (ws / "staged.txt").write_text("staged\n")
+    if repo:
+        (ws / "staged.txt").unlink()
+        git(ws, "init", "-q", "-b", "main")
+        git(ws, "add", "README.md", ".gitignore")
+        git(ws, "commit", "-qm", "user commit")
+        (ws / "README.md").write_text("hello stashed\n")
+        git(ws, "stash", "-q")
+        (ws / "staged.txt").write_text("staged\n")
+        git(ws, "add", "staged.txt")
+    (ws / "untracked.txt").write_text("untracked\n")
+    (ws / "plain").mkdir()
+    (ws / "plain" / "notes.txt").write_text("a folder of plain files\n")
+    return ws
+
+
+def dot_git_state(ws: Path) -> dict[str, bytes]:
+    """HEAD, refs, index and stash of the user's repository, byte for byte."""
+    out = {}
+    for rel in ("HEAD", "index", "logs/refs/stash", "refs/stash", "refs/heads/main"):
+        path = ws / ".git" / rel
+        out[rel] = path.read_bytes() if path.exists() else b""
+    return out
+
+
+def files_of(ws: Path) -> dict[str, bytes]:
+    out = {}
+    for path in ws.rglob("*"):
+        rel = path.relative_to(ws).as_posix()
+        if path.is_file() and not rel.startswith(".git/"):
+            out[rel] = path.read_bytes()
+    return out
+
+
+PNG = bytes(range(256)) * 4
+
+RUN1 = script({"write": {"path": "src/app.py", "content": "print('one')\n"}},
+              {"write": {"path": "logo.bin", "content": base64.b64encode(PNG).decode(), "binary": True}},
+              {"say": "run one"})
+RUN2 = script({"write": {"path": "src/app.py", "content": "print('two')\nprint('more')\n"}},
+              {"delete": {"path": "untracked.txt"}}, {"say": "run two"})
+RUN3 = script({"write": {"path": "docs/guide.md", "content": "# guide\n"}},
+              {"delete": {"path": "plain/notes.txt"}}, {"say": "run three"})
+
+
+def checkpoint_events(events):
+    return [e for e in events if e["type"].startswith("checkpoint.")]
+
+
+async def test_three_runs_give_three_captured_checkpoints_with_the_run(client, tmp_path):
+    ws = user_repo(tmp_path)
+    before = dot_git_state(ws)
+    thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+    runs = [await send_and_wait(client, thread_id, text) for text in (RUN1, RUN2, RUN3)]
+    assert [r["status"] for r in runs] == ["completed"] * 3
+    assert all(r["checkpointId"] for r in runs)
+    events = await stored_events(client, thread_id)
+    captured = [e["payload"]["checkpoint"] for e in checkpoint_events(events)]
+    assert [(c["kind"], c["ordinal"], c["status"]) for c in captured] == [
+        ("baseline", 0, "captured"), ("run", 1, "captured"), ("run", 2, "captured"), ("run", 3, "captured")]
+    # Committed with the run: the checkpoint event comes right before run.completed.
+    types = [e["type"] for e in events]
+    for run in runs:
+        at = next(i for i, e in enumerate(events) if e["type"] == "run.completed" and e["runId"] == run["id"])
+        assert types[at - 1] == "checkpoint.captured" and events[at - 1]["runId"] == run["id"]
+        assert events[at - 1]["payload"]["checkpoint"]["id"] == run["checkpointId"]
+        assert events[at - 1]["nodeId"] == run["rootNodeId"]
+    s1, s2, s3 = (c["summary"] for c in captured[1:])
+    assert (s1["filesChanged"], s1["insertions"], s1["deletions"]) == (2, 1, 0)
+    assert (s2["filesChanged"], s2["insertions"], s2["deletions"]) == (2, 2, 2)
+    assert (s3["filesChanged"], s3["insertions"], s3["deletions"]) == (2, 1, 1)
+    assert dot_git_state(ws) == before
+
+
+async def test_git_missing_gives_error_checkpoints_and_the_run_ends_normally(data_dir, socket_path, tmp_path):
+    ws = tmp_path / "plain"
+    ws.mkdir()
+    env = {**os.environ, "AGENTD_CHECKPOINT_GIT": str(tmp_path / "no-such-git")}
+    daemon = await start_daemon(data_dir, socket_path, env=env)
+    try:
+        async with Client.connect(socket_path) as client:
+            thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+            run = await send_and_wait(client, thread_id, RUN1)
+            assert run["status"] == "completed" and run["checkpointId"]
+            events = checkpoint_events(await stored_events(client, thread_id))
+            assert [e["type"] for e in events] == ["checkpoint.error", "checkpoint.error"]
+            last = events[-1]["payload"]["checkpoint"]
+            assert (last["id"], last["status"], last["reason"], last["commit"]) == (run["checkpointId"], "error", "git_missing", None)
+            assert events[-1]["runId"] == run["id"]
+            assert (ws / "src" / "app.py").read_text() == "print('one')\n"
+    finally:
+        await daemon.terminate()
+
+
+@pytest.mark.parametrize("repo", [True, False], ids=["git-repository", "plain-folder"])
+async def test_list_diff_restore_and_undo_through_the_safety_checkpoint(client, tmp_path, repo):
+    ws = user_repo(tmp_path, repo=repo)
+    assert (ws / ".git").exists() == repo
+    (ws / "build").mkdir()
+    (ws / "build" / "out.o").write_bytes(b"ignored build output")
+    before = dot_git_state(ws)
+    thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+    run1 = await send_and_wait(client, thread_id, RUN1)
+    after1 = files_of(ws)
+    run2 = await send_and_wait(client, thread_id, RUN2)
+    run3 = await send_and_wait(client, thread_id, RUN3)
+    after3 = files_of(ws)
+
+    listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+    assert [(c["kind"], c["ordinal"], c["status"]) for c in listed] == [
+        ("baseline", 0, "captured"), ("run", 1, "captured"), ("run", 2, "captured"), ("run", 3, "captured")]
+    assert [c["id"] for c in listed[1:]] == [run1["checkpointId"], run2["checkpointId"], run3["checkpointId"]]
+    assert [c["baseCheckpointId"] for c in listed[1:]] == [c["id"] for c in listed[:3]]
+
+    diff1 = await client.call("checkpoint.diff", checkpointId=run1["checkpointId"])
+    assert {(f["path"], f["change"], f["binary"]) for f in diff1["files"]} == {
+        ("src/app.py", "added", False), ("logo.bin", "added", True)}
+    diff2 = await client.call("checkpoint.diff", checkpointId=run2["checkpointId"])
+    assert {(f["path"], f["change"], f["insertions"], f["deletions"]) for f in diff2["files"]} == {
+        ("src/app.py", "modified", 2, 1), ("untracked.txt", "deleted", 0, 1)}
+    assert "+print('two')" in diff2["patch"] and not diff2["truncated"]
+    across = await client.call("checkpoint.diff", checkpointId=run3["checkpointId"],
+                               baseCheckpointId=run1["checkpointId"], maxBytes=40)
+    assert {f["path"] for f in across["files"]} == {"src/app.py", "untracked.txt", "docs/guide.md", "plain/notes.txt"}
+    assert across["truncated"] and len(across["patch"].encode()) <= 40
+
+    restored = await client.call("checkpoint.restore", checkpointId=run1["checkpointId"])
+    assert restored["complete"] and not restored["notRestored"]
+    assert set(restored["restored"]) == {"src/app.py", "untracked.txt", "plain/notes.txt", "docs/guide.md"}
+    assert files_of(ws) == after1
+    assert dot_git_state(ws) == before
+    assert (ws / "build" / "out.o").read_bytes() == b"ignored build output"
+
+    listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+    safety = next(c for c in listed if c["id"] == restored["safetyCheckpointId"])
+    assert (safety["kind"], safety["scope"], safety["status"]) == ("pre_rollback", "pre_rollback", "captured")
+    undo = await client.call("checkpoint.restore", checkpointId=safety["id"])
+    assert undo["complete"] and files_of(ws) == after3
+    assert dot_git_state(ws) == before
+    # No run and no agent memory changed.
+    runs = (await client.call("thread.get", threadId=thread_id))["runs"]
+    assert [r["status"] for r in runs] == ["completed"] * 3
+
+    # Refused while a run is active.
+    sent = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True}))
+    await wait_event(client, lambda e: e["type"] == "run.started" and e["runId"] == sent["runId"], thread_id=thread_id)
+    with pytest.raises(InvalidState):
+        await client.call("checkpoint.restore", checkpointId=run1["checkpointId"])
+    with pytest.raises(NotFound):
+        await client.call("checkpoint.diff", checkpointId="ckp_nope")
+    await client.call("thread.stop", threadId=thread_id)
+    assert files_of(ws) == after3
+
+
+def stalling_git(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A git wrapper that stalls a capture once ``flag`` exists: it writes
+    its pid (that of the ``sleep`` it becomes) to ``mark`` and sleeps, so the
+    daemon can be killed in the middle of a capture without racing it."""
+    flag, mark, wrapper = tmp_path / "stall.flag", tmp_path / "stall.pid", tmp_path / "git-wrapper"
+    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ -e "{flag}" ]; then case " $* " in *" update-index "*) echo $$ > "{mark}.tmp"; '
+        f'mv "{mark}.tmp" "{mark}"; exec sleep 60;; esac; fi\n'
+        f'exec "{real}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return flag, mark, wrapper
+
+
+async def test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptured(data_dir, socket_path, tmp_path):
+    ws = user_repo(tmp_path)
+    flag, mark, wrapper = stalling_git(tmp_path)
+    env = {**os.environ, "AGENTD_CHECKPOINT_GIT": str(wrapper)}
+    daemon = await start_daemon(data_dir, socket_path, env=env)
+    stalled_pid = None
+    try:
+        async with Client.connect(socket_path) as client:
+            thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+            sent = await client.call("thread.message.send", threadId=thread_id, text=script(
+                {"write": {"path": "src/app.py", "content": "print('one')\n"}}, {"sleep": 0.5}))
+            # The baseline is captured before the turn starts; stall only the run's capture.
+            await wait_event(client, lambda e: e["type"] == "run.started", thread_id=thread_id)
+            flag.touch()
+            with trio.fail_after(30):
+                while not mark.exists():
+                    await trio.sleep(0.05)
+            stalled_pid = int(mark.read_text())
+        await daemon.kill()
+    finally:
+        if stalled_pid is not None:
+            # Only the wrapper's own sleep, if still there (never a reused pid).
+            try:
+                if Path(f"/proc/{stalled_pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                    os.kill(stalled_pid, signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        await daemon.terminate()
+    flag.unlink()
+    # Changed after the kill: must not end up in any checkpoint of run 1.
+    (ws / "src" / "app.py").write_text("print('edited after the crash')\n")
+
+    daemon = await start_daemon(data_dir, socket_path)
+    try:
+        async with Client.connect(socket_path) as client:
+            run1 = (await client.call("run.get", runId=sent["runId"]))["run"]
+            assert (run1["status"], run1["reason"]) == ("interrupted", "daemon_restart")
+            listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+            assert [(c["kind"], c["ordinal"], c["status"], c["reason"]) for c in listed] == [
+                ("baseline", 0, "captured", None), ("run", 1, "missing", "daemon_restart")]
+            assert listed[1]["id"] == run1["checkpointId"] and listed[1]["runId"] == run1["id"]
+            assert listed[1]["commit"] is None
+            with pytest.raises(InvalidState):
+                await client.call("checkpoint.diff", checkpointId=run1["checkpointId"])
+            events = await stored_events(client, thread_id)
+            missing = [e for e in events if e["type"] == "checkpoint.missing"]
+            assert len(missing) == 1 and missing[0]["runId"] == run1["id"] and missing[0]["nodeId"] == run1["rootNodeId"]
+            # The thread takes a new message; run 2 gets a fresh baseline and its own checkpoint.
+            run2 = await send_and_wait(client, thread_id, script({"write": {"path": "two.txt", "content": "2\n"}}))
+            assert run2["status"] == "completed"
+            listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+            assert [(c["kind"], c["ordinal"], c["status"]) for c in listed] == [
+                ("baseline", 0, "captured"), ("run", 1, "missing"), ("baseline", 1, "captured"), ("run", 2, "captured")]
+            diff = await client.call("checkpoint.diff", checkpointId=run2["checkpointId"])
+            assert [(f["path"], f["change"]) for f in diff["files"]] == [("two.txt", "added")]
+            assert (await client.call("daemon.status"))["lastSeq"] > 0
+    finally:
+        await daemon.terminate()
