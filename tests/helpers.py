@@ -63,3 +63,18 @@ async def stored_events(client: Client, thread_id: str | None = None) -> list[di
             if event["seq"] >= target:
                 break
     return out
+
+
+async def wait_process_gone(pid: int, timeout: float = 30) -> None:
+    """Wait until process ``pid`` has exited (a pidfd becomes readable then)."""
+    import os
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        with trio.fail_after(timeout):
+            await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)

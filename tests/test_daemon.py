@@ -15,7 +15,7 @@ import trio
 
 from agentd.protocol.client import Client
 from agentd.launch import start_daemon
-from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
+from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_process_gone, wait_run_terminal
 
 
 async def test_thread_create_makes_only_the_app_thread(client):
@@ -259,8 +259,8 @@ def _alive(pid: int) -> bool:
 
 async def test_sigkill_mid_stream_keeps_every_committed_record(data_dir, socket_path):
     """F12: SIGKILL the daemon mid-run; after restart every committed record
-    is as it was, the run is closed as interrupted (not resumed), the orphan
-    runtime is gone and the thread takes a new message at once."""
+    is as it was, the run is closed as interrupted (not resumed), the
+    runtime died with the daemon and the thread takes a new message at once."""
     daemon = await start_daemon(data_dir, socket_path)
     try:
         async with Client.connect(socket_path) as client:
@@ -275,11 +275,12 @@ async def test_sigkill_mid_stream_keeps_every_committed_record(data_dir, socket_
             session = (await client.call("daemon.status"))["sessions"][0]
     finally:
         await daemon.kill()
-    assert _alive(session["pid"]), "the runtime outlives a SIGKILLed daemon until the next start"
+    # The guard ends the runtime with the daemon (issue 9): no start is needed for that.
+    await wait_process_gone(session["pid"])
 
     daemon = await start_daemon(data_dir, socket_path)
     try:
-        assert not _alive(session["pid"]), "the orphan runtime was ended at startup"
+        assert not _alive(session["pid"]), "no runtime of the killed daemon is left"
         async with Client.connect(socket_path) as client:
             after = await stored_events(client)
             assert after[: len(before)] == before, "every committed event is unchanged, same seqs"

@@ -32,7 +32,7 @@ from agentd.actors.providers.codex import CodexAdapter
 from agentd.actors.providers.transport import recording, replaying
 from agentd.protocol.client import Client
 from agentd.launch import start_daemon
-from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
+from tests.helpers import send_and_wait, stored_events, wait_event, wait_process_gone, wait_run_terminal
 from scripts.offline.codex import SKIP_REASON, CodexWorld, codex_binary, make_world, user_texts
 from tests.test_codex_replay import SCENARIOS, TRANSCRIPTS, Harness, fast_stop, replay_config
 
@@ -363,7 +363,7 @@ async def test_a_provider_crash_is_recovered_on_a_new_runtime(codexd):
 
 async def test_daemon_sigkill_and_restart(tmp_path, short_dir, world):
     """F12 with a real runtime: committed records survive, the run in flight
-    is closed as interrupted, the orphan codex is ended, and the next message
+    is closed as interrupted, codex died with the daemon, and the next message
     resumes the same native thread."""
     daemon = Daemon(tmp_path, short_dir, world)
     process = await daemon.start()
@@ -377,11 +377,12 @@ async def test_daemon_sigkill_and_restart(tmp_path, short_dir, world):
             (session,) = (await client.call("daemon.status"))["sessions"]
     finally:
         await process.kill()
-    assert _alive(session["pid"]), "the runtime outlives a SIGKILLed daemon until the next start"
+    # The guard ends the runtime with the daemon (issue 9): no start is needed for that.
+    await wait_process_gone(session["pid"])
 
     process = await daemon.start()
     try:
-        assert not _alive(session["pid"]), "the orphan runtime was ended at startup"
+        assert not _alive(session["pid"]), "no runtime of the killed daemon is left"
         async with Client.connect(daemon.socket) as client:
             after = await stored_events(client)
             assert after[: len(before)] == before, "every committed event is unchanged"
