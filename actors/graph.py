@@ -95,14 +95,17 @@ def parent_node(active: ActiveRun, parent_item_id: str | None) -> ExecutionNode:
 
 def new_run(
     batch: ThreadBatch, state: ThreadState, text: str, provider: str, *, dispatch_mode: str,
-    supersedes: str | None = None, message: ConversationMessage | None = None,
+    supersedes: str | None = None, message: ConversationMessage | None = None, ordinal: int | None = None,
 ) -> tuple[Run, ConversationMessage]:
     """A queued run: its user message (``message``, or a new one with
     ``text``), the run, its root node, its first attempt and the outbox entry
-    that sends it to the provider. The caller puts the run into the queue."""
+    that sends it to the provider. The caller puts the run into the queue
+    (``ordinal``: its place when it goes before runs already queued, whose
+    ordinals the caller moves up)."""
     now = batch.now
     thread_id = state.thread_id
-    ordinal = state.thread.run_count + 1
+    run_count = state.thread.run_count + 1
+    ordinal = ordinal or run_count
     run_id, node_id, attempt_id = new_id("run"), new_id("nod"), new_id("att")
     if message is None:
         message = ConversationMessage(
@@ -122,13 +125,13 @@ def new_run(
         root_node_id=node_id, selected_attempt_id=attempt_id, attempt_count=1, supersedes_run_id=supersedes,
         created_at=now,
     )
-    set_thread(batch, state, run_count=ordinal, provider=provider)
+    set_thread(batch, state, run_count=run_count, provider=provider)
     batch.put_all(message, run, root, attempt)
     # Process-bound: a restart retires this entry with a reason instead of
     # sending the run to a provider later.
     batch.put(Effect(id=turn_start_effect_id(run_id), kind="provider.turn_start", thread_id=thread_id,
                      payload={"runId": run_id}, replay_safe=False, created_at=now))
-    batch.emit("message.created", run_id=run_id, message=to_wire(message))
+    batch.emit("message.created", run_id=run_id, node_id=node_id, message=to_wire(message))
     batch.emit("run.queued", run_id=run_id, node_id=node_id, run=to_wire(run), dispatchMode=dispatch_mode)
     return run, message
 

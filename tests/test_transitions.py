@@ -343,3 +343,62 @@ def test_an_interrupt_drops_a_pending_restart_and_keeps_its_message_as_not_sent(
     assert active.pending_restart is None
     assert last(b, ConversationMessage).status == "not_sent"
     assert event_types(b) == ["message.not_sent", "run.interrupt_requested"]
+
+
+# -- Stop holds what was queued before it (issue 13) ----------------------------------------
+
+
+def test_a_stop_holds_the_runs_queued_before_it_and_a_new_message_goes_first():
+    state = new_state()
+    active = start_run(state)
+    a, _ = queue_run(state, "a")
+    b_run, _ = queue_run(state, "b")
+    held = batch(state)
+    run_control.hold_queue(held, state)
+    assert event_types(held) == ["thread.queue_held"]
+    assert state.thread.queue_held and state.thread.held_run_ids == [a.id, b_run.id]
+    assert state.next_queued() is None, "nothing queued before the Stop may start"
+
+    b = batch(state)
+    new, _message = run_control.enqueue(b, state, "after the stop", "scripted", dispatch_mode="queue_after_active")
+    assert [(r.id, r.ordinal) for r in state.queued] == [(new.id, 2), (a.id, 3), (b_run.id, 4)]
+    queued_event = next(e for e in b.events if e.type == "run.queued")
+    assert queued_event.payload["run"]["ordinal"] == 2, "the event tells the ordinal the run keeps"
+    assert state.thread.run_count == 4
+    assert state.next_queued() == new and state.held_runs() == [state.queued[1], state.queued[2]]
+    assert active.run.ordinal == 1
+
+    again = batch(state)
+    run_control.hold_queue(again, state)
+    assert state.thread.held_run_ids == [a.id, b_run.id, new.id], "a second Stop holds what is queued now"
+    released = batch(state)
+    run_control.release_queue(released, state)
+    assert (state.thread.queue_held, state.thread.held_run_ids) == (False, [])
+    assert state.next_queued() == state.queued[0]
+
+
+def test_a_cancelled_held_run_leaves_the_hold_and_a_reorder_keeps_held_runs_behind():
+    state = new_state()
+    start_run(state)
+    a, qa = queue_run(state, "a")
+    b_run, _ = queue_run(state, "b")
+    run_control.hold_queue(batch(state), state)
+    new, _ = run_control.enqueue(batch(state), state, "new", "scripted", dispatch_mode="queue_after_active")
+
+    b = batch(state)
+    run_control.reorder_queue(b, state, [b_run.id, a.id, new.id])
+    assert [r.id for r in state.queued] == [new.id, b_run.id, a.id]
+    assert b.events[-1].payload["queuedRunIds"] == [new.id, b_run.id, a.id]
+
+    c = batch(state)
+    run_control.cancel_queued(c, state, state.queued_run(a.id), "cancelled_by_user", attempt=None, root=None,
+                              message=None, turn_start_effect=None)
+    assert state.thread.held_run_ids == [b_run.id]
+
+
+def test_a_send_on_a_thread_with_only_held_runs_is_not_busy():
+    state = new_state()
+    queued, _ = queue_run(state, "held")
+    run_control.hold_queue(batch(state), state)
+    assert state.next_queued() is None and state.held_runs() == [queued]
+
