@@ -164,14 +164,15 @@ def provider_thread_ready(batch: ThreadBatch, state: ThreadState, ready: Provide
             reason = ready.handoff.reason if ready.handoff else "replaced"
             replaced = struct_copy(replaced, status="unusable", reason=reason, updated_at=now)
             batch.put(replaced)
-            batch.emit("provider_thread.unusable", run_id=active.run.id, providerThreadId=replaced.id, reason=reason)
+            batch.emit("provider_thread.unusable", run_id=active.run.id, node_id=active.root.id,
+                       providerThreadId=replaced.id, reason=reason)
         pt = ProviderThread(
             id=new_id("pth"), thread_id=state.thread_id, provider=active.run.provider, kind=kind,
             native_thread_id=ready.native_thread_id, created_at=now, updated_at=now,
         )
         batch.put(pt)
         set_thread(batch, state, provider_thread_id=pt.id)
-        batch.emit("provider_thread.created", run_id=active.run.id, providerThread=to_wire(pt))
+        batch.emit("provider_thread.created", run_id=active.run.id, node_id=active.root.id, providerThread=to_wire(pt))
         if ready.handoff is not None:
             handoff = ContextHandoff(
                 id=new_id("hof"), thread_id=state.thread_id, strategy="portable_context",
@@ -180,7 +181,7 @@ def provider_thread_ready(batch: ThreadBatch, state: ThreadState, ready: Provide
                 text=ready.handoff.text, created_at=now,
             )
             batch.put(handoff)
-            batch.emit("context_handoff.created", run_id=active.run.id, handoff=to_wire(handoff))
+            batch.emit("context_handoff.created", run_id=active.run.id, node_id=active.root.id, handoff=to_wire(handoff))
             attempt = struct_copy(attempt, handoff_id=handoff.id)
     else:
         pt = state.provider_thread
@@ -189,7 +190,7 @@ def provider_thread_ready(batch: ThreadBatch, state: ThreadState, ready: Provide
             pt = struct_copy(pt, status="active", updated_at=now)
             batch.put(pt)
             batch.emit(
-                "provider_thread.resumed", run_id=active.run.id,
+                "provider_thread.resumed", run_id=active.run.id, node_id=active.root.id,
                 providerThreadId=pt.id, sessionId=ready.session_id, nativeTurnCount=ready.resumed_turn_count,
             )
     state.provider_thread = pt
@@ -439,6 +440,7 @@ def provider_thread_failed(batch: ThreadBatch, state: ThreadState, reason: str) 
         return
     pt = struct_copy(state.provider_thread, status="error", reason=reason, updated_at=batch.now)
     batch.put(pt)
-    run_id = state.active.run.id if state.active else None
-    batch.emit("provider_thread.error", run_id=run_id, providerThreadId=pt.id, reason=reason)
+    active = state.active
+    batch.emit("provider_thread.error", run_id=active.run.id if active else None, node_id=active.root.id if active else None,
+               providerThreadId=pt.id, reason=reason)
     state.provider_thread = pt

@@ -107,7 +107,7 @@ def drop_pending_restart(batch: ThreadBatch, active: ActiveRun) -> None:
     active.pending_restart = None
     if pending.superseding_run_id is None:
         batch.put(struct_copy(pending.message, status="not_sent"))
-        batch.emit("message.not_sent", run_id=active.run.id, messageId=pending.message.id,
+        batch.emit("message.not_sent", run_id=active.run.id, node_id=active.root.id, messageId=pending.message.id,
                    reason="the run was interrupted before the steer could restart it")
 
 

@@ -67,9 +67,9 @@ def steer(batch: ThreadBatch, state: ThreadState, mode: SteerMode, message: Conv
     check_steerable(active)
     native = mode == "steer_active" and can_steer and active.provider_turn is not None and not active.interrupt_requested
     if native:
-        message = struct_copy(message, run_id=active.run.id, attempt_id=active.attempt.id)
+        message = struct_copy(message, run_id=active.run.id, attempt_id=active.attempt.id, node_id=active.root.id)
         batch.put(message)
-        batch.emit("message.created", run_id=active.run.id, message=to_wire(message))
+        batch.emit("message.created", run_id=active.run.id, node_id=active.root.id, message=to_wire(message))
         outcome = Steer("native_steer", active.run.id, message)
     elif active.answered:
         # The attempt already answered: keep it as its own turn and
@@ -83,7 +83,7 @@ def steer(batch: ThreadBatch, state: ThreadState, mode: SteerMode, message: Conv
     else:
         message = struct_copy(message, run_id=active.run.id)
         batch.put(message)
-        batch.emit("message.created", run_id=active.run.id, message=to_wire(message))
+        batch.emit("message.created", run_id=active.run.id, node_id=active.root.id, message=to_wire(message))
         outcome = Steer("steering_restart", active.run.id, message)
         active.pending_restart = PendingRestart(message)
     batch.emit("run.steer_requested", run_id=active.run.id, node_id=active.root.id,
@@ -95,7 +95,7 @@ def steer_delivered(batch: ThreadBatch, message: ConversationMessage) -> None:
     """The provider took a native steer: the message is delivered."""
     message = struct_copy(message, status="complete")
     batch.put(message)
-    batch.emit("message.steered", run_id=message.run_id, messageId=message.id)
+    batch.emit("message.steered", run_id=message.run_id, node_id=message.node_id, messageId=message.id)
 
 
 # -- in the actor -----------------------------------------------------------------------

@@ -311,6 +311,8 @@ NOT_FOUND_CASES = [
                  id="thread.message.send"),
     pytest.param("events.subscribe", {"threadId": "thr_missing3"}, "thr_missing3", id="events.subscribe"),
     pytest.param("run.get", {"runId": "run_missing4"}, "run_missing4", id="run.get"),
+    # Documented since issue 13: an unknown run is not_found, not unsupported.
+    pytest.param("run.resume", {"runId": "run_missing6"}, "run_missing6", id="run.resume"),
 ]
 
 
