@@ -23,6 +23,12 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+def held_line(count: int, thread_id: str) -> str:
+    """What a held queue means for the person, and what to do."""
+    one = count == 1
+    return f"queue held: {plural(count, 'run')} {'waits' if one else 'wait'}; `agentd release {thread_id}` starts {'it' if one else 'them'}"
+
+
 # -- a thread ----------------------------------------------------------------------------
 
 
@@ -80,7 +86,7 @@ def queue_lines(thread: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]
         lines.append(f"queued: {shown}")
     waiting = [r for r in queued if r["id"] in held]
     if waiting:
-        lines.append(f"queue held: {plural(len(waiting), 'run')} wait; `agentd release {thread['id']}` starts them")
+        lines.append(held_line(len(waiting), thread["id"]))
     return lines
 
 

@@ -26,7 +26,7 @@ from agentd.protocol.errors import AgentdError
 from agentd.protocol.wire import MAX_TEXT
 
 from .common import EXIT_INTERRUPTED, EXIT_USAGE, TERMINAL_RUN, CliError, run_with_client, say
-from .render import describe_node_event, describe_request, plural, proposed_plan_lines, request_lines, todo_lines
+from .render import describe_node_event, describe_request, held_line, proposed_plan_lines, request_lines, todo_lines
 
 
 class AnswerPrinter:
@@ -108,7 +108,7 @@ class RunFollower:
         how = f" ({sent['strategy']})" if sent.get("strategy") else ""
         say(f"{ordinal} accepted{how}: {self.run_id}")
         if held:
-            say(f"queue held: {plural(len(held), 'run')} wait; `agentd release {self.thread_id}` starts them")
+            say(held_line(len(held), self.thread_id))
         if mine is None or mine["status"] != "queued":
             return
         ahead = [r for r in runs if r["status"] == "queued" and r["ordinal"] < mine["ordinal"] and r["id"] not in held]
@@ -288,7 +288,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             sent = await client.call("thread.message.send", **params)
             print(sent["runId"], flush=True)
             if sent.get("heldRunIds"):
-                say(f"queue held: {plural(len(sent['heldRunIds']), 'run')} wait; `agentd release {args.thread}` starts them")
+                say(held_line(len(sent["heldRunIds"]), args.thread))
             return 0
         after = (await client.call("daemon.status"))["lastSeq"]
         async with client.subscribe(thread_id=args.thread, after_seq=after) as events:

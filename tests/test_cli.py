@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 
 import pytest
 import trio
 
+from agentd.launch import start_daemon
 from agentd.main import build_parser
-from tests.cli_helpers import agentd_argv, run
+from agentd.protocol import wire
+from tests.cli_helpers import agentd_argv, run, spawn
 from tests.helpers import script
 
 
@@ -172,3 +176,116 @@ async def test_stop_and_interrupt_commands(daemon):
     assert process.returncode == 1, "the run ended interrupted"
     shown = (await run(daemon, "show", thread_id)).stdout.decode()
     assert "interrupted" in shown
+
+
+# -- input and answers (issue 13) ------------------------------------------------------------
+
+
+async def test_send_reads_the_message_from_stdin_or_a_file(daemon, tmp_path):
+    thread_id = (await run(daemon, "new")).stdout.decode().strip()
+    piped = await run(daemon, "send", thread_id, "-", stdin="from stdin: ünïcode\n".encode())
+    assert piped.stdout.decode() == "You said: from stdin: ünïcode\n"
+    long_text = "0123456789" * 20_000  # past what one argument may carry (128 KiB)
+    path = tmp_path / "message.txt"
+    path.write_text(long_text)
+    from_file = await run(daemon, "send", thread_id, "--file", str(path))
+    assert from_file.stdout.decode() == f"You said: {long_text}\n"
+
+
+async def test_send_refuses_input_it_cannot_send(daemon, tmp_path):
+    thread_id = (await run(daemon, "new")).stdout.decode().strip()
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9".encode("latin-1"))
+    too_long = tmp_path / "long.txt"
+    too_long.write_text("x" * (wire.MAX_TEXT + 1))
+    cases = [
+        (["--file", str(latin1)], f"agentd: {latin1} is not UTF-8 text (byte 3); agentd sends text in UTF-8"),
+        (["--file", str(too_long)], "agentd: the message is 1,048,577 characters; the limit is 1,048,576"),
+        (["--file", str(tmp_path / "absent.txt")], f"agentd: cannot read {tmp_path / 'absent.txt'}: No such file or directory"),
+        (["-"], "agentd: the message is empty; there is nothing to send"),
+    ]
+    for args, line in cases:
+        result = await run(daemon, "send", thread_id, *args, check=False)
+        assert (result.returncode, result.stderr.decode().splitlines()) == (1, [line]), args
+    assert (await run(daemon, "show", thread_id)).stdout.decode().count(" run ") == 0, "nothing was sent"
+
+
+async def test_a_question_outside_a_terminal_lists_keys_options_and_the_command(daemon):
+    thread_id = (await run(daemon, "new")).stdout.decode().strip()
+    text = script({"ask": {"questions": [{"id": "color", "question": "Which color?", "options": ["red", "blue"]},
+                                         {"id": "size", "question": "How big?"}]}})
+    async with spawn(daemon, "send", thread_id, text) as send:
+        out = await send.wait_for("answer with:")
+        request_id = out.splitlines()[0].rpartition(" ")[2]
+        assert out.splitlines() == [
+            f"[question: Which color?; How big?] {request_id}",
+            "  color: Which color? (one of: red, blue)",
+            "  size: How big?",
+            f"  answer with: agentd answer {request_id} color=red size=…",
+        ]
+        await run(daemon, "answer", request_id, "color=blue", "size=big")
+        assert await send.finish() == 0
+    assert "answers: color=blue, size=big" in send.out.decode()
+
+
+# -- help and output (issue 13) --------------------------------------------------------------
+
+
+def all_parsers(parser=None):
+    parser = parser or build_parser()
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from all_parsers(sub)
+
+
+def test_every_option_and_argument_has_help_text():
+    missing = [f"{p.prog} {a.option_strings or a.dest}" for p in all_parsers() for a in p._actions
+               if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) and not a.help]
+    assert not missing, f"without help text: {missing}"
+
+
+def test_version_and_the_socket_lookup_order():
+    version = subprocess.run([sys.executable, "-m", "agentd", "--version"], capture_output=True, text=True, timeout=60)
+    assert (version.returncode, version.stdout) == (0, "agentd 0.1.0\n")
+    help_text = subprocess.run([sys.executable, "-m", "agentd", "threads", "--help"], capture_output=True, text=True,
+                               timeout=60).stdout
+    flat = " ".join(help_text.split())
+    assert ("--socket PATH the daemon's Unix socket (default: $AGENTD_SOCKET, else $XDG_RUNTIME_DIR/agentd/agentd.sock, "
+            "else <data-dir>/run/agentd.sock)") in flat
+
+
+async def test_status_shows_the_websocket_and_providers_their_capabilities(tmp_path, short_dir):
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", extra_args=["--websocket-port", "0"])
+    try:
+        status = (await run(daemon, "status")).stdout.decode().splitlines()
+        websocket = next(line for line in status if line.startswith("websocket: "))
+        assert re.fullmatch(rf"websocket: ws://127\.0\.0\.1:\d+/ \(token in {re.escape(str(daemon.data_dir))}/websocket\.token\)",
+                            websocket), websocket
+        providers = (await run(daemon, "providers")).stdout.decode().splitlines()
+        assert providers[0].split()[:2] == ["scripted", "scripted"]
+        assert providers[1] == "  can: steer, nativeFork, interrupt, rollback, structuredQuestions, emptyThreads"
+    finally:
+        await daemon.terminate()
+
+
+async def test_events_show_a_payload_summary_and_show_indents_messages(daemon):
+    thread_id = (await run(daemon, "new", "--title", "summaries")).stdout.decode().strip()
+    sent = await run(daemon, "send", thread_id, script(
+        {"plan": [{"step": "look", "status": "completed"}, {"step": "write", "status": "in_progress"}]},
+        {"say": "first line\nsecond line"},
+    ))
+    assert sent.stdout.decode().splitlines() == ["[todo] 2 steps", "  [x] look", "  [~] write", "first line", "second line"]
+    events = (await run(daemon, "events", "--thread", thread_id)).stdout.decode().splitlines()
+    summaries = {}
+    for line in events:
+        _seq, type_, _thread, _run, *summary = line.split(None, 4)
+        summaries.setdefault(type_, summary[0] if summary else "")
+    assert summaries["thread.created"] == "'summaries'"
+    assert summaries["message.appended"] == "+'first line second line' at 0"
+    assert summaries["run.completed"] == "run 1 completed"
+    assert summaries["plan.finalized"] == "todo_list final, 2 steps"
+    shown = (await run(daemon, "show", thread_id)).stdout.decode().split("\nMessages\n", 1)[1].splitlines()
+    assert shown[3:6] == ["  assistant · run 1 · complete", "    first line", "    second line"]
+    assert shown[0] == "  user · run 1 · complete" and shown[1] == "    @script"
