@@ -27,8 +27,11 @@ from .commands_daemon import cmd_demo, cmd_providers, cmd_serve, cmd_status
 from .commands_runs import cmd_answer, cmd_approve, cmd_cancel, cmd_implement, cmd_interrupt, cmd_release, cmd_reorder, cmd_stop
 from .commands_threads import cmd_events, cmd_new, cmd_requests, cmd_show, cmd_threads
 from .common import EXIT_USAGE, report
-from .render import render_tree  # noqa: F401 - importable here, as before the split
-from .stream import cmd_send, stream_run  # noqa: F401 - importable here, as before the split
+from .render import render_tree
+from .stream import cmd_send, stream_run
+
+#: ``render_tree`` and ``stream_run`` stay importable from here, as before the split
+__all__ = ["build_parser", "main", "render_tree", "stream_run"]
 
 SOCKET_HELP = ("the daemon's Unix socket (default: $AGENTD_SOCKET, else $XDG_RUNTIME_DIR/agentd/agentd.sock, "
                "else <data-dir>/run/agentd.sock)")

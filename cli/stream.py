@@ -185,28 +185,28 @@ class RunFollower:
                            f"`agentd show {self.thread_id}` tells how it ended once the daemon is back")
         return run
 
-    async def until_end_or_detached(self, events: EventStream) -> dict[str, Any] | None:
-        """``until_end``, with Ctrl-C interrupting the run, and a second one
-        detaching (then None)."""
+    async def until_end_or_detached(self, events: EventStream, presses: Any) -> dict[str, Any] | None:
+        """``until_end``, with a Ctrl-C (from ``presses``, a SIGINT receiver
+        opened before the message was sent) interrupting the run, and a
+        second one detaching (then None)."""
         result: dict[str, Any] = {}
-        with trio.open_signal_receiver(signal.SIGINT) as presses:
-            async with trio.open_nursery() as nursery:
-                async def follow() -> None:
-                    result["run"] = await self.until_end(events)
-                    nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as nursery:
+            async def follow() -> None:
+                result["run"] = await self.until_end(events)
+                nursery.cancel_scope.cancel()
 
-                nursery.start_soon(follow)
-                async for _ in presses:
-                    self.presses += 1
-                    self.printer.end_line()
-                    if self.presses > 1:
-                        say(f"agentd: detached; run {self.run_id} goes on in the daemon (`agentd show {self.thread_id}`)")
-                        nursery.cancel_scope.cancel()
-                        break
-                    say(f"agentd: interrupting run {self.run_id} (Ctrl-C again to leave it to the daemon)")
-                    if self._prompt is not None:
-                        self._prompt.cancel()
-                    nursery.start_soon(self.interrupt)
+            nursery.start_soon(follow)
+            async for _ in presses:
+                self.presses += 1
+                self.printer.end_line()
+                if self.presses > 1:
+                    say(f"agentd: detached; run {self.run_id} goes on in the daemon (`agentd show {self.thread_id}`)")
+                    nursery.cancel_scope.cancel()
+                    break
+                say(f"agentd: interrupting run {self.run_id} (Ctrl-C again to leave it to the daemon)")
+                if self._prompt is not None:
+                    self._prompt.cancel()
+                nursery.start_soon(self.interrupt)
         return result.get("run")
 
     async def interrupt(self) -> None:
@@ -291,9 +291,11 @@ def cmd_send(args: argparse.Namespace) -> int:
                 say(held_line(len(sent["heldRunIds"]), args.thread))
             return 0
         after = (await client.call("daemon.status"))["lastSeq"]
-        async with client.subscribe(thread_id=args.thread, after_seq=after) as events:
-            await follower.accepted(await client.call("thread.message.send", **params))
-            run = await follower.until_end_or_detached(events)
+        # Ctrl-C from here on interrupts the run, even before it is accepted.
+        with trio.open_signal_receiver(signal.SIGINT) as presses:
+            async with client.subscribe(thread_id=args.thread, after_seq=after) as events:
+                await follower.accepted(await client.call("thread.message.send", **params))
+                run = await follower.until_end_or_detached(events, presses)
         if run is None:
             return EXIT_INTERRUPTED
         reason = f" ({run['reason']})" if run.get("reason") else ""

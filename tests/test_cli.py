@@ -11,12 +11,11 @@ import subprocess
 import sys
 
 import pytest
-import trio
 
 from agentd.launch import start_daemon
 from agentd.main import build_parser
 from agentd.protocol import wire
-from tests.cli_helpers import agentd_argv, run, spawn
+from tests.cli_helpers import agentd_argv, assert_no_traceback, run, spawn
 from tests.helpers import script
 
 
@@ -47,15 +46,18 @@ async def test_send_fails_clearly_without_a_daemon(tmp_path, short_dir):
         [sys.executable, "-m", "agentd", "threads", "--data-dir", str(tmp_path), "--socket", str(short_dir / "none.sock")],
         capture_output=True, text=True, timeout=60,
     )
-    assert result.returncode == 1 and "no daemon is listening" in result.stderr
+    assert result.returncode == 1
+    assert result.stderr == f"agentd: no daemon is listening on {short_dir / 'none.sock'}; start one with `agentd serve`\n"
 
 
 def serve_once(tmp_path, short_dir, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``agentd serve`` expected to refuse to start (a started daemon would time out)."""
-    return subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "agentd", "serve", "--data-dir", str(tmp_path / "d"), "--socket", str(short_dir / "s.sock"), *args],
         capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
     )
+    assert_no_traceback(result.stdout, result.stderr)
+    return result
 
 
 def test_serve_refuses_a_config_file_that_does_not_exist(tmp_path, short_dir):
@@ -80,7 +82,7 @@ def test_a_client_command_refuses_the_daemons_config_option(tmp_path, short_dir)
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 2, result.stderr
-    assert "unrecognized arguments: --config" in result.stderr
+    assert result.stderr == f"agentd: unrecognized arguments: --config {tmp_path / 'x.toml'}; see `agentd --help`\n"
 
 
 CLIENT_COMMANDS = [
@@ -114,27 +116,16 @@ def test_commands_take_the_options_they_use(argv):
 async def test_approval_shown_inline_and_answered_from_another_command(daemon):
     thread_id = (await run(daemon, "new")).stdout.decode().strip()
     text = script({"approval": {"kind": "command", "command": "make deploy"}})
-    process = await trio.lowlevel.open_process(agentd(daemon, "send", thread_id, text), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    buffer = b""
-    with trio.fail_after(60):
-        while b"answer with" not in buffer:
-            chunk = await process.stdout.receive_some(4096)
-            assert chunk, buffer.decode()
-            buffer += chunk
-    line = next(l for l in buffer.decode().splitlines() if l.startswith("[approval needed: make deploy]"))
-    request_id = line.split()[-1]
-    assert request_id.startswith("req_")
-    approved = await run(daemon, "approve", request_id, "--deny")
-    assert "resolved" in approved.stdout.decode()
-    with trio.fail_after(60):
-        while True:
-            chunk = await process.stdout.receive_some(4096)
-            if not chunk:
-                break
-            buffer += chunk
-        await process.wait()
-    assert "approval: decline" in buffer.decode()
-    assert process.returncode == 0
+    async with spawn(daemon, "send", thread_id, text) as send:
+        out = await send.wait_for("answer with")
+        line = next(l for l in out.splitlines() if l.startswith("[approval needed: make deploy]"))
+        request_id = line.split()[-1]
+        assert request_id.startswith("req_")
+        assert out.splitlines()[-1] == f"  answer with: agentd approve {request_id}   (--deny to decline)"
+        approved = await run(daemon, "approve", request_id, "--deny")
+        assert approved.stdout.decode() == f"{request_id} resolved\n"
+        assert await send.finish() == 0
+    assert "approval: decline" in send.out.decode()
 
 
 async def test_send_answers_questions_at_a_terminal(daemon):
@@ -142,38 +133,26 @@ async def test_send_answers_questions_at_a_terminal(daemon):
     thread_id = (await run(daemon, "new")).stdout.decode().strip()
     text = script({"ask": {"questions": [{"id": "color", "question": "Which color?", "options": ["red", "blue"]}]}})
     leader, follower = pty.openpty()
-    process = await trio.lowlevel.open_process(agentd(daemon, "send", thread_id, text), stdin=follower, stdout=subprocess.PIPE)
-    os.close(follower)
-    buffer = b""
-    with trio.fail_after(60):
-        while b"answers:" not in buffer:
-            chunk = await process.stdout.receive_some(4096)
-            assert chunk, buffer.decode()
-            buffer += chunk
-            if b"[question: Which color?]" in buffer and b"answered" not in buffer:
-                os.write(leader, b"blue\n")
-                buffer += b"answered"
-        await process.wait()
-    os.close(leader)
-    assert "answers: color=blue" in buffer.decode()
-    assert process.returncode == 0
+    try:
+        async with spawn(daemon, "send", thread_id, text, stdin=follower) as send:
+            os.close(follower)
+            await send.wait_for("[question: Which color?]")
+            os.write(leader, b"blue\n")
+            assert await send.finish() == 0
+    finally:
+        os.close(leader)
+    assert "answers: color=blue" in send.out.decode()
 
 
 async def test_stop_and_interrupt_commands(daemon):
     thread_id = (await run(daemon, "new")).stdout.decode().strip()
     hang = script({"tool": {"name": "forever", "hang": True}})
-    process = await trio.lowlevel.open_process(agentd(daemon, "send", thread_id, hang), stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    buffer = b""
-    with trio.fail_after(60):
-        while b"forever: started" not in buffer:
-            chunk = await process.stdout.receive_some(4096)
-            assert chunk, buffer.decode()
-            buffer += chunk
-    stopped = await run(daemon, "stop", thread_id)
-    assert "are held" in stopped.stdout.decode()
-    with trio.fail_after(60):
-        await process.wait()
-    assert process.returncode == 1, "the run ended interrupted"
+    async with spawn(daemon, "send", thread_id, hang) as send:
+        await send.wait_for("forever: started")
+        stopped = await run(daemon, "stop", thread_id)
+        assert "are held" in stopped.stdout.decode()
+        assert await send.finish() == 1, "the run ended interrupted"
+    assert send.err.decode().splitlines()[-1] == "run 1 interrupted (stopped)"
     shown = (await run(daemon, "show", thread_id)).stdout.decode()
     assert "interrupted" in shown
 

@@ -12,7 +12,6 @@ import pytest
 import trio
 
 from agentd.launch import start_daemon
-from agentd.protocol.client import Client
 from tests.cli_helpers import WAIT, agentd_argv, assert_no_traceback, first_line, run, spawn
 from tests.helpers import script, wait_event, wait_run_terminal
 
