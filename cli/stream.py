@@ -14,6 +14,7 @@ the exit code is 130.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -56,12 +57,24 @@ class AnswerPrinter:
             self.last_message = None
 
 
+async def prompt(text: str) -> str:
+    """Print ``text`` and read a line from the terminal; cancellable (a
+    thread blocked in ``input()`` would hold stdin past the exit)."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    line = b""
+    async with trio.lowlevel.FdStream(os.dup(sys.stdin.fileno())) as terminal:
+        while not line.endswith(b"\n"):
+            chunk = await terminal.receive_some(4096)
+            if not chunk:
+                break  # Ctrl-D: an empty answer
+            line += chunk
+    return line.decode(errors="replace").strip()
+
+
 async def ask_person(request: dict[str, Any]) -> dict[str, Any]:
     """Ask at the terminal; return the params of the answer."""
     detail = request.get("detail", {})
-
-    async def prompt(text: str) -> str:
-        return await trio.to_thread.run_sync(input, text, abandon_on_cancel=True)
 
     if request["kind"] == "approval":
         what = detail.get("command") or detail.get("kind") or "an action"

@@ -203,3 +203,22 @@ async def test_detach_returns_once_the_run_is_accepted(daemon, client):
     run_id = result.stdout.decode().strip()
     assert run_id.startswith("run_") and result.stderr == b""
     assert (await wait_run_terminal(client, thread_id, run_id))["status"] == "completed"
+
+
+async def test_ctrl_c_at_a_prompt_interrupts_the_run(daemon):
+    """At a terminal ``send`` asks the person; Ctrl-C there interrupts the
+    run instead of waiting for an answer."""
+    import pty
+
+    thread_id = await new_thread(daemon)
+    leader, follower = pty.openpty()
+    try:
+        async with spawn(daemon, "send", thread_id, script({"approval": {"kind": "command", "command": "make"}}),
+                         stdin=follower) as send:
+            os.close(follower)
+            await send.wait_for("approve make? [y/N] ")
+            send.interrupt()
+            assert await send.finish() == 130
+    finally:
+        os.close(leader)
+    assert send.err.decode().splitlines()[-1] == "run 1 interrupted (interrupted)"
