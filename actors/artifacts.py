@@ -19,7 +19,7 @@ from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import ExecutionNode, PlanArtifact, to_wire
 
-from . import graph
+from . import graph, run_control
 from .graph import ThreadBatch
 from .messages import Command
 from .providers.base import PlanUpdated
@@ -102,7 +102,7 @@ async def plan_implement(actor: ThreadActor, command: Command) -> dict[str, Any]
     text = IMPLEMENT_PROMPT + plan.text
     batch = actor.batch()
     if params.mode == "new_run":
-        run, _message = graph.new_run(batch, state, text, state.thread.provider, dispatch_mode="queue_after_active")
+        run, _message = run_control.enqueue(batch, state, text, state.thread.provider, dispatch_mode="queue_after_active")
         target, result = run.id, {"planId": plan.id, "runId": run.id, "threadId": state.thread_id}
     else:
         thread = state.thread
@@ -118,7 +118,6 @@ async def plan_implement(actor: ThreadActor, command: Command) -> dict[str, Any]
     batch.record_receipt(command.command_id, command.method, result)
     committed = await actor.commit(batch)
     if run is not None:
-        state.queued.append(run)
         actor.start_next()
     else:
         # Cross-thread work runs after commit, in the child's own actor.

@@ -96,14 +96,17 @@ def parent_node(active: ActiveRun, parent_item_id: str | None) -> ExecutionNode:
 
 def new_run(
     batch: ThreadBatch, state: ThreadState, text: str, provider: str, *, dispatch_mode: str,
-    supersedes: str | None = None, message: ConversationMessage | None = None,
+    supersedes: str | None = None, message: ConversationMessage | None = None, ordinal: int | None = None,
 ) -> tuple[Run, ConversationMessage]:
     """A queued run: its user message (``message``, or a new one with
     ``text``), the run, its root node, its first attempt and the outbox entry
-    that sends it to the provider. The caller puts the run into the queue."""
+    that sends it to the provider. The caller puts the run into the queue
+    (``ordinal``: its place when it goes before runs already queued, whose
+    ordinals the caller moves up)."""
     now = batch.now
     thread_id = state.thread_id
-    ordinal = state.thread.run_count + 1
+    run_count = state.thread.run_count + 1
+    ordinal = ordinal or run_count
     run_id, node_id, attempt_id = new_id("run"), new_id("nod"), new_id("att")
     if message is None:
         message = ConversationMessage(
@@ -123,13 +126,13 @@ def new_run(
         root_node_id=node_id, selected_attempt_id=attempt_id, attempt_count=1, supersedes_run_id=supersedes,
         created_at=now,
     )
-    set_thread(batch, state, run_count=ordinal, provider=provider)
+    set_thread(batch, state, run_count=run_count, provider=provider)
     batch.put_all(message, run, root, attempt)
     # Process-bound: a restart retires this entry with a reason instead of
     # sending the run to a provider later.
     batch.put(Effect(id=turn_start_effect_id(run_id), kind="provider.turn_start", thread_id=thread_id,
                      payload={"runId": run_id}, replay_safe=False, created_at=now))
-    batch.emit("message.created", run_id=run_id, message=to_wire(message))
+    batch.emit("message.created", run_id=run_id, node_id=node_id, message=to_wire(message))
     batch.emit("run.queued", run_id=run_id, node_id=node_id, run=to_wire(run), dispatchMode=dispatch_mode)
     return run, message
 
@@ -162,14 +165,15 @@ def provider_thread_ready(batch: ThreadBatch, state: ThreadState, ready: Provide
             reason = ready.handoff.reason if ready.handoff else "replaced"
             replaced = struct_copy(replaced, status="unusable", reason=reason, updated_at=now)
             batch.put(replaced)
-            batch.emit("provider_thread.unusable", run_id=active.run.id, providerThreadId=replaced.id, reason=reason)
+            batch.emit("provider_thread.unusable", run_id=active.run.id, node_id=active.root.id,
+                       providerThreadId=replaced.id, reason=reason)
         pt = ProviderThread(
             id=new_id("pth"), thread_id=state.thread_id, provider=active.run.provider, kind=kind,
             native_thread_id=ready.native_thread_id, created_at=now, updated_at=now,
         )
         batch.put(pt)
         set_thread(batch, state, provider_thread_id=pt.id)
-        batch.emit("provider_thread.created", run_id=active.run.id, providerThread=to_wire(pt))
+        batch.emit("provider_thread.created", run_id=active.run.id, node_id=active.root.id, providerThread=to_wire(pt))
         if ready.handoff is not None:
             handoff = ContextHandoff(
                 id=new_id("hof"), thread_id=state.thread_id, strategy="portable_context",
@@ -178,7 +182,7 @@ def provider_thread_ready(batch: ThreadBatch, state: ThreadState, ready: Provide
                 text=ready.handoff.text, created_at=now,
             )
             batch.put(handoff)
-            batch.emit("context_handoff.created", run_id=active.run.id, handoff=to_wire(handoff))
+            batch.emit("context_handoff.created", run_id=active.run.id, node_id=active.root.id, handoff=to_wire(handoff))
             attempt = struct_copy(attempt, handoff_id=handoff.id)
     else:
         pt = state.provider_thread
@@ -187,7 +191,7 @@ def provider_thread_ready(batch: ThreadBatch, state: ThreadState, ready: Provide
             pt = struct_copy(pt, status="active", updated_at=now)
             batch.put(pt)
             batch.emit(
-                "provider_thread.resumed", run_id=active.run.id,
+                "provider_thread.resumed", run_id=active.run.id, node_id=active.root.id,
                 providerThreadId=pt.id, sessionId=ready.session_id, nativeTurnCount=ready.resumed_turn_count,
             )
     state.provider_thread = pt
@@ -448,6 +452,7 @@ def provider_thread_failed(batch: ThreadBatch, state: ThreadState, reason: str) 
         return
     pt = struct_copy(state.provider_thread, status="error", reason=reason, updated_at=batch.now)
     batch.put(pt)
-    run_id = state.active.run.id if state.active else None
-    batch.emit("provider_thread.error", run_id=run_id, providerThreadId=pt.id, reason=reason)
+    active = state.active
+    batch.emit("provider_thread.error", run_id=active.run.id if active else None, node_id=active.root.id if active else None,
+               providerThreadId=pt.id, reason=reason)
     state.provider_thread = pt

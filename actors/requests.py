@@ -69,10 +69,13 @@ def request_opened(batch: ThreadBatch, state: ThreadState, event: RequestOpened)
         )
         batch.put(artifact)
         payload["artifact"] = to_wire(artifact)
-    run = struct_copy(active.run, status="waiting")
-    batch.put(run)
+    batch.emit(f"{EVENT_PREFIX.get(event.kind, event.kind)}.requested", run_id=active.run.id, node_id=node.id, **payload)
+    run = active.run
+    if run.status != "waiting":
+        run = struct_copy(run, status="waiting")
+        batch.put(run)
+        batch.emit("run.waiting", run_id=run.id, node_id=active.root.id, run=to_wire(run))
     graph.set_thread(batch, state, status="waiting")
-    batch.emit(f"{EVENT_PREFIX.get(event.kind, event.kind)}.requested", run_id=run.id, node_id=node.id, **payload)
     active.run = run
     active.requests[request.id] = request
     # A node made for the request is keyed by the request; the provider's
@@ -95,10 +98,12 @@ def resolve(
     request = struct_copy(request, status="resolved", response=response, resolved_at=now)
     batch.put(request)
     active.requests.pop(request.id, None)
+    batch.emit(event_type, run_id=active.run.id, node_id=request.node_id, request=to_wire(request))
     node = next((n for n in active.nodes.values() if n.id == request.node_id), None)
     if node is not None and node.status not in NODE_TERMINAL:
         node = struct_copy(node, status=node_status, detail={**node.detail, **response}, ended_at=now)
         batch.put(node)
+        batch.emit(f"{node.kind}.{node.status}", run_id=active.run.id, node_id=node.id, node=to_wire(node))
         for key, value in list(active.nodes.items()):
             if value.id == node.id:
                 active.nodes[key] = node
@@ -109,7 +114,7 @@ def resolve(
         active.run = struct_copy(active.run, status="running")
         batch.put(active.run)
         graph.set_thread(batch, state, status="running")
-    batch.emit(event_type, run_id=active.run.id, node_id=request.node_id, request=to_wire(request))
+        batch.emit("run.running", run_id=active.run.id, node_id=active.root.id, run=to_wire(active.run))
     return request
 
 

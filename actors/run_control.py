@@ -49,16 +49,42 @@ class InternalStop:
 
 
 def hold_queue(batch: ThreadBatch, state: ThreadState) -> None:
-    """Stop queued runs from starting until ``thread.queue.release``."""
-    if not state.thread.queue_held:
-        graph.set_thread(batch, state, queue_held=True)
-        batch.emit("thread.queue_held", queuedRunIds=[r.id for r in state.queued])
+    """Keep the runs queued now from starting until ``thread.queue.release``;
+    runs sent later are not held."""
+    held = [run_id for run_id in state.thread.held_run_ids if state.queued_run(run_id) is not None]
+    newly = [r.id for r in state.queued if r.id not in held]
+    if state.thread.queue_held and not newly:
+        return
+    graph.set_thread(batch, state, queue_held=True, held_run_ids=held + newly)
+    batch.emit("thread.queue_held", queuedRunIds=[r.id for r in state.queued])
 
 
 def release_queue(batch: ThreadBatch, state: ThreadState) -> None:
     """Let queued runs start again."""
-    graph.set_thread(batch, state, queue_held=False)
+    graph.set_thread(batch, state, queue_held=False, held_run_ids=[])
     batch.emit("thread.queue_released", queuedRunIds=[r.id for r in state.queued])
+
+
+def enqueue(
+    batch: ThreadBatch, state: ThreadState, text: str, provider: str, *, dispatch_mode: str,
+    message: ConversationMessage | None = None,
+) -> tuple[Run, ConversationMessage]:
+    """A new run (``graph.new_run``) in the queue: last, but before the runs
+    a Stop holds, which move up one ordinal (ordinals stay the order runs
+    start in)."""
+    held = state.held_runs()
+    if not held:
+        run, message = graph.new_run(batch, state, text, provider, dispatch_mode=dispatch_mode, message=message)
+        state.queued.append(run)
+        return run, message
+    place = state.queued.index(held[0])
+    ordinal = held[0].ordinal
+    for index in range(place, len(state.queued)):
+        state.queued[index] = moved = struct_copy(state.queued[index], ordinal=state.queued[index].ordinal + 1)
+        batch.put(moved)
+    run, message = graph.new_run(batch, state, text, provider, dispatch_mode=dispatch_mode, message=message, ordinal=ordinal)
+    state.queued.insert(place, run)
+    return run, message
 
 
 def stop_cascade_effect(batch: ThreadBatch, state: ThreadState) -> Effect:
@@ -81,7 +107,7 @@ def drop_pending_restart(batch: ThreadBatch, active: ActiveRun) -> None:
     active.pending_restart = None
     if pending.superseding_run_id is None:
         batch.put(struct_copy(pending.message, status="not_sent"))
-        batch.emit("message.not_sent", run_id=active.run.id, messageId=pending.message.id,
+        batch.emit("message.not_sent", run_id=active.run.id, node_id=active.root.id, messageId=pending.message.id,
                    reason="the run was interrupted before the steer could restart it")
 
 
@@ -100,6 +126,8 @@ def cancel_queued(
     root node; its message becomes ``message_status`` (None: left as it is)."""
     now = batch.now
     state.queued.remove(run)
+    if run.id in state.thread.held_run_ids:
+        graph.set_thread(batch, state, held_run_ids=[i for i in state.thread.held_run_ids if i != run.id])
     run = struct_copy(run, status="cancelled", reason=reason, ended_at=now)
     if attempt is not None:
         batch.put(struct_copy(attempt, status="cancelled", error=reason, ended_at=now))
@@ -120,9 +148,12 @@ def reorder_queue(batch: ThreadBatch, state: ThreadState, run_ids: list[str]) ->
             f"runIds must list exactly the queued runs of thread {state.thread_id}: {', '.join(current) or 'none'}",
             field="runIds",
         )
-    state.queued = [current[run_id] for run_id in run_ids]
+    ordered = [current[run_id] for run_id in run_ids]
+    # Held runs stay behind the runs that may start: a run sent after a Stop
+    # is not kept waiting by the runs the Stop holds.
+    state.queued = [r for r in ordered if not state.is_held(r)] + [r for r in ordered if state.is_held(r)]
     graph.renumber_queue(batch, state)
-    batch.emit("thread.queue_reordered", queuedRunIds=run_ids)
+    batch.emit("thread.queue_reordered", queuedRunIds=[r.id for r in state.queued])
 
 
 # -- interrupting the provider ----------------------------------------------------------
@@ -311,8 +342,7 @@ async def queued_run_cancel(actor: ThreadActor, command: Command) -> dict[str, A
 
 async def queued_run_reorder(actor: ThreadActor, command: Command) -> dict[str, Any]:
     """``queued-run.reorder``: the queued runs start in the order given."""
-    wanted = list(command.params.run_ids)
     batch = actor.batch()
-    reorder_queue(batch, actor.state, wanted)
+    reorder_queue(batch, actor.state, list(command.params.run_ids))
     committed = await actor.commit(batch)
-    return {"queuedRunIds": wanted, "seq": committed.seq}
+    return {"queuedRunIds": [r.id for r in actor.state.queued], "seq": committed.seq}

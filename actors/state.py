@@ -92,6 +92,18 @@ class ThreadState:
     def thread_id(self) -> str:
         return self.thread.id
 
+    def is_held(self, run: Run) -> bool:
+        """True if a Stop holds ``run`` (it was queued before the Stop)."""
+        return self.thread.queue_held and run.id in self.thread.held_run_ids
+
+    def held_runs(self) -> list[Run]:
+        """The queued runs the hold keeps, in queue order."""
+        return [run for run in self.queued if self.is_held(run)]
+
+    def next_queued(self) -> Run | None:
+        """The queued run that starts next: the first one no hold keeps."""
+        return next((run for run in self.queued if not self.is_held(run)), None)
+
     def queued_run(self, run_id: str) -> Run | None:
         """The queued run ``run_id``, or None if it is not waiting in the queue."""
         return next((run for run in self.queued if run.id == run_id), None)

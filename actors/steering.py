@@ -67,9 +67,9 @@ def steer(batch: ThreadBatch, state: ThreadState, mode: SteerMode, message: Conv
     check_steerable(active)
     native = mode == "steer_active" and can_steer and active.provider_turn is not None and not active.interrupt_requested
     if native:
-        message = struct_copy(message, run_id=active.run.id, attempt_id=active.attempt.id)
+        message = struct_copy(message, run_id=active.run.id, attempt_id=active.attempt.id, node_id=active.root.id)
         batch.put(message)
-        batch.emit("message.created", run_id=active.run.id, message=to_wire(message))
+        batch.emit("message.created", run_id=active.run.id, node_id=active.root.id, message=to_wire(message))
         outcome = Steer("native_steer", active.run.id, message)
     elif active.answered:
         # The attempt already answered: keep it as its own turn and
@@ -83,7 +83,7 @@ def steer(batch: ThreadBatch, state: ThreadState, mode: SteerMode, message: Conv
     else:
         message = struct_copy(message, run_id=active.run.id)
         batch.put(message)
-        batch.emit("message.created", run_id=active.run.id, message=to_wire(message))
+        batch.emit("message.created", run_id=active.run.id, node_id=active.root.id, message=to_wire(message))
         outcome = Steer("steering_restart", active.run.id, message)
         active.pending_restart = PendingRestart(message)
     batch.emit("run.steer_requested", run_id=active.run.id, node_id=active.root.id,
@@ -95,7 +95,7 @@ def steer_delivered(batch: ThreadBatch, message: ConversationMessage) -> None:
     """The provider took a native steer: the message is delivered."""
     message = struct_copy(message, status="complete")
     batch.put(message)
-    batch.emit("message.steered", run_id=message.run_id, messageId=message.id)
+    batch.emit("message.steered", run_id=message.run_id, node_id=message.node_id, messageId=message.id)
 
 
 # -- in the actor -----------------------------------------------------------------------
@@ -154,15 +154,14 @@ async def on_steer_failed(actor: ThreadActor, message: ConversationMessage, why:
     back to a restart while the run is active, else run it next."""
     state = actor.state
     batch = actor.batch()
-    batch.emit("runtime.warning", run_id=message.run_id, message=f"native steer failed ({why}); falling back")
+    batch.emit("runtime.warning", run_id=message.run_id, node_id=message.node_id,
+               message=f"native steer failed ({why}); falling back")
     active = state.active
     if active is not None and active.run.id == message.run_id and active.pending_restart is None:
         await steer_active(actor, None, "restart_active", active, message, batch)
         return
-    run, _message = graph.new_run(batch, state, message.text, state.thread.provider,
-                                  dispatch_mode="queue_after_active", message=message)
+    run_control.enqueue(batch, state, message.text, state.thread.provider, dispatch_mode="queue_after_active", message=message)
     await actor.commit(batch)
-    state.queued.append(run)
     actor.start_next()
 
 
@@ -201,13 +200,14 @@ async def message_send(actor: ThreadActor, command: Command) -> dict[str, Any]:
     params = command.params
     state = actor.state
     mode = params.dispatch_mode.type if params.dispatch_mode is not None else None
-    has_open = state.active is not None or bool(state.queued)
+    # Runs a Stop holds do not keep a new message waiting.
+    has_open = state.active is not None or state.next_queued() is not None
     if mode is None:
         mode = "queue_after_active" if has_open else "start_immediately"
     if mode in ("steer_active", "restart_active"):
         return await _steer_command(actor, command, mode, params.dispatch_mode.target_run_id, params.text)
     if mode == "start_immediately" and has_open:
-        busy = state.active.run if state.active is not None else state.queued[0]
+        busy = state.active.run if state.active is not None else state.next_queued()
         raise InvalidState(
             f"thread {state.thread_id} already has run {busy.id} ({busy.status}); "
             "send with dispatchMode queue_after_active to run after it, or steer_active to change it",
@@ -215,11 +215,11 @@ async def message_send(actor: ThreadActor, command: Command) -> dict[str, Any]:
         )
     provider = _check_provider(actor, params.provider)
     batch = actor.batch()
-    run, message = graph.new_run(batch, state, params.text, provider, dispatch_mode=mode)
-    result = {"runId": run.id, "messageId": message.id}
+    run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode)
+    result = {"runId": run.id, "messageId": message.id, "queueHeld": state.thread.queue_held,
+              "heldRunIds": [r.id for r in state.held_runs()]}
     batch.record_receipt(command.command_id, command.method, result)
     committed = await actor.commit(batch)
-    state.queued.append(run)
     actor.start_next()
     return {**result, "seq": committed.seq}
 

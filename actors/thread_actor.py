@@ -129,7 +129,7 @@ class ThreadActor:
         """True while a run is starting or running, runs wait to start, or
         effects are still in flight."""
         state = self.state
-        return state.active is not None or bool(state.queued and not state.thread.queue_held) or self._effects > 0
+        return state.active is not None or state.next_queued() is not None or self._effects > 0
 
     # -- the loop -------------------------------------------------------------
 
@@ -280,13 +280,14 @@ class ThreadActor:
     # -- starting and ending attempts ----------------------------------------------
 
     def start_next(self) -> None:
-        """Start the first queued run, if nothing runs and the queue is not held."""
+        """Start the first queued run that no hold keeps, if nothing runs."""
         state = self.state
-        if state.active is not None or not state.queued or state.thread.queue_held or self._nursery is None:
+        run = state.next_queued()
+        if state.active is not None or run is None or self._nursery is None:
             return
         if self.registry.shutting_down:
             return  # left queued: the next start reconciles it (cancelled, message not_sent)
-        run = state.queued.pop(0)
+        state.queued.remove(run)
         attempt = self.store.get(RunAttempt, run.selected_attempt_id)
         root = self.store.get(ExecutionNode, run.root_node_id)
         message = self.store.get(ConversationMessage, run.user_message_id)

@@ -64,7 +64,8 @@ async def on_runtime_warning(actor: ThreadActor, event: RuntimeWarning_) -> None
     """Something the person should know about the runtime (kept in the log)."""
     batch = actor.batch()
     active = actor.state.active
-    batch.emit("runtime.warning", run_id=active.run.id if active else None, message=event.message)
+    batch.emit("runtime.warning", run_id=active.run.id if active else None, node_id=active.root.id if active else None,
+               message=event.message)
     await actor.commit(batch)
 
 

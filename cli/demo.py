@@ -15,7 +15,8 @@ from pathlib import Path
 
 import trio
 
-from agentd.main import render_tree, stream_run
+from agentd.render import render_tree
+from agentd.stream import stream_run
 from agentd.protocol.client import Client
 from agentd.launch import start_daemon
 

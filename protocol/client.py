@@ -43,23 +43,33 @@ class Client:
         self._subscriptions: dict[str, trio.MemorySendChannel] = {}
         self._send_lock = trio.Lock()
         self._lost: str | None = None
+        #: subscriptions closed because their consumer fell behind
+        self._fell_behind: set[str] = set()
 
     @classmethod
     @asynccontextmanager
     async def connect(cls, path: str | os.PathLike) -> AsyncIterator[Client]:
         """Connect to the daemon's socket at ``path``."""
         stream = await trio.open_unix_socket(os.fspath(path))
-        async with trio.open_nursery() as nursery:
-            client = cls(stream, nursery)
-            nursery.start_soon(client._read_loop)
-            try:
-                yield client
-            finally:
-                nursery.cancel_scope.cancel()
-                # Shielded: a Cancelled from aclose would replace (and so
-                # swallow) whatever error left the block.
-                with trio.CancelScope(shield=True):
-                    await stream.aclose()
+        try:
+            async with trio.open_nursery() as nursery:
+                client = cls(stream, nursery)
+                nursery.start_soon(client._read_loop)
+                try:
+                    yield client
+                finally:
+                    nursery.cancel_scope.cancel()
+                    # Shielded: a Cancelled from aclose would replace (and so
+                    # swallow) whatever error left the block.
+                    with trio.CancelScope(shield=True):
+                        await stream.aclose()
+        except BaseExceptionGroup as group:
+            # The nursery wraps what the block raised; callers get the error
+            # itself (an AgentdError, a KeyboardInterrupt), not a group.
+            sole = _sole_error(group)
+            if sole is None:
+                raise
+            _raise_keeping_context(sole)
 
     async def _read_loop(self) -> None:
         try:
@@ -89,7 +99,9 @@ class Client:
                     try:
                         send.send_nowait(message)
                     except trio.WouldBlock:
-                        send.close()  # the consumer fell far behind; it must resubscribe
+                        # The consumer fell far behind; it must resubscribe.
+                        self._fell_behind.add(params.get("subscriptionId"))
+                        send.close()
                     if message["method"] == "events.resync":
                         send.close()
             return
@@ -133,7 +145,9 @@ class Client:
         if thread_id is not None:
             params["threadId"] = thread_id
         result = await self.call("events.subscribe", register, **params)
-        stream = EventStream(result["subscriptionId"], receive)
+        subscription_id = result["subscriptionId"]
+        stream = EventStream(subscription_id, receive,
+                             why_closed=lambda: self._lost if subscription_id not in self._fell_behind else None)
         try:
             yield stream
         finally:
@@ -150,14 +164,18 @@ class EventStream:
     """Events of one subscription, in ``seq`` order.
 
     Iterating yields event mappings (``seq``, ``type``, ``threadId``, …). If
-    the daemon asks for a resync, iteration ends and ``resync_after`` holds the
-    ``seq`` to resubscribe after.
+    the daemon asks for a resync (or this client's buffer overflowed),
+    iteration ends and ``resync_after`` holds the ``seq`` to resubscribe
+    after; if the connection was lost, iteration ends and ``lost`` says why.
     """
 
-    def __init__(self, subscription_id: str, receive: trio.MemoryReceiveChannel) -> None:
+    def __init__(self, subscription_id: str, receive: trio.MemoryReceiveChannel, why_closed: Any = None) -> None:
         self.subscription_id = subscription_id
         self._receive = receive
+        self._why_closed = why_closed or (lambda: None)
         self.resync_after: int | None = None
+        #: why the stream ended, when the connection to the daemon was lost
+        self.lost: str | None = None
         self.last_seq = 0
 
     def __aiter__(self) -> EventStream:
@@ -167,6 +185,10 @@ class EventStream:
         try:
             message = await self._receive.receive()
         except (trio.EndOfChannel, trio.ClosedResourceError):
+            if self.resync_after is None:
+                self.lost = self._why_closed()
+                if self.lost is None:
+                    self.resync_after = self.last_seq  # closed for falling behind
             raise StopAsyncIteration from None
         params = message["params"]
         if message["method"] == "events.resync":
@@ -176,3 +198,27 @@ class EventStream:
         if not event.get("ephemeral"):
             self.last_seq = event["seq"]
         return event
+
+
+def _sole_error(group: BaseExceptionGroup) -> BaseException | None:
+    """The one exception in (nested) groups besides trio.Cancelled, or None."""
+    found: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        elif not isinstance(exc, trio.Cancelled):
+            found.append(exc)
+
+    walk(group)
+    return found[0] if len(found) == 1 else None
+
+
+def _raise_keeping_context(exc: BaseException) -> None:
+    context = exc.__context__
+    try:
+        raise exc
+    finally:
+        exc.__context__ = context
+        del exc, context

@@ -13,10 +13,17 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 import msgspec
 import trio
 
+from .wire import MAX_TEXT
+
 if TYPE_CHECKING:
     from .limits import ByteBudget
 
-MAX_LINE = 2 << 20  # 2 MiB: room for a 1 MiB message text with its JSON escaping
+#: bytes of the longest JSON spelling of one character: a character outside
+#: the BMP escaped as a surrogate pair, ``\ud83d\ude00``
+MAX_ESCAPED_CHAR = 12
+#: bytes in a line: any text of the maximum length (MAX_TEXT characters),
+#: however it is escaped, with room for the rest of the request
+MAX_LINE = MAX_TEXT * MAX_ESCAPED_CHAR + (1 << 20)  # 13 MiB
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()

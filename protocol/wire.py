@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-MAX_TEXT = 1 << 20  # 1 MiB of message text
+MAX_TEXT = 1 << 20  # characters (Unicode code points) of message text: 1 Mi, not bytes
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 CommandId = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
 

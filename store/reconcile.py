@@ -114,7 +114,9 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
     for message in store.queued_messages():
         message = struct_copy(message, status="not_sent")
         batch.put(message)
-        batch.event("message.not_sent", thread_id=message.thread_id, run_id=message.run_id, at=now, messageId=message.id, reason=reason)
+        run = store.run(message.run_id) if message.run_id else None
+        batch.event("message.not_sent", thread_id=message.thread_id, run_id=message.run_id,
+                    node_id=run.root_node_id if run else None, at=now, messageId=message.id, reason=reason)
         report.messages_not_sent.append(message.id)
 
     for message_id, thread_id in _streaming_messages(store, report):

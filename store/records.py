@@ -63,6 +63,9 @@ class AppThread(Record, kw_only=True):
     active_run_id: str | None = None
     provider_thread_id: str | None = None
     queue_held: bool = False
+    #: the queued runs a Stop holds (those queued before it); runs sent later
+    #: are not held and start as usual
+    held_run_ids: list[str] = []
     # Light lineage (F8): where this thread came from, and why.
     parent_thread_id: str | None = None
     relationship_to_parent: str | None = None

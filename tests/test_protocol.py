@@ -221,21 +221,33 @@ def message_send_line(text_json: bytes) -> bytes:
     return head + text_json + b'"}}'
 
 
-def text_filling(size: int, *, escaped: bool) -> bytes:
-    """JSON string content of exactly ``size`` bytes: plain ASCII (one code
-    point per byte), or mostly ``\\u0041`` escapes (one code point per 6 bytes)."""
-    if not escaped:
-        return b"y" * size
-    return b"\\u0041" * (size // 6) + b"y" * (size % 6)
-
-
 async def test_a_line_of_exactly_the_limit_is_read_as_a_request(daemon, socket_path):
     """The line limit is inclusive: a valid request of exactly MAX_LINE bytes
-    is parsed and answered (here: not_found for its unknown thread)."""
-    envelope = len(message_send_line(b""))
-    line = message_send_line(text_filling(framing.MAX_LINE - envelope, escaped=True))
+    (the longest text, every character escaped as a surrogate pair, then
+    JSON whitespace) is parsed and answered (here: not_found for its unknown
+    thread)."""
+    line = message_send_line(b"\\ud83d\\ude00" * wire.MAX_TEXT)
+    line = line[:-1] + b" " * (framing.MAX_LINE - len(line)) + b"}"
     assert len(line) == framing.MAX_LINE
-    assert len(json.loads(line)["params"]["text"]) <= wire.MAX_TEXT
+    assert len(json.loads(line)["params"]["text"]) == wire.MAX_TEXT
+    async with raw_connection(socket_path) as conn:
+        await conn.send_bytes(line + b"\n")
+        assert_error(await conn.read(), wire_code("not_found"), "not_found", request_id=1)
+        await assert_still_serving(conn)
+
+
+@pytest.mark.parametrize(("text_json", "characters"), [
+    ("😀".encode() * (wire.MAX_TEXT // 2), wire.MAX_TEXT // 2),   # 2 MiB of UTF-8: refused as parse_error before issue 13
+    ("😀".encode() * wire.MAX_TEXT, wire.MAX_TEXT),
+    (b"\\u0000" * wire.MAX_TEXT, wire.MAX_TEXT),
+    (b"\\ud83d\\ude00" * wire.MAX_TEXT, wire.MAX_TEXT),
+], ids=["half-a-million-emoji", "emoji-utf8", "control-escaped", "emoji-escaped"])
+async def test_any_text_of_the_maximum_length_fits_in_a_line(daemon, socket_path, text_json, characters):
+    """Text is limited in characters, lines in bytes: the line limit holds
+    any valid text of the maximum length however a client spells it."""
+    line = message_send_line(text_json)
+    assert len(line) <= framing.MAX_LINE
+    assert len(json.loads(line)["params"]["text"]) == characters
     async with raw_connection(socket_path) as conn:
         await conn.send_bytes(line + b"\n")
         assert_error(await conn.read(), wire_code("not_found"), "not_found", request_id=1)
@@ -246,7 +258,7 @@ async def test_a_line_within_the_limit_with_a_text_over_the_text_limit_is_invali
     """A line of exactly MAX_LINE bytes is read, but its text of more than
     MAX_TEXT code points is refused as invalid_params naming ``text``."""
     envelope = len(message_send_line(b""))
-    line = message_send_line(text_filling(framing.MAX_LINE - envelope, escaped=False))
+    line = message_send_line(b"y" * (framing.MAX_LINE - envelope))
     assert len(line) == framing.MAX_LINE
     assert len(json.loads(line)["params"]["text"]) > wire.MAX_TEXT, (
         "the line limit leaves no room for a text over the text limit: the text limit is unreachable"
@@ -299,6 +311,8 @@ NOT_FOUND_CASES = [
                  id="thread.message.send"),
     pytest.param("events.subscribe", {"threadId": "thr_missing3"}, "thr_missing3", id="events.subscribe"),
     pytest.param("run.get", {"runId": "run_missing4"}, "run_missing4", id="run.get"),
+    # Documented since issue 13: an unknown run is not_found, not unsupported.
+    pytest.param("run.resume", {"runId": "run_missing6"}, "run_missing6", id="run.resume"),
 ]
 
 

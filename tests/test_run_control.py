@@ -254,6 +254,30 @@ async def test_hold_queue_interrupt_is_the_stop_button(rc):
     assert (await wait_run_terminal(rc, thread_id, queued["runId"]))["status"] == "completed"
 
 
+async def test_a_message_sent_after_a_stop_runs_and_the_held_runs_wait(rc):
+    """Issue 13: the hold applies to the runs queued before the Stop; a new
+    message runs (first, even while the stopped run is still ending) and the
+    answer says which runs wait for a release."""
+    thread_id = await new_thread(rc)
+    sent = await rc.call("thread.message.send", threadId=thread_id, text=HANG_TOOL)
+    held = await rc.call("thread.message.send", threadId=thread_id, text="queued before the stop")
+    assert (held["queueHeld"], held["heldRunIds"]) == (False, [])
+    await started(rc, thread_id, "tool.started")
+    await rc.call("thread.stop", threadId=thread_id)
+    after = await rc.call("thread.message.send", threadId=thread_id, text="sent after the stop")
+    assert (after["queueHeld"], after["heldRunIds"]) == (True, [held["runId"]])
+    assert (await wait_run_terminal(rc, thread_id, sent["runId"]))["status"] == "interrupted"
+    assert (await wait_run_terminal(rc, thread_id, after["runId"]))["status"] == "completed"
+    runs = {r["id"]: r for r in (await rc.call("thread.get", threadId=thread_id))["runs"]}
+    assert runs[held["runId"]]["status"] == "queued", "still held"
+    assert runs[after["runId"]]["ordinal"] < runs[held["runId"]]["ordinal"], "ordinals stay the order runs start in"
+    idle = await rc.call("thread.message.send", threadId=thread_id, text="again", dispatchMode={"type": "start_immediately"})
+    assert (await wait_run_terminal(rc, thread_id, idle["runId"]))["status"] == "completed", "held runs do not make the thread busy"
+    await rc.call("thread.queue.release", threadId=thread_id)
+    assert (await wait_run_terminal(rc, thread_id, held["runId"]))["status"] == "completed"
+    assert (await rc.call("thread.get", threadId=thread_id))["thread"]["heldRunIds"] == []
+
+
 # -- F15 approvals and questions -------------------------------------------------------------
 
 

@@ -234,8 +234,8 @@ class Harness:
             return False
         active = [r for r in snap["runs"] if r["status"] in ACTIVE]
         if not active:
-            queued = [r for r in snap["runs"] if r["status"] == "queued"]
-            return not queued or snap["thread"]["queueHeld"]
+            held = held_run_ids(snap["thread"])
+            return all(r["id"] in held for r in snap["runs"] if r["status"] == "queued")
         run = active[0]
         if any(m["role"] == "user" and m["status"] == "queued" and m["runId"] == run["id"] for m in snap["messages"]):
             return False  # a steer not yet delivered or applied
@@ -293,7 +293,8 @@ class Harness:
             params: dict[str, Any] = {}
             if command.mode is not None:
                 params["dispatchMode"] = {"type": command.mode}
-            busy = active is not None or bool(queued)
+            # Runs a Stop holds do not keep a new message waiting.
+            busy = active is not None or any(r["id"] not in held_run_ids(snap["thread"]) for r in queued)
             fail = {"invalid_state"} if command.mode == "start_immediately" and busy else None
             await self.expect(repr(command), "thread.message.send", fail, threadId=tid, text=TEXTS[command.kind], **params)
 
@@ -388,6 +389,11 @@ class Harness:
 
 
 # -- invariants ---------------------------------------------------------------------------------
+
+
+def held_run_ids(thread: dict[str, Any]) -> set[str]:
+    """The queued runs a Stop holds (those queued before it)."""
+    return set(thread["heldRunIds"]) if thread["queueHeld"] else set()
 
 
 def check_invariants(snap: dict[str, Any], events: list[dict[str, Any]]) -> None:

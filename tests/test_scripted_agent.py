@@ -556,3 +556,17 @@ async def test_steer_is_said_before_the_next_step(agent, workdir):
     assert messages(events) == ["approval: accept", "steered: use tabs", "after"]
     wrong = await agent.error("turn/steer", threadId=thread, expectedTurnId=turn, input="late")
     assert wrong["code"] == -32005
+
+
+def test_the_readme_documents_every_step_with_its_arguments():
+    """Issue 13: the README's table has a row per step, showing its JSON shape."""
+    from pathlib import Path
+
+    from agentd.actors.providers.scripted_agent import Turn
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## The scripted agent", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `{")]
+    documented = [row.split('"', 2)[1] for row in rows]
+    assert sorted(documented) == sorted(Turn._STEPS)
+    assert all(":" in row.split("|")[1] for row in rows), "every row shows the step's arguments"

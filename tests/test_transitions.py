@@ -343,3 +343,130 @@ def test_an_interrupt_drops_a_pending_restart_and_keeps_its_message_as_not_sent(
     assert active.pending_restart is None
     assert last(b, ConversationMessage).status == "not_sent"
     assert event_types(b) == ["message.not_sent", "run.interrupt_requested"]
+
+
+# -- Stop holds what was queued before it (issue 13) ----------------------------------------
+
+
+def test_a_stop_holds_the_runs_queued_before_it_and_a_new_message_goes_first():
+    state = new_state()
+    active = start_run(state)
+    a, _ = queue_run(state, "a")
+    b_run, _ = queue_run(state, "b")
+    held = batch(state)
+    run_control.hold_queue(held, state)
+    assert event_types(held) == ["thread.queue_held"]
+    assert state.thread.queue_held and state.thread.held_run_ids == [a.id, b_run.id]
+    assert state.next_queued() is None, "nothing queued before the Stop may start"
+
+    b = batch(state)
+    new, _message = run_control.enqueue(b, state, "after the stop", "scripted", dispatch_mode="queue_after_active")
+    assert [(r.id, r.ordinal) for r in state.queued] == [(new.id, 2), (a.id, 3), (b_run.id, 4)]
+    queued_event = next(e for e in b.events if e.type == "run.queued")
+    assert queued_event.payload["run"]["ordinal"] == 2, "the event tells the ordinal the run keeps"
+    assert state.thread.run_count == 4
+    assert state.next_queued() == new and state.held_runs() == [state.queued[1], state.queued[2]]
+    assert active.run.ordinal == 1
+
+    again = batch(state)
+    run_control.hold_queue(again, state)
+    assert state.thread.held_run_ids == [a.id, b_run.id, new.id], "a second Stop holds what is queued now"
+    released = batch(state)
+    run_control.release_queue(released, state)
+    assert (state.thread.queue_held, state.thread.held_run_ids) == (False, [])
+    assert state.next_queued() == state.queued[0]
+
+
+def test_a_cancelled_held_run_leaves_the_hold_and_a_reorder_keeps_held_runs_behind():
+    state = new_state()
+    start_run(state)
+    a, qa = queue_run(state, "a")
+    b_run, _ = queue_run(state, "b")
+    run_control.hold_queue(batch(state), state)
+    new, _ = run_control.enqueue(batch(state), state, "new", "scripted", dispatch_mode="queue_after_active")
+
+    b = batch(state)
+    run_control.reorder_queue(b, state, [b_run.id, a.id, new.id])
+    assert [r.id for r in state.queued] == [new.id, b_run.id, a.id]
+    assert b.events[-1].payload["queuedRunIds"] == [new.id, b_run.id, a.id]
+
+    c = batch(state)
+    run_control.cancel_queued(c, state, state.queued_run(a.id), "cancelled_by_user", attempt=None, root=None,
+                              message=None, turn_start_effect=None)
+    assert state.thread.held_run_ids == [b_run.id]
+
+
+def test_a_send_on_a_thread_with_only_held_runs_is_not_busy():
+    state = new_state()
+    queued, _ = queue_run(state, "held")
+    run_control.hold_queue(batch(state), state)
+    assert state.next_queued() is None and state.held_runs() == [queued]
+
+
+# -- every graph event is placed: runId and nodeId (SPEC F17, issue 13) ------------------------
+
+
+def test_user_messages_are_placed_under_their_runs_root():
+    state = new_state()
+    b = batch(state)
+    run, _ = graph.new_run(b, state, "hi", "scripted", dispatch_mode="start_immediately")
+    created = b.events[0]
+    assert (created.type, created.run_id, created.node_id) == ("message.created", run.id, run.root_node_id)
+
+
+def test_a_native_steer_is_placed_under_the_active_root():
+    state = new_state()
+    active = start_run(state)
+    b = batch(state)
+    outcome = steering.steer(b, state, "steer_active", steering_message(state), can_steer=True)
+    assert {(e.type, e.node_id) for e in b.events} == {("message.created", active.root.id), ("run.steer_requested", active.root.id)}
+    delivered = batch(state)
+    steering.steer_delivered(delivered, outcome.message)
+    assert [(e.type, e.run_id, e.node_id) for e in delivered.events] == [("message.steered", active.run.id, active.root.id)]
+
+
+def test_provider_thread_and_handoff_events_are_placed_under_the_root():
+    from agentd.actors.messages import HandoffDraft, ProviderThreadReady
+
+    state = new_state()
+    active = start_run(state)
+    b = batch(state)
+    ready = ProviderThreadReady(active.attempt.id, "pss_1", "native-2", created=True,
+                                handoff=HandoffDraft("context", "resume failed", 1, "pth_1"))
+    graph.provider_thread_ready(b, state, ready, kind="scripted")
+    assert [(e.type, e.node_id) for e in b.events] == [
+        ("provider_thread.unusable", active.root.id), ("provider_thread.created", active.root.id),
+        ("context_handoff.created", active.root.id),
+    ]
+    failed = batch(state)
+    graph.provider_thread_failed(failed, state, "provider_crash_loop")
+    assert [(e.type, e.node_id) for e in failed.events] == [("provider_thread.error", active.root.id)]
+
+
+# -- requests: the node's end and the run's status changes are events (issue 13) ---------------
+
+
+@pytest.mark.parametrize(("decision", "node_status"), [("accept", "completed"), ("decline", "cancelled")])
+def test_answering_a_request_ends_its_node_and_runs_the_run_again_with_events(decision, node_status):
+    from agentd.actors.requests import resolve
+
+    state = new_state()
+    active = start_run(state)
+    opened = batch(state)
+    request = request_opened(opened, state, RequestOpened(attempt_id=active.attempt.id, request_ref="r1", kind="approval"))
+    assert event_types(opened) == ["approval.started", "approval.requested", "run.waiting"]
+    assert opened.events[-1].payload["run"]["status"] == "waiting"
+    second = batch(state)
+    request_opened(second, state, RequestOpened(attempt_id=active.attempt.id, request_ref="r2", kind="approval"))
+    assert "run.waiting" not in event_types(second), "the run was already waiting"
+
+    b = batch(state)
+    resolve(b, state, request, {"decision": decision}, node_status, "approval.resolved", artifacts=[])
+    assert event_types(b) == ["approval.resolved", f"approval.{node_status}"], "another request still waits"
+    other = next(iter(active.requests.values()))
+    last_one = batch(state)
+    resolve(last_one, state, other, {"decision": decision}, node_status, "approval.resolved", artifacts=[])
+    assert event_types(last_one) == ["approval.resolved", f"approval.{node_status}", "run.running"]
+    assert last_one.events[-1].payload["run"]["status"] == "running"
+    assert {e.node_id for e in last_one.events[:2]} == {other.node_id}
+    assert last_one.events[-1].node_id == active.root.id

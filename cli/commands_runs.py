@@ -1,0 +1,116 @@
+"""Commands that control runs and answer requests: ``stop``, ``interrupt``,
+``release``, ``cancel``, ``reorder``, ``approve``, ``answer`` and
+``implement``. Each prints what the daemon did in one line (``--json``: the
+daemon's answer)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable
+
+from agentd.protocol.client import Client
+from agentd.protocol.errors import AgentdError
+
+from .common import EXIT_USAGE, CliError, print_json, run_with_client
+from .render import answer_command, plural
+
+
+def simple_call(method: str, build: Callable[[argparse.Namespace], dict[str, Any]],
+                show: Callable[[dict[str, Any]], str]) -> Callable[[argparse.Namespace], int]:
+    """A command that makes one call and prints its answer."""
+
+    def command(args: argparse.Namespace) -> int:
+        params = build(args)
+
+        async def go(client: Client) -> int:
+            result = await client.call(method, **params)
+            print_json(result) if args.json else print(show(result))
+            return 0
+
+        return run_with_client(args, go)
+
+    return command
+
+
+def _stopped(r: dict[str, Any]) -> str:
+    what = f"interrupt requested for {r['interruptedRunId']}" if r["interruptedRunId"] else "no run was active"
+    return f"stopped: {what}; runs queued before now are held (`agentd release {r['threadId']}` starts them)"
+
+
+cmd_stop = simple_call("thread.stop", lambda a: {"threadId": a.thread}, _stopped)
+cmd_interrupt = simple_call(
+    "run.interrupt", lambda a: {"runId": a.run, "holdQueue": a.hold_queue},
+    lambda r: f"interrupt requested for {r['runId']}" + (" (queue held)" if r["queueHeld"] else ""),
+)
+cmd_release = simple_call(
+    "thread.queue.release", lambda a: {"threadId": a.thread},
+    lambda r: f"queue released on {r['threadId']}: held runs start in order"
+    + (f" ({plural(len(r['queuedRunIds']), 'run')} still queued)" if r["queuedRunIds"] else ""),
+)
+cmd_cancel = simple_call("queued-run.cancel", lambda a: {"runId": a.run}, lambda r: f"{r['runId']} {r['status']}")
+cmd_reorder = simple_call(
+    "queued-run.reorder", lambda a: {"threadId": a.thread, "runIds": a.runs},
+    lambda r: "queue: " + (", ".join(r["queuedRunIds"]) or "empty"),
+)
+cmd_implement = simple_call(
+    "plan.implement", lambda a: {"planId": a.plan, "mode": "new_thread" if a.new_thread else "new_run"},
+    lambda r: (f"run {r['runId']} implements {r['planId']} on {r['threadId']}" if r.get("runId")
+               else f"thread {r['threadId']} implements {r['planId']}")
+    + f"; `agentd show {r['threadId']}` follows it",
+)
+
+
+# -- answering requests ------------------------------------------------------------------
+
+
+async def find_request(client: Client, request_id: str) -> dict[str, Any] | None:
+    """A pending request by id (only threads that wait can have one)."""
+    for thread in (await client.call("thread.list"))["threads"]:
+        if thread["status"] == "waiting":
+            for request in (await client.call("thread.requests", threadId=thread["id"]))["requests"]:
+                if request["id"] == request_id:
+                    return request
+    return None
+
+
+async def _respond(client: Client, args: argparse.Namespace, method: str, params: dict[str, Any]) -> int:
+    try:
+        result = await client.call(method, **params)
+    except AgentdError as exc:
+        if exc.kind != "invalid_params" or exc.data.get("field") != "requestId":
+            raise
+        # The request is of the other kind: say which command answers it.
+        request = await find_request(client, args.request)
+        if method == "approval.respond":
+            command = answer_command(request) if request else f"agentd answer {args.request} KEY=VALUE…"
+            raise CliError(f"request {args.request} is a question, not an approval; answer it with `{command}`") from None
+        command = answer_command(request) if request else f"agentd approve {args.request}"
+        raise CliError(f"request {args.request} is an approval, not a question; answer it with `{command}`") from None
+    print_json(result) if args.json else print(f"{result['requestId']} {result['status']}")
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    params = {"requestId": args.request, "decision": "decline" if args.deny else "accept"}
+    return run_with_client(args, lambda client: _respond(client, args, "approval.respond", params))
+
+
+def parse_answers(pairs: list[str], request_id: str) -> dict[str, str | list[str]]:
+    """``key=value`` pairs; a key given twice has a list of values."""
+    answers: dict[str, str | list[str]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"answers are KEY=VALUE, not {pair!r}: e.g. `agentd answer {request_id} color=blue` "
+                           "(`agentd requests THREAD` shows the keys)", EXIT_USAGE)
+        if key in answers:
+            previous = answers[key]
+            answers[key] = [*previous, value] if isinstance(previous, list) else [previous, value]
+        else:
+            answers[key] = value
+    return answers
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    params = {"requestId": args.request, "answers": parse_answers(args.answers, args.request)}
+    return run_with_client(args, lambda client: _respond(client, args, "user-input.respond", params))

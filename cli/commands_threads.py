@@ -1,0 +1,116 @@
+"""Commands that make and read threads: ``new``, ``threads``, ``show``,
+``requests`` and ``events``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from agentd.protocol.client import Client
+
+from .common import CliError, print_json, run_with_client
+from .render import event_line, held_run_ids, message_lines, plan_lines, queue_lines, render_tree, request_lines
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        params = {k: v for k, v in (("title", args.title), ("workspace", args.workspace), ("provider", args.provider)) if v}
+        if params.get("workspace"):
+            params["workspace"] = os.path.abspath(params["workspace"])
+        result = await client.call("thread.create", **params)
+        print_json(result) if args.json else print(result["threadId"])
+        return 0
+
+    return run_with_client(args, go)
+
+
+def cmd_threads(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        threads = (await client.call("thread.list"))["threads"]
+        if args.json:
+            print_json(threads)
+            return 0
+        if not threads:
+            print("no threads yet; `agentd new` makes one")
+            return 0
+        print(f"{'THREAD':30} {'STATUS':8} {'PROVIDER':10} {'RUNS':>4}  {'ACTIVE RUN':30} {'QUEUED':12} TITLE")
+        for t in threads:
+            queued = ""
+            if t["status"] != "idle" or t["queueHeld"]:
+                # Only a busy or held thread can have runs waiting.
+                runs = (await client.call("thread.get", threadId=t["id"]))["runs"]
+                waiting = [r for r in runs if r["status"] == "queued"]
+                held = len([r for r in waiting if r["id"] in held_run_ids(t)])
+                queued = f"{len(waiting)}" + (f" ({held} held)" if held else "") if waiting else ""
+            print(f"{t['id']:30} {t['status']:8} {t['provider']:10} {t['runCount']:>4}  {t['activeRunId'] or '-':30} "
+                  f"{queued or '-':12} {t['title']}")
+        return 0
+
+    return run_with_client(args, go)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        detail = await client.call("thread.get", threadId=args.thread)
+        runs = [await client.call("run.get", runId=r["id"]) for r in detail["runs"]]
+        requests = (await client.call("thread.requests", threadId=args.thread))["requests"]
+        if args.json:
+            print_json({**detail, "runs": runs, "requests": requests})
+            return 0
+        thread = detail["thread"]
+        lines = render_tree(thread, runs)
+        lines[1:1] = [f"  {line}" for line in queue_lines(thread, detail["runs"])]
+        for request in requests:
+            lines += [f"  {line}" for line in request_lines(request)]
+        lines += message_lines(detail["messages"], detail["runs"])
+        lines += plan_lines([a for run in runs for a in run["artifacts"]])
+        print("\n".join(lines))
+        return 0
+
+    return run_with_client(args, go)
+
+
+def cmd_requests(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        requests = (await client.call("thread.requests", threadId=args.thread))["requests"]
+        if args.json:
+            print_json(requests)
+        elif not requests:
+            print(f"nothing waits for an answer on thread {args.thread}")
+        for request in [] if args.json else requests:
+            print("\n".join(request_lines(request)))
+        return 0
+
+    return run_with_client(args, go)
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        last = args.after
+        if args.thread is not None:
+            await client.call("thread.get", threadId=args.thread)  # a thread that does not exist is an error
+        # Without --follow the log is read up to its current end, which may be
+        # another thread's event: the thread is then filtered here.
+        thread = args.thread if args.follow else None
+        async with client.subscribe(thread_id=thread, after_seq=args.after) as events:
+            target = (await client.call("daemon.status"))["lastSeq"]
+            if not args.follow and target <= args.after:
+                return 0
+            async for event in events:
+                if args.thread is not None and event.get("threadId") != args.thread:
+                    pass
+                elif args.json:
+                    print(json.dumps(event, ensure_ascii=False), flush=True)
+                elif not event.get("ephemeral"):
+                    print(event_line(event), flush=True)
+                if not event.get("ephemeral"):
+                    last = event["seq"]
+                    if not args.follow and last >= target:
+                        return 0
+            if events.resync_after is not None:
+                raise CliError(f"fell behind the daemon; resume with `agentd events --after {events.resync_after}`")
+            raise CliError(f"the daemon closed the connection after seq {last}; "
+                           f"resume with `agentd events --follow --after {last}` once it is back")
+
+    return run_with_client(args, go)

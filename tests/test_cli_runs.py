@@ -1,0 +1,109 @@
+"""``agentd`` run control as a person uses it (issue 13): Stop never wedges a
+thread, ``send`` says where its run waits, retries show, and the protocol's
+queue, request and plan methods have commands."""
+
+from __future__ import annotations
+
+from tests.cli_helpers import first_line, run, spawn
+from tests.helpers import script, wait_event, wait_run_terminal
+
+HANG = script({"tool": {"name": "long job", "hang": True}})
+
+
+async def new_thread(daemon) -> str:
+    return (await run(daemon, "new")).stdout.decode().strip()
+
+
+async def detached(daemon, thread_id: str, text: str) -> str:
+    return (await run(daemon, "send", thread_id, text, "--detach")).stdout.decode().strip()
+
+
+async def test_a_message_after_stop_runs_and_send_says_what_waits(daemon, client):
+    thread_id = await new_thread(daemon)
+    active = await detached(daemon, thread_id, HANG)
+    await wait_event(client, lambda e: e["type"] == "tool.started", thread_id=thread_id)
+    held = await detached(daemon, thread_id, "queued before the stop")
+    stopped = await run(daemon, "stop", thread_id)
+    assert first_line(stopped.stdout) == (f"stopped: interrupt requested for {active}; runs queued before now are held "
+                                          f"(`agentd release {thread_id}` starts them)")
+    sent = await run(daemon, "send", thread_id, "after the stop")
+    assert sent.stdout.decode() == "You said: after the stop\n"
+    err = sent.stderr.decode().splitlines()
+    assert err[0].startswith("run 2 accepted: run_")
+    assert err[1] == f"queue held: 1 run waits; `agentd release {thread_id}` starts it"
+    assert err[-1] == "run 2 completed"
+
+    threads = (await run(daemon, "threads")).stdout.decode().splitlines()
+    assert threads[0].split() == ["THREAD", "STATUS", "PROVIDER", "RUNS", "ACTIVE", "RUN", "QUEUED", "TITLE"]
+    assert threads[1].split()[:7] == [thread_id, "idle", "scripted", "3", "-", "1", "(1"]
+    shown = (await run(daemon, "show", thread_id)).stdout.decode().splitlines()
+    assert shown[1:3] == [f"  queued: {held} (run 3, held)", f"  queue held: 1 run waits; `agentd release {thread_id}` starts it"]
+    assert f"└─ run 3 {held} queued (held)" in shown
+
+    released = await run(daemon, "release", thread_id)
+    assert first_line(released.stdout) == f"queue released on {thread_id}: held runs start in order"
+    assert (await wait_run_terminal(client, thread_id, held))["status"] == "completed"
+
+
+async def test_send_says_where_its_run_waits_and_when_it_starts(daemon, client):
+    thread_id = await new_thread(daemon)
+    active = await detached(daemon, thread_id, HANG)
+    await wait_event(client, lambda e: e["type"] == "tool.started", thread_id=thread_id)
+    async with spawn(daemon, "send", thread_id, "next") as send:
+        err = await send.wait_for("ahead)", on="err")
+        assert err.splitlines()[0].startswith("run 2 accepted: run_")
+        assert err.splitlines()[1] == f"queued behind run {active} (1 ahead)"
+        interrupted = await run(daemon, "interrupt", active)
+        assert first_line(interrupted.stdout) == f"interrupt requested for {active}"
+        assert await send.finish() == 0
+    assert send.err.decode().splitlines()[2:] == ["run 2 started", "run 2 completed"]
+    assert send.out.decode() == "You said: next\n"
+
+
+async def test_a_retried_run_says_so_instead_of_repeating_silently(daemon):
+    thread_id = await new_thread(daemon)
+    sent = await run(daemon, "send", thread_id, script({"say": "thinking"}, {"crash": 9, "once": True}, {"say": "done"}))
+    out = sent.stdout.decode().splitlines()
+    retry = next(i for i, line in enumerate(out) if line.startswith("[retry]"))
+    assert out[retry].startswith("[retry] attempt 2 (provider_recovery): provider_crashed: ")
+    assert out[:retry] == ["thinking"] and out[retry + 1:] == ["thinking", "done"]
+
+
+async def test_cancel_reorder_and_requests(daemon, client):
+    thread_id = await new_thread(daemon)
+    await detached(daemon, thread_id, script({"approval": {"kind": "command", "command": "make deploy"}}))
+    request = (await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=thread_id))["payload"]["request"]
+    q1, q2, q3 = [await detached(daemon, thread_id, text) for text in ("one", "two", "three")]
+
+    assert (await run(daemon, "requests", thread_id)).stdout.decode().splitlines() == [
+        f"[approval needed: make deploy] {request['id']}",
+        f"  answer with: agentd approve {request['id']}   (--deny to decline)",
+    ]
+    assert first_line((await run(daemon, "cancel", q2)).stdout) == f"{q2} cancelled"
+    assert first_line((await run(daemon, "reorder", thread_id, q3, q1)).stdout) == f"queue: {q3}, {q1}"
+    wrong = await run(daemon, "reorder", thread_id, q1, check=False)
+    assert wrong.returncode == 1 and first_line(wrong.stderr).startswith("agentd: runIds must list exactly the queued runs")
+    await run(daemon, "approve", request["id"])
+    assert (await wait_run_terminal(client, thread_id, q1))["status"] == "completed"
+    runs = {r["id"]: r for r in (await client.call("thread.get", threadId=thread_id))["runs"]}
+    assert runs[q3]["ordinal"] < runs[q1]["ordinal"] and runs[q2]["status"] == "cancelled"
+    assert first_line((await run(daemon, "requests", thread_id)).stdout) == f"nothing waits for an answer on thread {thread_id}"
+
+
+async def test_implement_a_proposed_plan(daemon, client):
+    thread_id = await new_thread(daemon)
+    sent = await run(daemon, "send", thread_id, script({"proposePlan": "# Plan\n1. write it\n2. test it"}, {"proposePlan": "# Other"}))
+    lines = sent.stdout.decode().splitlines()
+    plans = [line.split()[2] for line in lines if line.startswith("[proposed plan] ")]
+    assert lines[:4] == [f"[proposed plan] {plans[0]} — implement with `agentd implement {plans[0]}`",
+                         "  # Plan", "  1. write it", "  2. test it"]
+    done = await run(daemon, "implement", plans[0])
+    run_id = first_line(done.stdout).split()[1]
+    assert first_line(done.stdout) == f"run {run_id} implements {plans[0]} on {thread_id}; `agentd show {thread_id}` follows it"
+    again = await run(daemon, "implement", plans[0], check=False)
+    assert (again.returncode, first_line(again.stderr)) == (1, f"agentd: plan {plans[0]} is already implemented (by {run_id})")
+    child = await run(daemon, "implement", plans[1], "--new-thread")
+    assert first_line(child.stdout).startswith("thread thr_") and f"implements {plans[1]}" in first_line(child.stdout)
+    assert (await wait_run_terminal(client, thread_id, run_id))["status"] == "completed"
+    shown = (await run(daemon, "show", thread_id)).stdout.decode()
+    assert f"  {plans[0]} implemented — by {run_id}" in shown
