@@ -185,6 +185,9 @@ async def second_life(client: Client, threads: dict[str, str]) -> None:
     resumed (replaced with a handoff), and one that is resumed."""
     await finish(client, threads["t1"], await send(client, threads["t1"], "are you there?"))
     await finish(client, threads["t2"], await send(client, threads["t2"], "and you?"))
+    checkpoints = (await client.call("checkpoint.list", threadId=threads["t2"]))["checkpoints"]
+    captured = [c for c in checkpoints if c["status"] == "captured"]
+    await client.call("checkpoint.restore", checkpointId=captured[0]["id"])
 
 
 async def follow_ephemeral(client: Client, seen: set[str], task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -236,10 +239,25 @@ async def _run_scenarios(base: Path) -> list[dict[str, Any]]:
     return log + [{"type": t, "ephemeral": True} for t in sorted(live)]
 
 
+#: documented types whose scenario needs a fault this walk does not stage
+#: (git missing, a SIGKILL inside a capture): each is asserted by the named test
+EMITTED_ELSEWHERE = {
+    "checkpoint.error": ("test_checkpoints_daemon", "test_git_missing_gives_error_checkpoints_and_the_run_ends_normally"),
+    "checkpoint.missing": ("test_checkpoints_daemon", "test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptured"),
+}
+
+
+def test_events_emitted_elsewhere_name_tests_that_exist():
+    import importlib
+
+    for event_type, (module, test) in EMITTED_ELSEWHERE.items():
+        assert hasattr(importlib.import_module(f"tests.{module}"), test), f"{event_type}: no test {module}::{test}"
+
+
 def test_every_documented_event_type_is_emitted_by_a_scenario(emitted):
     concrete, patterns, source = documented_events()
     types_ = {e["type"] for e in emitted}
-    missing = sorted(concrete - types_)
+    missing = sorted(concrete - types_ - set(EMITTED_ELSEWHERE))
     assert not missing, f"documented but never emitted: {missing}"
     unmatched = [source[p.pattern] for p in patterns if not any(p.match(t) for t in types_)]
     assert not unmatched, f"documented patterns never emitted: {unmatched}"
