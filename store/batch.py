@@ -15,12 +15,15 @@ import msgspec
 
 from .records import (
     RUN_OPEN,
+    TRANSFER_IN_FLIGHT,
     AppThread,
+    ContextTransfer,
     ConversationMessage,
     Effect,
     ExecutionNode,
     PlanArtifact,
     ProviderSession,
+    ProviderThread,
     ProviderTurn,
     Run,
     RunAttempt,
@@ -123,6 +126,15 @@ class WriteBatch:
             self._idx("idx_pending_requests", index_key(record.thread_id, record.id), b"" if pending else None)
         elif isinstance(record, PlanArtifact):
             self._idx("idx_run_artifacts", index_key(record.run_id, record.id))
+        elif isinstance(record, ContextTransfer):
+            # Listed under both threads it joins; in flight until a turn takes it in.
+            self._idx("idx_thread_transfers", index_key(record.source_thread_id, record.id))
+            if record.target_thread_id != record.source_thread_id:
+                self._idx("idx_thread_transfers", index_key(record.target_thread_id, record.id))
+            in_flight = record.status in TRANSFER_IN_FLIGHT
+            self._idx("idx_inflight_transfers", record.id.encode(), record.target_thread_id.encode() if in_flight else None)
+        elif isinstance(record, ProviderThread):
+            self._idx("idx_thread_backing", index_key(record.thread_id, record.id))
         elif isinstance(record, AppThread):
             # The threads database is itself the thread list, in id (creation) order.
             if record.parent_thread_id is not None:
@@ -142,6 +154,7 @@ DATABASES = (
     "provider_threads",
     "provider_turns",
     "context_handoffs",
+    "context_transfers",
     "requests",
     "artifacts",
     "events",
@@ -161,4 +174,7 @@ DATABASES = (
     "idx_pending_requests",
     "idx_run_artifacts",
     "idx_thread_children",
+    "idx_thread_transfers",
+    "idx_inflight_transfers",
+    "idx_thread_backing",
 )
