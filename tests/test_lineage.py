@@ -9,7 +9,7 @@ native store) without native fork, so it takes the portable paths.
 
 from __future__ import annotations
 
-import re
+from pathlib import Path
 
 import pytest
 
@@ -245,5 +245,25 @@ async def test_clean_context_replaces_the_provider_thread_with_a_summary(client)
     assert unusable["payload"]["providerThreadId"] == old
 
 
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z]+", text))
+async def test_a_failed_native_fork_says_why_and_the_retry_resolves_portably(client):
+    """F6: a fork whose resolution fails fails its run with the reason, and
+    stays usable: the next message resolves it with a portable handoff."""
+    source, runs = await three_runs(client)
+    forked = await client.call("thread.fork", threadId=source, sourcePoint={"type": "run", "runId": runs[1]["id"]})
+    (transfer,) = await transfers(client, forked["threadId"])
+    data_dir = Path((await client.call("daemon.status"))["dataDir"])
+    native = data_dir / "providers" / "scripted" / "threads" / f"{transfer['sourcePoint']['nativeThreadId']}.json"
+    native.unlink()  # the source's native conversation is gone
+
+    failed = await send_and_wait(client, forked["threadId"], say("echo"))
+    assert failed["status"] == "failed" and failed["reason"].startswith("context_transfer_failed: native fork failed")
+    (transfer,) = await transfers(client, forked["threadId"])
+    assert transfer["status"] == "failed" and "native fork failed" in transfer["error"]
+    messages = (await client.call("thread.get", threadId=forked["threadId"]))["messages"]
+    assert [m["status"] for m in messages] == ["not_sent"], "the text is kept to send again"
+
+    seen = await recall(client, forked["threadId"], "alpha", "bravo", "charlie", "echo")
+    assert seen == {"alpha": "context", "bravo": "context", "charlie": "absent", "echo": "absent"}
+    (transfer,) = await transfers(client, forked["threadId"])
+    assert (transfer["status"], transfer["resolution"], transfer["lowerFidelity"]) == ("consumed", "portable", True)
+    assert transfer["error"].startswith("context_transfer_failed"), "why it went portable stays on the record"
