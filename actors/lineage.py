@@ -146,6 +146,9 @@ class StartView:
     transfer: ContextTransfer | None = None
     #: the provider thread a fork's source point names
     source_backing: ProviderThread | None = None
+    #: runs of a fork's source point that were rolled back since the fork:
+    #: the source's native thread no longer holds them (the fork keeps them)
+    source_rolled_back: tuple[str, ...] = ()
     #: the provider of the last run in the history (the source of a switch)
     previous_provider: str | None = None
     #: the message asked for a clean context
@@ -247,6 +250,8 @@ def _why_not_native(view: StartView, transfer: ContextTransfer, source: Provider
         return "portable: the source point has no native thread to fork"
     if source.status == "unusable":
         return f"portable: the source's provider thread is unusable ({source.reason or 'no reason recorded'})"
+    if view.source_rolled_back:
+        return f"portable: the source rolled back {len(view.source_rolled_back)} run(s) of the fork point since the fork"
     return None
 
 

@@ -292,15 +292,18 @@ def gather_view(actor: ThreadActor, active: ActiveRun, lost: tuple[str, str] | N
     if current is not None and backing.get(current.provider, current).id == current.id:
         state.provider_thread = current = backing.get(current.provider, current)
     source_backing = None
+    rolled_back: tuple[str, ...] = ()
     if transfer is not None and transfer.source_point.provider_thread_id:
         source_backing = store.get(ProviderThread, transfer.source_point.provider_thread_id)
         if source_backing is not None:
             source_backing = _with_legacy_coverage(store, source_backing)
+        rolled_back = tuple(run.id for run in map(store.run, transfer.source_run_ids) if run and run.status == "rolled_back")
     previous = store.run(history[-1]) if history else None
     config = actor.config
     return StartView(
         thread_id=thread.id, run_id=run.id, target=target, history=history, backing=backing, current=current,
-        transfer=transfer, source_backing=source_backing, previous_provider=previous.provider if previous else None,
+        transfer=transfer, source_backing=source_backing, source_rolled_back=rolled_back,
+        previous_provider=previous.provider if previous else None,
         clean_context=run.clean_context, lost=lost,
         limits=Limits(max_bridges=config.handoff_max_bridges, max_runs_behind=config.handoff_max_runs_behind),
     )

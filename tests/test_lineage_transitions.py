@@ -125,6 +125,7 @@ def test_a_native_fork_whose_source_missed_runs_gets_a_delta_beside_it():
     (fork_transfer(), dict(native_fork=False), "a has no native fork"),
     (fork_transfer(native=None), {}, "the source point has no native thread"),
     (fork_transfer(status="failed", error="boom"), {}, "the earlier resolution failed (boom)"),
+    (fork_transfer(), dict(source_rolled_back=("r2",)), "the source rolled back 1 run(s) of the fork point"),
 ])
 def test_a_fork_resolves_portably_otherwise(transfer, target, why):
     source = pt("pth_src", covered=("r1", "r2"))
@@ -323,4 +324,33 @@ async def test_the_handoff_cap_drops_the_oldest_runs_first_and_says_so(tmp_path,
 
     cut = build_handoff(store, ["r5"], strategy="delta", reason="r", cap=200)
     assert cut.size <= 200 and cut.dropped == ["the end of run r5 cut to fit 200 characters"]
+    store.close()
+
+
+async def test_a_forks_history_is_frozen_at_the_fork_even_if_the_source_rolls_back(tmp_path, nursery):
+    """F6: a fork whose source is later rolled back keeps its own history —
+    the run ids are frozen on its transfer; the stored runs still tell them."""
+    from agentd.actors.handoff import build_handoff
+    from agentd.actors.transfers import thread_history
+    from agentd.store.batch import WriteBatch
+    from agentd.store.db import Store
+
+    store = Store(tmp_path / "store", map_size=1 << 26, inline_commits=True)
+    await nursery.start(store.writer.serve)
+    batch = WriteBatch()
+    for i in (1, 2, 3):
+        batch.put(Run(id=f"r{i}", thread_id="thr_s", ordinal=i, status="completed", provider="a", user_message_id=f"m{i}",
+                      started_at=1.0))
+        batch.put(ConversationMessage(id=f"m{i}", thread_id="thr_s", run_id=f"r{i}", role="user", text=f"word{i}"))
+    batch.put(Run(id="f1", thread_id="thr_t", ordinal=1, status="completed", provider="a", started_at=1.0))
+    batch.put(fork_transfer())
+    await store.commit(batch)
+    rollback = WriteBatch()
+    rollback.put(Run(id="r2", thread_id="thr_s", ordinal=2, status="rolled_back", provider="a", user_message_id="m2",
+                     started_at=1.0))
+    await store.commit(rollback)
+    assert thread_history(store, "thr_s") == ["r1", "r3"], "the source's own history drops its rolled-back run"
+    assert thread_history(store, "thr_t") == ["r1", "r2", "f1"], "the fork keeps what it was forked with"
+    text = build_handoff(store, ["r1", "r2"], strategy="portable_full", reason="fork", cap=32_000).text
+    assert "word2" in text and "word3" not in text
     store.close()
