@@ -358,9 +358,14 @@ def record_start(
         _emit_transfer(batch, "created", transfer, run.id)
     handoff = None
     if built is not None and ctx.handoff is not None:
-        source_pt = ctx.retire.id if ctx.retire is not None else (state.provider_thread.id if state.provider_thread else None)
-        if ctx.native is not None:
-            source_pt = ctx.native.source.id
+        # Where the context comes from: a fork's source, the provider thread
+        # being replaced, else the one the thread ran on last.
+        if ctx.transfer is not None:
+            source_pt = ctx.transfer.source_point.provider_thread_id
+        elif ctx.retire is not None:
+            source_pt = ctx.retire.id
+        else:
+            source_pt = state.provider_thread.id if state.provider_thread else None
         handoff = ContextHandoff(
             id=new_id("hof"), thread_id=state.thread_id, strategy=ctx.handoff.strategy, reason=ctx.handoff.reason,
             source_provider_thread_id=source_pt,

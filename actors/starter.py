@@ -38,10 +38,15 @@ if TYPE_CHECKING:
 
 
 async def _context(actor: ThreadActor, attempt_id: str, lost: tuple[str, str] | None = None) -> StartPlan | None:
-    """Ask the actor for the attempt's context; None: the run ended instead."""
+    """Ask the actor for the attempt's context; None: the run ends instead
+    (the actor ended it, or resolving failed and is reported here)."""
     request = ContextNeeded(attempt_id, lost)
     await actor.post(request)
-    return await request.reply.wait()
+    try:
+        return await request.reply.wait()
+    except AgentdError as exc:
+        await actor.post(AttemptStartFailed(attempt_id, "context_failed", exc))
+        return None
 
 
 async def _resume(conn: ProviderConnection, plan: StartPlan, cwd: str) -> tuple[int | None, str | None]:
@@ -89,7 +94,9 @@ async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
             plan = await _context(actor, attempt_id, lost=(plan.resume.id, lost))
             if plan is None:
                 return
-            assert plan.resume is None, "a provider thread that cannot go on is replaced"
+            if plan.resume is not None:  # pragma: no cover - lineage replaces a lost provider thread
+                await actor.post(AttemptStartFailed(attempt_id, "context_failed", f"{lost}, and it was not replaced"))
+                return
         if plan.fork_native_thread_id is not None:
             try:
                 native = await conn.fork_thread(plan.fork_native_thread_id, last_turn_id=plan.fork_turn_ref)

@@ -18,10 +18,11 @@ fork) and ``resolve_source`` (what a client's source point means now).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from agentd.protocol import wire
-from agentd.protocol.errors import InvalidState, NotFound, Unsupported
+from agentd.protocol.errors import AgentdError, InternalError, InvalidState, NotFound, Unsupported
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import (
@@ -44,6 +45,8 @@ from .state import ActiveRun, ThreadState
 
 if TYPE_CHECKING:
     from .thread_actor import ThreadActor
+
+log = logging.getLogger(__name__)
 
 #: transfer types a fork-like resolution handles (``provider_handoff`` ones are made per start)
 INCOMING = ("pending", "failed")
@@ -311,7 +314,16 @@ def gather_view(actor: ThreadActor, active: ActiveRun, lost: tuple[str, str] | N
 
 async def on_context_needed(actor: ThreadActor, item: ContextNeeded) -> None:
     """Resolve the attempt's start context (``lineage.resolve_start_context``)
-    and make it durable before any provider work; answer the starter."""
+    and make it durable before any provider work; answer the starter — with
+    an error if that fails, so the starter never waits for nothing."""
+    try:
+        await _resolve_context(actor, item)
+    except Exception as exc:
+        log.exception("thread %s: resolving the context of attempt %s failed", actor.thread_id, item.attempt_id)
+        item.reply.fail(exc if isinstance(exc, AgentdError) else InternalError(f"resolving the run's context failed: {exc}"))
+
+
+async def _resolve_context(actor: ThreadActor, item: ContextNeeded) -> None:
     state = actor.state
     active = state.active
     if active is None or not state.is_current(item.attempt_id):
