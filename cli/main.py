@@ -6,6 +6,7 @@
     agentd send THREAD TEXT [--steer|--restart|--queue]   stream the answer until the run ends
     agentd stop THREAD | interrupt RUN [--hold-queue] | approve REQUEST [--deny] | answer REQUEST k=v…
     agentd threads | show THREAD | events [--thread T] [--after SEQ] [--follow] | status
+    agentd fork THREAD [--from RUN|latest] [--side] | lineage THREAD | handoff HANDOFF   (lineage_cmds.py)
 
 ``--json`` makes read commands print JSON for scripts.
 """
@@ -23,6 +24,8 @@ import trio
 
 from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError
+
+from .lineage_cmds import add_lineage_commands
 
 TERMINAL_RUN = ("completed", "failed", "interrupted", "cancelled", "rolled_back")
 
@@ -477,6 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", parents=[results], help="daemon status")
     p.set_defaults(fn=cmd_status)
+
+    add_lineage_commands(sub, results=results)
     return parser
 
 
