@@ -48,8 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: transfer types a fork-like resolution handles (``provider_handoff`` ones are made per start)
-INCOMING = ("pending", "failed")
 
 
 # -- what a thread's conversation is ---------------------------------------------------------
@@ -282,8 +280,9 @@ def gather_view(actor: ThreadActor, active: ActiveRun, lost: tuple[str, str] | N
     target = Target(provider, adapter.kind, adapter.capabilities.native_fork,
                     lineage.provider_settings(actor.config.providers.get(provider)))
     transfers = store.thread_transfers(thread.id)
+    # A pending transfer into the thread; a failed fork too (it resolves again, portably).
     transfer = next((t for t in transfers if t.target_thread_id == thread.id and t.type != "provider_handoff"
-                     and t.status in INCOMING), None)
+                     and (t.status == "pending" or (t.type == "fork" and t.status == "failed"))), None)
     history = tuple(thread_history(store, thread.id, before_ordinal=run.ordinal))
     current = state.provider_thread
     backing: dict[str, ProviderThread] = {}
@@ -335,6 +334,11 @@ async def _resolve_context(actor: ThreadActor, item: ContextNeeded) -> None:
     if ctx.kind == "unsupported":
         item.reply.set(None)
         batch.emit("run.context_resolved", run_id=active.run.id, kind=ctx.kind, reason=ctx.reason)
+        if ctx.transfer is not None and ctx.transfer.type != "fork":
+            # Said once: the thread's next runs go on without it.
+            failed = struct_copy(ctx.transfer, status="failed", error=f"context_unsupported: {ctx.reason}", run_id=active.run.id)
+            batch.put(failed)
+            batch.emit("context_transfer.failed", run_id=active.run.id, transfer=to_wire(failed))
         await actor.end_run(batch, "failed", reason=f"context_unsupported: {ctx.reason}")
         return
     built = None
