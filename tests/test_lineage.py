@@ -267,3 +267,24 @@ async def test_a_failed_native_fork_says_why_and_the_retry_resolves_portably(cli
     (transfer,) = await transfers(client, forked["threadId"])
     assert (transfer["status"], transfer["resolution"], transfer["lowerFidelity"]) == ("consumed", "portable", True)
     assert transfer["error"].startswith("context_transfer_failed"), "why it went portable stays on the record"
+
+
+async def test_fork_from_a_completed_subagent_node_and_from_a_provider_turn(client):
+    """F6 source points: a completed node (without a native thread of its
+    own, the fork point is the end of its run) and a provider turn."""
+    thread_id = (await client.call("thread.create"))["threadId"]
+    first = await send_and_wait(client, thread_id, script({"subagent": {"steps": [{"say": "the word is alpha"}]}}))
+    await send_and_wait(client, thread_id, say("bravo"))
+    (node,) = [n for n in (await client.call("run.get", runId=first["id"]))["nodes"] if n["kind"] == "subagent"]
+    forked = await client.call("thread.fork", threadId=thread_id, sourcePoint={"type": "node", "nodeId": node["id"]})
+    (transfer,) = await transfers(client, forked["threadId"])
+    assert (transfer["sourcePoint"]["nodeId"], transfer["sourcePoint"]["runId"]) == (node["id"], first["id"])
+    assert await recall(client, forked["threadId"], "alpha", "bravo") == {"alpha": "native", "bravo": "absent"}
+
+    attempt = (await client.call("run.get", runId=first["id"]))["attempts"][0]
+    forked = await client.call("thread.fork", threadId=thread_id, sourcePoint={
+        "type": "provider_thread", "providerThreadId": attempt["providerThreadId"], "providerTurnId": attempt["providerTurnId"]})
+    assert await recall(client, forked["threadId"], "alpha", "bravo", provider="basic") == {"alpha": "context", "bravo": "absent"}
+    with pytest.raises(AgentdError) as info:
+        await client.call("thread.fork", threadId=thread_id, sourcePoint={"type": "node", "nodeId": "nod_missing"})
+    assert info.value.kind == "not_found"
