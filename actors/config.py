@@ -9,6 +9,9 @@ unsupported_interrupt = "interrupted"   # or "cancelled": runs stopped because t
 websocket_port = 7311         # also serve on ws://127.0.0.1:7311/ (token in <data-dir>/websocket.token)
 websocket_origins = []        # browser origins allowed to connect
 allow_broad_workspaces = false  # let / or the home folder itself be a workspace
+handoff_max_chars = 32000     # cap on a context handoff's text (what is dropped is recorded)
+handoff_max_bridges = 3       # delta handoffs in a row before a fresh provider thread
+handoff_max_runs_behind = 20  # runs a returning provider thread may miss before a fresh one
 
 [providers.basic]
 kind = "scripted"
@@ -85,6 +88,12 @@ class DaemonSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     websocket_origins: list[str] = []
     #: allow ``/`` and the home folder itself as a thread's workspace
     allow_broad_workspaces: bool = False
+    #: characters a ContextHandoff's text may have; older runs are dropped first (SPEC F5)
+    handoff_max_chars: Annotated[int, msgspec.Meta(ge=1000)] = 32_000
+    #: a provider thread bridged by this many delta handoffs in a row gets a fresh one instead
+    handoff_max_bridges: Annotated[int, msgspec.Meta(ge=0)] = 3
+    #: a provider thread that missed more runs than this gets a fresh one instead of a delta
+    handoff_max_runs_behind: Annotated[int, msgspec.Meta(ge=0)] = 20
 
 
 class ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):

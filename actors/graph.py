@@ -24,7 +24,6 @@ from agentd.store.ids import new_id
 from agentd.store.records import (
     NODE_TERMINAL,
     Checkpoint,
-    ContextHandoff,
     ConversationMessage,
     Effect,
     EffectStatus,
@@ -97,12 +96,14 @@ def parent_node(active: ActiveRun, parent_item_id: str | None) -> ExecutionNode:
 def new_run(
     batch: ThreadBatch, state: ThreadState, text: str, provider: str, *, dispatch_mode: str,
     supersedes: str | None = None, message: ConversationMessage | None = None, ordinal: int | None = None,
+    clean_context: bool = False,
 ) -> tuple[Run, ConversationMessage]:
     """A queued run: its user message (``message``, or a new one with
     ``text``), the run, its root node, its first attempt and the outbox entry
     that sends it to the provider. The caller puts the run into the queue
     (``ordinal``: its place when it goes before runs already queued, whose
-    ordinals the caller moves up)."""
+    ordinals the caller moves up). ``clean_context``: the run starts on a
+    fresh provider thread (SPEC F5)."""
     now = batch.now
     thread_id = state.thread_id
     run_count = state.thread.run_count + 1
@@ -124,7 +125,7 @@ def new_run(
     run = Run(
         id=run_id, thread_id=thread_id, ordinal=ordinal, provider=provider, user_message_id=message.id,
         root_node_id=node_id, selected_attempt_id=attempt_id, attempt_count=1, supersedes_run_id=supersedes,
-        created_at=now,
+        created_at=now, clean_context=clean_context,
     )
     set_thread(batch, state, run_count=run_count, provider=provider)
     batch.put_all(message, run, root, attempt)
@@ -151,42 +152,28 @@ def renumber_queue(batch: ThreadBatch, state: ThreadState) -> None:
 # -- the running turn -------------------------------------------------------------------
 
 
-def provider_thread_ready(batch: ThreadBatch, state: ThreadState, ready: ProviderThreadReady, *, kind: str) -> None:
+def provider_thread_ready(
+    batch: ThreadBatch, state: ThreadState, ready: ProviderThreadReady, *, kind: str, fields: dict[str, Any] | None = None,
+) -> ProviderThread:
     """The attempt's native thread is open: record a new ProviderThread
-    (``kind`` is its adapter's; a replaced one becomes ``unusable`` and a
-    handoff is stored) or a resumed one, and tie the attempt to it."""
+    (``kind`` is its adapter's, ``fields`` its lineage: lineage.py) or the
+    resumed one, make it the thread's current one, and tie the attempt to it.
+    A provider thread this one replaces was retired before (lineage.py)."""
     active = state.active
     assert active is not None
     now = batch.now
-    attempt = active.attempt
     if ready.created:
-        replaced = state.provider_thread
-        if replaced is not None and replaced.status != "unusable":
-            reason = ready.handoff.reason if ready.handoff else "replaced"
-            replaced = struct_copy(replaced, status="unusable", reason=reason, updated_at=now)
-            batch.put(replaced)
-            batch.emit("provider_thread.unusable", run_id=active.run.id, node_id=active.root.id,
-                       providerThreadId=replaced.id, reason=reason)
         pt = ProviderThread(
             id=new_id("pth"), thread_id=state.thread_id, provider=active.run.provider, kind=kind,
-            native_thread_id=ready.native_thread_id, created_at=now, updated_at=now,
+            native_thread_id=ready.native_thread_id, created_at=now, updated_at=now, **(fields or {}),
         )
         batch.put(pt)
-        set_thread(batch, state, provider_thread_id=pt.id)
         batch.emit("provider_thread.created", run_id=active.run.id, node_id=active.root.id, providerThread=to_wire(pt))
-        if ready.handoff is not None:
-            handoff = ContextHandoff(
-                id=new_id("hof"), thread_id=state.thread_id, strategy="portable_context",
-                reason=ready.handoff.reason, source_provider_thread_id=ready.handoff.replaced_provider_thread_id,
-                target_provider_thread_id=pt.id, covered_run_count=ready.handoff.covered_run_count,
-                text=ready.handoff.text, created_at=now,
-            )
-            batch.put(handoff)
-            batch.emit("context_handoff.created", run_id=active.run.id, node_id=active.root.id, handoff=to_wire(handoff))
-            attempt = struct_copy(attempt, handoff_id=handoff.id)
     else:
-        pt = state.provider_thread
+        pt = ready.provider_thread or state.provider_thread
         assert pt is not None, "resumed a provider thread the actor does not know"
+        if state.provider_thread is not None and state.provider_thread.id == pt.id:
+            pt = state.provider_thread  # the newer value (coverage) if the actor has one
         if ready.resumed_turn_count is not None:
             pt = struct_copy(pt, status="active", updated_at=now)
             batch.put(pt)
@@ -194,8 +181,10 @@ def provider_thread_ready(batch: ThreadBatch, state: ThreadState, ready: Provide
                 "provider_thread.resumed", run_id=active.run.id, node_id=active.root.id,
                 providerThreadId=pt.id, sessionId=ready.session_id, nativeTurnCount=ready.resumed_turn_count,
             )
+    if state.thread.provider_thread_id != pt.id:
+        set_thread(batch, state, provider_thread_id=pt.id)
     state.provider_thread = pt
-    attempt = struct_copy(attempt, provider_thread_id=pt.id)
+    attempt = struct_copy(active.attempt, provider_thread_id=pt.id)
     batch.put(attempt)
     if active.provider_turn is not None and not active.provider_turn.provider_thread_id:
         # A thread created with its first turn is known only after the turn began.
@@ -203,6 +192,7 @@ def provider_thread_ready(batch: ThreadBatch, state: ThreadState, ready: Provide
         batch.put(active.provider_turn)
     active.attempt = attempt
     active.session_id = ready.session_id
+    return pt
 
 
 def turn_started(batch: ThreadBatch, state: ThreadState, event: TurnStarted, *, turn_start_effect: Effect | None) -> None:

@@ -1,47 +1,188 @@
-"""Portable context: the app's own record of a thread, as text a provider
-thread that lacks it can be given (SPEC F5 ContextHandoff, F11 replacement).
+"""Handoff text: what a provider thread that lacks part of a conversation is
+told about it (SPEC F5 ContextHandoff, F6 portable fork, F4 replacement).
 
-Built from durable app state only — user and assistant messages of the
-thread's earlier runs — so it exists whatever happened to a provider's native
-state. The newest runs are kept when the whole history does not fit.
+Built from the stored graph, never from a transcript dump: per run, the user's
+messages, the final answers, the files changed (file-change nodes), the
+commands run and how they ended, decisions (approvals, proposed plans) and
+questions left open — no protocol noise. The text is capped; when the runs do
+not fit, the oldest are dropped first (their ids are recorded), and a run too
+long on its own is cut (recorded too), so what the agent was *not* told is as
+auditable as what it was.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
 from agentd.store.db import Store
+from agentd.store.records import ConversationMessage, ExecutionNode, HandoffStrategy, PlanArtifact, Run
 
-DEFAULT_LIMIT = 32_000  # characters
+#: how each strategy introduces itself to the agent
+INTRO: dict[str, str] = {
+    "portable_full": (
+        "You are continuing a conversation that so far ran elsewhere (another agent, or the thread this one "
+        "was forked from). What happened so far, oldest first:"
+    ),
+    "delta": (
+        "While you were away, this conversation went on with another agent. What happened since your last "
+        "turn here, oldest first:"
+    ),
+    "full_thread_summary": (
+        "This conversation continues in a fresh session; the earlier one is not used ({reason}). "
+        "What happened so far, oldest first:"
+    ),
+    "checkpoint_context": "The state of the conversation at a checkpoint, oldest first:",
+    "portable_context": "What happened so far, oldest first:",
+}
+
+COMMAND_KINDS = frozenset({"command_execution", "tool", "mcp_tool_call"})
+ANSWER_LIMIT = 4000  # characters of one answer before it is cut in a run's section
 
 
-def portable_context(store: Store, thread_id: str, *, before_ordinal: int, reason: str, limit: int = DEFAULT_LIMIT) -> tuple[str, int]:
-    """Return ``(text, covered_run_count)`` for runs before ``before_ordinal``;
-    ``("", 0)`` when there is nothing to hand over."""
-    runs = [r for r in store.thread_runs(thread_id) if r.ordinal < before_ordinal and r.status != "queued"]
-    if not runs:
-        return "", 0
-    by_run: dict[str, list] = {}
-    for message in store.thread_messages(thread_id):
-        if message.run_id is not None and message.text:
-            by_run.setdefault(message.run_id, []).append(message)
-    sections: list[str] = []
-    for run in runs:
-        lines = [f"## Run {run.ordinal} ({run.status})"]
-        for message in by_run.get(run.id, []):
-            who = "User" if message.role == "user" else "Assistant"
-            lines.append(f"{who}: {message.text}")
-        sections.append("\n".join(lines))
-    header = (
-        "[agentd context handoff: portable_context]\n"
-        f"This conversation continues an earlier one whose provider state could not be used ({reason}).\n"
-        "What happened so far, oldest first:\n"
-    )
-    kept: list[str] = []
-    size = len(header)
-    for section in reversed(sections):
-        if size + len(section) + 2 > limit and kept:
-            kept.append(f"(… {len(sections) - len(kept)} earlier runs left out …)")
-            break
-        kept.append(section[: max(0, limit - size)])
-        size += len(section) + 2
-    text = header + "\n\n".join(reversed(kept)) + "\n[end of handoff]"
-    return text, len(runs)
+@dataclass
+class BuiltHandoff:
+    """A handoff's text and what it stands for."""
+
+    text: str
+    covered_run_ids: list[str]
+    dropped_run_ids: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    cap: int = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.text)
+
+
+def build_handoff(
+    store: Store, run_ids: Iterable[str], *, strategy: HandoffStrategy, reason: str, cap: int,
+) -> BuiltHandoff:
+    """The handoff text for ``run_ids`` (oldest first), at most ``cap`` characters."""
+    run_ids = list(run_ids)
+    runs = [run for run in (store.run(run_id) for run_id in run_ids) if run is not None]
+    messages: dict[str, list[ConversationMessage]] = {}
+    for thread_id in dict.fromkeys(run.thread_id for run in runs):
+        for message in store.thread_messages(thread_id):
+            if message.run_id is not None:
+                messages.setdefault(message.run_id, []).append(message)
+    threads = {thread_id: store.thread(thread_id) for thread_id in dict.fromkeys(run.thread_id for run in runs)}
+    titles = {thread_id: (thread.title if thread else "") for thread_id, thread in threads.items()}
+    home = runs[-1].thread_id if runs else None
+    sections = [
+        (run.id, run_section(run, messages.get(run.id, []), store.run_nodes(run.id), store.run_artifacts(run.id),
+                             where=None if run.thread_id == home else titles.get(run.thread_id) or run.thread_id))
+        for run in runs
+    ]
+    header = f"[agentd context handoff: {strategy}]\n" + INTRO.get(strategy, INTRO["portable_context"]).format(reason=reason)
+    dropped_ids: list[str] = []
+    dropped: list[str] = []
+    stored = {run.id for run in runs}
+    missing = [run_id for run_id in run_ids if run_id not in stored]
+    if missing:
+        dropped.append(f"{len(missing)} run(s) no longer stored: {', '.join(missing)}")
+    # Oldest first out, until the rest fits; the newest run always stays (cut if need be).
+    text = _assemble(header, sections, dropped_ids)
+    while len(sections) > 1 and len(text) > cap:
+        dropped_ids.append(sections.pop(0)[0])
+        text = _assemble(header, sections, dropped_ids)
+    if dropped_ids:
+        dropped.insert(0, f"{len(dropped_ids)} oldest run(s) left out to fit {cap} characters")
+    if len(text) > cap and sections:
+        run_id, section = sections[-1]
+        marker = "\n(… cut to fit the handoff cap)"
+        over = len(text) - cap + len(marker)
+        sections[-1] = (run_id, section[: max(0, len(section) - over)] + marker)
+        dropped.append(f"the end of run {run_id} cut to fit {cap} characters")
+        text = _assemble(header, sections, dropped_ids)[:cap]
+    return BuiltHandoff(text=text, covered_run_ids=run_ids, dropped_run_ids=dropped_ids, dropped=dropped, cap=cap)
+
+
+def _assemble(header: str, sections: list[tuple[str, str]], dropped_ids: list[str]) -> str:
+    parts = [header]
+    if dropped_ids:
+        parts.append(f"(… {len(dropped_ids)} earlier run(s) left out to keep this handoff short …)")
+    parts += [text for _id, text in sections]
+    return "\n\n".join(parts) + "\n[end of handoff]"
+
+
+def run_section(
+    run: Run, messages: list[ConversationMessage], nodes: list[ExecutionNode], artifacts: list[PlanArtifact],
+    *, where: str | None = None,
+) -> str:
+    """One run as the handoff tells it."""
+    status = run.status if run.status == "completed" else f"{run.status}" + (f": {run.reason}" if run.reason else "")
+    origin = f" of {where}" if where else ""
+    lines = [f"## Run {run.ordinal}{origin} ({status}; agent: {run.provider})"]
+    users = [m for m in messages if m.role == "user" and m.text]
+    users.sort(key=lambda m: (m.id != run.user_message_id, m.created_at))
+    for index, message in enumerate(users):
+        lines.append(("User: " if index == 0 else "User (steering): ") + message.text)
+    attempt = run.selected_attempt_id
+    answers = [m for m in messages if m.role == "assistant" and m.text and (m.attempt_id == attempt or attempt is None)]
+    for message in answers:
+        text = message.text if len(message.text) <= ANSWER_LIMIT else message.text[:ANSWER_LIMIT] + " (… cut)"
+        lines.append(f"Assistant: {text}")
+    if not answers:
+        lines.append("Assistant: (no answer)")
+    own = [n for n in nodes if n.attempt_id == attempt or attempt is None]
+    files = [f"{path}{_outcome(n)}" for n in own if n.kind == "file_change" for path in _paths(n)]
+    if files:
+        lines.append("Files changed: " + "; ".join(files))
+    commands = [f"{_command(n)}{_outcome(n)}" for n in own if n.kind in COMMAND_KINDS]
+    if commands:
+        lines.append("Commands run: " + "; ".join(commands))
+    decisions = [_decision(n) for n in own if n.kind == "approval" and n.detail.get("decision")]
+    decisions += [f"plan {a.status}: {_first_line(a.text)}" for a in artifacts if a.kind == "proposed_plan"]
+    if decisions:
+        lines.append("Decisions: " + "; ".join(decisions))
+    open_questions = [
+        q.get("question", "") for a in artifacts if a.kind == "questions" and a.status != "answered"
+        for q in a.questions if isinstance(q, dict)
+    ]
+    if open_questions:
+        lines.append("Open questions: " + "; ".join(open_questions))
+    return "\n".join(lines)
+
+
+def _outcome(node: ExecutionNode) -> str:
+    if node.status == "completed":
+        code = node.detail.get("exitCode")
+        return f" (exit {code})" if code not in (None, 0) else ""
+    why = node.detail.get("error") or node.summary
+    return f" ({node.status}{': ' + str(why) if why else ''})"
+
+
+def _paths(node: ExecutionNode) -> list[str]:
+    detail = node.detail
+    if isinstance(detail.get("path"), str):
+        return [detail["path"]]
+    changes = detail.get("changes")
+    if isinstance(changes, list):
+        paths = [str(c.get("path")) for c in changes if isinstance(c, dict) and c.get("path")]
+        if paths:
+            return paths
+    tool_input: Any = detail.get("input")
+    if isinstance(tool_input, dict):
+        for key in ("file_path", "notebook_path", "path"):
+            if isinstance(tool_input.get(key), str):
+                return [tool_input[key]]
+    return [node.title or "a file"]
+
+
+def _command(node: ExecutionNode) -> str:
+    detail = node.detail
+    tool_input: Any = detail.get("input")
+    for value in (detail.get("command"), tool_input.get("command") if isinstance(tool_input, dict) else None):
+        if isinstance(value, str) and value:
+            return value
+    return node.title or node.kind
+
+
+def _decision(node: ExecutionNode) -> str:
+    what = node.detail.get("command") or node.title or "a request"
+    return f"{node.detail['decision']} {what!r}"
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0][:200] if text.strip() else ""

@@ -5,7 +5,8 @@ handled in mailbox order, one at a time, with ``match`` (thread_actor.py):
 
 - ``Command``: a client's (or the daemon's own) command, with its handler;
 - a ``ProviderEvent`` of the thread's provider session (providers/base.py);
-- the attempt starter's reports, ``ProviderThreadReady`` and ``AttemptStartFailed``;
+- the attempt starter's reports and questions, ``ContextNeeded`` (answered
+  through its ``reply``), ``ProviderThreadReady`` and ``AttemptStartFailed``;
 - a timer that came due, ``FlushTimer`` or ``InterruptOverdue``;
 - the outcome of an effect task, which ran outside the thread's lock:
   ``SteerDelivered``, ``SteerFailed``, ``InterruptRefused``, ``CascadeDone``.
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeAlias
 import trio
 
 from agentd.protocol.errors import AgentdError
-from agentd.store.records import ConversationMessage
+from agentd.store.records import ConversationMessage, ProviderThread
 
 from .providers.base import ProviderEvent
 
@@ -77,27 +78,47 @@ class Command:
 # -- the attempt starter's reports ------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HandoffDraft:
-    """Context the starter built for a replacement provider thread."""
+@dataclass(frozen=True, eq=False)
+class ContextNeeded:
+    """The starter asks how its attempt gets its context (lineage.py) before
+    any provider work, and again when the provider thread it was told to
+    resume turns out ``lost`` (``(provider thread id, why)``). The actor
+    commits the answer, then replies with a ``StartPlan`` — or None when the
+    run ended instead (an unsupported transfer)."""
 
-    text: str
-    reason: str
-    covered_run_count: int
-    replaced_provider_thread_id: str | None
+    attempt_id: str
+    lost: tuple[str, str] | None = None
+    reply: Reply = field(default_factory=Reply)
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """How the starter brings up the attempt's native thread."""
+
+    #: resume this provider thread (None: make a new native thread)
+    resume: ProviderThread | None = None
+    #: fork this native thread after ``fork_turn_ref`` (None: at its end)
+    fork_native_thread_id: str | None = None
+    fork_turn_ref: str | None = None
+    #: a stored handoff's exact text, given ahead of the user's message
+    context: str | None = None
 
 
 @dataclass(frozen=True)
 class ProviderThreadReady:
-    """The starter opened or resumed the native thread for an attempt."""
+    """The starter opened, resumed or natively forked the native thread for an attempt."""
 
     attempt_id: str
     session_id: str
     native_thread_id: str
     created: bool
     resumed_turn_count: int | None = None
-    #: set when ``created`` replaces a provider thread that could not be resumed
-    handoff: HandoffDraft | None = None
+    #: the provider thread resumed (``created`` is False)
+    provider_thread: ProviderThread | None = None
+    #: the runtime's version, for the new provider thread's frozen settings
+    runtime_version: str | None = None
+    #: ``created`` by the provider's native fork
+    forked: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,6 +183,6 @@ class CascadeDone:
 
 #: everything a ThreadActor's mailbox carries
 MailboxItem: TypeAlias = (
-    Command | ProviderEvent | ProviderThreadReady | AttemptStartFailed | FlushTimer | InterruptOverdue
+    Command | ProviderEvent | ContextNeeded | ProviderThreadReady | AttemptStartFailed | FlushTimer | InterruptOverdue
     | SteerDelivered | SteerFailed | InterruptRefused | CascadeDone
 )

@@ -245,9 +245,20 @@ class ThreadRegistry:
             parent = self.store.thread(params.parent_thread_id)
             if parent is None:
                 raise NotFound(f"no parent thread {params.parent_thread_id}", threadId=params.parent_thread_id)
+            if params.relationship == "fork":
+                # A fork is one thing however it is asked for: thread.fork from
+                # the parent's latest stable point, in the parent's actor.
+                from agentd.protocol.wire import ThreadForkParams
+
+                from .transfers import thread_fork
+
+                fork = ThreadForkParams(thread_id=parent.id, title=params.title, workspace=params.workspace,
+                                        created_by=params.created_by)
+                return await self.call(parent.id, thread_fork, fork, command_id, method="thread.create")
         thread = self.new_thread_record(
             title=params.title or "", provider=provider, workspace=workspace, parent=parent,
             relationship=params.relationship if parent is not None else None,
+            side_chat=parent is not None and params.relationship == "side_chat", created_by=params.created_by,
         )
         batch = WriteBatch()
         batch.put(thread)
@@ -258,9 +269,25 @@ class ThreadRegistry:
         committed = await self.store.commit(batch)
         return {**result, "seq": committed.seq}
 
+    @staticmethod
+    def checked_workspace(workspace: str | None) -> str | None:
+        """A client's workspace: an absolute path to an existing directory (or None).
+
+        Raises:
+            InvalidParams: it is not one.
+        """
+        if not workspace:
+            return None
+        path = Path(workspace)
+        if not path.is_absolute():
+            raise InvalidParams(f"workspace must be an absolute path, not {workspace!r}", field="workspace")
+        if not path.is_dir():
+            raise InvalidParams(f"workspace {workspace} is not an existing directory", field="workspace")
+        return str(path)
+
     def new_thread_record(
         self, *, title: str, provider: str, workspace: str | None, parent: AppThread | None = None,
-        relationship: str | None = None,
+        relationship: str | None = None, side_chat: bool = False, created_by: str = "user",
     ) -> AppThread:
         """An AppThread record, not yet stored (SPEC F1, with F8's light lineage)."""
         thread_id = new_id("thr")
@@ -273,7 +300,7 @@ class ThreadRegistry:
             parent_thread_id=parent.id if parent else None,
             relationship_to_parent=relationship if parent else None,
             root_thread_id=(parent.root_thread_id or parent.id) if parent else thread_id,
-            created_by="user",
+            side_chat=side_chat, created_by=created_by,
         )
 
     async def send_internal(self, thread_id: str, text: str) -> Any:

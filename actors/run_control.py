@@ -67,14 +67,15 @@ def release_queue(batch: ThreadBatch, state: ThreadState) -> None:
 
 def enqueue(
     batch: ThreadBatch, state: ThreadState, text: str, provider: str, *, dispatch_mode: str,
-    message: ConversationMessage | None = None,
+    message: ConversationMessage | None = None, clean_context: bool = False,
 ) -> tuple[Run, ConversationMessage]:
     """A new run (``graph.new_run``) in the queue: last, but before the runs
     a Stop holds, which move up one ordinal (ordinals stay the order runs
     start in)."""
     held = state.held_runs()
     if not held:
-        run, message = graph.new_run(batch, state, text, provider, dispatch_mode=dispatch_mode, message=message)
+        run, message = graph.new_run(batch, state, text, provider, dispatch_mode=dispatch_mode, message=message,
+                                     clean_context=clean_context)
         state.queued.append(run)
         return run, message
     place = state.queued.index(held[0])
@@ -82,7 +83,8 @@ def enqueue(
     for index in range(place, len(state.queued)):
         state.queued[index] = moved = struct_copy(state.queued[index], ordinal=state.queued[index].ordinal + 1)
         batch.put(moved)
-    run, message = graph.new_run(batch, state, text, provider, dispatch_mode=dispatch_mode, message=message, ordinal=ordinal)
+    run, message = graph.new_run(batch, state, text, provider, dispatch_mode=dispatch_mode, message=message,
+                                 ordinal=ordinal, clean_context=clean_context)
     state.queued.insert(place, run)
     return run, message
 

@@ -1,14 +1,22 @@
-"""Starting an attempt: the runtime, the native thread, the turn (SPEC F11).
+"""Starting an attempt: its context, the runtime, the native thread, the
+turn (SPEC F5, F6, F8, F11).
 
 The starter is a task of the thread's actor, one per attempt, that does what
-waits on the provider — open (or reuse) the provider session, resume the
-thread's native thread or make a new one, start the turn — outside the
-thread's lock. It reports through the mailbox: ``ProviderThreadReady`` before
-the turn starts (so the actor knows the provider thread before any event of
-the turn) and ``AttemptStartFailed`` if it cannot get the turn running.
+waits on the provider outside the thread's lock. Before any provider work it
+asks the actor how the attempt gets its context (``ContextNeeded``): the
+actor resolves and commits it (transfers.py, lineage.py) and answers with a
+``StartPlan`` — resume a provider thread, fork one natively, or make a new one
+— and the exact text of the stored handoff, if any, that goes ahead of the
+user's message. Then it opens (or reuses) the provider session, brings up the
+native thread and starts the turn. It reports through the mailbox:
+``ProviderThreadReady`` before the turn starts (so the actor knows the
+provider thread before any event of the turn) and ``AttemptStartFailed`` if
+it cannot get the turn running.
 
-A native thread that cannot be resumed is replaced by a new one that is given
-the thread's portable context (handoff.py), never left empty.
+A native thread that cannot be resumed (or whose runtime's version changed
+incompatibly) is not left empty: the starter asks again with the reason, and
+the actor replaces it with a new provider thread given a stored
+``full_thread_summary`` handoff.
 """
 
 from __future__ import annotations
@@ -20,14 +28,40 @@ import trio
 
 from agentd.protocol.errors import AgentdError
 
-from . import checkpointing, graph
-from .handoff import portable_context
-from .messages import AttemptStartFailed, HandoffDraft, ProviderThreadReady
-from .providers.base import NativeThreadMissing, ProviderRuntimeError
+from . import checkpointing, graph, lineage
+from .messages import AttemptStartFailed, ContextNeeded, ProviderThreadReady, StartPlan
+from .providers.base import NativeThreadMissing, ProviderConnection, ProviderRuntimeError
 from .state import ActiveRun
 
 if TYPE_CHECKING:
     from .thread_actor import ThreadActor
+
+
+async def _context(actor: ThreadActor, attempt_id: str, lost: tuple[str, str] | None = None) -> StartPlan | None:
+    """Ask the actor for the attempt's context; None: the run ends instead
+    (the actor ended it, or resolving failed and is reported here)."""
+    request = ContextNeeded(attempt_id, lost)
+    await actor.post(request)
+    try:
+        return await request.reply.wait()
+    except AgentdError as exc:
+        await actor.post(AttemptStartFailed(attempt_id, "context_failed", exc))
+        return None
+
+
+async def _resume(conn: ProviderConnection, plan: StartPlan, cwd: str) -> tuple[int | None, str | None]:
+    """Load the plan's provider thread into ``conn``: ``(native turn count, None)``,
+    or ``(None, why)`` when it cannot go on."""
+    pt = plan.resume
+    assert pt is not None
+    turns = None
+    try:
+        if pt.native_thread_id not in conn.loaded_threads:
+            turns = (await conn.resume_thread(pt.native_thread_id, cwd=cwd)).turn_count
+    except NativeThreadMissing as exc:
+        return None, f"resume failed: {exc}"
+    changed = lineage.version_change(pt.settings.get("version"), conn.runtime_version)
+    return turns, changed
 
 
 async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
@@ -37,6 +71,9 @@ async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
     attempt_id = active.attempt.id
     text = active.user_message.text
     try:
+        plan = await _context(actor, attempt_id)
+        if plan is None:
+            return
         cwd = state.thread.workspace
         await trio.to_thread.run_sync(lambda: os.makedirs(cwd, mode=0o700, exist_ok=True))
         # Before the root execution starts: the workspace state this run's
@@ -46,51 +83,60 @@ async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
         # Known at once (same loop, no await in between): an exit of an
         # older session of this thread must not be blamed on this attempt.
         active.session_id = session_id
-        current = state.provider_thread
-        lost: str | None = None
-        if current is not None and current.status != "unusable":
-            native = current.native_thread_id
-            turns = None
-            try:
-                if native not in conn.loaded_threads:
-                    turns = (await conn.resume_thread(native, cwd=cwd)).turn_count
-            except NativeThreadMissing as exc:
-                lost = f"resume failed: {exc}"
-            else:
+        version = conn.runtime_version
+        if plan.resume is not None:
+            turns, lost = await _resume(conn, plan, cwd)
+            if lost is None:
+                native = plan.resume.native_thread_id
                 # Posted before the turn starts, so the actor knows the
                 # provider thread before any event of the turn arrives.
-                await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=False, resumed_turn_count=turns))
-                await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd)
+                await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=False,
+                                                     resumed_turn_count=turns, provider_thread=plan.resume))
+                await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
                 return
-        elif current is not None:
-            lost = current.reason or "the provider thread is unusable"
-        handoff = None
-        if current is not None:
-            # A replacement is built from the app's own record, never left empty.
-            context, covered = portable_context(actor.store, actor.thread_id, before_ordinal=active.run.ordinal, reason=lost or "")
-            if context:
-                handoff = HandoffDraft(context, lost or "", covered, current.id)
-        context_text = handoff.text if handoff else None
-        if conn.capabilities.empty_threads:
+            plan = await _context(actor, attempt_id, lost=(plan.resume.id, lost))
+            if plan is None:
+                return
+            if plan.resume is not None:  # pragma: no cover - lineage replaces a lost provider thread
+                await actor.post(AttemptStartFailed(attempt_id, "context_failed", f"{lost}, and it was not replaced"))
+                return
+        if plan.fork_native_thread_id is not None:
+            try:
+                native = await conn.fork_thread(plan.fork_native_thread_id, last_turn_id=plan.fork_turn_ref)
+            except ProviderRuntimeError as exc:
+                await actor.post(AttemptStartFailed(attempt_id, "context_transfer_failed", f"native fork failed: {exc}"))
+                return
+            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version, forked=True))
+            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
+        elif conn.capabilities.empty_threads:
             native = await conn.create_thread(cwd=cwd)
-            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, handoff=handoff))
-            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=context_text)
+            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version))
+            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
         else:
-            native, _turn = await conn.start_first_turn(text=text, attempt_id=attempt_id, cwd=cwd, context=context_text)
-            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, handoff=handoff))
+            native, _turn = await conn.start_first_turn(text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
+            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version))
     except (ProviderRuntimeError, AgentdError, OSError) as exc:
         await actor.post(AttemptStartFailed(attempt_id, "provider_start_failed", exc))
 
 
 async def on_provider_thread_ready(actor: ThreadActor, ready: ProviderThreadReady) -> None:
-    """Record the attempt's provider thread (new, replacing or resumed)."""
-    if not actor.state.is_current(ready.attempt_id):
+    """Record the attempt's provider thread (new, natively forked or resumed)."""
+    state = actor.state
+    if not state.is_current(ready.attempt_id):
         return
-    active = actor.state.active
+    active = state.active
     assert active is not None
-    kind = actor.sessions.adapter(active.run.provider).kind if ready.created else ""
     batch = actor.batch()
-    graph.provider_thread_ready(batch, actor.state, ready, kind=kind)
+    if ready.created:
+        provider = active.run.provider
+        fields = lineage.new_provider_thread_fields(
+            active.context, lineage.provider_settings(actor.config.providers.get(provider)), ready.runtime_version,
+            forked=ready.forked,
+        )
+        pt = graph.provider_thread_ready(batch, state, ready, kind=actor.sessions.adapter(provider).kind, fields=fields)
+        lineage.provider_thread_made(batch, state, pt, native=ready.forked)
+    else:
+        graph.provider_thread_ready(batch, state, ready, kind="")
     await actor.commit(batch)
 
 

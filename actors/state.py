@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from agentd.store.records import (
     AppThread,
+    ContextHandoff,
+    ContextTransfer,
     ConversationMessage,
     ExecutionNode,
     ProviderThread,
@@ -50,6 +52,22 @@ class PendingRestart:
 
 
 @dataclass
+class AttemptContext:
+    """What the attempt's start resolved (lineage.py): the transfer it takes
+    in and the handoff its turn carries, until the turn starts (``consumed``)."""
+
+    transfer: ContextTransfer | None = None
+    handoff: ContextHandoff | None = None
+    #: the turn started: the provider took the transfer in
+    consumed: bool = False
+    #: the turn ended but its provider thread was not known yet (coverage owed)
+    ended: bool = False
+    #: a native fork: the provider thread forked, and the history runs the fork inherits
+    forked_from: str | None = None
+    inherited: tuple[str, ...] = ()
+
+
+@dataclass
 class ActiveRun:
     """The run whose attempt is starting or running, with its live graph."""
 
@@ -74,6 +92,8 @@ class ActiveRun:
     #: what an interrupt that ends the run makes of it (policy for stopped sessions)
     interrupt_reason: str = "interrupted"
     pending_restart: PendingRestart | None = None
+    #: the context this attempt's start resolved (transfer, handoff)
+    context: AttemptContext = field(default_factory=AttemptContext)
 
 
 @dataclass

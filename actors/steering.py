@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentd.protocol.errors import InvalidParams, InvalidState, NotFound, Unsupported
+from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
 from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import ConversationMessage, to_wire
@@ -180,17 +180,14 @@ async def apply_restart(actor: ThreadActor, active: ActiveRun, batch: ThreadBatc
 
 
 def _check_provider(actor: ThreadActor, provider: str | None) -> str:
-    thread = actor.state.thread
+    """The provider the run goes to: the named one (another than the thread's
+    is a provider switch, resolved with a handoff when the run starts:
+    transfers.py), else the thread's."""
     providers = actor.config.providers
-    provider = provider or thread.provider
+    provider = provider or actor.state.thread.provider
     if provider not in providers:
         raise InvalidParams(
             f"unknown provider {provider!r}; configured: {', '.join(sorted(providers))}", field="provider",
-        )
-    if provider != thread.provider and thread.run_count > 0:
-        raise Unsupported(
-            f"switching thread {thread.id} from {thread.provider} to {provider} needs a context "
-            "handoff, which this agentd does not do yet; create a new thread for that provider"
         )
     return provider
 
@@ -215,7 +212,8 @@ async def message_send(actor: ThreadActor, command: Command) -> dict[str, Any]:
         )
     provider = _check_provider(actor, params.provider)
     batch = actor.batch()
-    run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode)
+    run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode,
+                                       clean_context=params.clean_context)
     result = {"runId": run.id, "messageId": message.id, "queueHeld": state.thread.queue_held,
               "heldRunIds": [r.id for r in state.held_runs()]}
     batch.record_receipt(command.command_id, command.method, result)

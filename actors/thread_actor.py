@@ -20,6 +20,8 @@ and the start and end of attempts, which start and stop tasks. What an item
 does lives with its feature:
 
 - starter.py: opening the runtime and native thread, starting the turn;
+- transfers.py / lineage.py: ``thread.fork`` and the context a run starts
+  with (forks, provider switches, handoffs);
 - turns.py: the provider's events of the running turn and session exits;
 - steering.py: ``thread.message.send``, steers and their fallbacks (F3);
 - run_control.py: interrupt, Stop and the queue (F10);
@@ -48,12 +50,13 @@ from agentd.store.records import (
 )
 from agentd.store.writer import CommitResult
 
-from . import artifacts, checkpointing, graph, requests, run_control, starter, steering, turns
+from . import artifacts, checkpointing, graph, lineage, requests, run_control, starter, steering, transfers, turns
 from .graph import Ending, ThreadBatch
 from .messages import (
     AttemptStartFailed,
     CascadeDone,
     Command,
+    ContextNeeded,
     FlushTimer,
     InterruptOverdue,
     InterruptRefused,
@@ -202,6 +205,8 @@ class ThreadActor:
                 await artifacts.on_plan_updated(self, item)
             case RequestOpened():
                 await requests.on_request_opened(self, item)
+            case ContextNeeded():
+                await transfers.on_context_needed(self, item)
             case ProviderThreadReady():
                 await starter.on_provider_thread_ready(self, item)
             case AttemptStartFailed():
@@ -323,6 +328,7 @@ class ThreadActor:
         active = state.active
         assert active is not None
         self._stop_attempt_tasks(active)
+        lineage.attempt_closing(batch, state, reason)
         # The run's checkpoint (SPEC F13): an awaited git subprocess, after the
         # provider's streams drained and before run.<status> is committed;
         # mailbox items wait meanwhile, as they wait for any handler.
@@ -345,6 +351,7 @@ class ThreadActor:
         active = self.state.active
         assert active is not None
         self._stop_attempt_tasks(active)
+        lineage.attempt_closing(batch, self.state, why)
         next_attempt = graph.retry(
             batch, self.state, reason, why, artifacts=self.store.run_artifacts(active.run.id),
             closing_status=closing_status, message=message,

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agentd.store.db import struct_copy
 from agentd.store.records import Effect
 
-from . import artifacts, graph, run_control, steering
+from . import artifacts, graph, lineage, run_control, steering
 from .messages import FlushTimer
 from .providers.base import ItemCompleted, ItemStarted, RuntimeWarning_, SessionExited, TextDelta, TurnCompleted, TurnStarted
 from .state import ActiveRun
@@ -37,6 +38,7 @@ async def on_turn_started(actor: ThreadActor, event: TurnStarted) -> None:
     batch = actor.batch()
     effect = actor.store.get(Effect, graph.turn_start_effect_id(active.run.id))
     graph.turn_started(batch, actor.state, event, turn_start_effect=effect)
+    lineage.turn_started(batch, actor.state)
     await actor.commit(batch)
     if active.interrupt_requested:
         # Asked before the provider had a turn to interrupt.
@@ -107,8 +109,12 @@ async def flush_text(actor: ThreadActor) -> None:
 async def on_turn_completed(actor: ThreadActor, event: TurnCompleted) -> None:
     """The provider ended the turn: apply a pending steer restart, else end the run."""
     active = _active(actor)
+    batch = actor.batch()
+    if event.end_ref is not None and active.provider_turn is not None:
+        active.provider_turn = struct_copy(active.provider_turn, native_end_ref=event.end_ref)
+    lineage.turn_completed(batch, actor.state)
     if active.pending_restart is not None:
-        await steering.apply_restart(actor, active, actor.batch())
+        await steering.apply_restart(actor, active, batch)
         return
     status = event.status if event.status in ("completed", "failed", "interrupted") else "failed"
     reason = None
@@ -116,7 +122,7 @@ async def on_turn_completed(actor: ThreadActor, event: TurnCompleted) -> None:
         reason = f"provider_error: {event.error}" if event.error else "provider_error"
     elif status == "interrupted":
         reason = active.interrupt_reason if active.interrupt_requested else "interrupted_by_provider"
-    await actor.end_run(actor.batch(), status, reason=reason)
+    await actor.end_run(batch, status, reason=reason)
 
 
 async def on_session_exited(actor: ThreadActor, event: SessionExited) -> None:

@@ -8,6 +8,8 @@
     agentd cancel RUN | reorder THREAD RUN… | implement PLAN [--new-thread]
     agentd requests THREAD | approve REQUEST [--deny] | answer REQUEST KEY=VALUE…
     agentd threads | show THREAD | events [--thread T] [--after SEQ] [--follow] | status | providers
+    agentd fork THREAD [--from RUN|latest] [--side] | lineage THREAD | handoff HANDOFF
+    agentd checkpoints THREAD | diff CHECKPOINT [--base CHECKPOINT] | restore CHECKPOINT
 
 This module is the parser and the one place errors become exit codes
 (common.py says which); the commands live by job in commands_*.py and
@@ -29,6 +31,8 @@ from .commands_threads import cmd_events, cmd_new, cmd_requests, cmd_show, cmd_t
 from .common import EXIT_USAGE, report
 from .render import render_tree
 from .stream import cmd_send, stream_run
+
+from .lineage_cmds import add_lineage_commands
 
 #: ``render_tree`` and ``stream_run`` stay importable from here, as before the split
 __all__ = ["build_parser", "main", "render_tree", "stream_run"]
@@ -172,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     from agentd.checkpoint_cmds import add_checkpoint_commands  # checkpoints, diff, restore
 
     add_checkpoint_commands(sub, results)
+
+    add_lineage_commands(sub, results=results)
     return parser
 
 

@@ -31,13 +31,64 @@ class NoParams(Params):
 Relationship = Literal["delegated_task", "subagent", "fork", "side_chat", "plan_implementation"]
 
 
+Title = Annotated[str, msgspec.Meta(max_length=500)]
+Workspace = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+CreatedBy = Literal["user", "agent", "system"]
+
+
 class ThreadCreateParams(Params):
-    title: Annotated[str, msgspec.Meta(max_length=500)] | None = None
-    workspace: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    title: Title | None = None
+    workspace: Workspace | None = None
     provider: Id | None = None
     parent_thread_id: Id | None = None
     relationship: Relationship = "delegated_task"
+    created_by: CreatedBy = "user"
     command_id: CommandId | None = None
+
+
+# -- a fork's source point (SPEC F6): one of these, by ``type`` ------------------------------
+
+
+class _Point(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True, tag_field="type"):
+    pass
+
+
+class LatestStablePoint(_Point, tag="latest_stable"):
+    """The newest completed run (the default)."""
+
+
+class RunPoint(_Point, tag="run"):
+    run_id: Id
+
+
+class NodePoint(_Point, tag="node"):
+    node_id: Id
+
+
+class ProviderThreadPoint(_Point, tag="provider_thread"):
+    provider_thread_id: Id
+    provider_turn_id: Id | None = None
+
+
+class CheckpointPoint(_Point, tag="checkpoint"):
+    checkpoint_id: Id
+
+
+SourcePointParams = LatestStablePoint | RunPoint | NodePoint | ProviderThreadPoint | CheckpointPoint
+
+
+class ThreadForkParams(Params):
+    thread_id: Id
+    source_point: SourcePointParams | None = None
+    title: Title | None = None
+    side_chat: bool = False
+    workspace: Workspace | None = None
+    created_by: CreatedBy = "user"
+    command_id: CommandId | None = None
+
+
+class HandoffGetParams(Params):
+    handoff_id: Id
 
 
 DispatchType = Literal["steer_active", "restart_active", "queue_after_active", "start_immediately"]
@@ -53,6 +104,8 @@ class MessageSendParams(Params):
     text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
     dispatch_mode: DispatchMode | None = None
     provider: Id | None = None
+    #: a fresh provider thread with a summary of the thread, instead of continuing one (SPEC F5)
+    clean_context: bool = False
     command_id: CommandId | None = None
 
 

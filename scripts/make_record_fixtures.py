@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentd.store.records import (
-    AppThread, Checkpoint, CommandReceipt, ContextHandoff, PlanArtifact, RuntimeRequest, ConversationMessage, Effect, Event, ExecutionNode, ProviderSession,
+    AppThread, Checkpoint, CommandReceipt, ContextHandoff, ContextTransfer, SourcePoint, PlanArtifact, RuntimeRequest, ConversationMessage, Effect, Event, ExecutionNode, ProviderSession,
     ProviderThread, ProviderTurn, Run, RunAttempt, RECORD_KINDS, encode_record,
 )
 
@@ -25,6 +25,12 @@ SAMPLES = {
     "provider_threads": ProviderThread(id="pth_fixture", thread_id="thr_fixture", provider="scripted", kind="scripted", native_thread_id="sth_x"),
     "provider_turns": ProviderTurn(id="ptu_fixture", provider_thread_id="pth_fixture", thread_id="thr_fixture", run_id="run_fixture", attempt_id="att_fixture", native_turn_id="stu_x"),
     "context_handoffs": ContextHandoff(id="hof_fixture", thread_id="thr_fixture", strategy="portable_context", text="User: hi"),
+    "context_transfers": ContextTransfer(
+        id="xfr_fixture", type="fork", source_thread_id="thr_fixture", target_thread_id="thr_fork",
+        source_point=SourcePoint(type="run", thread_id="thr_fixture", run_id="run_fixture", provider="scripted",
+                                 native_thread_id="sth_x", native_turn_ref="stu_x"),
+        status="consumed", resolution="native", source_run_ids=["run_fixture"], created_at=1.0, consumed_at=2.0,
+    ),
     "requests": RuntimeRequest(id="req_fixture", thread_id="thr_fixture", run_id="run_fixture", kind="approval", detail={"command": "ls"}),
     "artifacts": PlanArtifact(id="art_fixture", thread_id="thr_fixture", run_id="run_fixture", kind="todo_list", steps=[{"step": "a", "status": "pending"}]),
     "events": Event(seq=7, type="run.completed", thread_id="thr_fixture", run_id="run_fixture", at=3.0, payload={"k": [1, 2]}),

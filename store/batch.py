@@ -15,13 +15,16 @@ import msgspec
 
 from .records import (
     RUN_OPEN,
+    TRANSFER_IN_FLIGHT,
     AppThread,
     Checkpoint,
+    ContextTransfer,
     ConversationMessage,
     Effect,
     ExecutionNode,
     PlanArtifact,
     ProviderSession,
+    ProviderThread,
     ProviderTurn,
     Run,
     RunAttempt,
@@ -126,6 +129,15 @@ class WriteBatch:
             self._idx("idx_run_artifacts", index_key(record.run_id, record.id))
         elif isinstance(record, Checkpoint):
             self._idx("idx_thread_checkpoints", index_key(record.thread_id, record.ordinal, record.id))
+        elif isinstance(record, ContextTransfer):
+            # Listed under both threads it joins; in flight until a turn takes it in.
+            self._idx("idx_thread_transfers", index_key(record.source_thread_id, record.id))
+            if record.target_thread_id != record.source_thread_id:
+                self._idx("idx_thread_transfers", index_key(record.target_thread_id, record.id))
+            in_flight = record.status in TRANSFER_IN_FLIGHT
+            self._idx("idx_inflight_transfers", record.id.encode(), record.target_thread_id.encode() if in_flight else None)
+        elif isinstance(record, ProviderThread):
+            self._idx("idx_thread_backing", index_key(record.thread_id, record.id))
         elif isinstance(record, AppThread):
             # The threads database is itself the thread list, in id (creation) order.
             if record.parent_thread_id is not None:
@@ -145,6 +157,7 @@ DATABASES = (
     "provider_threads",
     "provider_turns",
     "context_handoffs",
+    "context_transfers",
     "requests",
     "artifacts",
     "events",
@@ -166,4 +179,7 @@ DATABASES = (
     "idx_run_artifacts",
     "idx_thread_children",
     "idx_thread_checkpoints",
+    "idx_thread_transfers",
+    "idx_inflight_transfers",
+    "idx_thread_backing",
 )

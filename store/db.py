@@ -19,12 +19,14 @@ from .records import (
     AppThread,
     Checkpoint,
     CommandReceipt,
+    ContextTransfer,
     ConversationMessage,
     Effect,
     Event,
     ExecutionNode,
     PlanArtifact,
     ProviderSession,
+    ProviderThread,
     ProviderTurn,
     Run,
     RunAttempt,
@@ -180,6 +182,22 @@ class Store:
         """The checkpoints of a thread by ordinal (then creation)."""
         rows = self._scan_index("idx_thread_checkpoints", thread_id.encode() + SEP)
         return self._get_many(Checkpoint, [k.rsplit(SEP, 1)[1].decode() for k, _v in rows])
+    def thread_transfers(self, thread_id: str) -> list[ContextTransfer]:
+        """The ContextTransfers the thread takes part in, as source or target, oldest first."""
+        rows = self._scan_index("idx_thread_transfers", thread_id.encode() + SEP)
+        return self._get_many(ContextTransfer, [k.split(SEP, 1)[1].decode() for k, _v in rows])
+
+    def inflight_transfers(self) -> list[ContextTransfer]:
+        """Transfers resolved but not yet taken in by a provider turn."""
+        rows = self._scan_index("idx_inflight_transfers", b"")
+        return self._get_many(ContextTransfer, [k.decode() for k, _v in rows])
+
+    def thread_provider_threads(self, thread_id: str) -> list[ProviderThread]:
+        """The provider threads that have backed the thread, oldest first (those
+        made before this index existed are not listed; the thread's current one is
+        ``AppThread.providerThreadId``)."""
+        rows = self._scan_index("idx_thread_backing", thread_id.encode() + SEP)
+        return self._get_many(ProviderThread, [k.split(SEP, 1)[1].decode() for k, _v in rows])
 
     def receipt(self, command_id: str) -> CommandReceipt | None:
         return self.get(CommandReceipt, command_id)

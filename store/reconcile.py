@@ -6,8 +6,8 @@ only after every actor and provider session has ended, and with a reason that
 names the restarted child (``store_writer_restart``) instead of
 ``daemon_restart``; the states are the same.
 
-Reads only the open-runs, queued-messages, live-sessions and open-effects
-indexes, so its cost grows with what was in flight, not with history. What
+Reads only the open-runs, queued-messages, live-sessions, open-effects and
+in-flight-transfers indexes, so its cost grows with what was in flight, not with history. What
 was running is closed with an honest status and reason; nothing is re-run,
 nothing external is rewritten as success or failure, and no text is lost.
 """
@@ -40,6 +40,7 @@ class ReconcileReport:
     sessions_stopped: list[str] = field(default_factory=list)
     effects_retired: list[str] = field(default_factory=list)
     checkpoints_missing: list[str] = field(default_factory=list)
+    transfers_failed: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
         return {name: len(value) for name, value in self.__dict__.items()}
@@ -145,6 +146,15 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
             continue  # re-queued by the effect runner / settled above
         batch.put(struct_copy(effect, status="retired", reason=f"{reason}: bound to the previous process"))
         report.effects_retired.append(effect.id)
+
+    for transfer in store.inflight_transfers():
+        # Resolved, but no provider turn took it in: never half-consumed. The
+        # thread's next message resolves it again (a fork: portably).
+        transfer = struct_copy(transfer, status="failed", error=f"{reason}: resolved but not taken in by a provider turn")
+        batch.put(transfer)
+        batch.event("context_transfer.failed", thread_id=transfer.target_thread_id, run_id=transfer.run_id, at=now,
+                    transfer=to_wire(transfer))
+        report.transfers_failed.append(transfer.id)
 
     if batch:
         batch.event("daemon.reconciled", at=now, reason=reason, **report.as_dict())

@@ -34,6 +34,17 @@ CheckpointStatus = Literal["captured", "missing", "error", "stale"]
 #: ``baseline``: the workspace before a run (ordinal = the run's - 1); ``run``:
 #: after a run (its ordinal); ``pre_rollback``: the safety capture a restore takes first
 CheckpointKind = Literal["baseline", "run", "pre_rollback"]
+#: why context moves from a source point to a target (seed 002 "thread relationship")
+TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn", "subagent_result"]
+TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
+TransferResolution = Literal["native", "portable"]
+#: ``portable_context`` is what agentd wrote before handoffs had strategies (kept for old data dirs)
+HandoffStrategy = Literal["portable_full", "delta", "full_thread_summary", "checkpoint_context", "portable_context"]
+SourcePointType = Literal["latest_stable", "run", "node", "provider_thread", "checkpoint"]
+CreatedBy = Literal["user", "agent", "system"]
+
+#: a transfer resolved but not yet taken in by a provider turn (in flight)
+TRANSFER_IN_FLIGHT = frozenset({"resolved_native", "resolved_portable"})
 
 RUN_ACTIVE = frozenset({"running", "waiting"})
 RUN_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled", "rolled_back"})
@@ -106,6 +117,8 @@ class Run(Record, kw_only=True):
     created_at: float = 0.0
     started_at: float | None = None
     ended_at: float | None = None
+    #: the message asked for a fresh provider thread with a summary of the thread (F5 ``cleanContext``)
+    clean_context: bool = False
 
 
 class RunAttempt(Record, kw_only=True):
@@ -124,6 +137,8 @@ class RunAttempt(Record, kw_only=True):
     ended_at: float | None = None
     #: the ContextHandoff injected into this attempt's turn, if any
     handoff_id: str | None = None
+    #: the ContextTransfer this attempt's start resolved, if any
+    transfer_id: str | None = None
 
 
 class ExecutionNode(Record, kw_only=True):
@@ -169,9 +184,21 @@ class ProviderThread(Record, kw_only=True):
     native_thread_id: str
     status: ProviderThreadStatus = "active"
     reason: str | None = None
+    #: legacy: the ordinal of the last completed run on it (see ``covered_run_ids``)
     covered_run_count: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0
+    #: coverage: the app runs (of this thread, or inherited from a fork's source)
+    #: this provider thread has seen — run itself, inherited by a native fork, or
+    #: been given in a handoff — oldest first. What it lacks is the next delta.
+    covered_run_ids: list[str] = []
+    #: consecutive runs on it that each needed a delta handoff (reset by a run without one)
+    bridges_in_a_row: int = 0
+    #: the settings that shaped its context when it was made (seed 003 "frozen
+    #: context"): kind, model, args, env names, capabilities, runtime version
+    settings: dict[str, Any] = {}
+    #: the provider thread it was natively forked from
+    forked_from: str | None = None
 
 
 class ProviderTurn(Record, kw_only=True):
@@ -185,6 +212,9 @@ class ProviderTurn(Record, kw_only=True):
     status: TurnStatus = "started"
     started_at: float = 0.0
     ended_at: float | None = None
+    #: where a native fork "after this turn" points, when that is not the turn
+    #: id (Claude: the turn's last message uuid, for ``--resume-session-at``)
+    native_end_ref: str | None = None
 
 
 class RuntimeRequest(Record, kw_only=True):
@@ -224,19 +254,85 @@ class PlanArtifact(Record, kw_only=True):
     updated_at: float = 0.0
 
 
+class SourcePoint(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """The exact state a ContextTransfer moves (seed 002 "source point"): what
+    the client named (``type`` and its id) and what agentd resolved it to —
+    the run it ends at and, where the provider has one, the native handle to
+    fork from."""
+
+    type: SourcePointType
+    thread_id: str
+    run_id: str | None = None
+    node_id: str | None = None
+    checkpoint_id: str | None = None
+    provider_thread_id: str | None = None
+    #: an app ProviderTurn id
+    provider_turn_id: str | None = None
+    #: the provider instance the source ran on
+    provider: str | None = None
+    #: the native thread to fork and the native ref to fork after (None: its end)
+    native_thread_id: str | None = None
+    native_turn_ref: str | None = None
+
+
+class ContextTransfer(Record, kw_only=True):
+    """A durable, cheap record that context must flow from a source point to a
+    target thread (SPEC F8, seed 002), resolved lazily by the target's next run
+    start: ``pending`` → ``resolved_native`` / ``resolved_portable`` →
+    ``consumed`` (a provider turn took it in). ``failed`` says why
+    (``error``); a failed fork is resolved again, portably, by the next message."""
+
+    type: TransferType
+    source_thread_id: str
+    target_thread_id: str
+    source_point: SourcePoint
+    #: for a delta: the point the target already has (what the handoff starts after)
+    base_point: SourcePoint | None = None
+    status: TransferStatus = "pending"
+    resolution: TransferResolution | None = None
+    #: a synthesized (portable) transfer is lower fidelity than a native one
+    lower_fidelity: bool = False
+    source_provider: str | None = None
+    target_provider: str | None = None
+    target_provider_thread_id: str | None = None
+    handoff_id: str | None = None
+    #: the target run whose start resolved it
+    run_id: str | None = None
+    #: the conversation at the source point: app run ids, oldest first (a
+    #: fork's own history starts with these, whatever later happens to the source)
+    source_run_ids: list[str] = []
+    #: why this transfer (``provider_switch``, ``fork``, ``cannot_resume: …``, ``settings_changed: …``)
+    reason: str = ""
+    created_by: CreatedBy = "user"
+    created_at: float = 0.0
+    resolved_at: float | None = None
+    consumed_at: float | None = None
+    error: str | None = None
+
+
 class ContextHandoff(Record, kw_only=True):
     """Materialised context given to a provider thread that lacks it (SPEC F5,
     F11). Always stored, so what the provider was told is auditable: no hidden
-    prompt splicing."""
+    prompt splicing. ``text`` is exactly what the agent was given."""
 
     thread_id: str
-    strategy: str  # portable_context | full_thread_summary | delta
+    strategy: HandoffStrategy
     reason: str = ""
     source_provider_thread_id: str | None = None
     target_provider_thread_id: str | None = None
     covered_run_count: int = 0
     text: str = ""
     created_at: float = 0.0
+    transfer_id: str | None = None
+    #: the app runs this handoff stands for, oldest first
+    covered_run_ids: list[str] = []
+    #: runs left out to stay within ``cap`` (their ids), and what else was cut
+    dropped_run_ids: list[str] = []
+    dropped: list[str] = []
+    #: characters of ``text``, and the cap it was built under
+    size: int = 0
+    cap: int = 0
+    target_provider: str | None = None
 
 
 class Checkpoint(Record, kw_only=True):
@@ -322,6 +418,7 @@ RECORD_KINDS: dict[str, tuple[type, int]] = {
     "provider_threads": (ProviderThread, 1),
     "provider_turns": (ProviderTurn, 1),
     "context_handoffs": (ContextHandoff, 1),
+    "context_transfers": (ContextTransfer, 1),
     "requests": (RuntimeRequest, 1),
     "artifacts": (PlanArtifact, 1),
     "events": (Event, 1),

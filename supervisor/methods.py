@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentd.actors import artifacts, checkpointing, requests, run_control, steering
+from agentd.actors import artifacts, checkpointing, requests, run_control, steering, transfers
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
 from agentd.protocol.methods import Method, MethodTable
@@ -79,6 +79,7 @@ METHODS = MethodTable([
     _thread("approval.respond", wire.ApprovalRespondParams, requests.approval_respond, by_request),
     _thread("user-input.respond", wire.UserInputRespondParams, requests.user_input_respond, by_request),
     _thread("plan.implement", wire.PlanImplementParams, artifacts.plan_implement, by_plan),
+    _thread("thread.fork", wire.ThreadForkParams, transfers.thread_fork, by_thread),
     _daemon("run.resume", wire.RunResumeParams, queries.run_resume),
     _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
     # reads
@@ -86,6 +87,8 @@ METHODS = MethodTable([
     _daemon("thread.get", wire.ThreadGetParams, queries.thread_get),
     _daemon("run.get", wire.RunGetParams, queries.run_get),
     _daemon("thread.requests", wire.ThreadIdParams, queries.thread_requests),
+    _daemon("thread.transfers", wire.ThreadIdParams, queries.thread_transfers),
+    _daemon("handoff.get", wire.HandoffGetParams, queries.handoff_get),
     _daemon("daemon.status", wire.NoParams, queries.daemon_status),
     _daemon("providers.list", wire.NoParams, queries.providers_list),
     _daemon("checkpoint.list", wire.ThreadIdParams, queries.checkpoint_list),

@@ -14,7 +14,7 @@ from agentd.actors.checkpoints import DEFAULT_MAX_PATCH_BYTES, CheckpointError
 from agentd.protocol import wire
 from agentd.protocol.errors import InvalidState, NotFound, Unsupported
 from agentd.protocol.server import Connection
-from agentd.store.records import to_wire
+from agentd.store.records import ContextHandoff, to_wire
 
 if TYPE_CHECKING:
     from .router import DaemonRouter
@@ -111,6 +111,21 @@ async def checkpoint_diff(router: DaemonRouter, params: wire.CheckpointDiffParam
         "patch": result.patch,
         "truncated": result.truncated,
     }
+
+
+async def thread_transfers(router: DaemonRouter, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
+    """SPEC F8: the ContextTransfers the thread takes part in (source or target), oldest first."""
+    if router.store.thread(params.thread_id) is None:
+        raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
+    return {"transfers": [to_wire(t) for t in router.store.thread_transfers(params.thread_id)]}
+
+
+async def handoff_get(router: DaemonRouter, params: wire.HandoffGetParams, _conn: Connection) -> dict[str, Any]:
+    """SPEC F5: a stored ContextHandoff — exactly what an agent was given."""
+    handoff = router.store.get(ContextHandoff, params.handoff_id)
+    if handoff is None:
+        raise NotFound(f"no handoff {params.handoff_id}", handoffId=params.handoff_id)
+    return {"handoff": to_wire(handoff)}
 
 
 async def providers_list(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:

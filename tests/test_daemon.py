@@ -133,7 +133,11 @@ async def test_provider_crash_after_a_tool_fails_the_run_and_the_next_message_wo
     a2 = (await client.call("run.get", runId=nxt["id"]))["attempts"][0]
     assert detail["attempts"][0]["providerThreadId"] == a2["providerThreadId"], "the provider thread survives its session"
     text = (await client.call("thread.get", threadId=thread_id))["messages"][-1]["text"]
-    assert text == "history: 0 turns", "the crashed turn never completed natively"
+    assert text.startswith("history: 0 turns"), "the crashed turn never completed natively"
+    # F5/F8: so the provider thread has not seen run 1, and is told about it by a stored delta.
+    handoff = (await client.call("handoff.get", handoffId=a2["handoffId"]))["handoff"]
+    assert handoff["strategy"] == "delta" and handoff["coveredRunIds"] == [run["id"]]
+    assert text == f"history: 0 turns + {handoff['size']} chars of context"
 
 
 async def test_crash_before_any_side_effect_is_recovered_by_a_new_attempt(client):
@@ -293,7 +297,12 @@ async def test_sigkill_mid_stream_keeps_every_committed_record(data_dir, socket_
             nxt = await send_and_wait(client, thread_id, script({"reportHistory": True}))
             assert nxt["status"] == "completed"
             text = (await client.call("thread.get", threadId=thread_id))["messages"][-1]["text"]
-            assert text == "history: 1 turn", "the new runtime resumed the same native thread"
+            assert text.startswith("history: 1 turn"), "the new runtime resumed the same native thread"
+            # The killed turn never completed natively: the agent is told about it by a stored delta.
+            attempt = (await client.call("run.get", runId=nxt["id"]))["attempts"][0]
+            handoff = (await client.call("handoff.get", handoffId=attempt["handoffId"]))["handoff"]
+            assert handoff["strategy"] == "delta" and handoff["coveredRunIds"] == [sent["runId"]]
+            assert "streamed before the kill" in handoff["text"]
     finally:
         assert await daemon.terminate() == 0
 

@@ -98,9 +98,13 @@ async def test_resume_failure_replaces_the_provider_thread_from_app_context(data
             unusable = await wait_event(client, lambda e: e["type"] == "provider_thread.unusable", thread_id=thread_id)
             assert unusable["payload"]["providerThreadId"] == old_pt and "corrupt" in unusable["payload"]["reason"]
             handoff = (await wait_event(client, lambda e: e["type"] == "context_handoff.created", thread_id=thread_id))["payload"]["handoff"]
-            assert handoff["id"] == attempt["handoffId"] and handoff["strategy"] == "portable_context"
+            assert handoff["id"] == attempt["handoffId"] and handoff["strategy"] == "full_thread_summary"
+            assert handoff["reason"].startswith("cannot_resume: resume failed") and "corrupt" in handoff["reason"]
             assert handoff["sourceProviderThreadId"] == old_pt
-            assert handoff["targetProviderThreadId"] == attempt["providerThreadId"]
+            # Stored before the new provider thread existed; the record names it once it does.
+            stored = (await client.call("handoff.get", handoffId=handoff["id"]))["handoff"]
+            assert stored["targetProviderThreadId"] == attempt["providerThreadId"]
+            assert stored["text"] == handoff["text"]
             assert "the password is swordfish" in handoff["text"] and handoff["coveredRunCount"] == 1
             answer = (await client.call("thread.get", threadId=thread_id))["messages"][-1]["text"]
             assert answer == f"history: 0 turns + {len(handoff['text'])} chars of context", \

@@ -425,6 +425,27 @@ async def test_fork_copies_turns(agent, workdir):  # SPEC F11
     assert error["code"] == -32003
 
 
+async def test_recall_says_where_the_agent_sees_each_word(agent, workdir):  # SPEC F5, F6
+    """The oracle lineage tests use: native history (earlier inputs and
+    outputs), injected context only (this turn's or an earlier one's), or absent."""
+    thread = await new_thread(agent, workdir)
+    await agent.run_turn(thread, "alpha said here")
+    second = (await agent.result("turn/start", threadId=thread, input=script({"say": "bravo"}), context="[handoff] charlie"))["turnId"]
+    await agent.finish_turn(second)
+    turn = (await agent.result("turn/start", threadId=thread, input=script({"recall": ["alpha", "bravo", "charlie", "delta", "alph"]}),
+                                context="delta arrives now"))["turnId"]
+    assert messages(await agent.finish_turn(turn)) == [
+        "recall: alpha=native bravo=native charlie=context delta=context alph=absent"
+    ]
+    # A native fork keeps what was context as context; a recall's own input is not "seen".
+    fork = (await agent.result("thread/fork", threadId=thread, lastTurnId=second))["threadId"]
+    assert messages(await agent.run_turn(fork, script({"recall": ["alpha", "charlie", "delta", "echo"]}))) == [
+        "recall: alpha=native charlie=context delta=absent echo=absent"
+    ]
+    error_events = await agent.run_turn(thread, script({"recall": "alpha"}))
+    assert completion(error_events)["status"] == "failed"
+
+
 async def test_rollback_drops_turns(agent, workdir):  # SPEC F11
     thread = await new_thread(agent, workdir)
     turns = []

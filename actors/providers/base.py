@@ -54,6 +54,9 @@ class TurnCompleted(ProviderEvent, kw_only=True):
     native_turn_id: str | None = None
     status: str  # completed | failed | interrupted
     error: str | None = None
+    #: where a native fork "after this turn" points, when that is not the turn
+    #: id (Claude: the uuid of the turn's last message)
+    end_ref: str | None = None
 
 
 class ItemStarted(ProviderEvent, kw_only=True):
@@ -141,6 +144,8 @@ class ProviderConnection(abc.ABC):
     capabilities: Capabilities
     #: native thread ids this process has created or resumed
     loaded_threads: set[str]
+    #: the runtime's version as it reported it, when it does (frozen settings, seed 003)
+    runtime_version: str | None = None
 
     @property
     @abc.abstractmethod
@@ -177,6 +182,10 @@ class ProviderConnection(abc.ABC):
         raise ProviderRuntimeError("steering is not supported by this provider")
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+        """A new native thread with ``native_thread_id``'s history up to and
+        including the turn ``last_turn_id`` names (a ``ProviderTurn``'s
+        ``nativeEndRef`` or ``nativeTurnId``; None: all of it), loaded in this
+        process; the source is left as it was. Returns the new thread's id."""
         raise ProviderRuntimeError("native fork is not supported by this provider")
 
     async def list_turns(self, native_thread_id: str) -> list[dict[str, Any]]:

@@ -32,9 +32,10 @@ resume_thread              a process started with ``--resume <id>``; a missing
                            or corrupt session makes Claude print a ``result``
                            error ("No conversation found …") and exit, which
                            becomes ``NativeThreadMissing``
-fork_thread                ``--resume <id> --fork-session --session-id <new>``
-                           (the fork's id is ours, so it is known at once;
-                           forks only at the end of the source session)
+fork_thread                ``--resume <id> [--resume-session-at <message
+                           uuid>] --fork-session --session-id <new>`` (the
+                           fork's id is ours, so it is known at once; a turn's
+                           last message uuid is its ``TurnCompleted.end_ref``)
 ProviderTurn               one user message up to its ``result``; Claude has no
                            turn ids, so the adapter makes one per turn
 interrupt_turn             ``control_request {subtype: interrupt}`` — only an
@@ -321,14 +322,19 @@ class ClaudeConnection(ProviderConnection):
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=turns)
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
-        if last_turn_id is not None:
-            raise ProviderRuntimeError("Claude forks a session only at its end; pass last_turn_id=None")
+        # ``last_turn_id`` is a turn's last message uuid (``TurnCompleted.end_ref``):
+        # ``--resume-session-at`` forks there; our own turn ids name nothing in Claude.
+        if last_turn_id is not None and last_turn_id.startswith("turn_"):
+            raise ProviderRuntimeError(
+                f"Claude cannot fork after turn {last_turn_id}: no message uuid was recorded for it"
+            )
         # Claude finds a session by the directory it ran in; the primitive has
         # no cwd, so it is read from the session file when that is visible.
         cwd = await trio.to_thread.run_sync(session_cwd, self.adapter.config_dir(), native_thread_id) or os.getcwd()
         fork_id = str(uuid.uuid4())
+        at = ["--resume-session-at", last_turn_id] if last_turn_id is not None else []
         await self._claude.launch_existing(
-            "fork", native_thread_id, ["--resume", native_thread_id, "--fork-session", "--session-id", fork_id], cwd,
+            "fork", native_thread_id, ["--resume", native_thread_id, *at, "--fork-session", "--session-id", fork_id], cwd,
             initialize=self._initialize,
         )
         self._claude.bind(fork_id)

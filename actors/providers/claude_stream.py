@@ -121,6 +121,9 @@ class Turn:
     attempt_id: str
     native_turn_id: str
     interrupt_requested: bool = False
+    #: the uuid of the turn's last top-level assistant message (where a fork
+    #: "after this turn" resumes: ``--resume-session-at``)
+    last_message_uuid: str | None = None
 
 
 @dataclass
@@ -199,7 +202,8 @@ class StreamMapper:
             error = "; ".join(e for e in errors if not e.startswith("[ede_diagnostic]")) or str(
                 message.get("result") or subtype or "claude reported an error"
             )
-        await self._emit(TurnCompleted(attempt_id=turn.attempt_id, native_turn_id=turn.native_turn_id, status=status, error=error))
+        await self._emit(TurnCompleted(attempt_id=turn.attempt_id, native_turn_id=turn.native_turn_id, status=status, error=error,
+                                       end_ref=turn.last_message_uuid))
 
     # -- permissions ---------------------------------------------------------------------
 
@@ -305,6 +309,8 @@ class StreamMapper:
         message_id = body.get("id") or ""
         parent = message.get("parent_tool_use_id")
         attempt_id = self._attempt()
+        if parent is None and self.turn is not None and isinstance(message.get("uuid"), str):
+            self.turn.last_message_uuid = message["uuid"]
         if message.get("aborted"):
             self._aborted_messages.add(message_id)
         for index, block in enumerate(body.get("content") or []):

@@ -491,6 +491,8 @@ class CodexConnection(ProviderConnection):
         )
         result = _decode(InitializeResponse, await self._peer.request("initialize", _encode(params)), "initialize answer")
         self.user_agent = result.user_agent
+        version = parse_version(result.user_agent or "")
+        self.runtime_version = ".".join(map(str, version)) if version else None
         await self._peer.notify("initialized", {})
 
     async def _polite_stop(self) -> None:

@@ -144,10 +144,12 @@ class ScriptedConnection(ProviderConnection):
         await self._peer.run()
 
     async def _initialize(self) -> None:
-        await self._peer.request(
+        result = await self._peer.request(
             "initialize",
             {"clientInfo": {"name": "agentd", "version": "0.1"}, "capabilities": msgspec.to_builtins(self.capabilities)},
         )
+        version = result.get("version") if isinstance(result, dict) else None
+        self.runtime_version = str(version) if version is not None else None
 
     async def _polite_stop(self) -> None:
         # End of input is the agent's polite stop; no answer to wait for, so

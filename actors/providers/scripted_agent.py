@@ -480,6 +480,12 @@ class Turn:
         A ``turn/plan/updated`` notification / a plan item.
     ``{"subagent": {"steps": [...]}}``
         A subagent item whose steps' items name it as ``parentItemId``.
+    ``{"recall": ["WORD", …]}``
+        Say, for each word, where this agent can see it: ``native`` (in its
+        own thread's earlier turns, inputs or outputs), ``context`` (only in
+        context the client injected, in this turn or an earlier one), or
+        ``absent`` — one line, ``recall: alpha=native bravo=context
+        charlie=absent``. It proves exactly what an agent was given.
     """
 
     def __init__(self, agent: Agent, thread: ThreadRecord, text: str) -> None:
@@ -688,6 +694,25 @@ class Turn:
             text += f" + {len(self.context)} chars of context"
         await self._message(text, parent)
 
+    async def _recall(self, step: dict, parent: str | None) -> None:
+        words = _expect(step["recall"], list, "recall needs a list of words")
+        for word in words:
+            _expect(word, str, "each recall word must be a string")
+        turns = self.thread.turns
+        native = [text for turn in turns for text in (turn.input, turn.output)]
+        context = [turn.context for turn in turns] + [self.context]
+        answers = []
+        for word in words:
+            pattern = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(word)}(?![A-Za-z0-9_])")
+            if any(pattern.search(text) for text in native):
+                where = "native"
+            elif any(pattern.search(text) for text in context):
+                where = "context"
+            else:
+                where = "absent"
+            answers.append(f"{word}={where}")
+        await self._message("recall: " + " ".join(answers), parent)
+
     async def _approval(self, step: dict, parent: str | None) -> None:
         spec = _expect(step["approval"], dict, "approval needs an object with kind and command")
         kind = _expect(spec.get("kind"), str, "approval needs a string kind")
@@ -749,6 +774,7 @@ class Turn:
         "fail": _fail,
         "tool": _tool,
         "reportHistory": _report_history,
+        "recall": _recall,
         "approval": _approval,
         "ask": _ask,
         "plan": _plan,

@@ -1,0 +1,151 @@
+"""Lineage commands of the ``agentd`` command line (SPEC F5, F6, F8):
+
+    agentd fork THREAD [--from RUN|latest] [--side] [--title T]   prints the fork's thread id
+    agentd lineage THREAD       where a thread comes from, its forks, and every handoff it took
+    agentd handoff HANDOFF      the exact text an agent was given
+
+Kept in a module of their own while the command line is being split up;
+``add_lineage_commands`` is the one hook in the parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Awaitable, Callable
+
+import trio
+
+from agentd.protocol.client import Client
+from agentd.protocol.errors import AgentdError
+
+
+def _run(args: argparse.Namespace, go: Callable[[Client], Awaitable[int]]) -> int:
+    from agentd.supervisor.paths import Paths  # the daemon side, only where needed
+
+    socket = Paths.resolve(args.data_dir, args.socket, None).socket
+
+    async def main() -> int:
+        try:
+            async with Client.connect(socket) as client:
+                return await go(client)
+        except (FileNotFoundError, ConnectionRefusedError):
+            print(f"agentd: no daemon is listening on {socket}; start one with `agentd serve`", file=sys.stderr)
+            return 1
+        except AgentdError as exc:
+            print(f"agentd: {exc.message}", file=sys.stderr)
+            return 1
+
+    return trio.run(main)
+
+
+def _json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        params: dict[str, Any] = {"threadId": args.thread, "sideChat": args.side}
+        if args.source and args.source != "latest":
+            params["sourcePoint"] = {"type": "run", "runId": args.source}
+        if args.title is not None:
+            params["title"] = args.title
+        result = await client.call("thread.fork", **params)
+        _json(result) if args.json else print(result["threadId"])
+        return 0
+
+    return _run(args, go)
+
+
+def cmd_handoff(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        handoff = (await client.call("handoff.get", handoffId=args.handoff))["handoff"]
+        if args.json:
+            _json(handoff)
+        else:
+            print(handoff["text"])
+        return 0
+
+    return _run(args, go)
+
+
+def _size(handoff: dict[str, Any]) -> str:
+    dropped = f", {len(handoff['droppedRunIds'])} run(s) dropped" if handoff.get("droppedRunIds") else ""
+    return f"{handoff['strategy']} {handoff['size']:,} chars (cap {handoff['cap']:,}){dropped}"
+
+
+async def lineage_lines(client: Client, thread_id: str) -> list[str]:
+    """A thread's lineage as text: its parent and fork point, the transfers it
+    takes part in with their handoffs, its forks, and who ran each run."""
+    detail = await client.call("thread.get", threadId=thread_id)
+    thread = detail["thread"]
+    transfers = (await client.call("thread.transfers", threadId=thread_id))["transfers"]
+    handoffs: dict[str, dict[str, Any]] = {}
+    for transfer in transfers:
+        if transfer.get("handoffId"):
+            handoffs[transfer["handoffId"]] = (await client.call("handoff.get", handoffId=transfer["handoffId"]))["handoff"]
+    ordinals = {run["id"]: run["ordinal"] for run in detail["runs"]}
+    lines = [f"{thread['id']} \"{thread['title']}\" created by {thread['createdBy']}"]
+    if thread.get("parentThreadId"):
+        side = ", side chat" if thread.get("sideChat") else ""
+        lines.append(f"  parent {thread['parentThreadId']} ({thread['relationshipToParent']}{side}), root {thread['rootThreadId']}")
+    incoming = [t for t in transfers if t["targetThreadId"] == thread_id and t["type"] != "provider_handoff"]
+    outgoing = [t for t in transfers if t["sourceThreadId"] == thread_id and t["targetThreadId"] != thread_id]
+    switches = [t for t in transfers if t["type"] == "provider_handoff"]
+    for transfer in incoming:
+        point = transfer["sourcePoint"]
+        lines.append(f"  {transfer['type']} of {transfer['sourceThreadId']} at {point['type']} {point.get('runId') or ''}".rstrip()
+                     + f": {_status(transfer, handoffs)}")
+    for transfer in switches:
+        run = ordinals.get(transfer.get("runId") or "", "?")
+        lines.append(f"  run {run}: {transfer['sourceProvider']} → {transfer['targetProvider']} "
+                     f"({transfer['reason']}): {_status(transfer, handoffs)}")
+    for transfer in outgoing:
+        point = transfer["sourcePoint"]
+        at = f"run {ordinals[point['runId']]}" if point.get("runId") in ordinals else point["type"]
+        lines.append(f"  forked at {at} → {transfer['targetThreadId']} ({transfer['status']})")
+    for run in detail["runs"]:
+        lines.append(f"  run {run['ordinal']} on {run['provider']}: {run['status']}")
+    return lines
+
+
+def _status(transfer: dict[str, Any], handoffs: dict[str, dict[str, Any]]) -> str:
+    text = transfer["status"] + (f" ({transfer['resolution']})" if transfer.get("resolution") else "")
+    handoff = handoffs.get(transfer.get("handoffId") or "")
+    if handoff is not None:
+        text += f", handoff {handoff['id']} {_size(handoff)}"
+    if transfer.get("error"):
+        text += f"; error: {transfer['error']}"
+    return text
+
+
+def cmd_lineage(args: argparse.Namespace) -> int:
+    async def go(client: Client) -> int:
+        if args.json:
+            _json((await client.call("thread.transfers", threadId=args.thread))["transfers"])
+            return 0
+        for line in await lineage_lines(client, args.thread):
+            print(line)
+        return 0
+
+    return _run(args, go)
+
+
+def add_lineage_commands(sub: Any, *, results: argparse.ArgumentParser) -> None:
+    """Add ``fork``, ``lineage`` and ``handoff`` to the ``agentd`` parser."""
+    p = sub.add_parser("fork", parents=[results], help="fork a thread (prints the fork's id); its first message picks the agent")
+    p.add_argument("thread")
+    p.add_argument("--from", dest="source", metavar="RUN|latest", default="latest",
+                   help="the run to fork after (default: the latest completed one)")
+    p.add_argument("--side", action="store_true", help="a side chat: a fork shown only inside its parent")
+    p.add_argument("--title")
+    p.set_defaults(fn=cmd_fork)
+
+    p = sub.add_parser("lineage", parents=[results], help="a thread's parent, forks and handoffs (strategy and size)")
+    p.add_argument("thread")
+    p.set_defaults(fn=cmd_lineage)
+
+    p = sub.add_parser("handoff", parents=[results], help="print the exact text a handoff gave an agent")
+    p.add_argument("handoff")
+    p.set_defaults(fn=cmd_handoff)

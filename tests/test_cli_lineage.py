@@ -1,0 +1,37 @@
+"""The lineage commands of ``agentd`` against a real daemon: fork, lineage, handoff."""
+
+from __future__ import annotations
+
+import json
+
+from tests.helpers import script, send_and_wait
+from tests.test_cli import run
+
+
+async def test_fork_lineage_and_handoff(daemon, client):
+    thread_id = (await run(daemon, "new", "--title", "src")).stdout.decode().strip()
+    first = await send_and_wait(client, thread_id, script({"say": "the word is alpha"}))
+    await send_and_wait(client, thread_id, script({"say": "the word is bravo"}))
+
+    fork_id = (await run(daemon, "fork", thread_id, "--from", first["id"], "--side")).stdout.decode().strip()
+    assert fork_id.startswith("thr_")
+    latest = json.loads((await run(daemon, "fork", thread_id, "--json")).stdout)
+    assert latest["transferId"].startswith("xfr_")
+
+    await send_and_wait(client, fork_id, "hello")
+    # A switch on the source: its handoff is drawn with strategy and size.
+    run_ = await send_and_wait(client, thread_id, "again", provider="scripted", cleanContext=True)
+    shown = (await run(daemon, "lineage", thread_id)).stdout.decode()
+    assert f"forked at run 1 → {fork_id} (consumed)" in shown
+    assert f"forked at run 2 → {latest['threadId']} (pending)" in shown
+    assert "scripted → scripted (clean_context" in shown and "full_thread_summary" in shown and "chars (cap 32,000)" in shown
+
+    forked = (await run(daemon, "lineage", fork_id)).stdout.decode()
+    assert f"parent {thread_id} (fork, side chat)" in forked
+    assert f"fork of {thread_id} at run {first['id']}: consumed (native)" in forked
+
+    attempt = (await client.call("run.get", runId=run_["id"]))["attempts"][0]
+    text = (await run(daemon, "handoff", attempt["handoffId"])).stdout.decode()
+    assert text.startswith("[agentd context handoff: full_thread_summary]") and "the word is bravo" in text
+    missing = await run(daemon, "handoff", "hof_missing", check=False)
+    assert missing.returncode == 1 and "no handoff hof_missing" in missing.stderr.decode()
