@@ -309,8 +309,8 @@ def _fallback_reason(view: StartView, pt: ProviderThread, missing: tuple[str, ..
 # -- transitions ----------------------------------------------------------------------------
 
 
-def _emit_transfer(batch: ThreadBatch, event: str, transfer: ContextTransfer, run_id: str | None) -> None:
-    batch.emit(f"context_transfer.{event}", run_id=run_id, transfer=to_wire(transfer))
+def _emit_transfer(batch: ThreadBatch, event: str, transfer: ContextTransfer, run_id: str | None, node_id: str | None) -> None:
+    batch.emit(f"context_transfer.{event}", run_id=run_id, node_id=node_id, transfer=to_wire(transfer))
 
 
 def retire_provider_thread(batch: ThreadBatch, state: ThreadState, pt: ProviderThread, reason: str) -> ProviderThread:
@@ -318,7 +318,8 @@ def retire_provider_thread(batch: ThreadBatch, state: ThreadState, pt: ProviderT
     pt = struct_copy(pt, status="unusable", reason=reason, updated_at=batch.now)
     batch.put(pt)
     run_id = state.active.run.id if state.active else None
-    batch.emit("provider_thread.unusable", run_id=run_id, providerThreadId=pt.id, reason=reason)
+    node_id = state.active.root.id if state.active else None
+    batch.emit("provider_thread.unusable", run_id=run_id, node_id=node_id, providerThreadId=pt.id, reason=reason)
     if state.provider_thread is not None and state.provider_thread.id == pt.id:
         state.provider_thread = pt
     return pt
@@ -355,7 +356,7 @@ def record_start(
             created_at=now,
         )
         batch.put(transfer)
-        _emit_transfer(batch, "created", transfer, run.id)
+        _emit_transfer(batch, "created", transfer, run.id, run.root_node_id)
     handoff = None
     if built is not None and ctx.handoff is not None:
         # Where the context comes from: a fork's source, the provider thread
@@ -376,7 +377,7 @@ def record_start(
             target_provider=view.target.provider,
         )
         batch.put(handoff)
-        batch.emit("context_handoff.created", run_id=run.id, handoff=to_wire(handoff))
+        batch.emit("context_handoff.created", run_id=run.id, node_id=run.root_node_id, handoff=to_wire(handoff))
     if transfer is not None:
         changes: dict[str, Any] = {"run_id": run.id, "target_provider": view.target.provider}
         if ctx.resume is not None:
@@ -388,7 +389,7 @@ def record_start(
         transfer = struct_copy(transfer, **changes)
         batch.put(transfer)
         if transfer.status == "resolved_portable":
-            _emit_transfer(batch, "resolved", transfer, run.id)
+            _emit_transfer(batch, "resolved", transfer, run.id, run.root_node_id)
     attempt = struct_copy(active.attempt, handoff_id=handoff.id if handoff else None,
                           transfer_id=transfer.id if transfer else None)
     batch.put(attempt)
@@ -429,7 +430,7 @@ def provider_thread_made(batch: ThreadBatch, state: ThreadState, pt: ProviderThr
         context.transfer = struct_copy(context.transfer, **changes)
         batch.put(context.transfer)
         if native and not context.consumed:
-            _emit_transfer(batch, "resolved", context.transfer, active.run.id)
+            _emit_transfer(batch, "resolved", context.transfer, active.run.id, active.root.id)
     if context.ended:
         _cover(batch, state)
 
@@ -467,7 +468,7 @@ def turn_started(batch: ThreadBatch, state: ThreadState) -> None:
                                        target_provider_thread_id=active.attempt.provider_thread_id
                                        or context.transfer.target_provider_thread_id)
         batch.put(context.transfer)
-        _emit_transfer(batch, "consumed", context.transfer, active.run.id)
+        _emit_transfer(batch, "consumed", context.transfer, active.run.id, active.root.id)
     context.consumed = True
 
 
@@ -492,4 +493,4 @@ def attempt_closing(batch: ThreadBatch, state: ThreadState, why: str | None) -> 
     if context.transfer is not None and not context.consumed and context.transfer.status != "failed":
         context.transfer = struct_copy(context.transfer, status="failed", error=why or "the attempt ended before its turn started")
         batch.put(context.transfer)
-        _emit_transfer(batch, "failed", context.transfer, active.run.id)
+        _emit_transfer(batch, "failed", context.transfer, active.run.id, active.root.id)

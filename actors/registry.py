@@ -269,21 +269,15 @@ class ThreadRegistry:
         committed = await self.store.commit(batch)
         return {**result, "seq": committed.seq}
 
-    @staticmethod
-    def checked_workspace(workspace: str | None) -> str | None:
-        """A client's workspace: an absolute path to an existing directory (or None).
+    def checked_workspace(self, workspace: str | None) -> str | None:
+        """A client's workspace (``check_workspace``), or None when not given.
 
         Raises:
-            InvalidParams: it is not one.
+            InvalidParams: it cannot be used.
         """
         if not workspace:
             return None
-        path = Path(workspace)
-        if not path.is_absolute():
-            raise InvalidParams(f"workspace must be an absolute path, not {workspace!r}", field="workspace")
-        if not path.is_dir():
-            raise InvalidParams(f"workspace {workspace} is not an existing directory", field="workspace")
-        return str(path)
+        return check_workspace(workspace, allow_broad=self.config.allow_broad_workspaces)
 
     def new_thread_record(
         self, *, title: str, provider: str, workspace: str | None, parent: AppThread | None = None,

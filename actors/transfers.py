@@ -258,7 +258,10 @@ async def thread_fork(actor: ThreadActor, command: Command) -> dict[str, Any]:
     batch.put_all(thread, transfer)
     batch.event("thread.created", thread_id=thread.id, at=batch.now, thread=to_wire(thread))
     batch.event("context_transfer.created", thread_id=thread.id, at=batch.now, transfer=to_wire(transfer))
-    batch.emit("thread.forked", run_id=source.run_id, forkThreadId=thread.id, transferId=transfer.id,
+    source_run = actor.store.get(Run, source.run_id) if source.run_id else None
+    batch.emit("thread.forked", run_id=source.run_id,
+               node_id=source.node_id or (source_run.root_node_id if source_run else None),
+               forkThreadId=thread.id, transferId=transfer.id,
                sideChat=params.side_chat)
     result = {"threadId": thread.id, "transferId": transfer.id}
     batch.record_receipt(command.command_id, command.method, result)
@@ -333,12 +336,12 @@ async def _resolve_context(actor: ThreadActor, item: ContextNeeded) -> None:
     batch = actor.batch()
     if ctx.kind == "unsupported":
         item.reply.set(None)
-        batch.emit("run.context_resolved", run_id=active.run.id, kind=ctx.kind, reason=ctx.reason)
+        batch.emit("run.context_resolved", run_id=active.run.id, node_id=active.root.id, kind=ctx.kind, reason=ctx.reason)
         if ctx.transfer is not None and ctx.transfer.type != "fork":
             # Said once: the thread's next runs go on without it.
             failed = struct_copy(ctx.transfer, status="failed", error=f"context_unsupported: {ctx.reason}", run_id=active.run.id)
             batch.put(failed)
-            batch.emit("context_transfer.failed", run_id=active.run.id, transfer=to_wire(failed))
+            batch.emit("context_transfer.failed", run_id=active.run.id, node_id=active.root.id, transfer=to_wire(failed))
         await actor.end_run(batch, "failed", reason=f"context_unsupported: {ctx.reason}")
         return
     built = None
@@ -347,7 +350,7 @@ async def _resolve_context(actor: ThreadActor, item: ContextNeeded) -> None:
                               cap=actor.config.handoff_max_chars)
     context = lineage.record_start(batch, state, view, ctx, built)
     if ctx.kind != "none" or ctx.retire is not None:
-        batch.emit("run.context_resolved", run_id=active.run.id, kind=ctx.kind, reason=ctx.reason,
+        batch.emit("run.context_resolved", run_id=active.run.id, node_id=active.root.id, kind=ctx.kind, reason=ctx.reason,
                    transferId=context.transfer.id if context.transfer else None,
                    handoffId=context.handoff.id if context.handoff else None)
     await actor.commit(batch)

@@ -188,6 +188,7 @@ async def second_life(client: Client, threads: dict[str, str]) -> None:
     checkpoints = (await client.call("checkpoint.list", threadId=threads["t2"]))["checkpoints"]
     captured = [c for c in checkpoints if c["status"] == "captured"]
     await client.call("checkpoint.restore", checkpointId=captured[0]["id"])
+    await client.call("thread.fork", threadId=threads["t2"])
 
 
 async def follow_ephemeral(client: Client, seen: set[str], task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -244,6 +245,7 @@ async def _run_scenarios(base: Path) -> list[dict[str, Any]]:
 EMITTED_ELSEWHERE = {
     "checkpoint.error": ("test_checkpoints_daemon", "test_git_missing_gives_error_checkpoints_and_the_run_ends_normally"),
     "checkpoint.missing": ("test_checkpoints_daemon", "test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptured"),
+    "context_transfer.failed": ("test_lineage", "test_a_failed_native_fork_says_why_and_the_retry_resolves_portably"),
 }
 
 

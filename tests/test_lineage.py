@@ -259,6 +259,8 @@ async def test_a_failed_native_fork_says_why_and_the_retry_resolves_portably(cli
     assert failed["status"] == "failed" and failed["reason"].startswith("context_transfer_failed: native fork failed")
     (transfer,) = await transfers(client, forked["threadId"])
     assert transfer["status"] == "failed" and "native fork failed" in transfer["error"]
+    event = await wait_event(client, lambda e: e["type"] == "context_transfer.failed", thread_id=forked["threadId"])
+    assert event["payload"]["transfer"]["id"] == transfer["id"] and event["runId"] == failed["id"]
     messages = (await client.call("thread.get", threadId=forked["threadId"]))["messages"]
     assert [m["status"] for m in messages] == ["not_sent"], "the text is kept to send again"
 
