@@ -11,7 +11,7 @@ store's records (``store.records.to_wire``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 

@@ -4,7 +4,6 @@ orderly shutdown into a death by signal (defect 9)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -14,6 +13,8 @@ import trio
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
+
+from .helpers import wait_process_gone
 
 LAUNCHER = textwrap.dedent("""
     import sys, threading, trio
@@ -36,15 +37,6 @@ LAUNCHER = textwrap.dedent("""
 """)
 
 
-async def wait_exit(pid: int, timeout: float = 30) -> None:
-    fd = os.pidfd_open(pid)
-    try:
-        with trio.fail_after(timeout):
-            await trio.lowlevel.wait_readable(fd)
-    finally:
-        os.close(fd)
-
-
 async def test_the_daemon_outlives_its_launching_thread_and_dies_with_its_launcher(tmp_path, short_dir):
     data_dir, sock = tmp_path / "d", short_dir / "a.sock"
     launcher = await trio.lowlevel.open_process(
@@ -60,7 +52,7 @@ async def test_the_daemon_outlives_its_launching_thread_and_dies_with_its_launch
             assert (await client.call("daemon.status"))["pid"] == pid
         launcher.kill()
         await launcher.wait()
-        await wait_exit(pid)
+        await wait_process_gone(pid)
         log = (data_dir / "daemon.log").read_text()
         assert "the process that launched agentd is gone" in log
         assert "Traceback" not in log

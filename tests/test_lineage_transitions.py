@@ -16,7 +16,6 @@ from agentd.actors.state import ActiveRun, AttemptContext, ThreadState
 from agentd.store.records import (
     RECORD_KINDS,
     AppThread,
-    ContextHandoff,
     ContextTransfer,
     ConversationMessage,
     ExecutionNode,

@@ -7,25 +7,12 @@ from __future__ import annotations
 import os
 import stat
 
-import trio
 
 from agentd.actors.providers.procinfo import process_start_ticks
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 
-from .helpers import script, wait_event
-
-
-async def wait_gone(pid: int, timeout: float = 30) -> None:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        with trio.fail_after(timeout):
-            await trio.lowlevel.wait_readable(fd)
-    finally:
-        os.close(fd)
+from .helpers import script, wait_event, wait_process_gone
 
 
 async def test_a_sigkilled_daemon_takes_its_agents_but_not_their_tools_processes(tmp_path, short_dir):
@@ -46,7 +33,7 @@ async def test_a_sigkilled_daemon_takes_its_agents_but_not_their_tools_processes
             (session,) = (await client.call("daemon.status"))["sessions"]
             agent = session["pid"]
         await proc.kill()
-        await wait_gone(agent)  # the guard killed it: no daemon start needed
+        await wait_process_gone(agent)  # the guard killed it: no daemon start needed
         assert process_start_ticks(background) is not None, "a tool's own process is not agentd's to kill"
         # The next start reports what the old runtime's tools left running.
         proc = await start_daemon(data_dir, short_dir / "g.sock")
