@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--restart", action="store_true", help="restart the active run with this message")
     how.add_argument("--queue", action="store_true", help="run after the active run (the default when busy)")
     p.add_argument("--detach", action="store_true", help="return once the run is accepted, printing its id")
+    p.add_argument("--provider", metavar="NAME",
+                   help="run this message on another configured provider; the thread moves to it with a context handoff")
+    p.add_argument("--clean-context", action="store_true",
+                   help="start on a fresh provider thread given a summary of the whole thread")
     p.set_defaults(fn=cmd_send)
 
     p = sub.add_parser("stop", parents=[results], help="the Stop button: interrupt, hold what is queued, stop delegated tasks")

@@ -296,6 +296,10 @@ def cmd_send(args: argparse.Namespace) -> int:
         params: dict[str, Any] = {"threadId": args.thread, "text": text}
         if mode is not None:
             params["dispatchMode"] = mode
+        if args.provider:
+            params["provider"] = args.provider
+        if args.clean_context:
+            params["cleanContext"] = True
         follower = RunFollower(client, args.thread, interactive=interactive)
         if args.detach:
             sent = await client.call("thread.message.send", **params)

@@ -35,3 +35,30 @@ async def test_fork_lineage_and_handoff(daemon, client):
     assert text.startswith("[agentd context handoff: full_thread_summary]") and "the word is bravo" in text
     missing = await run(daemon, "handoff", "hof_missing", check=False)
     assert missing.returncode == 1 and "no handoff hof_missing" in missing.stderr.decode()
+
+
+async def test_send_switches_provider_and_cleans_context(tmp_path, short_dir):
+    """``agentd send --provider`` moves the thread to another instance with a
+    handoff; ``--clean-context`` starts a fresh provider thread (SPEC F5)."""
+    from types import SimpleNamespace
+
+    from agentd.launch import start_daemon
+    from agentd.protocol.client import Client
+
+    config = tmp_path / "config.toml"
+    config.write_text('[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = false }\n')
+    proc = await start_daemon(tmp_path / "d", short_dir / "l.sock", config=config)
+    daemon = SimpleNamespace(data_dir=proc.data_dir, socket=proc.socket)
+    try:
+        thread_id = (await run(daemon, "new")).stdout.decode().strip()
+        await run(daemon, "send", thread_id, script({"say": "the word is alpha"}))
+        switched = await run(daemon, "send", thread_id, script({"recall": ["alpha"]}), "--provider", "basic")
+        assert "recall: alpha=context" in switched.stdout.decode()
+        cleaned = await run(daemon, "send", thread_id, script({"recall": ["alpha"]}), "--clean-context")
+        assert "recall: alpha=context" in cleaned.stdout.decode()
+        async with Client.connect(proc.socket) as client:
+            runs = (await client.call("thread.get", threadId=thread_id))["runs"]
+        assert [r["provider"] for r in runs] == ["scripted", "basic", "basic"]
+        assert runs[-1]["cleanContext"] is True
+    finally:
+        await proc.terminate()
