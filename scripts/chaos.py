@@ -707,6 +707,8 @@ class Chaos:
             self.emit({"round": number, "seed": self.seed, "commands": len(commands), "faults": dict(Counter(kinds))})
             self.update_pool([f"thread{next(names)}" for c in commands if c.method == "thread.create"])
         self.emit({"final": True, "seed": self.seed, "rounds": self.rounds, "faults": dict(sorted(totals.items()))})
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
         return 0
 
     def draw_idle_timeout(self) -> float:
