@@ -113,15 +113,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def add_checkpoint_commands(sub: Any, results: argparse.ArgumentParser) -> None:
     """Add ``checkpoints``, ``diff`` and ``restore`` to the ``agentd`` parser."""
     p = sub.add_parser("checkpoints", parents=[results], help="a thread's workspace checkpoints")
-    p.add_argument("thread")
+    p.add_argument("thread", help="the thread's id")
     p.set_defaults(fn=cmd_checkpoints)
 
     p = sub.add_parser("diff", parents=[results], help="what a checkpoint changed (a coloured patch at a terminal)")
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help="the checkpoint's id (agentd checkpoints THREAD lists them)")
     p.add_argument("--base", help="diff against this checkpoint (default: the one it was captured against)")
     p.set_defaults(fn=cmd_diff)
 
     p = sub.add_parser("restore", parents=[results],
                        help="put a checkpoint's files back (after a safety checkpoint that undoes it)")
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help="the checkpoint whose files to put back")
     p.set_defaults(fn=cmd_restore)

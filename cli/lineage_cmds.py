@@ -135,17 +135,17 @@ def cmd_lineage(args: argparse.Namespace) -> int:
 def add_lineage_commands(sub: Any, *, results: argparse.ArgumentParser) -> None:
     """Add ``fork``, ``lineage`` and ``handoff`` to the ``agentd`` parser."""
     p = sub.add_parser("fork", parents=[results], help="fork a thread (prints the fork's id); its first message picks the agent")
-    p.add_argument("thread")
+    p.add_argument("thread", help="the thread to fork")
     p.add_argument("--from", dest="source", metavar="RUN|latest", default="latest",
                    help="the run to fork after (default: the latest completed one)")
     p.add_argument("--side", action="store_true", help="a side chat: a fork shown only inside its parent")
-    p.add_argument("--title")
+    p.add_argument("--title", help="the fork's title (default: fork of THREAD)")
     p.set_defaults(fn=cmd_fork)
 
     p = sub.add_parser("lineage", parents=[results], help="a thread's parent, forks and handoffs (strategy and size)")
-    p.add_argument("thread")
+    p.add_argument("thread", help="the thread's id")
     p.set_defaults(fn=cmd_lineage)
 
     p = sub.add_parser("handoff", parents=[results], help="print the exact text a handoff gave an agent")
-    p.add_argument("handoff")
+    p.add_argument("handoff", help="the handoff's id (agentd lineage THREAD shows them)")
     p.set_defaults(fn=cmd_handoff)

@@ -36,7 +36,8 @@ ERRORS = [
     (["send", "thr_x"], 2, "agentd: give the message as TEXT, as - (read from stdin) or with --file PATH; see `agentd send --help`"),
     (["sned", "thr_x"], 2, "agentd: argument COMMAND: invalid choice: 'sned' (choose from 'serve', 'demo', 'new', 'send', 'stop', "
                            "'interrupt', 'release', 'cancel', 'reorder', 'requests', 'approve', 'answer', 'implement', "
-                           "'threads', 'show', 'events', 'providers', 'status'); see `agentd --help`"),
+                           "'threads', 'show', 'events', 'providers', 'status', 'checkpoints', 'diff', 'restore', 'fork', "
+                           "'lineage', 'handoff'); see `agentd --help`"),
 ]
 
 
