@@ -20,6 +20,9 @@ OUTBOUND_BYTES_PER_CONNECTION = 2 << 20
 #: bytes of events queued for all clients together; an event past it ends
 #: its subscription with ``events.resync``
 OUTBOUND_BYTES_TOTAL = 64 << 20
+#: a connection holding no more than this still gets events when the shared
+#: budget is spent: stalled readers cannot starve the ones that read
+READER_FLOOR_BYTES = 256 << 10
 #: bytes of unfinished request lines buffered for all clients together
 INPUT_BYTES_TOTAL = 64 << 20
 MAX_SUBSCRIPTIONS_PER_CONNECTION = 64
@@ -57,6 +60,7 @@ class ServerLimits:
 
     max_connections: int = MAX_CONNECTIONS
     outbound_per_connection: int = OUTBOUND_BYTES_PER_CONNECTION
+    reader_floor: int = READER_FLOOR_BYTES
     subscriptions_per_connection: int = MAX_SUBSCRIPTIONS_PER_CONNECTION
     subscriptions_total: int = MAX_SUBSCRIPTIONS_TOTAL
     outbound: ByteBudget = field(default_factory=lambda: ByteBudget(OUTBOUND_BYTES_TOTAL))

@@ -109,7 +109,10 @@ class Connection:
     async def send_event(self, method: str, params: dict[str, Any]) -> bool:
         """Queue a notification of a subscription: waits for room on this
         connection like ``send``, but returns False at once when the daemon's
-        shared budget for queued events is spent (the caller resyncs)."""
+        shared budget for queued events is spent and this connection already
+        holds more than ``limits.reader_floor`` (the caller resyncs). A client
+        that keeps reading always gets its events: the budget is taken by
+        those that stopped, and they are the ones cut off."""
         line = framing.encode(framing.notification(method, params))
         cap = self.limits.outbound_per_connection
         while self._pending_bytes and self._pending_bytes + len(line) > cap and not self._broken:
@@ -117,7 +120,9 @@ class Connection:
         if self._broken:
             return True  # nothing to keep: the stream ends with the connection
         if not self.limits.outbound.take(len(line)):
-            return False
+            if self._pending_bytes > self.limits.reader_floor:
+                return False
+            self.limits.outbound.force(len(line))
         self._queue(line, event=True)
         return True
 

@@ -151,6 +151,10 @@ async def test_a_connection_that_stops_reading_holds_bounded_bytes():
         nursery.start_soon(other._write_loop)
         assert await other.send_event("event", delta)
         assert not await other.send_event("event", delta)  # the shared budget is spent
+        # A reader with nothing queued is never starved by the stalled ones.
+        reader = Connection(never_writes, nursery, limits=limits)
+        nursery.start_soon(reader._write_loop)
+        assert await reader.send_event("event", {"text": "small"})
         nursery.cancel_scope.cancel()
     assert limits.outbound.used == 0
 
