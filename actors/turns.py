@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentd.store.db import struct_copy
+from agentd.store.writer import full_disk_note
 from agentd.store.records import Effect
 
 from . import artifacts, graph, lineage, run_control, steering
@@ -145,6 +146,12 @@ async def on_session_exited(actor: ThreadActor, event: SessionExited) -> None:
         return
     how = f"exit code {event.exit_code}" if event.exit_code is not None else f"signal {event.signal}"
     crashed = f"provider_crashed: the provider process ended unexpectedly ({how})"
+    full = full_disk_note(str(actor.store.path))
+    if full is not None:
+        # A runtime that cannot write its own files dies again on a new
+        # start: no retry, and the reason names the disk, not the crash.
+        await actor.end_run(batch, "failed", reason=f"{crashed}; {full}")
+        return
     if active.nodes or active.interrupt_requested:
         # A tool may have touched the world: re-running could repeat it.
         await actor.end_run(batch, "failed", reason=crashed)

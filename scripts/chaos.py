@@ -1307,11 +1307,9 @@ class Chaos:
                   f"disk full: the run in flight ended {flown.get('status')} ({reason}); {accepted} more commits taken, "
                   f"then {answer}")
         if flown.get("status") == "failed" and not mentions_disk(reason):
-            # Issue 9, item 10: the provider crashes writing its own files and
-            # the run's reason blames the crash, not the disk.
-            self.emit({"note": "disk", "seed": self.seed, "round": self.round, "known": "issue 9 item 10",
-                       "message": f"the run in flight when the disk filled ended failed ({reason})"},
-                      f"note (issue 9 item 10): the run in flight when the disk filled ended failed ({reason})")
+            # Issue 9, item 10: a run that fails because the disk filled says so.
+            self.violation("disk", f"the run in flight when the disk filled ended failed ({reason}), "
+                                   "a reason that does not say the disk is full")
         if answer is None:
             self.violation("disk", f"with {free} bytes free, the store took {DISK_WRITES} more commits without a refusal")
         elif not mentions_disk(answer):

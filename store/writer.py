@@ -57,6 +57,19 @@ def describe_write_failure(exc: BaseException, path: str) -> str:
     return text
 
 
+def full_disk_note(path: str, *, below: int = LOW_DISK_BYTES) -> str | None:
+    """A sentence saying the disk holding ``path`` is full, or None when it
+    has at least ``below`` bytes free (or cannot be asked)."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return None
+    free = stat.f_bavail * stat.f_frsize
+    if free >= below:
+        return None
+    return f"the disk holding agentd's data ({path}) is full ({free} bytes free); free some space and send again"
+
+
 @dataclass
 class CommitResult:
     """What a durable batch became: its events with their ``seq``s and the

@@ -209,3 +209,16 @@ async def test_slow_subscriber_is_told_to_resync_instead_of_blocking(store, nurs
         await stream.__anext__()
     assert info.value.after_seq == 1
     await stream.aclose()
+
+
+def test_full_disk_note_names_a_full_disk_and_only_then(monkeypatch, tmp_path):
+    """Issue 9 item 10: a runtime that died on a full disk is reported as such."""
+    import os
+    from types import SimpleNamespace
+
+    from agentd.store.writer import full_disk_note
+
+    assert full_disk_note(str(tmp_path), below=1) is None
+    monkeypatch.setattr(os, "statvfs", lambda _path: SimpleNamespace(f_bavail=3, f_frsize=4096))
+    note = full_disk_note(str(tmp_path))
+    assert note is not None and "full" in note and "12288 bytes free" in note and str(tmp_path) in note
