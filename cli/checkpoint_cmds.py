@@ -7,37 +7,29 @@ Kept apart from main.py, which only calls ``add_checkpoint_commands``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
-import trio
-
 from agentd.protocol.client import Client
-from agentd.protocol.errors import AgentdError
+
+from .common import print_json, run_with_client
 
 GREEN, RED, CYAN, BOLD, RESET = "\033[32m", "\033[31m", "\033[36m", "\033[1m", "\033[0m"
 
 
-async def _call(args: argparse.Namespace, method: str, **params: Any) -> dict[str, Any] | None:
-    from agentd.supervisor.paths import Paths  # the daemon side, only where needed
+def _run(args: argparse.Namespace, method: str, **params: Any) -> dict[str, Any]:
+    """Call ``method`` through the CLI's one client path (its errors become
+    one line and an exit code in main); print the result with ``--json``."""
+    box: dict[str, Any] = {}
 
-    socket = Paths.resolve(args.data_dir, args.socket).socket
-    try:
-        async with Client.connect(socket) as client:
-            return await client.call(method, **params)
-    except (FileNotFoundError, ConnectionRefusedError):
-        print(f"agentd: no daemon is listening on {socket}; start one with `agentd serve`", file=sys.stderr)
-    except AgentdError as exc:
-        print(f"agentd: {exc.message}", file=sys.stderr)
-    return None
+    async def go(client: Client) -> int:
+        box.update(await client.call(method, **params))
+        return 0
 
-
-def _run(args: argparse.Namespace, method: str, **params: Any) -> dict[str, Any] | None:
-    result = trio.run(lambda: _call(args, method, **params))
-    if result is not None and args.json:
-        print(json.dumps(result, indent=2, sort_keys=True))
-    return result
+    run_with_client(args, go)  # an error is raised, and main reports it
+    if args.json:
+        print_json(box)
+    return box
 
 
 def checkpoint_rows(checkpoints: list[dict[str, Any]]) -> list[str]:
@@ -75,8 +67,6 @@ def colour_patch(patch: str) -> str:
 
 def cmd_checkpoints(args: argparse.Namespace) -> int:
     result = _run(args, "checkpoint.list", threadId=args.thread)
-    if result is None:
-        return 1
     if not args.json:
         for line in checkpoint_rows(result["checkpoints"]):
             print(line)
@@ -88,8 +78,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if args.base:
         params["baseCheckpointId"] = args.base
     result = _run(args, "checkpoint.diff", **params)
-    if result is None:
-        return 1
     if not args.json:
         patch = result["patch"]
         sys.stdout.write(colour_patch(patch) if sys.stdout.isatty() else patch)
@@ -100,8 +88,6 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     result = _run(args, "checkpoint.restore", checkpointId=args.checkpoint)
-    if result is None:
-        return 1
     if not args.json:
         print(f"restored {len(result['restored'])} files from {result['checkpointId']}; "
               f"undo with `agentd restore {result['safetyCheckpointId']}`")

@@ -11,37 +11,11 @@ Kept in a module of their own while the command line is being split up;
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from typing import Any, Awaitable, Callable
-
-import trio
+from typing import Any
 
 from agentd.protocol.client import Client
-from agentd.protocol.errors import AgentdError
 
-
-def _run(args: argparse.Namespace, go: Callable[[Client], Awaitable[int]]) -> int:
-    from agentd.supervisor.paths import Paths  # the daemon side, only where needed
-
-    socket = Paths.resolve(args.data_dir, args.socket, None).socket
-
-    async def main() -> int:
-        try:
-            async with Client.connect(socket) as client:
-                return await go(client)
-        except (FileNotFoundError, ConnectionRefusedError):
-            print(f"agentd: no daemon is listening on {socket}; start one with `agentd serve`", file=sys.stderr)
-            return 1
-        except AgentdError as exc:
-            print(f"agentd: {exc.message}", file=sys.stderr)
-            return 1
-
-    return trio.run(main)
-
-
-def _json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True))
+from .common import print_json, run_with_client
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
@@ -52,22 +26,22 @@ def cmd_fork(args: argparse.Namespace) -> int:
         if args.title is not None:
             params["title"] = args.title
         result = await client.call("thread.fork", **params)
-        _json(result) if args.json else print(result["threadId"])
+        print_json(result) if args.json else print(result["threadId"])
         return 0
 
-    return _run(args, go)
+    return run_with_client(args, go)
 
 
 def cmd_handoff(args: argparse.Namespace) -> int:
     async def go(client: Client) -> int:
         handoff = (await client.call("handoff.get", handoffId=args.handoff))["handoff"]
         if args.json:
-            _json(handoff)
+            print_json(handoff)
         else:
             print(handoff["text"])
         return 0
 
-    return _run(args, go)
+    return run_with_client(args, go)
 
 
 def _size(handoff: dict[str, Any]) -> str:
@@ -123,13 +97,13 @@ def _status(transfer: dict[str, Any], handoffs: dict[str, dict[str, Any]]) -> st
 def cmd_lineage(args: argparse.Namespace) -> int:
     async def go(client: Client) -> int:
         if args.json:
-            _json((await client.call("thread.transfers", threadId=args.thread))["transfers"])
+            print_json((await client.call("thread.transfers", threadId=args.thread))["transfers"])
             return 0
         for line in await lineage_lines(client, args.thread):
             print(line)
         return 0
 
-    return _run(args, go)
+    return run_with_client(args, go)
 
 
 def add_lineage_commands(sub: Any, *, results: argparse.ArgumentParser) -> None:
