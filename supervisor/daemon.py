@@ -335,7 +335,9 @@ class Daemon:
             # Runtimes run in a session of their own (pgid = their pid); what
             # is left in it was started by their tools: reported, not touched.
             if session.pid and session.process_start_ticks is not None:
-                members = [p for p in process_group_members(session.pid) if p != session.pid]
+                # A scan of /proc: off the event loop, which serves clients meanwhile.
+                group = await trio.to_thread.run_sync(process_group_members, session.pid)
+                members = [p for p in group if p != session.pid]
                 if members:
                     left_running.append((session.thread_id, session.pid, members))
         batch, report = plan_reconciliation(store, self.options.wall_clock(), reason=reason)
