@@ -291,6 +291,8 @@ def _fallback_reason(view: StartView, pt: ProviderThread, missing: tuple[str, ..
     if view.lost is not None and view.lost[0] == pt.id:
         why = view.lost[1]
         return why if why.startswith("settings_changed") else f"cannot_resume: {why}"
+    if pt.status == "unusable" and (pt.reason or "").startswith("rolled_back"):
+        return pt.reason
     if pt.status == "unusable":
         return f"cannot_resume: provider thread {pt.id} is unusable ({pt.reason or 'no reason recorded'})"
     changed = settings_change(pt.settings, view.target.settings)

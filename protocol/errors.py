@@ -103,6 +103,13 @@ class InternalError(AgentdError):
     code = INTERNAL_ERROR
 
 
+class RestoreIncomplete(AgentdError):
+    """A checkpoint's files were put back only in part (``data`` names the
+    files restored, those not restored and the safety checkpoint that undoes it)."""
+
+    kind = "restore_incomplete"
+
+
 ERROR_KINDS = {
     cls.kind: cls
     for cls in (
@@ -116,6 +123,7 @@ ERROR_KINDS = {
         NotResumable,
         Conflict,
         Overloaded,
+        RestoreIncomplete,
         InternalError,
     )
 }

@@ -181,6 +181,13 @@ class CheckpointRestoreParams(Params):
     command_id: CommandId | None = None
 
 
+class RollbackToRunParams(Params):
+    thread_id: Id
+    #: the run whose state to go back to; 0: before the thread's first run
+    target_ordinal: Annotated[int, msgspec.Meta(ge=0)]
+    command_id: CommandId | None = None
+
+
 class SubscribeParams(Params):
     thread_id: Id | None = None
     after_seq: Annotated[int, msgspec.Meta(ge=0)] = 0

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from .batch import WriteBatch
 from .db import Store, struct_copy
 from .ids import new_id
-from .records import NODE_TERMINAL, Checkpoint, ConversationMessage, Effect, to_wire
+from .records import NODE_TERMINAL, Checkpoint, ConversationMessage, Effect, ProviderThread, to_wire
 
 RESTART_REASON = "daemon_restart"
 TOOL_NOT_RESUMED = "incomplete history: no tool result recorded; execution not resumed"
@@ -28,6 +28,9 @@ BACKGROUND_KINDS = frozenset({"subagent", "background_task"})
 #: the outbox entry a run's checkpoint capture commits before it starts
 #: (actors/checkpointing.py): still pending at a start, the capture was cut off
 CHECKPOINT_CAPTURE = "checkpoint.capture"
+#: the outbox entry a rollback commits before it touches files or an agent's
+#: memory (actors/rollback.py): still pending at a start, it was cut off
+ROLLBACK = "rollback"
 
 
 @dataclass
@@ -40,6 +43,7 @@ class ReconcileReport:
     sessions_stopped: list[str] = field(default_factory=list)
     effects_retired: list[str] = field(default_factory=list)
     checkpoints_missing: list[str] = field(default_factory=list)
+    rollbacks_interrupted: list[str] = field(default_factory=list)
     transfers_failed: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
@@ -142,6 +146,9 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
         report.sessions_stopped.append(session.id)
 
     for effect in store.open_effects():
+        if effect.kind == ROLLBACK and effect.status == "pending":
+            _rollback_cut_off(store, batch, effect, now, reason, report)
+            continue
         if effect.replay_safe or effect.kind == CHECKPOINT_CAPTURE:
             continue  # re-queued by the effect runner / settled above
         batch.put(struct_copy(effect, status="retired", reason=f"{reason}: bound to the previous process"))
@@ -159,6 +166,32 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
     if batch:
         batch.event("daemon.reconciled", at=now, reason=reason, **report.as_dict())
     return batch, report
+
+
+def _rollback_cut_off(store: Store, batch: WriteBatch, effect: Effect, now: float, reason: str,
+                      report: ReconcileReport) -> None:
+    """A rollback a restart cut off: its files may be restored in part and an
+    agent's memory may or may not be reverted, while the graph still shows
+    every run. Every provider thread of the thread is retired, so the next run
+    rebuilds the agent's context from the graph (a stored summary handoff);
+    the files are the person's to check (checkpoint.list shows the safety
+    checkpoint once captured)."""
+    thread_id = effect.thread_id or ""
+    why = f"rolled_back: a rollback was cut off by {reason}; its memory is not trusted"
+    backing = {pt.id: pt for pt in store.thread_provider_threads(thread_id)}
+    app_thread = store.thread(thread_id)
+    if app_thread is not None and app_thread.provider_thread_id and app_thread.provider_thread_id not in backing:
+        current = store.get(ProviderThread, app_thread.provider_thread_id)
+        if current is not None:
+            backing[current.id] = current
+    for pt in backing.values():
+        if pt.status != "unusable":
+            batch.put(struct_copy(pt, status="unusable", reason=why, updated_at=now))
+            batch.event("provider_thread.unusable", thread_id=thread_id, at=now, providerThreadId=pt.id, reason=why)
+    batch.put(struct_copy(effect, status="done", reason=f"{reason}: cut off; provider threads retired"))
+    batch.event("thread.rollback_interrupted", thread_id=thread_id, at=now, reason=reason,
+                targetOrdinal=effect.payload.get("targetOrdinal"), runIds=effect.payload.get("runIds", []))
+    report.rollbacks_interrupted.append(effect.id)
 
 
 def missing_checkpoint(effect: Effect, now: float, reason: str) -> Checkpoint:

@@ -119,6 +119,9 @@ class Run(Record, kw_only=True):
     ended_at: float | None = None
     #: the message asked for a fresh provider thread with a summary of the thread (F5 ``cleanContext``)
     clean_context: bool = False
+    #: a rolled-back run: the status it had ended with, and when it was rolled back (F14)
+    status_before_rollback: RunStatus | None = None
+    rolled_back_at: float | None = None
 
 
 class RunAttempt(Record, kw_only=True):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentd.actors import artifacts, checkpointing, requests, run_control, steering, transfers
+from agentd.actors import artifacts, checkpointing, requests, rollback, run_control, steering, transfers
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
 from agentd.protocol.methods import Method, MethodTable
@@ -82,6 +82,7 @@ METHODS = MethodTable([
     _thread("thread.fork", wire.ThreadForkParams, transfers.thread_fork, by_thread),
     _daemon("run.resume", wire.RunResumeParams, queries.run_resume),
     _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
+    _thread("rollback.toRun", wire.RollbackToRunParams, rollback.rollback_to_run, by_thread),
     # reads
     _daemon("thread.list", wire.NoParams, queries.thread_list),
     _daemon("thread.get", wire.ThreadGetParams, queries.thread_get),

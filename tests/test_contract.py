@@ -189,6 +189,11 @@ async def second_life(client: Client, threads: dict[str, str]) -> None:
     captured = [c for c in checkpoints if c["status"] == "captured"]
     await client.call("checkpoint.restore", checkpointId=captured[0]["id"])
     await client.call("thread.fork", threadId=threads["t2"])
+    # A rollback (run.rolled_back, checkpoint.stale, provider_thread.reverted, thread.rolled_back).
+    t7 = (await client.call("thread.create"))["threadId"]
+    for word in ("one", "two"):
+        await finish(client, t7, await send(client, t7, script({"write": {"path": f"{word}.txt", "content": word}})))
+    await client.call("rollback.toRun", threadId=t7, targetOrdinal=1)
 
 
 async def follow_ephemeral(client: Client, seen: set[str], task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -246,6 +251,7 @@ EMITTED_ELSEWHERE = {
     "checkpoint.error": ("test_checkpoints_daemon", "test_git_missing_gives_error_checkpoints_and_the_run_ends_normally"),
     "checkpoint.missing": ("test_checkpoints_daemon", "test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptured"),
     "context_transfer.failed": ("test_lineage", "test_a_failed_native_fork_says_why_and_the_retry_resolves_portably"),
+    "thread.rollback_interrupted": ("test_rollback", "test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust"),
 }
 
 

@@ -1,0 +1,161 @@
+"""``rollback.toRun``: take a thread back to the state after one of its runs —
+files and the agent's memory together (SPEC F13, F14).
+
+In the thread's actor, holding its lock, in this order:
+
+1. Refused while a run is active or waiting; queued runs are cancelled first
+   (their messages were written against a state that is going away).
+2. A ``pre_rollback`` safety checkpoint of the workspace as it is now, then
+   the target checkpoint's files put back (checkpointing.restore_files). A
+   restore that stops part-way fails the rollback with exactly which files
+   were and were not restored; the safety checkpoint is recorded, so nothing
+   the person had is lost, and no run or agent memory has changed.
+3. The agent's memory (``provider_memory.py``): reverted natively where the
+   runtime can (Codex ``thread/revert``, the scripted agent
+   ``thread/rollback``), else its provider thread is retired and the next
+   run starts a fresh one with a stored ``full_thread_summary`` handoff of
+   the kept runs (``rebuilt``: Claude, which cannot rewind a session).
+4. The later runs are marked ``rolled_back`` (kept and shown, never deleted),
+   their checkpoints ``stale``, all in one batch with ``thread.rolled_back``.
+
+A daemon killed between 2 and 4 leaves a pending ``rollback`` outbox entry;
+the next start's reconciliation retires the thread's provider threads (their
+memory may or may not have been reverted) so the next run rebuilds the
+agent's context from the graph, which still shows every run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentd.protocol import wire
+from agentd.protocol.errors import InvalidState, NotFound
+from agentd.store.db import struct_copy
+from agentd.store.ids import new_id
+from agentd.store.reconcile import ROLLBACK
+from agentd.store.records import Checkpoint, Effect, Run, to_wire
+
+from . import checkpointing, graph, lineage, provider_memory, run_control
+from .messages import Command
+
+if TYPE_CHECKING:
+    from .thread_actor import ThreadActor
+
+
+def target_checkpoint(actor: ThreadActor, ordinal: int) -> Checkpoint:
+    """The captured root checkpoint that is the state after run ``ordinal``
+    (0: the baseline before the thread's first run)."""
+    store = actor.store
+    thread_id = actor.thread_id
+    runs = {run.ordinal: run for run in store.thread_runs(thread_id)}
+    if ordinal > 0:
+        run = runs.get(ordinal)
+        if run is None:
+            raise NotFound(f"thread {thread_id} has no run {ordinal} (it has {actor.state.thread.run_count})",
+                           threadId=thread_id, targetOrdinal=ordinal)
+        if run.status == "rolled_back":
+            raise InvalidState(f"run {ordinal} ({run.id}) was rolled back already; roll back to a run still in the thread",
+                               threadId=thread_id, runId=run.id, targetOrdinal=ordinal)
+        if not lineage.in_history(run):
+            raise InvalidState(f"run {ordinal} ({run.id}) is {run.status} and never reached a provider, so it has no "
+                               "checkpoint; roll back to an earlier run", threadId=thread_id, runId=run.id,
+                               targetOrdinal=ordinal)
+        checkpoint = store.get(Checkpoint, run.checkpoint_id) if run.checkpoint_id else None
+        if checkpoint is None:
+            raise InvalidState(f"run {ordinal} ({run.id}) has no checkpoint (it ended before checkpoints were "
+                               "captured); nothing to restore", threadId=thread_id, runId=run.id, targetOrdinal=ordinal)
+    else:
+        baselines = [c for c in store.thread_checkpoints(thread_id) if c.kind == "baseline" and c.ordinal == 0]
+        if not baselines:
+            raise InvalidState(f"thread {thread_id} has no checkpoint from before its first run", threadId=thread_id,
+                               targetOrdinal=0)
+        checkpoint = max(baselines, key=lambda c: (c.status == "captured", c.created_at))
+    if checkpoint.status != "captured":
+        raise InvalidState(
+            f"the checkpoint after run {ordinal} ({checkpoint.id}) is {checkpoint.status}"
+            + (f" ({checkpoint.reason}: {checkpoint.detail})" if checkpoint.reason else "")
+            + ": it holds no files to go back to", threadId=thread_id, checkpointId=checkpoint.id,
+            status=checkpoint.status, targetOrdinal=ordinal,
+        )
+    return checkpoint
+
+
+def later_runs(actor: ThreadActor, ordinal: int) -> list[Run]:
+    """The runs a rollback to ``ordinal`` undoes: every ended run after it
+    that is not rolled back already."""
+    return [run for run in actor.store.thread_runs(actor.thread_id)
+            if run.ordinal > ordinal and run.status not in ("queued", "running", "waiting", "rolled_back")]
+
+
+async def rollback_to_run(actor: ThreadActor, command: Command) -> dict[str, Any]:
+    """``rollback.toRun {threadId, targetOrdinal}``: see the module docstring."""
+    params: wire.RollbackToRunParams = command.params
+    state = actor.state
+    thread_id = actor.thread_id
+    if checkpointing.engine_of(actor) is None:
+        raise InvalidState("checkpoints are off in this agentd, so there is nothing to roll back to")
+    if state.active is not None:
+        raise InvalidState(
+            f"thread {thread_id} has run {state.active.run.id} {state.active.run.status}: stop it (thread.stop) "
+            "before rolling back", threadId=thread_id, runId=state.active.run.id,
+        )
+    target = target_checkpoint(actor, params.target_ordinal)
+    undone = later_runs(actor, params.target_ordinal)
+
+    # An outbox entry first: a daemon killed from here until the final commit
+    # leaves a trace the next start turns into retired provider threads.
+    marker = actor.batch()
+    effect = Effect(id=new_id("eff"), kind=ROLLBACK, thread_id=thread_id, replay_safe=False, created_at=marker.now,
+                    payload={"targetOrdinal": params.target_ordinal, "checkpointId": target.id,
+                             "runIds": [run.id for run in undone]})
+    marker.put(effect)
+    await actor.commit(marker)
+
+    restored = await checkpointing.restore_files(actor, target, effect=effect)
+    memory = await provider_memory.roll_back(actor, {run.id for run in undone})
+
+    batch = actor.batch()
+    for run in list(state.queued):
+        run_control.cancel_queued_run(actor, batch, run, f"rolled_back: the thread was rolled back to run {params.target_ordinal}")
+    if state.thread.held_run_ids:
+        graph.set_thread(batch, state, held_run_ids=[], queue_held=False)
+    why = f"rolled_back: the thread was rolled back to run {params.target_ordinal}"
+    for run in undone:
+        rolled = struct_copy(run, status="rolled_back", reason=why, status_before_rollback=run.status,
+                             rolled_back_at=batch.now)
+        batch.put(rolled)
+        batch.emit("run.rolled_back", run_id=run.id, node_id=run.root_node_id, run=to_wire(rolled),
+                   targetOrdinal=params.target_ordinal)
+    undone_ids = {run.id for run in undone}
+    stale = [c for c in actor.store.thread_checkpoints(thread_id)
+             if c.status == "captured" and c.kind != "pre_rollback"
+             and (c.run_id in undone_ids and not (c.kind == "baseline" and c.ordinal <= params.target_ordinal))]
+    for checkpoint in stale:
+        checkpoint = struct_copy(checkpoint, status="stale", reason="rolled_back",
+                                 detail=f"the thread was rolled back to run {params.target_ordinal}")
+        batch.put(checkpoint)
+        batch.emit("checkpoint.stale", run_id=checkpoint.run_id, node_id=checkpoint.node_id, checkpoint=to_wire(checkpoint))
+    memory.apply(batch, state)
+    safety = restored.safety
+    batch.put(safety)
+    batch.emit("checkpoint.captured", checkpoint=to_wire(safety))
+    graph.settle_effect(batch, effect, "done")
+    graph.set_thread(batch, state)
+    answer = {
+        "threadId": thread_id,
+        "targetOrdinal": params.target_ordinal,
+        "checkpointId": target.id,
+        "rolledBackRunIds": [run.id for run in undone],
+        "restoredFiles": restored.paths,
+        "providerRollback": memory.kind,
+        "providerRollbackReason": memory.reason,
+        "retiredProviderThreadIds": memory.retired_ids,
+        "safetyCheckpointId": safety.id,
+        "staleCheckpointIds": [c.id for c in stale],
+    }
+    target_run = actor.store.get(Run, target.run_id) if params.target_ordinal > 0 and target.run_id else None
+    batch.emit("thread.rolled_back", run_id=target_run.id if target_run else None,
+               node_id=target_run.root_node_id if target_run else None, **answer)
+    batch.record_receipt(command.command_id, command.method, answer)
+    committed = await actor.commit(batch)
+    return {**answer, "seq": committed.seq}

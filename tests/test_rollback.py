@@ -1,0 +1,261 @@
+"""``rollback.toRun`` through the socket with real scripted-agent processes
+(SPEC F13, F14; issue 10): files and the agent's memory go back together, the
+user's own repository is never touched, nothing is lost (the safety
+checkpoint brings the rolled-back state back), and a rollback cut off by a
+SIGKILL leaves a graph the next run can trust.
+
+The agent's memory is read with the scripted ``recall`` oracle: for each word,
+whether the agent sees it in its own native history (``native``), only in a
+stored handoff (``context``), or not at all (``absent``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import trio
+
+from agentd.launch import start_daemon
+from agentd.protocol.client import Client
+from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
+from tests.helpers import script, send_and_wait, stored_events, wait_event
+from tests.test_checkpoints_daemon import RUN1, RUN2, RUN3, dot_git_state, files_of, stalling_git, user_repo
+from tests.test_lineage import recall
+
+CONFIG = """
+[providers.basic]
+kind = "scripted"
+capabilities = { nativeFork = false }
+
+[providers.norewind]
+kind = "scripted"
+capabilities = { rollback = false }
+"""
+
+
+async def _start(tmp_path: Path, short_dir: Path, **kwargs):
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG)
+    return await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config, **kwargs)
+
+
+@pytest.fixture
+async def client(tmp_path, short_dir):
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        async with Client.connect(daemon.socket) as c:
+            yield c
+    finally:
+        code = await daemon.terminate()
+        assert code == 0, daemon.log_text()[-4000:]
+
+
+def with_word(run_script: str, word: str) -> str:
+    """A RUN script that also says ``word`` (so recall can find it)."""
+    return run_script[:-1] + f', {{"say": "the word is {word}"}}]'
+
+
+WORDS = ("alpha", "bravo", "charlie")
+
+
+async def three_runs(client: Client, ws: Path, provider: str | None = None):
+    params = {"provider": provider} if provider else {}
+    thread_id = (await client.call("thread.create", workspace=str(ws), **params))["threadId"]
+    states = []
+    runs = []
+    for run_script, word in zip((RUN1, RUN2, RUN3), WORDS):
+        runs.append(await send_and_wait(client, thread_id, with_word(run_script, word)))
+        states.append(files_of(ws))
+    assert [r["status"] for r in runs] == ["completed"] * 3
+    return thread_id, runs, states
+
+
+@pytest.mark.parametrize("repo", [True, False], ids=["git-repository", "plain-folder"])
+async def test_rollback_to_run_1_restores_files_and_memory_and_is_undoable(client, tmp_path, repo):
+    """F14: after three runs, rollback.toRun 1 — the files are exactly those
+    after run 1, the user's .git is byte-for-byte unchanged, the agent
+    remembers run 1 only, runs 2–3 are rolled_back (kept), their checkpoints
+    stale; the safety checkpoint brings run 3's files back."""
+    ws = user_repo(tmp_path, repo=repo)
+    (ws / "build").mkdir()
+    (ws / "build" / "out.o").write_bytes(b"ignored build output")
+    before = dot_git_state(ws)
+    thread_id, runs, states = await three_runs(client, ws)
+    (ws / "by-hand.txt").write_text("edited by the person after run 3\n")
+    after3 = files_of(ws)
+
+    answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+    assert answer["rolledBackRunIds"] == [runs[1]["id"], runs[2]["id"]]
+    assert answer["providerRollback"] == "native"
+    assert answer["checkpointId"] == runs[0]["checkpointId"]
+    assert files_of(ws) == states[0]
+    assert set(answer["restoredFiles"]) == {"src/app.py", "untracked.txt", "docs/guide.md", "plain/notes.txt", "by-hand.txt"}
+    assert dot_git_state(ws) == before
+    assert (ws / "build" / "out.o").read_bytes() == b"ignored build output"
+
+    got = await client.call("thread.get", threadId=thread_id)
+    statuses = [(r["ordinal"], r["status"], r["statusBeforeRollback"]) for r in got["runs"]]
+    assert statuses == [(1, "completed", None), (2, "rolled_back", "completed"), (3, "rolled_back", "completed")]
+    listed = {c["id"]: c for c in (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]}
+    assert listed[runs[0]["checkpointId"]]["status"] == "captured"
+    assert {listed[r["checkpointId"]]["status"] for r in runs[1:]} == {"stale"}
+    assert sorted(answer["staleCheckpointIds"]) == sorted(r["checkpointId"] for r in runs[1:])
+
+    events = await stored_events(client, thread_id)
+    rolled = [e for e in events if e["type"] == "run.rolled_back"]
+    assert [(e["runId"], e["nodeId"]) for e in rolled] == [(r["id"], r["rootNodeId"]) for r in runs[1:]]
+    thread_event = next(e for e in events if e["type"] == "thread.rolled_back")
+    assert thread_event["runId"] == runs[0]["id"] and thread_event["nodeId"] == runs[0]["rootNodeId"]
+    assert thread_event["payload"]["safetyCheckpointId"] == answer["safetyCheckpointId"]
+    assert thread_event["seq"] == answer["seq"]
+
+    # The agent's own history holds run 1 only.
+    assert await recall(client, thread_id, *WORDS) == {"alpha": "native", "bravo": "absent", "charlie": "absent"}
+
+    # Nothing lost: the safety checkpoint brings the state before the rollback back.
+    undo = await client.call("checkpoint.restore", checkpointId=answer["safetyCheckpointId"])
+    assert undo["complete"]
+    assert files_of(ws) == after3
+    assert dot_git_state(ws) == before
+
+
+async def test_rollback_to_0_goes_back_before_the_first_run(client, tmp_path):
+    """targetOrdinal 0: the workspace as it was before any run, an agent with no history."""
+    ws = user_repo(tmp_path, repo=False)
+    before = files_of(ws)
+    thread_id, runs, _states = await three_runs(client, ws)
+    answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=0)
+    assert answer["rolledBackRunIds"] == [r["id"] for r in runs]
+    assert files_of(ws) == before
+    assert await recall(client, thread_id, *WORDS) == {w: "absent" for w in WORDS}
+    # Ordinals go on: the new runs never reuse a rolled-back run's number.
+    got = await client.call("thread.get", threadId=thread_id)
+    assert [r["ordinal"] for r in got["runs"]] == [1, 2, 3, 4]
+
+
+async def test_a_provider_that_cannot_rewind_gets_a_rebuilt_provider_thread(client, tmp_path):
+    """F14 on a runtime without rollback (as Claude): its provider thread is
+    retired and the next run starts a fresh one whose stored full_thread_summary
+    handoff carries run 1 and not runs 2–3."""
+    ws = user_repo(tmp_path, repo=False)
+    thread_id, runs, states = await three_runs(client, ws, provider="norewind")
+    answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+    assert answer["providerRollback"] == "rebuilt" and len(answer["retiredProviderThreadIds"]) == 1
+    assert files_of(ws) == states[0]
+    assert await recall(client, thread_id, *WORDS) == {"alpha": "context", "bravo": "absent", "charlie": "absent"}
+    run = (await client.call("thread.get", threadId=thread_id))["runs"][-1]
+    attempt = (await client.call("run.get", runId=run["id"]))["attempts"][-1]
+    handoff = (await client.call("handoff.get", handoffId=attempt["handoffId"]))["handoff"]
+    assert handoff["strategy"] == "full_thread_summary" and handoff["reason"].startswith("rolled_back")
+    assert handoff["coveredRunIds"] == [runs[0]["id"]]
+    assert "alpha" in handoff["text"] and "bravo" not in handoff["text"] and "charlie" not in handoff["text"]
+
+
+async def test_rollback_across_a_provider_switch_keeps_what_each_agent_really_saw(client, tmp_path):
+    """Run 1 on scripted, run 2 on basic (given run 1 in a handoff): back to
+    run 1, basic's thread is reverted to nothing — it saw run 1 only through
+    run 2's handoff — and scripted's thread, which never saw run 2, is kept."""
+    ws = user_repo(tmp_path, repo=False)
+    thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+    await send_and_wait(client, thread_id, with_word(RUN1, "alpha"))
+    await send_and_wait(client, thread_id, with_word(RUN2, "bravo"), provider="basic")
+    answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+    assert answer["providerRollback"] == "native" and answer["retiredProviderThreadIds"] == []
+    assert await recall(client, thread_id, "alpha", "bravo", provider="scripted") == {"alpha": "native", "bravo": "absent"}
+    # (That recall's own text names bravo: basic is asked for alpha only.)
+    assert await recall(client, thread_id, "alpha", provider="basic") == {"alpha": "context"}
+    run = (await client.call("thread.get", threadId=thread_id))["runs"][-1]
+    attempt = (await client.call("run.get", runId=run["id"]))["attempts"][-1]
+    handoff = (await client.call("handoff.get", handoffId=attempt["handoffId"]))["handoff"]
+    assert handoff["strategy"] == "delta" and "the word is bravo" not in handoff["text"]
+    assert "the word is alpha" in handoff["text"]
+
+
+async def test_rollback_refusals_and_queued_runs(client, tmp_path):
+    """Clear errors: an active run, an ordinal the thread does not have, a run
+    rolled back already, a negative ordinal; queued runs are cancelled first."""
+    ws = user_repo(tmp_path, repo=False)
+    thread_id, runs, states = await three_runs(client, ws)
+    with pytest.raises(NotFound):
+        await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=7)
+    with pytest.raises(InvalidParams):
+        await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=-1)
+    with pytest.raises(NotFound):
+        await client.call("rollback.toRun", threadId="thr_nope", targetOrdinal=1)
+
+    hanging = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True}))
+    queued = await client.call("thread.message.send", threadId=thread_id, text=script({"say": "later"}))
+    await wait_event(client, lambda e: e["type"] == "run.started" and e["runId"] == hanging["runId"], thread_id=thread_id)
+    with pytest.raises(InvalidState) as refused:
+        await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+    assert refused.value.data["runId"] == hanging["runId"]
+    await client.call("thread.stop", threadId=thread_id)  # holds the queued run
+    await wait_event(client, lambda e: e["type"] == "run.interrupted" and e["runId"] == hanging["runId"], thread_id=thread_id)
+
+    answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=2)
+    assert answer["rolledBackRunIds"] == [runs[2]["id"], hanging["runId"]]
+    later = (await client.call("run.get", runId=queued["runId"]))["run"]
+    assert later["status"] == "cancelled" and later["reason"].startswith("rolled_back")
+    assert files_of(ws) == states[1]
+    with pytest.raises(InvalidState):
+        await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=3)
+    # The same commandId gets the same answer, and nothing happens twice.
+    first = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1, commandId="cmd-rb-1")
+    again = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1, commandId="cmd-rb-1")
+    assert again == first
+    assert files_of(ws) == states[0]
+
+
+async def test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust(tmp_path, short_dir):
+    """F12 + F14: a daemon killed mid-rollback: after the restart every run is
+    still shown, the rollback is reported as cut off, the agent's provider
+    thread is retired (its memory is not trusted) and the next run gets the
+    whole thread from a stored summary."""
+    ws = user_repo(tmp_path, repo=False)
+    flag, mark, wrapper = stalling_git(tmp_path)
+    daemon = await _start(tmp_path, short_dir, env={**os.environ, "AGENTD_CHECKPOINT_GIT": str(wrapper)})
+    stalled_pid = None
+    try:
+        async with Client.connect(daemon.socket) as client:
+            thread_id, runs, _states = await three_runs(client, ws)
+            flag.touch()  # the rollback's safety capture stalls
+            async with trio.open_nursery() as nursery:
+                async def rollback():
+                    try:
+                        await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+                    except Exception:  # noqa: BLE001 - the daemon is killed under it
+                        pass
+                nursery.start_soon(rollback)
+                with trio.fail_after(30):
+                    while not mark.exists():
+                        await trio.sleep(0.05)
+                stalled_pid = int(mark.read_text())
+                await daemon.kill()
+                nursery.cancel_scope.cancel()
+    finally:
+        if stalled_pid is not None:
+            try:
+                if Path(f"/proc/{stalled_pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                    os.kill(stalled_pid, signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        await daemon.terminate()
+    flag.unlink()
+
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            got = await client.call("thread.get", threadId=thread_id)
+            assert [r["status"] for r in got["runs"]] == ["completed"] * 3
+            events = await stored_events(client, thread_id)
+            cut = [e for e in events if e["type"] == "thread.rollback_interrupted"]
+            assert len(cut) == 1 and cut[0]["payload"]["runIds"] == [r["id"] for r in runs[1:]]
+            assert await recall(client, thread_id, *WORDS) == {w: "context" for w in WORDS}
+            # And the rollback can be done now.
+            answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+            assert runs[1]["id"] in answer["rolledBackRunIds"]
+    finally:
+        assert await daemon.terminate() == 0
