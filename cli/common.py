@@ -78,6 +78,8 @@ async def _with_client(args: argparse.Namespace, fn: Callable[[Client], Awaitabl
 
 #: what to do when an id names nothing, by the id's field in the error's data
 NOT_FOUND_HINTS = {
+    # Most specific first: "no run 9 in thread T" also names the thread.
+    "targetOrdinal": "`agentd show THREAD` lists a thread's runs",
     "threadId": "`agentd threads` lists the threads",
     "runId": "`agentd show THREAD` lists a thread's runs",
     "requestId": "`agentd requests THREAD` lists what waits for an answer",

@@ -10,6 +10,7 @@
     agentd threads | show THREAD | events [--thread T] [--after SEQ] [--follow] | status | providers
     agentd fork THREAD [--from RUN|latest] [--side] | lineage THREAD | handoff HANDOFF
     agentd checkpoints THREAD | diff CHECKPOINT [--base CHECKPOINT] | restore CHECKPOINT
+    agentd rollback THREAD ORDINAL [--yes]
 
 This module is the parser and the one place errors become exit codes
 (common.py says which); the commands live by job in commands_*.py and
@@ -180,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     from agentd.checkpoint_cmds import add_checkpoint_commands  # checkpoints, diff, restore
 
     add_checkpoint_commands(sub, results)
+    from agentd.rollback_cmd import add_rollback_command
+
+    add_rollback_command(sub, results)
 
     add_lineage_commands(sub, results=results)
     return parser

@@ -18,6 +18,19 @@ from tests.helpers import script, wait_event, wait_run_terminal
 HANG = script({"tool": {"name": "long job", "hang": True}})
 
 
+def _commands() -> list[str]:
+    """The parser's commands, in its order (the unknown-command error lists them all)."""
+    import argparse
+
+    from agentd.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return list(sub.choices)
+
+
+COMMANDS = _commands()
+
+
 async def new_thread(daemon) -> str:
     return (await run(daemon, "new")).stdout.decode().strip()
 
@@ -34,10 +47,8 @@ ERRORS = [
     (["answer", "req_x", "blue"], 2, "agentd: answers are KEY=VALUE, not 'blue': e.g. `agentd answer req_x color=blue` "
                                      "(`agentd requests THREAD` shows the keys)"),
     (["send", "thr_x"], 2, "agentd: give the message as TEXT, as - (read from stdin) or with --file PATH; see `agentd send --help`"),
-    (["sned", "thr_x"], 2, "agentd: argument COMMAND: invalid choice: 'sned' (choose from 'serve', 'demo', 'new', 'send', 'stop', "
-                           "'interrupt', 'release', 'cancel', 'reorder', 'requests', 'approve', 'answer', 'implement', "
-                           "'threads', 'show', 'events', 'providers', 'status', 'checkpoints', 'diff', 'restore', 'fork', "
-                           "'lineage', 'handoff'); see `agentd --help`"),
+    (["sned", "thr_x"], 2, "agentd: argument COMMAND: invalid choice: 'sned' (choose from "
+                           + ", ".join(repr(name) for name in COMMANDS) + "); see `agentd --help`"),
 ]
 
 
