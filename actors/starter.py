@@ -64,6 +64,23 @@ async def _resume(conn: ProviderConnection, plan: StartPlan, cwd: str) -> tuple[
     return turns, changed
 
 
+async def _unbound_session(
+    actor: ThreadActor, active: ActiveRun, conn: ProviderConnection, session_id: str,
+) -> tuple[str, ProviderConnection]:
+    """A session that can start a new native thread. A runtime bound to one
+    native session per process (Claude) cannot start another in the same
+    process — after a rollback or a clean context retired the old one — so
+    its session is stopped (a requested stop, not blamed on this attempt)
+    and a new one started."""
+    if conn.capabilities.empty_threads or not conn.loaded_threads:
+        return session_id, conn
+    active.session_id = None
+    await actor.sessions.stop_session(actor.thread_id, "new_provider_thread")
+    session_id, conn = await actor.sessions.ensure_session(actor.thread_id, active.run.provider)
+    active.session_id = session_id
+    return session_id, conn
+
+
 async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
     """Get ``active``'s attempt running on the provider; report every outcome
     through ``actor``'s mailbox."""
@@ -113,6 +130,7 @@ async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
             await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version))
             await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
         else:
+            session_id, conn = await _unbound_session(actor, active, conn, session_id)
             native, _turn = await conn.start_first_turn(text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
             await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version))
     except (ProviderRuntimeError, AgentdError, OSError) as exc:
