@@ -259,3 +259,72 @@ async def test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust(t
             assert runs[1]["id"] in answer["rolledBackRunIds"]
     finally:
         assert await daemon.terminate() == 0
+
+
+async def test_rollback_in_a_fork_keeps_its_inherited_history_and_the_source_rollback_leaves_the_fork_alone(client, tmp_path):
+    """F6 + F14: a fork rolled back to 0 forgets its own runs but keeps what it
+    inherited at the fork point; a source rolled back after the fork does not
+    touch the fork's history (seed 002: a fork is its own thread)."""
+    ws = user_repo(tmp_path, repo=False)
+    source = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+    runs = [await send_and_wait(client, source, script({"say": f"the word is {w}"})) for w in WORDS]
+    forked = await client.call("thread.fork", threadId=source, sourcePoint={"type": "run", "runId": runs[1]["id"]})
+    fork_id = forked["threadId"]
+    await send_and_wait(client, fork_id, script({"say": "the word is delta"}))
+    # The source goes back to run 1: the fork still has alpha and bravo.
+    await client.call("rollback.toRun", threadId=source, targetOrdinal=1)
+    assert await recall(client, fork_id, "alpha", "bravo", "charlie", "delta") == {
+        "alpha": "native", "bravo": "native", "charlie": "absent", "delta": "native"}
+    # The fork goes back to before its own first run: delta (and the recall run) are gone, the inherited runs stay.
+    answer = await client.call("rollback.toRun", threadId=fork_id, targetOrdinal=0)
+    assert answer["providerRollback"] == "native" and len(answer["rolledBackRunIds"]) == 2
+    assert await recall(client, fork_id, "alpha", "bravo", "delta") == {"alpha": "native", "bravo": "native", "delta": "absent"}
+    assert await recall(client, source, "alpha", "bravo") == {"alpha": "native", "bravo": "absent"}
+
+
+async def test_rollback_after_a_daemon_restart_reverts_the_reloaded_agent(tmp_path, short_dir):
+    """F11 + F14: no provider process is running after a restart; the rollback
+    starts one, resumes the native thread and reverts it."""
+    ws = user_repo(tmp_path, repo=False)
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            thread_id, runs, states = await three_runs(client, ws)
+    finally:
+        assert await daemon.terminate() == 0
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=2)
+            assert answer["providerRollback"] == "native" and answer["rolledBackRunIds"] == [runs[2]["id"]]
+            assert files_of(ws) == states[1]
+            assert await recall(client, thread_id, *WORDS) == {"alpha": "native", "bravo": "native", "charlie": "absent"}
+    finally:
+        assert await daemon.terminate() == 0
+
+
+async def test_a_native_history_that_cannot_be_reverted_is_rebuilt_and_says_why(tmp_path, short_dir):
+    """F14: when the native revert fails (here the agent's own thread file is
+    unreadable after a restart) the rollback still completes: the provider
+    thread is retired with the reason and the next run is rebuilt from the graph."""
+    ws = user_repo(tmp_path, repo=False)
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            thread_id, runs, states = await three_runs(client, ws)
+            native = (await stored_events(client, thread_id))
+            native_id = next(e["payload"]["providerThread"]["nativeThreadId"] for e in native
+                             if e["type"] == "provider_thread.created")
+    finally:
+        assert await daemon.terminate() == 0
+    (tmp_path / "data" / "providers" / "scripted" / "threads" / f"{native_id}.json").write_text("{ not json")
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+            assert answer["providerRollback"] == "rebuilt"
+            assert answer["providerRollbackReason"].startswith("rolled_back: the native revert failed")
+            assert files_of(ws) == states[0]
+            assert await recall(client, thread_id, *WORDS) == {"alpha": "context", "bravo": "absent", "charlie": "absent"}
+    finally:
+        assert await daemon.terminate() == 0
