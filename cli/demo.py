@@ -1,4 +1,5 @@
-"""``agentd demo``: a fresh daemon, one thread, two runs, on the scripted agent.
+"""``agentd demo``: a fresh daemon, one thread, two runs, their checkpoints and a
+rollback, on the scripted agent.
 
 It is the README's first command: it shows the daemon's main job end to end
 and exits 0 only if every step did what it should.
@@ -69,6 +70,24 @@ async def _demo(data_dir: Path) -> None:
                 print("   " + line)
             nodes = runs[1]["nodes"]
             _check(any(n["kind"] == "file_change" and n["status"] == "completed" for n in nodes), "no completed file_change node")
+
+            checkpoints = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+            print("== checkpoints (the workspace after each run, in a shadow git repository)")
+            for c in checkpoints:
+                s = c.get("summary") or {}
+                print(f"   {c['kind']:8} ordinal {c['ordinal']}  {c['status']}  {s.get('filesChanged', 0)} file(s) changed")
+            _check([c["status"] for c in checkpoints] == ["captured"] * 3, f"checkpoints: {checkpoints}")
+
+            print("== rollback.toRun 1: files and the agent's memory go back to after the first run")
+            back = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+            note = workspace / "notes" / "hello.txt"
+            _check(not note.exists(), "the note is still there after the rollback")
+            statuses = [r["status"] for r in (await client.call("thread.get", threadId=thread_id))["runs"]]
+            _check(statuses == ["completed", "rolled_back"], f"runs after the rollback: {statuses}")
+            print(f"   notes/hello.txt is gone; run 2 is rolled_back; agent memory: {back['providerRollback']}")
+            undo = await client.call("checkpoint.restore", checkpointId=back["safetyCheckpointId"])
+            _check(undo["complete"] and note.exists(), "the safety checkpoint did not bring the note back")
+            print("   checkpoint.restore of the safety checkpoint brings the note back: nothing is lost")
     finally:
         code = await daemon.terminate()
         shutil.rmtree(socket.parent, ignore_errors=True)
