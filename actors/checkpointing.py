@@ -31,7 +31,7 @@ import msgspec
 from agentd.protocol.errors import InvalidState, NotFound, RestoreIncomplete
 from agentd.store.ids import new_id
 from agentd.store.reconcile import CHECKPOINT_CAPTURE
-from agentd.store.records import Checkpoint, Effect, to_wire
+from agentd.store.records import NODE_TERMINAL, Checkpoint, Effect, to_wire
 
 from .checkpoints import CheckpointEngine, CheckpointError, checkpoint_ref
 from .graph import settle_effect
@@ -115,7 +115,26 @@ async def ensure_baseline(actor: ThreadActor, active: ActiveRun) -> None:
     await actor.commit(batch)
 
 
-async def capture_run(actor: ThreadActor, active: ActiveRun) -> tuple[Checkpoint, Effect] | None:
+#: node kinds whose work may write to the workspace
+WRITING_KINDS = frozenset({"file_change", "command_execution", "tool", "mcp_tool_call", "subagent", "background_task"})
+
+
+def writes_in_flight(actor: ThreadActor, active: ActiveRun) -> str | None:
+    """Why the workspace cannot be read safely at the run's end, or None: the
+    runtime died (its session is gone) while a step that writes was still
+    running, so that step's processes may still be writing."""
+    running = [n for n in active.nodes.values() if n.kind in WRITING_KINDS and n.status not in NODE_TERMINAL]
+    if not running:
+        return None
+    live = actor.sessions.live_session(actor.thread_id)
+    if live is not None and live[0] == active.session_id:
+        return None  # the runtime ended the turn itself: its steps are over
+    node = running[0]
+    return (f"the agent's runtime ended while {node.kind} {node.title or node.id!r} was running; what it started "
+            "may still be writing, so the files were not captured")
+
+
+async def capture_run(actor: ThreadActor, active: ActiveRun) -> tuple[Checkpoint, Effect | None] | None:
     """The completion barrier's capture: commit the ``checkpoint.capture``
     outbox entry, capture the workspace as the run's checkpoint and return the
     record (not yet committed) with the entry to settle in the same batch as
@@ -127,6 +146,15 @@ async def capture_run(actor: ThreadActor, active: ActiveRun) -> tuple[Checkpoint
         return None
     thread_id = actor.thread_id
     checkpoint_id = new_id("ckp")
+    busy = writes_in_flight(actor, active)
+    if busy is not None:
+        # Reading the files now would capture half of whatever is still
+        # being written: say so rather than record a state nobody saw.
+        return Checkpoint(
+            id=checkpoint_id, thread_id=thread_id, run_id=run.id, node_id=active.root.id, scope="root", kind="run",
+            ordinal=run.ordinal, status="missing", reason="write_in_flight", detail=busy,
+            workspace=actor.state.thread.workspace, created_at=actor.now(),
+        ), None
     marker = actor.batch()
     effect = Effect(
         id=new_id("eff"), kind=CAPTURE_EFFECT, thread_id=thread_id, replay_safe=True, created_at=marker.now,

@@ -373,7 +373,7 @@ def close_attempt(
 def end_run(
     batch: ThreadBatch, state: ThreadState, status: Ending, *, reason: str | None,
     artifacts: Iterable[PlanArtifact], turn_start_effect: Effect | None,
-    checkpoint: tuple[Checkpoint, Effect] | None = None,
+    checkpoint: tuple[Checkpoint, Effect | None] | None = None,
 ) -> Run:
     """The completion barrier (SPEC F16): close the attempt (``close_attempt``),
     then end the run and free the thread, all in one batch. Returns the ended
