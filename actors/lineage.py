@@ -213,9 +213,6 @@ def _resolve_transfer(view: StartView, transfer: ContextTransfer) -> StartContex
         return StartContext("unsupported", reason=f"a {transfer.type} transfer ({transfer.id}) cannot be resolved by this agentd yet",
                             transfer=transfer)
     point = transfer.source_point
-    if point.type == "checkpoint":
-        return StartContext("unsupported", reason="forking from a checkpoint needs checkpoints, which this agentd does not have yet",
-                            transfer=transfer)
     history = view.history
     # A provider thread a fork already has comes from a resolution that did
     # not finish (the daemon stopped before the turn): it is not trusted.

@@ -22,11 +22,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from agentd.protocol import wire
-from agentd.protocol.errors import AgentdError, InternalError, InvalidState, NotFound, Unsupported
+from agentd.protocol.errors import AgentdError, InternalError, InvalidState, NotFound
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import (
     NODE_TERMINAL,
+    Checkpoint,
     ContextTransfer,
     ExecutionNode,
     ProviderThread,
@@ -140,7 +141,6 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
     Raises:
         NotFound: it names nothing in this thread.
         InvalidState: it is not a stable point (with why).
-        Unsupported: a checkpoint (not in this agentd yet).
     """
     thread_id = state.thread_id
     match spec:
@@ -148,7 +148,12 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
             completed = [run for run in store.thread_runs(thread_id) if run.status == "completed" and in_history(run)]
             if completed:
                 run = completed[-1]
-                return _run_point(store, "latest_stable", run), thread_history(store, thread_id, upto_ordinal=run.ordinal)
+                # The run's checkpoint, where one was captured, names the
+                # files as they were at that point too (SPEC F6).
+                checkpoint = store.get(Checkpoint, run.checkpoint_id) if run.checkpoint_id else None
+                extra = {"checkpoint_id": checkpoint.id} if checkpoint is not None and checkpoint.status == "captured" else {}
+                return (_run_point(store, "latest_stable", run, **extra),
+                        thread_history(store, thread_id, upto_ordinal=run.ordinal))
             inherited = fork_transfer(store, thread_id)
             if inherited is not None and inherited.source_run_ids:
                 # A fork with no run of its own yet: its point is its source's.
@@ -213,12 +218,53 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
             point = SourcePoint(type="provider_thread", thread_id=thread_id, run_id=run.id, provider_thread_id=pt.id,
                                 provider=pt.provider, native_thread_id=pt.native_thread_id)
             return point, history[: upto + 1]
-        case wire.CheckpointPoint():
-            raise Unsupported(
-                "forking from a checkpoint needs checkpoints, which this agentd does not have yet; "
-                "fork from a run (sourcePoint {type: run, runId}) or latest_stable"
-            )
+        case wire.CheckpointPoint(checkpoint_id=checkpoint_id):
+            run = _checkpoint_run(store, state, checkpoint_id)
+            if run is None:  # a baseline before the thread's first run: an empty fork
+                return SourcePoint(type="checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id,
+                                   provider=state.thread.provider), list(fork_transfer_run_ids(store, thread_id))
+            point = _run_point(store, "checkpoint", run, checkpoint_id=checkpoint_id)
+            return point, thread_history(store, thread_id, upto_ordinal=run.ordinal)
     raise AssertionError(f"unknown source point {spec!r}")  # pragma: no cover
+
+
+def fork_transfer_run_ids(store: Store, thread_id: str) -> list[str]:
+    """The runs a fork inherited from its source (none for a thread that is no fork)."""
+    transfer = fork_transfer(store, thread_id)
+    return list(transfer.source_run_ids) if transfer is not None else []
+
+
+def _checkpoint_run(store: Store, state: ThreadState, checkpoint_id: str) -> Run | None:
+    """The run a checkpoint of this thread is the state after: its own run
+    for a run's checkpoint; for a baseline (the state before run N), the
+    newest run before N still in the conversation (None: before the first).
+
+    Raises:
+        NotFound: no such checkpoint in this thread.
+        InvalidState: it holds no files, or is a restore's safety capture
+            (no point of the conversation).
+    """
+    thread_id = state.thread_id
+    checkpoint = store.get(Checkpoint, checkpoint_id)
+    if checkpoint is None or checkpoint.thread_id != thread_id:
+        raise NotFound(f"no checkpoint {checkpoint_id} in thread {thread_id}", checkpointId=checkpoint_id)
+    if checkpoint.status != "captured":
+        raise InvalidState(
+            f"checkpoint {checkpoint_id} is {checkpoint.status}" + (f" ({checkpoint.reason})" if checkpoint.reason else "")
+            + ": it is no stable point; fork from its run instead", checkpointId=checkpoint_id, status=checkpoint.status,
+        )
+    if checkpoint.kind == "pre_rollback" or checkpoint.run_id is None:
+        raise InvalidState(
+            f"checkpoint {checkpoint_id} is a restore's safety capture, not a point of the conversation; "
+            "fork from a run's checkpoint", checkpointId=checkpoint_id,
+        )
+    if checkpoint.kind == "run":
+        run = store.run(checkpoint.run_id)
+        assert run is not None
+        _check_run_stable(state, run)
+        return run
+    before = [run for run in store.thread_runs(thread_id) if run.ordinal <= checkpoint.ordinal and in_history(run)]
+    return before[-1] if before else None
 
 
 def _node_native_thread(node: ExecutionNode) -> str | None:
