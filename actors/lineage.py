@@ -26,6 +26,7 @@ its own native history unless a stored ContextHandoff says so.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,11 +88,21 @@ def settings_change(frozen: dict[str, Any], current: dict[str, Any]) -> str | No
     return "settings_changed: " + ", ".join(changes) if changes else None
 
 
+def _version(text: str | None) -> tuple[int, int, int] | None:
+    """``X.Y.Z`` anywhere in ``text``, else a leading ``X`` or ``X.Y`` (the
+    scripted agent reports ``1``), else None (nothing to compare)."""
+    found = parse_version(text or "")
+    if found is not None:
+        return found
+    match = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?![\d.])", text or "")
+    return (int(match[1]), int(match[2] or 0), 0) if match else None
+
+
 def version_change(frozen: str | None, running: str | None) -> str | None:
     """Why a runtime at version ``running`` should not resume a provider
     thread made at ``frozen`` (a different major version; for 0.x, minor),
     or None."""
-    old, new = parse_version(frozen or ""), parse_version(running or "")
+    old, new = _version(frozen), _version(running)
     if old is None or new is None:
         return None
     width = 2 if old[0] == 0 else 1

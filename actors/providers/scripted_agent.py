@@ -119,6 +119,14 @@ class NativeStore:
         self.directory = home / "threads"
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
 
+    def version(self) -> str:
+        """The version this agent reports: ``HOME/version`` when present (a
+        test's stand-in for an upgraded runtime), else ``1``."""
+        try:
+            return (self.home / "version").read_text().strip() or "1"
+        except FileNotFoundError:
+            return "1"
+
     def load(self, thread_id: str) -> ThreadRecord:
         if not _THREAD_ID.fullmatch(thread_id):
             raise RpcError(THREAD_NOT_FOUND, f"native thread {thread_id} not found")
@@ -322,7 +330,7 @@ class Agent:
                     raise RpcError(INVALID_PARAMS, f"capability {name} must be true or false")
                 capabilities[name] = value
         self.capabilities = capabilities
-        return {"agent": "scripted", "version": "1", "capabilities": capabilities}
+        return {"agent": "scripted", "version": self.store.version(), "capabilities": capabilities}
 
     def _thread_start(self, params: dict) -> dict:
         self._require("emptyThreads")
