@@ -86,3 +86,24 @@ async def test_show_draws_delegated_and_subagent_children(daemon, client):
     assert f"parent {parent} (delegated_task), root {parent}" in child
     lonely = (await client.call("thread.create"))["threadId"]
     assert "lineage:" not in (await run(daemon, "show", lonely)).stdout.decode()
+
+
+async def test_send_merge_back_and_show_draws_it(daemon, client):
+    """F7 on the command line: ``agentd send THREAD --merge-back FORK`` says
+    what comes home; ``agentd show`` draws the merge-back on both threads;
+    merging a thread that is no fork of this one is a one-line error."""
+    thread_id = (await run(daemon, "new", "--title", "main")).stdout.decode().strip()
+    await send_and_wait(client, thread_id, script({"say": "the word is alpha"}))
+    fork_id = (await run(daemon, "fork", thread_id)).stdout.decode().strip()
+    await send_and_wait(client, fork_id, script({"say": "the fork found kilo"}))
+    sent = await run(daemon, "send", thread_id, script({"recall": ["kilo"]}), "--merge-back", fork_id)
+    out, err = sent.stdout.decode(), sent.stderr.decode()
+    assert "recall: kilo=context" in out
+    assert f"merging back {fork_id}: 1 run(s)" in out + err
+    shown = (await run(daemon, "show", thread_id)).stdout.decode()
+    assert f"merge-back from {fork_id} at latest_stable" in shown and "into run 2: consumed (portable)" in shown
+    assert "delta" in shown and "chars (cap 32,000)" in shown
+    assert f"merged back into {thread_id} at run 1: consumed (portable)" in (await run(daemon, "show", fork_id)).stdout.decode()
+    other = (await run(daemon, "new")).stdout.decode().strip()
+    refused = await run(daemon, "send", thread_id, "hi", "--merge-back", other, check=False)
+    assert refused.returncode != 0 and f"thread {other} is not a fork of thread {thread_id}" in refused.stderr.decode()

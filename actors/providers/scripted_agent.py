@@ -26,7 +26,8 @@ Methods: ``initialize``, ``thread/start``, ``thread/resume``, ``thread/fork``,
 switch off the capabilities listed in :data:`CAPABILITIES`; the matching
 method then fails with :data:`NOT_SUPPORTED`.  With ``emptyThreads`` off,
 ``thread/start`` is refused and ``turn/start {cwd, input}`` (no
-``threadId``) creates the thread together with its first turn.
+``threadId``) creates the thread together with its first turn; ``cwd`` on
+the turn of an existing thread moves it there (as codex takes a cwd per turn).
 
 Each thread is stored natively as ``HOME/threads/<threadId>.json``::
 
@@ -388,6 +389,13 @@ class Agent:
             result["threadId"] = thread.threadId
         if thread.threadId in self.active:
             raise RpcError(TURN_CONFLICT, f"thread {thread.threadId} already has a running turn")
+        if "threadId" in params and "cwd" in params:
+            # As codex: the turn works where the client says (a native fork
+            # that works in a workspace of its own); kept from then on.
+            cwd = _param(params, "cwd", str, "turn/start")
+            if not os.path.isdir(cwd):
+                raise RpcError(INVALID_PARAMS, f"cwd {cwd} is not a directory")
+            thread.cwd = os.path.realpath(cwd)
         turn = self.active[thread.threadId] = Turn(self, thread, text)
         if "context" in params:
             turn.context = _param(params, "context", str, "turn/start")
