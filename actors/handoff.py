@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from agentd.store.db import Store
-from agentd.store.records import ConversationMessage, ExecutionNode, HandoffStrategy, PlanArtifact, Run
+from agentd.store.records import ContextHandoff, ConversationMessage, ExecutionNode, HandoffStrategy, PlanArtifact, Run
 
 #: how each strategy introduces itself to the agent
 INTRO: dict[str, str] = {
@@ -73,9 +73,11 @@ def build_handoff(
     threads = {thread_id: store.thread(thread_id) for thread_id in dict.fromkeys(run.thread_id for run in runs)}
     titles = {thread_id: (thread.title if thread else "") for thread_id, thread in threads.items()}
     home = runs[-1].thread_id if runs else None
+    merged = _merged_texts(store, runs)
     sections = [
         (run.id, run_section(run, messages.get(run.id, []), store.run_nodes(run.id), store.run_artifacts(run.id),
-                             where=None if run.thread_id == home else titles.get(run.thread_id) or run.thread_id))
+                             where=None if run.thread_id == home else titles.get(run.thread_id) or run.thread_id,
+                             merged=merged.get(run.id, ())))
         for run in runs
     ]
     header = f"[agentd context handoff: {strategy}]\n" + INTRO.get(strategy, INTRO["portable_context"]).format(reason=reason)
@@ -102,6 +104,21 @@ def build_handoff(
     return BuiltHandoff(text=text, covered_run_ids=run_ids, dropped_run_ids=dropped_ids, dropped=dropped, cap=cap)
 
 
+def _merged_texts(store: Store, runs: list[Run]) -> dict[str, list[str]]:
+    """Per run, the merge-back handoffs its turn took in (SPEC F7): part of
+    what that run was given, so part of what a later agent is told of it."""
+    out: dict[str, list[str]] = {}
+    wanted = {run.id for run in runs}
+    for thread_id in dict.fromkeys(run.thread_id for run in runs):
+        for transfer in store.thread_transfers(thread_id):
+            if (transfer.type == "merge_back" and transfer.target_thread_id == thread_id and transfer.run_id in wanted
+                    and transfer.status == "consumed" and transfer.handoff_id):
+                handoff = store.get(ContextHandoff, transfer.handoff_id)
+                if handoff is not None:
+                    out.setdefault(transfer.run_id, []).append(handoff.text)
+    return out
+
+
 def _assemble(header: str, sections: list[tuple[str, str]], dropped_ids: list[str]) -> str:
     parts = [header]
     if dropped_ids:
@@ -112,9 +129,10 @@ def _assemble(header: str, sections: list[tuple[str, str]], dropped_ids: list[st
 
 def run_section(
     run: Run, messages: list[ConversationMessage], nodes: list[ExecutionNode], artifacts: list[PlanArtifact],
-    *, where: str | None = None,
+    *, where: str | None = None, merged: Iterable[str] = (),
 ) -> str:
-    """One run as the handoff tells it."""
+    """One run as the handoff tells it (with the merge-back handoffs its
+    message brought, ``merged``)."""
     status = run.status if run.status == "completed" else f"{run.status}" + (f": {run.reason}" if run.reason else "")
     origin = f" of {where}" if where else ""
     lines = [f"## Run {run.ordinal}{origin} ({status}; agent: {run.provider})"]
@@ -122,6 +140,8 @@ def run_section(
     users.sort(key=lambda m: (m.id != run.user_message_id, m.created_at))
     for index, message in enumerate(users):
         lines.append(("User: " if index == 0 else "User (steering): ") + message.text)
+    for text in merged:
+        lines.append("Brought in with it by a merge-back:\n" + text)
     attempt = run.selected_attempt_id
     answers = [m for m in messages if m.role == "assistant" and m.text and (m.attempt_id == attempt or attempt is None)]
     for message in answers:
