@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from agentd.store.db import Store
-from agentd.store.records import ConversationMessage, ExecutionNode, HandoffStrategy, PlanArtifact, Run
+from agentd.store.records import ContextHandoff, ConversationMessage, ExecutionNode, HandoffStrategy, PlanArtifact, Run
 
 #: how each strategy introduces itself to the agent
 INTRO: dict[str, str] = {
@@ -33,6 +33,10 @@ INTRO: dict[str, str] = {
         "What happened so far, oldest first:"
     ),
     "checkpoint_context": "The state of the conversation at a checkpoint, oldest first:",
+    "merge_back": (
+        "A fork of this conversation ({fork}) went on on its own since {since}. What it concluded and did, "
+        "oldest first (its conversation is not repeated here, and none of its files were copied here):"
+    ),
     "portable_context": "What happened so far, oldest first:",
 }
 
@@ -69,9 +73,11 @@ def build_handoff(
     threads = {thread_id: store.thread(thread_id) for thread_id in dict.fromkeys(run.thread_id for run in runs)}
     titles = {thread_id: (thread.title if thread else "") for thread_id, thread in threads.items()}
     home = runs[-1].thread_id if runs else None
+    merged = _merged_texts(store, runs)
     sections = [
         (run.id, run_section(run, messages.get(run.id, []), store.run_nodes(run.id), store.run_artifacts(run.id),
-                             where=None if run.thread_id == home else titles.get(run.thread_id) or run.thread_id))
+                             where=None if run.thread_id == home else titles.get(run.thread_id) or run.thread_id,
+                             merged=merged.get(run.id, ())))
         for run in runs
     ]
     header = f"[agentd context handoff: {strategy}]\n" + INTRO.get(strategy, INTRO["portable_context"]).format(reason=reason)
@@ -98,6 +104,21 @@ def build_handoff(
     return BuiltHandoff(text=text, covered_run_ids=run_ids, dropped_run_ids=dropped_ids, dropped=dropped, cap=cap)
 
 
+def _merged_texts(store: Store, runs: list[Run]) -> dict[str, list[str]]:
+    """Per run, the merge-back handoffs its turn took in (SPEC F7): part of
+    what that run was given, so part of what a later agent is told of it."""
+    out: dict[str, list[str]] = {}
+    wanted = {run.id for run in runs}
+    for thread_id in dict.fromkeys(run.thread_id for run in runs):
+        for transfer in store.thread_transfers(thread_id):
+            if (transfer.type == "merge_back" and transfer.target_thread_id == thread_id and transfer.run_id in wanted
+                    and transfer.status == "consumed" and transfer.handoff_id):
+                handoff = store.get(ContextHandoff, transfer.handoff_id)
+                if handoff is not None:
+                    out.setdefault(transfer.run_id, []).append(handoff.text)
+    return out
+
+
 def _assemble(header: str, sections: list[tuple[str, str]], dropped_ids: list[str]) -> str:
     parts = [header]
     if dropped_ids:
@@ -108,9 +129,10 @@ def _assemble(header: str, sections: list[tuple[str, str]], dropped_ids: list[st
 
 def run_section(
     run: Run, messages: list[ConversationMessage], nodes: list[ExecutionNode], artifacts: list[PlanArtifact],
-    *, where: str | None = None,
+    *, where: str | None = None, merged: Iterable[str] = (),
 ) -> str:
-    """One run as the handoff tells it."""
+    """One run as the handoff tells it (with the merge-back handoffs its
+    message brought, ``merged``)."""
     status = run.status if run.status == "completed" else f"{run.status}" + (f": {run.reason}" if run.reason else "")
     origin = f" of {where}" if where else ""
     lines = [f"## Run {run.ordinal}{origin} ({status}; agent: {run.provider})"]
@@ -118,6 +140,8 @@ def run_section(
     users.sort(key=lambda m: (m.id != run.user_message_id, m.created_at))
     for index, message in enumerate(users):
         lines.append(("User: " if index == 0 else "User (steering): ") + message.text)
+    for text in merged:
+        lines.append("Brought in with it by a merge-back:\n" + text)
     attempt = run.selected_attempt_id
     answers = [m for m in messages if m.role == "assistant" and m.text and (m.attempt_id == attempt or attempt is None)]
     for message in answers:
@@ -170,6 +194,10 @@ def _paths(node: ExecutionNode) -> list[str]:
     return [node.title or "a file"]
 
 
+#: the paths a file-change node names
+file_paths = _paths
+
+
 def _command(node: ExecutionNode) -> str:
     detail = node.detail
     tool_input: Any = detail.get("input")
@@ -186,3 +214,117 @@ def _decision(node: ExecutionNode) -> str:
 
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0][:200] if text.strip() else ""
+
+
+# -- merge-back (SPEC F7) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MergeFiles:
+    """The files a fork changed over the runs a merge-back carries.
+
+    ``source`` says where the list comes from: ``checkpoint`` (a diff between
+    two checkpoints, ``checkpoints`` = ``(base id, target id)``) or ``nodes``
+    (the runs' file-change nodes, when there is no such diff). ``differ``:
+    when the fork works in another workspace, the files of ``files`` that are
+    not the same in this thread's workspace (None: the fork shares it).
+    """
+
+    source: str
+    files: tuple[str, ...]
+    checkpoints: tuple[str, str] | None = None
+    fork_workspace: str | None = None
+    differ: tuple[str, ...] | None = None
+
+
+def build_merge_handoff(
+    store: Store, run_ids: Iterable[str], *, fork_label: str, since: str, files: MergeFiles, reason: str, cap: int,
+) -> BuiltHandoff:
+    """The ``delta`` handoff of a merge-back: per fork run, its conclusion
+    (final answer), commands and tests run with their outcome, decisions, open
+    questions and unanswered requests; then the files changed (checkpoint diff,
+    else file-change nodes) and, for a fork in its own workspace, which of
+    them differ here. No user messages, narration or tool output: no
+    transcript. At most ``cap`` characters, oldest runs dropped first."""
+    run_ids = list(run_ids)
+    runs = [run for run in (store.run(run_id) for run_id in run_ids) if run is not None]
+    messages: dict[str, list[ConversationMessage]] = {}
+    for thread_id in dict.fromkeys(run.thread_id for run in runs):
+        for message in store.thread_messages(thread_id):
+            if message.run_id is not None:
+                messages.setdefault(message.run_id, []).append(message)
+    sections = [(run.id, merge_section(run, messages.get(run.id, []), store.run_nodes(run.id), store.run_artifacts(run.id),
+                                       with_files=files.source == "nodes"))
+                for run in runs]
+    header = "[agentd context handoff: delta (merge-back)]\n" + INTRO["merge_back"].format(fork=fork_label, since=since)
+    footer = _files_footer(files)
+    dropped_ids: list[str] = []
+    dropped: list[str] = []
+
+    def assemble() -> str:
+        return _assemble(header, sections + ([("", footer)] if footer else []), dropped_ids)
+
+    text = assemble()
+    while len(sections) > 1 and len(text) > cap:
+        dropped_ids.append(sections.pop(0)[0])
+        text = assemble()
+    if dropped_ids:
+        dropped.append(f"{len(dropped_ids)} oldest fork run(s) left out to fit {cap} characters")
+    if len(text) > cap:
+        dropped.append(f"cut at {cap} characters")
+        text = text[: max(0, cap - 20)] + "\n[end of handoff]"
+        text = text[:cap]
+    return BuiltHandoff(text=text, covered_run_ids=run_ids, dropped_run_ids=dropped_ids, dropped=dropped, cap=cap)
+
+
+def _files_footer(files: MergeFiles) -> str:
+    lines = []
+    if files.files:
+        where = (f"checkpoint diff {files.checkpoints[0]} → {files.checkpoints[1]}" if files.checkpoints
+                 else "its file-change steps")
+        lines.append(f"Files the fork changed (from {where}): " + "; ".join(files.files))
+    if files.fork_workspace is not None:
+        differ = "; ".join(files.differ or ()) or "none of them"
+        lines.append(f"The fork works in its own workspace ({files.fork_workspace}); merge-back copied no files. "
+                     f"Files that differ from this thread's workspace: {differ}")
+    return "\n".join(lines)
+
+
+def merge_section(
+    run: Run, messages: list[ConversationMessage], nodes: list[ExecutionNode], artifacts: list[PlanArtifact],
+    *, with_files: bool,
+) -> str:
+    """One fork run as a merge-back tells it: what it concluded and did."""
+    status = run.status if run.status == "completed" else f"{run.status}" + (f": {run.reason}" if run.reason else "")
+    lines = [f"## Fork run {run.ordinal} ({status}; agent: {run.provider})"]
+    attempt = run.selected_attempt_id
+    answers = [m for m in messages if m.role == "assistant" and m.text and (m.attempt_id == attempt or attempt is None)]
+    if answers:
+        final = answers[-1].text
+        lines.append("Conclusion: " + (final if len(final) <= ANSWER_LIMIT else final[:ANSWER_LIMIT] + " (… cut)"))
+    else:
+        lines.append("Conclusion: (no answer)")
+    own = [n for n in nodes if n.attempt_id == attempt or attempt is None]
+    if with_files:
+        changed = [f"{path}{_outcome(n)}" for n in own if n.kind == "file_change" for path in _paths(n)]
+        if changed:
+            lines.append("Files changed: " + "; ".join(changed))
+    commands = [f"{_command(n)}{_outcome(n)}" for n in own if n.kind in COMMAND_KINDS]
+    if commands:
+        lines.append("Commands and tests run: " + "; ".join(commands))
+    decisions = [_decision(n) for n in own if n.kind == "approval" and n.detail.get("decision")]
+    decisions += [f"plan {a.status}: {_first_line(a.text)}" for a in artifacts if a.kind == "proposed_plan"]
+    if decisions:
+        lines.append("Decisions: " + "; ".join(decisions))
+    open_questions = [
+        q.get("question", "") for a in artifacts if a.kind == "questions" and a.status != "answered"
+        for q in a.questions if isinstance(q, dict)
+    ]
+    if open_questions:
+        lines.append("Open questions: " + "; ".join(open_questions))
+    unanswered = [f"{n.kind.replace('_', ' ')} {n.title or n.detail.get('command') or ''}".rstrip() + f" ({n.status})"
+                  for n in own if n.kind in ("approval", "user_input_request")
+                  and n.status not in ("completed", "cancelled") and not n.detail.get("decision")]
+    if unanswered:
+        lines.append("Unanswered requests: " + "; ".join(unanswered))
+    return "\n".join(lines)

@@ -26,6 +26,8 @@ its own native history unless a stored ContextHandoff says so.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,11 +89,21 @@ def settings_change(frozen: dict[str, Any], current: dict[str, Any]) -> str | No
     return "settings_changed: " + ", ".join(changes) if changes else None
 
 
+def _version(text: str | None) -> tuple[int, int, int] | None:
+    """``X.Y.Z`` anywhere in ``text``, else a leading ``X`` or ``X.Y`` (the
+    scripted agent reports ``1``), else None (nothing to compare)."""
+    found = parse_version(text or "")
+    if found is not None:
+        return found
+    match = re.match(r"\s*v?(\d+)(?:\.(\d+))?(?![\d.])", text or "")
+    return (int(match[1]), int(match[2] or 0), 0) if match else None
+
+
 def version_change(frozen: str | None, running: str | None) -> str | None:
     """Why a runtime at version ``running`` should not resume a provider
     thread made at ``frozen`` (a different major version; for 0.x, minor),
     or None."""
-    old, new = parse_version(frozen or ""), parse_version(running or "")
+    old, new = _version(frozen), _version(running)
     if old is None or new is None:
         return None
     width = 2 if old[0] == 0 else 1
@@ -156,6 +168,10 @@ class StartView:
     #: ``(provider thread id, why)``: the starter could not resume it
     lost: tuple[str, str] | None = None
     limits: Limits = Limits()
+    #: a ``merge_back`` transfer this run's message carries (SPEC F7), if any
+    merge: ContextTransfer | None = None
+    #: a fork that works in another workspace than its source thread
+    workspace_moved: bool = False
 
 
 @dataclass(frozen=True)
@@ -192,6 +208,9 @@ class StartContext:
     native: NativeFork | None = None
     #: the transfer into the thread this start resolves (a fork's)
     transfer: ContextTransfer | None = None
+    #: a merge-back the run's message carries: given as a ``delta`` handoff
+    #: of its own, whatever the provider thread needs besides (SPEC F7)
+    merge: ContextTransfer | None = None
 
 
 def coverage(pt: ProviderThread) -> tuple[str, ...]:
@@ -203,9 +222,10 @@ def resolve_start_context(view: StartView) -> StartContext:
     ``resolveStartContext``): a transfer into the thread first (a fork's
     first message), else the target provider's own provider thread — resumed
     as it is, bridged by a delta, or replaced by a fresh one with a summary."""
-    if view.transfer is not None:
-        return _resolve_transfer(view, view.transfer)
-    return _resolve_backing(view)
+    ctx = _resolve_transfer(view, view.transfer) if view.transfer is not None else _resolve_backing(view)
+    if view.merge is not None:
+        ctx = dataclasses.replace(ctx, merge=view.merge)
+    return ctx
 
 
 def _resolve_transfer(view: StartView, transfer: ContextTransfer) -> StartContext:
@@ -213,9 +233,6 @@ def _resolve_transfer(view: StartView, transfer: ContextTransfer) -> StartContex
         return StartContext("unsupported", reason=f"a {transfer.type} transfer ({transfer.id}) cannot be resolved by this agentd yet",
                             transfer=transfer)
     point = transfer.source_point
-    if point.type == "checkpoint":
-        return StartContext("unsupported", reason="forking from a checkpoint needs checkpoints, which this agentd does not have yet",
-                            transfer=transfer)
     history = view.history
     # A provider thread a fork already has comes from a resolution that did
     # not finish (the daemon stopped before the turn): it is not trusted.
@@ -248,6 +265,10 @@ def _why_not_native(view: StartView, transfer: ContextTransfer, source: Provider
         return f"portable: {target.provider} has no native fork"
     if point.native_thread_id is None or source is None:
         return "portable: the source point has no native thread to fork"
+    if view.workspace_moved and target.kind == "claude":
+        # A Claude session belongs to the directory it ran in: a native fork
+        # would work in the source's workspace, not the fork's.
+        return "portable: the fork works in another workspace than its source, and a Claude session is bound to its own"
     if source.status == "unusable":
         return f"portable: the source's provider thread is unusable ({source.reason or 'no reason recorded'})"
     if view.source_rolled_back:
@@ -403,6 +424,47 @@ def record_start(
     return active.context
 
 
+def record_merge(
+    batch: ThreadBatch, state: ThreadState, ctx: StartContext, merge: ContextTransfer, built: BuiltHandoff,
+    *, base: SourcePoint, run_ids: tuple[str, ...], target_provider: str,
+) -> ContextHandoff:
+    """A merge-back the run's message carries, resolved before any provider
+    work (SPEC F7): its ``delta`` handoff stored with the exact text, the
+    transfer ``resolved_portable`` (its base and runs as they are now). The
+    turn that takes it in consumes it (``turn_started``)."""
+    active = state.active
+    assert active is not None
+    run = active.run
+    now = batch.now
+    handoff = ContextHandoff(
+        id=new_id("hof"), thread_id=state.thread_id, strategy="delta", reason=merge.reason,
+        source_provider_thread_id=merge.source_point.provider_thread_id,
+        target_provider_thread_id=ctx.resume.id if ctx.resume is not None else None,
+        covered_run_count=len(built.covered_run_ids), text=built.text, created_at=now, transfer_id=merge.id,
+        covered_run_ids=list(built.covered_run_ids), dropped_run_ids=list(built.dropped_run_ids),
+        dropped=list(built.dropped), size=built.size, cap=built.cap, target_provider=target_provider,
+    )
+    batch.put(handoff)
+    batch.emit("context_handoff.created", run_id=run.id, node_id=run.root_node_id, handoff=to_wire(handoff))
+    merge = struct_copy(
+        merge, status="resolved_portable", resolution="portable", lower_fidelity=True, resolved_at=now, error=None,
+        handoff_id=handoff.id, base_point=base, source_run_ids=list(run_ids), target_provider=target_provider,
+        target_provider_thread_id=ctx.resume.id if ctx.resume is not None else None,
+    )
+    batch.put(merge)
+    _emit_transfer(batch, "resolved", merge, run.id, run.root_node_id)
+    if active.attempt.handoff_id is None:
+        # The attempt names the handoff and transfer its turn carries; with a
+        # provider handoff too, that one (the merge's is on its own transfer
+        # and its run.context_resolved event).
+        active.attempt = struct_copy(active.attempt, handoff_id=handoff.id,
+                                     transfer_id=active.attempt.transfer_id or merge.id)
+        batch.put(active.attempt)
+    active.context.merge = merge
+    active.context.merge_handoff = handoff
+    return handoff
+
+
 def new_provider_thread_fields(
     context: AttemptContext, settings: dict[str, Any], runtime_version: str | None, *, forked: bool,
 ) -> dict[str, Any]:
@@ -425,6 +487,12 @@ def provider_thread_made(batch: ThreadBatch, state: ThreadState, pt: ProviderThr
     if context.handoff is not None and context.handoff.target_provider_thread_id != pt.id:
         context.handoff = struct_copy(context.handoff, target_provider_thread_id=pt.id)
         batch.put(context.handoff)
+    if context.merge_handoff is not None and context.merge_handoff.target_provider_thread_id != pt.id:
+        context.merge_handoff = struct_copy(context.merge_handoff, target_provider_thread_id=pt.id)
+        batch.put(context.merge_handoff)
+    if context.merge is not None and context.merge.target_provider_thread_id != pt.id:
+        context.merge = struct_copy(context.merge, target_provider_thread_id=pt.id)
+        batch.put(context.merge)
     if context.transfer is not None:
         changes: dict[str, Any] = {"target_provider_thread_id": pt.id}
         if native and not context.consumed:
@@ -471,6 +539,12 @@ def turn_started(batch: ThreadBatch, state: ThreadState) -> None:
                                        or context.transfer.target_provider_thread_id)
         batch.put(context.transfer)
         _emit_transfer(batch, "consumed", context.transfer, active.run.id, active.root.id)
+    if context.merge is not None and not context.consumed:
+        context.merge = struct_copy(context.merge, status="consumed", consumed_at=batch.now,
+                                    target_provider_thread_id=active.attempt.provider_thread_id
+                                    or context.merge.target_provider_thread_id)
+        batch.put(context.merge)
+        _emit_transfer(batch, "consumed", context.merge, active.run.id, active.root.id)
     context.consumed = True
 
 
@@ -496,3 +570,7 @@ def attempt_closing(batch: ThreadBatch, state: ThreadState, why: str | None) -> 
         context.transfer = struct_copy(context.transfer, status="failed", error=why or "the attempt ended before its turn started")
         batch.put(context.transfer)
         _emit_transfer(batch, "failed", context.transfer, active.run.id, active.root.id)
+    if context.merge is not None and not context.consumed and context.merge.status != "failed":
+        context.merge = struct_copy(context.merge, status="failed", error=why or "the attempt ended before its turn started")
+        batch.put(context.merge)
+        _emit_transfer(batch, "failed", context.merge, active.run.id, active.root.id)

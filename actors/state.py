@@ -65,6 +65,9 @@ class AttemptContext:
     #: a native fork: the provider thread forked, and the history runs the fork inherits
     forked_from: str | None = None
     inherited: tuple[str, ...] = ()
+    #: a merge-back the attempt's message carries, and its delta handoff (merge_back.py)
+    merge: ContextTransfer | None = None
+    merge_handoff: ContextHandoff | None = None
 
 
 @dataclass

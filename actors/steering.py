@@ -21,7 +21,7 @@ from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import ConversationMessage, to_wire
 
-from . import graph, run_control
+from . import graph, merge_back, run_control
 from .graph import ThreadBatch
 from .messages import Command, SteerDelivered, SteerFailed
 from .providers.base import ProviderConnection, ProviderRuntimeError
@@ -202,6 +202,8 @@ async def message_send(actor: ThreadActor, command: Command) -> dict[str, Any]:
     if mode is None:
         mode = "queue_after_active" if has_open else "start_immediately"
     if mode in ("steer_active", "restart_active"):
+        if params.merge_back is not None:
+            raise InvalidParams(f"a merge-back comes with a run of its own; send it without {mode}", field="mergeBack")
         return await _steer_command(actor, command, mode, params.dispatch_mode.target_run_id, params.text)
     if mode == "start_immediately" and has_open:
         busy = state.active.run if state.active is not None else state.next_queued()
@@ -211,11 +213,22 @@ async def message_send(actor: ThreadActor, command: Command) -> dict[str, Any]:
             runId=busy.id,
         )
     provider = _check_provider(actor, params.provider)
+    merge = files = None
+    if params.merge_back is not None:
+        # Checked before anything is stored; the delta itself is built when the run starts.
+        merge = merge_back.prepare(actor.store, state.thread_id, params.merge_back.fork_thread_id)
+        files = await merge_back.fork_files(actor, merge, state.thread.workspace)
     batch = actor.batch()
     run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode,
                                        clean_context=params.clean_context)
     result = {"runId": run.id, "messageId": message.id, "queueHeld": state.thread.queue_held,
               "heldRunIds": [r.id for r in state.held_runs()]}
+    if merge is not None and files is not None:
+        transfer = merge_back.record_request(batch, state.thread_id, merge, run)
+        result["mergeBack"] = {
+            "transferId": transfer.id, "forkThreadId": merge.fork.id, "runIds": list(merge.run_ids),
+            "forkWorkspace": files.fork_workspace, "filesDiffer": list(files.differ) if files.differ is not None else None,
+        }
     batch.record_receipt(command.command_id, command.method, result)
     committed = await actor.commit(batch)
     actor.start_next()

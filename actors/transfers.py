@@ -22,11 +22,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from agentd.protocol import wire
-from agentd.protocol.errors import AgentdError, InternalError, InvalidState, NotFound, Unsupported
+from agentd.protocol.errors import AgentdError, InternalError, InvalidState, NotFound
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import (
     NODE_TERMINAL,
+    Checkpoint,
     ContextTransfer,
     ExecutionNode,
     ProviderThread,
@@ -118,7 +119,7 @@ def _check_run_stable(state: ThreadState, run: Run) -> None:
                            runId=run.id, status=run.status)
 
 
-def _run_point(store: Store, kind: str, run: Run, **extra: Any) -> SourcePoint:
+def run_point(store: Store, kind: str, run: Run, **extra: Any) -> SourcePoint:
     """A source point at the end of ``run``, with the native refs of the
     provider turn that ran it (when it has them)."""
     attempt = store.get(RunAttempt, run.selected_attempt_id) if run.selected_attempt_id else None
@@ -140,7 +141,6 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
     Raises:
         NotFound: it names nothing in this thread.
         InvalidState: it is not a stable point (with why).
-        Unsupported: a checkpoint (not in this agentd yet).
     """
     thread_id = state.thread_id
     match spec:
@@ -148,7 +148,12 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
             completed = [run for run in store.thread_runs(thread_id) if run.status == "completed" and in_history(run)]
             if completed:
                 run = completed[-1]
-                return _run_point(store, "latest_stable", run), thread_history(store, thread_id, upto_ordinal=run.ordinal)
+                # The run's checkpoint, where one was captured, names the
+                # files as they were at that point too (SPEC F6).
+                checkpoint = store.get(Checkpoint, run.checkpoint_id) if run.checkpoint_id else None
+                extra = {"checkpoint_id": checkpoint.id} if checkpoint is not None and checkpoint.status == "captured" else {}
+                return (run_point(store, "latest_stable", run, **extra),
+                        thread_history(store, thread_id, upto_ordinal=run.ordinal))
             inherited = fork_transfer(store, thread_id)
             if inherited is not None and inherited.source_run_ids:
                 # A fork with no run of its own yet: its point is its source's.
@@ -162,7 +167,7 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
             if run is None or run.thread_id != thread_id:
                 raise NotFound(f"no run {run_id} in thread {thread_id}", runId=run_id)
             _check_run_stable(state, run)
-            return _run_point(store, "run", run), thread_history(store, thread_id, upto_ordinal=run.ordinal)
+            return run_point(store, "run", run), thread_history(store, thread_id, upto_ordinal=run.ordinal)
         case wire.NodePoint(node_id=node_id):
             node = store.get(ExecutionNode, node_id)
             if node is None or node.thread_id != thread_id:
@@ -172,7 +177,7 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
             run = store.run(node.run_id)
             assert run is not None
             _check_run_stable(state, run)
-            point = _run_point(store, "node", run, node_id=node.id)
+            point = run_point(store, "node", run, node_id=node.id)
             native = _node_native_thread(node)
             # The node's own provider thread, when it has one; else the run it ended in.
             if native is not None:
@@ -193,7 +198,7 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
                 run = store.run(turn.run_id)
                 assert run is not None
                 _check_run_stable(state, run)
-                point = _run_point(store, "provider_thread", run)
+                point = run_point(store, "provider_thread", run)
                 point = struct_copy(point, provider_thread_id=pt.id, provider_turn_id=turn.id, native_thread_id=pt.native_thread_id,
                                     native_turn_ref=turn.native_end_ref or turn.native_turn_id)
                 return point, thread_history(store, thread_id, upto_ordinal=run.ordinal)
@@ -213,12 +218,53 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
             point = SourcePoint(type="provider_thread", thread_id=thread_id, run_id=run.id, provider_thread_id=pt.id,
                                 provider=pt.provider, native_thread_id=pt.native_thread_id)
             return point, history[: upto + 1]
-        case wire.CheckpointPoint():
-            raise Unsupported(
-                "forking from a checkpoint needs checkpoints, which this agentd does not have yet; "
-                "fork from a run (sourcePoint {type: run, runId}) or latest_stable"
-            )
+        case wire.CheckpointPoint(checkpoint_id=checkpoint_id):
+            run = _checkpoint_run(store, state, checkpoint_id)
+            if run is None:  # a baseline before the thread's first run: an empty fork
+                return SourcePoint(type="checkpoint", thread_id=thread_id, checkpoint_id=checkpoint_id,
+                                   provider=state.thread.provider), list(fork_transfer_run_ids(store, thread_id))
+            point = run_point(store, "checkpoint", run, checkpoint_id=checkpoint_id)
+            return point, thread_history(store, thread_id, upto_ordinal=run.ordinal)
     raise AssertionError(f"unknown source point {spec!r}")  # pragma: no cover
+
+
+def fork_transfer_run_ids(store: Store, thread_id: str) -> list[str]:
+    """The runs a fork inherited from its source (none for a thread that is no fork)."""
+    transfer = fork_transfer(store, thread_id)
+    return list(transfer.source_run_ids) if transfer is not None else []
+
+
+def _checkpoint_run(store: Store, state: ThreadState, checkpoint_id: str) -> Run | None:
+    """The run a checkpoint of this thread is the state after: its own run
+    for a run's checkpoint; for a baseline (the state before run N), the
+    newest run before N still in the conversation (None: before the first).
+
+    Raises:
+        NotFound: no such checkpoint in this thread.
+        InvalidState: it holds no files, or is a restore's safety capture
+            (no point of the conversation).
+    """
+    thread_id = state.thread_id
+    checkpoint = store.get(Checkpoint, checkpoint_id)
+    if checkpoint is None or checkpoint.thread_id != thread_id:
+        raise NotFound(f"no checkpoint {checkpoint_id} in thread {thread_id}", checkpointId=checkpoint_id)
+    if checkpoint.status != "captured":
+        raise InvalidState(
+            f"checkpoint {checkpoint_id} is {checkpoint.status}" + (f" ({checkpoint.reason})" if checkpoint.reason else "")
+            + ": it is no stable point; fork from its run instead", checkpointId=checkpoint_id, status=checkpoint.status,
+        )
+    if checkpoint.kind == "pre_rollback" or checkpoint.run_id is None:
+        raise InvalidState(
+            f"checkpoint {checkpoint_id} is a restore's safety capture, not a point of the conversation; "
+            "fork from a run's checkpoint", checkpointId=checkpoint_id,
+        )
+    if checkpoint.kind == "run":
+        run = store.run(checkpoint.run_id)
+        assert run is not None
+        _check_run_stable(state, run)
+        return run
+    before = [run for run in store.thread_runs(thread_id) if run.ordinal <= checkpoint.ordinal and in_history(run)]
+    return before[-1] if before else None
 
 
 def _node_native_thread(node: ExecutionNode) -> str | None:
@@ -284,8 +330,11 @@ def gather_view(actor: ThreadActor, active: ActiveRun, lost: tuple[str, str] | N
                     lineage.provider_settings(actor.config.providers.get(provider)))
     transfers = store.thread_transfers(thread.id)
     # A pending transfer into the thread; a failed fork too (it resolves again, portably).
-    transfer = next((t for t in transfers if t.target_thread_id == thread.id and t.type != "provider_handoff"
+    transfer = next((t for t in transfers if t.target_thread_id == thread.id and t.type not in ("provider_handoff", "merge_back")
                      and (t.status == "pending" or (t.type == "fork" and t.status == "failed"))), None)
+    # A merge-back comes with its own message's run (a failed attempt's, again on the retry).
+    merge = next((t for t in transfers if t.type == "merge_back" and t.target_thread_id == thread.id and t.run_id == run.id
+                  and t.status in ("pending", "failed")), None)
     history = tuple(thread_history(store, thread.id, before_ordinal=run.ordinal))
     current = state.provider_thread
     backing: dict[str, ProviderThread] = {}
@@ -311,7 +360,14 @@ def gather_view(actor: ThreadActor, active: ActiveRun, lost: tuple[str, str] | N
         previous_provider=previous.provider if previous else None,
         clean_context=run.clean_context, lost=lost,
         limits=Limits(max_bridges=config.handoff_max_bridges, max_runs_behind=config.handoff_max_runs_behind),
+        merge=merge,
+        workspace_moved=transfer is not None and _workspace_of(store, transfer.source_thread_id) != thread.workspace,
     )
+
+
+def _workspace_of(store: Store, thread_id: str) -> str | None:
+    source = store.thread(thread_id)
+    return source.workspace if source is not None else None
 
 
 async def on_context_needed(actor: ThreadActor, item: ContextNeeded) -> None:
@@ -326,6 +382,8 @@ async def on_context_needed(actor: ThreadActor, item: ContextNeeded) -> None:
 
 
 async def _resolve_context(actor: ThreadActor, item: ContextNeeded) -> None:
+    from . import merge_back  # it reads fork points through this module
+
     state = actor.state
     active = state.active
     if active is None or not state.is_current(item.attempt_id):
@@ -337,13 +395,19 @@ async def _resolve_context(actor: ThreadActor, item: ContextNeeded) -> None:
     if ctx.kind == "unsupported":
         item.reply.set(None)
         batch.emit("run.context_resolved", run_id=active.run.id, node_id=active.root.id, kind=ctx.kind, reason=ctx.reason)
-        if ctx.transfer is not None and ctx.transfer.type != "fork":
-            # Said once: the thread's next runs go on without it.
-            failed = struct_copy(ctx.transfer, status="failed", error=f"context_unsupported: {ctx.reason}", run_id=active.run.id)
-            batch.put(failed)
-            batch.emit("context_transfer.failed", run_id=active.run.id, node_id=active.root.id, transfer=to_wire(failed))
+        for transfer in (ctx.transfer if ctx.transfer is not None and ctx.transfer.type != "fork" else None, ctx.merge):
+            if transfer is not None:
+                # Said once: the thread's next runs go on without it.
+                failed = struct_copy(transfer, status="failed", error=f"context_unsupported: {ctx.reason}", run_id=active.run.id)
+                batch.put(failed)
+                batch.emit("context_transfer.failed", run_id=active.run.id, node_id=active.root.id, transfer=to_wire(failed))
         await actor.end_run(batch, "failed", reason=f"context_unsupported: {ctx.reason}")
         return
+    merged = None
+    if ctx.merge is not None:
+        # Built now, from the graph as it is when the run starts (SPEC F7:
+        # lazily); reading the fork's checkpoints awaits git, in the lock.
+        merged = await merge_back.build(actor, ctx.merge)
     built = None
     if ctx.handoff is not None:
         built = build_handoff(actor.store, ctx.handoff.run_ids, strategy=ctx.handoff.strategy, reason=ctx.handoff.reason,
@@ -353,10 +417,18 @@ async def _resolve_context(actor: ThreadActor, item: ContextNeeded) -> None:
         batch.emit("run.context_resolved", run_id=active.run.id, node_id=active.root.id, kind=ctx.kind, reason=ctx.reason,
                    transferId=context.transfer.id if context.transfer else None,
                    handoffId=context.handoff.id if context.handoff else None)
+    texts = [built.text] if built is not None else []
+    if merged is not None and ctx.merge is not None:
+        found, merge_text, _files = merged
+        handoff = lineage.record_merge(batch, state, ctx, ctx.merge, merge_text, base=found.base, run_ids=found.run_ids,
+                                       target_provider=view.target.provider)
+        batch.emit("run.context_resolved", run_id=active.run.id, node_id=active.root.id, kind="delta",
+                   reason=ctx.merge.reason, transferId=ctx.merge.id, handoffId=handoff.id)
+        texts.append(handoff.text)
     await actor.commit(batch)
     item.reply.set(StartPlan(
         resume=ctx.resume,
         fork_native_thread_id=ctx.native.native_thread_id if ctx.native else None,
         fork_turn_ref=ctx.native.turn_ref if ctx.native else None,
-        context=built.text if built is not None else None,
+        context="\n\n".join(texts) if texts else None,
     ))

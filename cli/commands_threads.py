@@ -10,6 +10,7 @@ import os
 from agentd.protocol.client import Client
 
 from .common import CliError, print_json, run_with_client
+from .lineage_cmds import lineage_lines
 from .render import event_line, held_run_ids, message_lines, plan_lines, queue_lines, render_tree, request_lines
 
 
@@ -63,6 +64,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         lines[1:1] = [f"  {line}" for line in queue_lines(thread, detail["runs"])]
         for request in requests:
             lines += [f"  {line}" for line in request_lines(request)]
+        lineage = (await lineage_lines(client, args.thread, detail=detail, with_runs=False))[1:]
+        if lineage:
+            lines += ["lineage:", *lineage]
         lines += message_lines(detail["messages"], detail["runs"])
         lines += plan_lines([a for run in runs for a in run["artifacts"]])
         print("\n".join(lines))

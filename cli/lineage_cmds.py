@@ -1,7 +1,7 @@
 """Lineage commands of the ``agentd`` command line (SPEC F5, F6, F8):
 
     agentd fork THREAD [--from RUN|latest] [--side] [--title T]   prints the fork's thread id
-    agentd lineage THREAD       where a thread comes from, its forks, and every handoff it took
+    agentd lineage THREAD       where a thread comes from, its forks, merge-backs, children and every handoff
     agentd handoff HANDOFF      the exact text an agent was given
 
 Kept in a module of their own while the command line is being split up;
@@ -49,10 +49,18 @@ def _size(handoff: dict[str, Any]) -> str:
     return f"{handoff['strategy']} {handoff['size']:,} chars (cap {handoff['cap']:,}){dropped}"
 
 
-async def lineage_lines(client: Client, thread_id: str) -> list[str]:
+#: how a transfer into a thread is named, by type
+INCOMING = {"fork": "fork of", "merge_back": "merge-back from", "subagent_spawn": "spawned by",
+            "subagent_result": "result from"}
+
+
+async def lineage_lines(client: Client, thread_id: str, *, detail: dict[str, Any] | None = None,
+                        with_runs: bool = True) -> list[str]:
     """A thread's lineage as text: its parent and fork point, the transfers it
-    takes part in with their handoffs, its forks, and who ran each run."""
-    detail = await client.call("thread.get", threadId=thread_id)
+    takes part in with their handoffs (strategy and size), its forks, its
+    merge-backs, its delegated and subagent children, and — ``with_runs`` —
+    who ran each run."""
+    detail = detail or await client.call("thread.get", threadId=thread_id)
     thread = detail["thread"]
     transfers = (await client.call("thread.transfers", threadId=thread_id))["transfers"]
     handoffs: dict[str, dict[str, Any]] = {}
@@ -69,19 +77,44 @@ async def lineage_lines(client: Client, thread_id: str) -> list[str]:
     switches = [t for t in transfers if t["type"] == "provider_handoff"]
     for transfer in incoming:
         point = transfer["sourcePoint"]
-        lines.append(f"  {transfer['type']} of {transfer['sourceThreadId']} at {point['type']} {point.get('runId') or ''}".rstrip()
-                     + f": {_status(transfer, handoffs)}")
+        name = INCOMING.get(transfer["type"], transfer["type"] + " of")
+        into = f" into run {ordinals[transfer['runId']]}" if transfer.get("runId") in ordinals and transfer["type"] != "fork" else ""
+        lines.append(f"  {name} {transfer['sourceThreadId']} at {point['type']} {point.get('runId') or ''}".rstrip()
+                     + f"{into}: {_status(transfer, handoffs)}")
     for transfer in switches:
         run = ordinals.get(transfer.get("runId") or "", "?")
         lines.append(f"  run {run}: {transfer['sourceProvider']} → {transfer['targetProvider']} "
                      f"({transfer['reason']}): {_status(transfer, handoffs)}")
+    drawn = set()
     for transfer in outgoing:
         point = transfer["sourcePoint"]
         at = f"run {ordinals[point['runId']]}" if point.get("runId") in ordinals else point["type"]
-        lines.append(f"  forked at {at} → {transfer['targetThreadId']} ({transfer['status']})")
-    for run in detail["runs"]:
-        lines.append(f"  run {run['ordinal']} on {run['provider']}: {run['status']}")
+        target = transfer["targetThreadId"]
+        if transfer["type"] == "fork":
+            drawn.add(target)
+            lines.append(f"  forked at {at} → {target} ({transfer['status']})")
+        elif transfer["type"] == "merge_back":
+            lines.append(f"  merged back into {target} at {at}: {_status(transfer, handoffs)}")
+        else:
+            drawn.add(target)
+            lines.append(f"  {transfer['type']} at {at} → {target}: {_status(transfer, handoffs)}")
+    for child in await _children(client, thread_id):
+        if child["id"] in drawn:
+            continue
+        how = child.get("relationshipToParent") or "child"
+        lines.append(f"  {how} child → {child['id']} \"{child['title']}\" (created by {child['createdBy']}, "
+                     f"{child['status']}, {child['runCount']} run(s))")
+    if with_runs:
+        for run in detail["runs"]:
+            lines.append(f"  run {run['ordinal']} on {run['provider']}: {run['status']}")
     return lines
+
+
+async def _children(client: Client, thread_id: str) -> list[dict[str, Any]]:
+    """The threads whose parent is ``thread_id`` (forks, delegated tasks,
+    subagents, …), oldest first."""
+    threads = (await client.call("thread.list"))["threads"]
+    return [t for t in threads if t.get("parentThreadId") == thread_id]
 
 
 def _status(transfer: dict[str, Any], handoffs: dict[str, dict[str, Any]]) -> str:

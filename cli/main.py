@@ -3,7 +3,7 @@
     agentd serve                     run the daemon in the foreground
     agentd demo                      a short end-to-end tour on the scripted agent
     agentd new [--title T] [--workspace DIR] [--provider P]
-    agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach]
+    agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach] [--merge-back FORK]
     agentd stop THREAD | interrupt RUN [--hold-queue] | release THREAD
     agentd cancel RUN | reorder THREAD RUN… | implement PLAN [--new-thread]
     agentd requests THREAD | approve REQUEST [--deny] | answer REQUEST KEY=VALUE…
@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run this message on another configured provider; the thread moves to it with a context handoff")
     p.add_argument("--clean-context", action="store_true",
                    help="start on a fresh provider thread given a summary of the whole thread")
+    p.add_argument("--merge-back", metavar="FORK", type=thread_id,
+                   help="bring what FORK (a fork of THREAD) concluded and changed since its fork point (or its last "
+                        "merge-back) with this message; no files are copied")
     p.set_defaults(fn=cmd_send)
 
     p = sub.add_parser("stop", parents=[results], help="the Stop button: interrupt, hold what is queued, stop delegated tasks")

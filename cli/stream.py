@@ -280,6 +280,17 @@ def message_text(args: argparse.Namespace) -> str:
     return text
 
 
+def _say_merge(sent: dict[str, Any]) -> None:
+    """What a merge-back brings, and — for a fork in its own workspace — which files differ here."""
+    merge = sent.get("mergeBack")
+    if not merge:
+        return
+    say(f"merging back {merge['forkThreadId']}: {len(merge['runIds'])} run(s) (transfer {merge['transferId']})")
+    if merge.get("forkWorkspace"):
+        differ = ", ".join(merge.get("filesDiffer") or []) or "none"
+        say(f"the fork works in {merge['forkWorkspace']}; no files are copied. Files that differ here: {differ}")
+
+
 def cmd_send(args: argparse.Namespace) -> int:
     text = message_text(args)
     interactive = sys.stdin.isatty() and args.text != "-"
@@ -300,10 +311,13 @@ def cmd_send(args: argparse.Namespace) -> int:
             params["provider"] = args.provider
         if args.clean_context:
             params["cleanContext"] = True
+        if getattr(args, "merge_back", None):
+            params["mergeBack"] = {"forkThreadId": args.merge_back}
         follower = RunFollower(client, args.thread, interactive=interactive)
         if args.detach:
             sent = await client.call("thread.message.send", **params)
             print(sent["runId"], flush=True)
+            _say_merge(sent)
             if sent.get("heldRunIds"):
                 say(held_line(len(sent["heldRunIds"]), args.thread))
             return 0
@@ -311,7 +325,9 @@ def cmd_send(args: argparse.Namespace) -> int:
         # Ctrl-C from here on interrupts the run, even before it is accepted.
         with trio.open_signal_receiver(signal.SIGINT) as presses:
             async with client.subscribe(thread_id=args.thread, after_seq=after) as events:
-                await follower.accepted(await client.call("thread.message.send", **params))
+                sent = await client.call("thread.message.send", **params)
+                _say_merge(sent)
+                await follower.accepted(sent)
                 run = await follower.until_end_or_detached(events, presses)
         if run is None:
             return EXIT_INTERRUPTED

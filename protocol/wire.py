@@ -99,6 +99,12 @@ class DispatchMode(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_
     target_run_id: Id | None = None
 
 
+class MergeBack(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
+    """Bring what a fork of the thread did home with the message (SPEC F7)."""
+
+    fork_thread_id: Id
+
+
 class MessageSendParams(Params):
     thread_id: Id
     text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
@@ -107,6 +113,8 @@ class MessageSendParams(Params):
     #: a fresh provider thread with a summary of the thread, instead of continuing one (SPEC F5)
     clean_context: bool = False
     command_id: CommandId | None = None
+    #: a fork of this thread whose work since the fork point (or the last merge) comes with the message (SPEC F7)
+    merge_back: MergeBack | None = None
 
 
 class ThreadGetParams(Params):

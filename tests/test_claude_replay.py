@@ -357,6 +357,26 @@ def test_capabilities_are_claudes_and_config_only_switches_off():
     assert ClaudeAdapter(config, home=Path("/nonexistent")).capabilities.interrupt is False
 
 
+async def test_the_runtime_version_is_probed_once_per_binary_file(tmp_path):
+    """Seed 003: Claude reports no version before a turn, so the adapter asks
+    ``claude --version`` — once per binary file; a replaced binary (an
+    upgrade) is asked again."""
+    calls = tmp_path / "calls"
+    binary = tmp_path / "claude"
+
+    def install(version: str) -> None:
+        binary.write_text(f"#!/bin/sh\necho x >> {calls}\necho '{version} (Claude Code)'\n")
+        binary.chmod(0o755)
+
+    install("2.1.332")
+    adapter = ClaudeAdapter(ProviderConfig(name="c", kind="claude", binary=str(binary)), home=tmp_path / "home")
+    assert [await adapter.runtime_version() for _ in range(3)] == ["2.1.332"] * 3
+    assert calls.read_text().count("x") == 1
+    install("3.0.0-beta")
+    assert await adapter.runtime_version() == "3.0.0"
+    assert calls.read_text().count("x") == 2
+
+
 def test_a_missing_binary_is_refused_at_construction():
     with pytest.raises(ProviderRuntimeError, match="claude binary not found"):
         ClaudeAdapter(ProviderConfig(name="c", kind="claude", binary="/no/such/claude"), home=Path("/nonexistent"))

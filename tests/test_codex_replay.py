@@ -162,6 +162,50 @@ async def scenario_turn(h: Harness) -> None:
 
 
 @scenario
+async def scenario_fork_revert(h: Harness) -> None:
+    """SPEC F6: where Codex cannot fork at a turn — it refuses ``lastTurnId``,
+    or ignores it as an older runtime would — the adapter forks the whole
+    thread and reverts the fork's later turns; the source keeps all of them.
+    The refusal and the ignoring are injected in front of the runtime (the
+    pinned one takes the field), so the same exchange is recorded and replayed."""
+    async with h.session() as conn:
+        thread = await conn.create_thread(cwd=h.cwd)
+        turns = []
+        for number, text in enumerate(("one alpha", "two bravo", "three charlie"), 1):
+            turns.append(await conn.start_turn(thread, text=text, attempt_id=f"att_{number}", cwd=h.cwd))
+            assert (await h.log.turn_completed(f"att_{number}")).status == "completed"
+        request = conn._peer.request
+        mode = {"fault": "refuse"}
+        sent: list[dict[str, Any]] = []
+
+        async def faulty(method: str, params: Any = None, **kwargs: Any) -> Any:
+            if method == "thread/fork" and isinstance(params, dict) and params.get("lastTurnId"):
+                if mode["fault"] == "refuse":
+                    raise ProviderRuntimeError("Invalid request: unknown field `lastTurnId`", code=-32600)
+                params = {k: v for k, v in params.items() if k != "lastTurnId"}
+            sent.append({"method": method, **(params if isinstance(params, dict) else {})})
+            return await request(method, params, **kwargs)
+
+        conn._peer.request = faulty
+        refused = await conn.fork_thread(thread, last_turn_id=turns[0])
+        assert [t["turnId"] for t in await conn.list_turns(refused)] == turns[:1]
+        assert [s["method"] for s in sent[:2]] == ["thread/fork", "thread/turns/list"]
+        assert {"method": "thread/revert", "threadId": refused, "beforeTurnId": turns[1]} in sent, "the fork is reverted"
+
+        mode["fault"] = "ignore"
+        ignored = await conn.fork_thread(thread, last_turn_id=turns[1])
+        assert [t["turnId"] for t in await conn.list_turns(ignored)] == turns[:2]
+        assert [t["turnId"] for t in await conn.list_turns(thread)] == turns, "the source keeps every turn"
+        with pytest.raises(ProviderRuntimeError, match="does not hold that turn"):
+            await conn.fork_thread(thread, last_turn_id="019a0000-0000-7000-8000-000000000000")
+
+        # The fork takes the next turn with the history it was cut to.
+        await conn.start_turn(refused, text="fork hello", attempt_id="att_4", cwd=h.cwd)
+        assert (await h.log.turn_completed("att_4")).status == "completed"
+        assert h.log.text("att_4") == "You said: fork hello (turn 2)"
+
+
+@scenario
 async def scenario_command(h: Harness) -> None:
     """A shell tool call is a command_execution item with its output."""
     async with h.session() as conn:

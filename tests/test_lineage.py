@@ -175,7 +175,7 @@ async def test_fork_source_errors(client):
     assert (transfer["status"], transfer["resolution"]) == ("consumed", None)
     for point, kind in [
         ({"type": "run", "runId": "run_missing"}, "not_found"),
-        ({"type": "checkpoint", "checkpointId": "chk_1"}, "unsupported"),
+        ({"type": "checkpoint", "checkpointId": "ckp_missing"}, "not_found"),
         ({"type": "run"}, "invalid_params"),
         ({"type": "sideways"}, "invalid_params"),
     ]:
@@ -289,4 +289,44 @@ async def test_fork_from_a_completed_subagent_node_and_from_a_provider_turn(clie
     assert await recall(client, forked["threadId"], "alpha", "bravo", provider="basic") == {"alpha": "context", "bravo": "absent"}
     with pytest.raises(AgentdError) as info:
         await client.call("thread.fork", threadId=thread_id, sourcePoint={"type": "node", "nodeId": "nod_missing"})
+    assert info.value.kind == "not_found"
+
+
+async def test_fork_from_a_checkpoint_is_a_fork_at_its_run(client):
+    """F6: ``{type: checkpoint}`` forks at the run the checkpoint is the state
+    after (a baseline: the run before it); ``latest_stable`` names the newest
+    completed run's checkpoint too. Natively on scripted, portably on basic."""
+    source, runs = await three_runs(client)
+    checkpoints = (await client.call("checkpoint.list", threadId=source))["checkpoints"]
+    of_run = {c["runId"]: c for c in checkpoints if c["kind"] == "run"}
+    second = of_run[runs[1]["id"]]
+    assert second["status"] == "captured"
+    forked = await client.call("thread.fork", threadId=source, sourcePoint={"type": "checkpoint", "checkpointId": second["id"]})
+    (transfer,) = await transfers(client, forked["threadId"])
+    point = transfer["sourcePoint"]
+    assert (point["type"], point["checkpointId"], point["runId"]) == ("checkpoint", second["id"], runs[1]["id"])
+    assert transfer["sourceRunIds"] == [runs[0]["id"], runs[1]["id"]]
+    assert await recall(client, forked["threadId"], "alpha", "bravo", "charlie") == {
+        "alpha": "native", "bravo": "native", "charlie": "absent"}
+    (transfer,) = await transfers(client, forked["threadId"])
+    assert transfer["resolution"] == "native"
+
+    # The baseline before run 1 is an empty fork; portably on basic it is given nothing.
+    (baseline,) = [c for c in checkpoints if c["kind"] == "baseline"]
+    assert baseline["ordinal"] == 0
+    empty = await client.call("thread.fork", threadId=source, sourcePoint={"type": "checkpoint", "checkpointId": baseline["id"]})
+    (transfer,) = await transfers(client, empty["threadId"])
+    assert transfer["sourceRunIds"] == [] and transfer["sourcePoint"]["checkpointId"] == baseline["id"]
+    assert await recall(client, empty["threadId"], "alpha", provider="basic") == {"alpha": "absent"}
+
+    latest = await client.call("thread.fork", threadId=source)
+    (transfer,) = await transfers(client, latest["threadId"])
+    assert transfer["sourcePoint"]["type"] == "latest_stable"
+    assert (transfer["sourcePoint"]["runId"], transfer["sourcePoint"]["checkpointId"]) == (runs[2]["id"], of_run[runs[2]["id"]]["id"])
+    seen = await recall(client, latest["threadId"], "alpha", "charlie", provider="basic")
+    assert seen == {"alpha": "context", "charlie": "context"}
+
+    # A checkpoint of another thread is not found here.
+    with pytest.raises(AgentdError) as info:
+        await client.call("thread.fork", threadId=forked["threadId"], sourcePoint={"type": "checkpoint", "checkpointId": second["id"]})
     assert info.value.kind == "not_found"

@@ -4,7 +4,8 @@ of sends, forks and provider switches.
 Hypothesis generates a sequence of operations on a few threads — a send
 (on the thread's provider, or switching to ``scripted`` / ``basic``, now and
 then with ``cleanContext``), a fork (from the latest stable point or from one
-of the thread's runs) — against a real daemon whose agents are scripted-agent
+of the thread's runs), a merge-back of a fork into its source (SPEC F7: the
+source then holds the fork's new words too) — against a real daemon whose agents are scripted-agent
 processes: ``scripted`` forks natively, ``basic`` (its own native store)
 cannot. Every send says a word no other send says. A model of the test keeps
 each thread's conversation as the list of words it must hold.
@@ -37,7 +38,7 @@ from typing import Any
 
 import msgspec
 import trio
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentd.launch import start_daemon
@@ -69,9 +70,19 @@ class Fork:
     side: bool = False
 
 
+@dataclass(frozen=True)
+class Merge:
+    """A send on a fork's source thread that merges the fork back (SPEC F7);
+    a no-op unless ``thread`` names a fork with runs not merged yet."""
+
+    thread: int
+    provider: str | None = None
+
+
 sends = st.builds(Send, st.integers(0, 3), st.sampled_from([None, "other", "other", "scripted", "basic"]),
                   st.sampled_from([False] * 9 + [True]))
-ops = st.one_of(sends, sends, st.builds(Fork, st.integers(0, 3), st.one_of(st.none(), st.integers(0, 5)), st.booleans()))
+ops = st.one_of(sends, sends, st.builds(Fork, st.integers(0, 3), st.one_of(st.none(), st.integers(0, 5)), st.booleans()),
+                st.builds(Merge, st.integers(1, 4), st.sampled_from([None, None, "other"])))
 sequences = st.builds(lambda first, rest: [first, *rest], st.builds(Send, st.just(0), st.just(None)),
                       st.lists(ops, min_size=4, max_size=10))
 
@@ -86,6 +97,9 @@ class ModelThread:
     runs: list[tuple[str, str]] = field(default_factory=list)
     #: the provider its last run went to
     provider: str = "scripted"
+    #: a fork's source (an index into Model.threads), and how many of its own runs were merged back
+    parent: int | None = None
+    merged: int = 0
 
 
 @dataclass
@@ -95,10 +109,31 @@ class Model:
     #: run id -> the words the thread held before that run
     before: dict[str, list[str]] = field(default_factory=dict)
     trace: list[str] = field(default_factory=list)
+    merges: int = 0
 
 
-async def apply(client: Client, model: Model, op: Send | Fork) -> None:
+async def apply(client: Client, model: Model, op: Send | Fork | Merge) -> None:
     thread = model.threads[op.thread % len(model.threads)]
+    if isinstance(op, Merge):
+        if thread.parent is None or len(thread.runs) == thread.merged:
+            return
+        parent = model.threads[thread.parent]
+        brought = [word for _run, word in thread.runs[thread.merged:]]
+        model.counter += 1
+        word = f"WORD{model.counter}X"
+        params: dict[str, Any] = {"mergeBack": {"forkThreadId": thread.id}}
+        if op.provider == "other":
+            params["provider"] = parent.provider = "basic" if parent.provider == "scripted" else "scripted"
+        run = await send_and_wait(client, parent.id, script({"say": f"the word is {word}"}), **params)
+        model.merges += 1
+        model.trace.append(f"merge {thread.id[-6:]} into {parent.id[-6:]} {op.provider} bringing {brought} -> {word} {run['status']}")
+        assert run["status"] == "completed", (run, model.trace)
+        # What the run was given: the parent's conversation and the fork's new conclusions.
+        model.before[run["id"]] = [*parent.words, *brought]
+        parent.runs.append((run["id"], word))
+        parent.words += [*brought, word]
+        thread.merged = len(thread.runs)
+        return
     if isinstance(op, Send):
         model.counter += 1
         word = f"WORD{model.counter}X"
@@ -121,7 +156,8 @@ async def apply(client: Client, model: Model, op: Send | Fork) -> None:
     if op.run is not None and thread.runs:
         index = op.run % len(thread.runs)
         params["sourcePoint"] = {"type": "run", "runId": thread.runs[index][0]}
-        words = thread.words[: thread.inherited + index + 1]
+        run_id, word = thread.runs[index]
+        words = [*model.before[run_id], word]  # what the thread held after that run (merged words too)
     else:
         words = list(thread.words)
     forked = await client.call("thread.fork", **params)
@@ -130,7 +166,8 @@ async def apply(client: Client, model: Model, op: Send | Fork) -> None:
     if op.run is not None and thread.runs:
         run = await client.call("run.get", runId=params["sourcePoint"]["runId"])
         source_provider = run["run"]["provider"]
-    model.threads.append(ModelThread(id=forked["threadId"], words=list(words), inherited=len(words), provider=source_provider))
+    model.threads.append(ModelThread(id=forked["threadId"], words=list(words), inherited=len(words), provider=source_provider,
+                                     parent=model.threads.index(thread)))
 
 
 def audit(data_dir: Path, model: Model) -> None:
@@ -160,8 +197,12 @@ def audit(data_dir: Path, model: Model) -> None:
                 turn = native["turns"][index]
                 message = store.get(ConversationMessage, run.user_message_id)
                 assert turn["input"] == message.text
-                handoff = store.get(ContextHandoff, attempt.handoff_id) if attempt.handoff_id else None
-                assert turn.get("context", "") == (handoff.text if handoff else ""), f"run {run_id}: context is not the stored handoff"
+                merges = [store.get(ContextHandoff, t.handoff_id) for t in store.thread_transfers(thread.id)
+                          if t.type == "merge_back" and t.run_id == run_id and t.status == "consumed"]
+                handoffs = [store.get(ContextHandoff, attempt.handoff_id)] if attempt.handoff_id else []
+                handoffs += [h for h in merges if h.id != attempt.handoff_id]
+                assert turn.get("context", "") == "\n\n".join(h.text for h in handoffs), (
+                    f"run {run_id}: context is not the stored handoffs")
                 earlier = native["turns"][:index]
                 seen = " ".join(t[k] for t in earlier for k in ("input", "output", "context") if t.get(k)) + " " + turn.get("context", "")
                 visible = set(WORD.findall(seen))
@@ -190,10 +231,18 @@ async def scenario(sequence: list[Send | Fork], root: Path) -> None:
         code = await daemon.terminate()
     assert code == 0, daemon.log_text()[-4000:]
     audit(root / "data", model)
+    if sequence is MERGES:
+        assert model.merges == 2, model.trace
+
+
+#: always run: merges after a fork worked on, then forks and switches of the merged thread
+MERGES = [Send(0, None), Fork(0, None), Send(1, None), Send(1, "basic"), Merge(1), Send(1, None), Merge(1, "other"),
+          Fork(0, None), Send(2, "scripted"), Fork(0, 1), Send(3, None, clean=True)]
 
 
 @settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@example(MERGES)
 @given(sequences)
 def test_every_provider_turn_is_explained_by_native_history_plus_stored_handoffs(sequence):
     root = Path(tempfile.mkdtemp(prefix="ad-lp-"))

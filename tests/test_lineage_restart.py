@@ -164,3 +164,38 @@ async def test_repeated_bridges_and_runs_behind_fall_back_to_a_summary(tmp_path,
             assert len(handoff["coveredRunIds"]) == 4, "the whole thread, not a delta"
     finally:
         assert await daemon.terminate() == 0
+
+
+async def test_frozen_settings_a_new_major_runtime_version_is_a_fresh_provider_thread(tmp_path, short_dir):
+    """Seed 003: the runtime's version is frozen with the provider thread; a
+    runtime of another major version does not silently continue it (a minor
+    upgrade does). The scripted agent reports the version in its home's
+    ``version`` file, standing in for an upgraded binary."""
+    config = "[providers.basic]\nkind = \"scripted\"\n"
+    version_file = tmp_path / "data" / "providers" / "basic" / "version"
+    daemon = await _daemon(tmp_path, short_dir, config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            thread_id = (await client.call("thread.create", provider="basic"))["threadId"]
+            first = await send_and_wait(client, thread_id, say("alpha"))
+            pt_id = (await client.call("run.get", runId=first["id"]))["attempts"][0]["providerThreadId"]
+    finally:
+        assert await daemon.terminate() == 0
+
+    for version, fresh in [("1.4", False), ("2.0.0", True)]:
+        version_file.write_text(version)
+        daemon = await _daemon(tmp_path, short_dir, config)
+        try:
+            async with Client.connect(daemon.socket) as client:
+                seen = await recall(client, thread_id, "alpha")
+                run = (await client.call("thread.get", threadId=thread_id))["runs"][-1]
+                attempt = (await client.call("run.get", runId=run["id"]))["attempts"][0]
+                if not fresh:
+                    assert seen == {"alpha": "native"} and attempt["providerThreadId"] == pt_id, version
+                    continue
+                assert seen == {"alpha": "context"} and attempt["providerThreadId"] != pt_id
+                handoff = (await client.call("handoff.get", handoffId=attempt["handoffId"]))["handoff"]
+                assert handoff["strategy"] == "full_thread_summary"
+                assert handoff["reason"] == "settings_changed: runtime version 1 → 2.0.0"
+        finally:
+            assert await daemon.terminate() == 0

@@ -140,7 +140,7 @@ def test_a_fork_that_already_has_a_provider_thread_from_an_unfinished_resolution
     assert ctx.retire == stale and ctx.kind == "portable"
 
 
-@pytest.mark.parametrize("kind", ["merge_back", "subagent_result"])
+@pytest.mark.parametrize("kind", ["subagent_spawn", "subagent_result"])
 def test_transfers_agentd_cannot_resolve_are_unsupported(kind):
     transfer = ContextTransfer(id="xfr_m", type=kind, source_thread_id="s", target_thread_id="thr_t",
                                source_point=SourcePoint(type="run", thread_id="s"))
@@ -156,6 +156,67 @@ def test_settings_and_version_changes():
     assert lineage.version_change("2.1.332", "2.9.0") is None
     assert lineage.version_change("2.1.332", "3.0.0") is not None
     assert lineage.version_change(None, "1.0.0") is None
+    assert lineage.version_change("1", "1.7") is None, "the scripted agent's bare major version"
+    assert lineage.version_change("1", "2") == "settings_changed: runtime version 1 → 2"
+    assert lineage.version_change("built-in", "2") is None, "no version to hold it to"
+
+
+def test_a_claude_fork_in_another_workspace_is_portable():
+    """A Claude session is bound to its directory: a fork that works elsewhere
+    cannot continue it natively (Codex and scripted take a cwd per turn)."""
+    source = pt("pth_src", covered=("r1", "r2"))
+    moved = StartView(thread_id="thr_t", run_id="run_new", target=Target("a", "claude", True, SETTINGS), history=("r1", "r2"),
+                      backing={}, transfer=fork_transfer(), source_backing=source, workspace_moved=True)
+    assert resolve_start_context(moved).kind == "portable"
+    assert "another workspace" in resolve_start_context(moved).reason
+    assert resolve_start_context(view(history=("r1", "r2"), transfer=fork_transfer(), source_backing=source,
+                                      workspace_moved=True)).kind == "native"
+
+
+def merge_transfer(status: str = "pending") -> ContextTransfer:
+    return ContextTransfer(id="xfr_m", type="merge_back", source_thread_id="thr_f", target_thread_id="thr_t",
+                           source_point=SourcePoint(type="latest_stable", thread_id="thr_f", run_id="f2"),
+                           base_point=SourcePoint(type="run", thread_id="thr_t", run_id="r1"), run_id="run_new",
+                           status=status, source_run_ids=["f1", "f2"])
+
+
+def test_a_merge_back_rides_beside_whatever_the_provider_thread_needs():
+    """F7: the merge is carried through the decision unchanged; the provider
+    thread's own context is decided as without it."""
+    a = pt("pth_a", covered=("r1",))
+    ctx = resolve_start_context(view(history=("r1",), backing={"a": a}, current=a, previous_provider="a", merge=merge_transfer()))
+    assert (ctx.kind, ctx.resume, ctx.merge.id) == ("none", a, "xfr_m")
+
+
+def test_a_merge_back_is_resolved_with_its_handoff_consumed_with_the_turn_or_failed_without_it():
+    for turn in (True, False):
+        a = pt("pth_a", covered=("r1",))
+        state = active_state(current=a)
+        v = view(history=("r1",), backing={"a": a}, current=a, previous_provider="a", merge=merge_transfer())
+        ctx = resolve_start_context(v)
+        batch = ThreadBatch(thread_id="thr_t", now=NOW)
+        lineage.record_start(batch, state, v, ctx, None)
+        base = SourcePoint(type="run", thread_id="thr_t", run_id="r1")
+        handoff = lineage.record_merge(batch, state, ctx, ctx.merge, built(("f1", "f2")), base=base, run_ids=("f1", "f2"),
+                                       target_provider="a")
+        merge = state.active.context.merge
+        assert (merge.status, merge.resolution, merge.handoff_id, merge.source_run_ids) == (
+            "resolved_portable", "portable", handoff.id, ["f1", "f2"])
+        assert (handoff.strategy, handoff.transfer_id, handoff.covered_run_ids, handoff.target_provider_thread_id) == (
+            "delta", "xfr_m", ["f1", "f2"], "pth_a")
+        assert (state.active.attempt.handoff_id, state.active.attempt.transfer_id) == (handoff.id, "xfr_m")
+        assert [e.type for e in batch.events] == ["context_handoff.created", "context_transfer.resolved"]
+        after = ThreadBatch(thread_id="thr_t", now=NOW + 1)
+        if turn:
+            state.active.attempt = _with_pt(state.active.attempt, "pth_a")
+            lineage.turn_started(after, state)
+            assert state.active.context.merge.status == "consumed" and state.active.context.merge.consumed_at == NOW + 1
+            lineage.attempt_closing(after, state, "later")
+            assert [e.type for e in after.events] == ["context_transfer.consumed"]
+        else:
+            lineage.attempt_closing(after, state, "provider_start_failed: boom")
+            assert (state.active.context.merge.status, state.active.context.merge.error) == ("failed", "provider_start_failed: boom")
+            assert [e.type for e in after.events] == ["context_transfer.failed"]
 
 
 # -- transitions ------------------------------------------------------------------------------
@@ -352,4 +413,45 @@ async def test_a_forks_history_is_frozen_at_the_fork_even_if_the_source_rolls_ba
     assert thread_history(store, "thr_t") == ["r1", "r2", "f1"], "the fork keeps what it was forked with"
     text = build_handoff(store, ["r1", "r2"], strategy="portable_full", reason="fork", cap=32_000).text
     assert "word2" in text and "word3" not in text
+    store.close()
+
+
+async def test_a_merge_back_handoff_tells_conclusions_not_the_transcript_and_keeps_to_its_cap(tmp_path, nursery):
+    """F7: per fork run only its conclusion (last answer), commands with their
+    outcome, decisions, open questions and unanswered requests; the files
+    footer; the oldest runs dropped first past the cap, and said so."""
+    from agentd.actors.handoff import MergeFiles, build_merge_handoff
+    from agentd.store.batch import WriteBatch
+    from agentd.store.db import Store
+
+    store = Store(tmp_path / "store", map_size=1 << 26, inline_commits=True)
+    await nursery.start(store.writer.serve)
+    batch = WriteBatch()
+    batch.put(AppThread(id="f", title="fork"))
+    for i in range(1, 5):
+        batch.put(Run(id=f"f{i}", thread_id="f", ordinal=i, status="completed", provider="a", user_message_id=f"m{i}",
+                      selected_attempt_id=f"a{i}", started_at=1.0))
+        batch.put(ConversationMessage(id=f"m{i}", thread_id="f", run_id=f"f{i}", role="user", text=f"secret ask {i}"))
+        batch.put(ConversationMessage(id=f"c{i}", thread_id="f", run_id=f"f{i}", attempt_id=f"a{i}", role="assistant",
+                                      text=f"narration {i}"))
+        batch.put(ConversationMessage(id=f"n{i}", thread_id="f", run_id=f"f{i}", attempt_id=f"a{i}", role="assistant",
+                                      text=f"conclusion {i} " + "x" * 300))
+    batch.put(ExecutionNode(id="t1", thread_id="f", run_id="f4", attempt_id="a4", kind="command_execution",
+                            status="completed", detail={"command": "pytest", "exitCode": 2}))
+    batch.put(ExecutionNode(id="t2", thread_id="f", run_id="f4", attempt_id="a4", kind="approval", status="incomplete",
+                            title="rm -rf build"))
+    await store.commit(batch)
+    files = MergeFiles("checkpoint", ("a.py (modified, +1 −1)",), ("ckp_a", "ckp_b"), fork_workspace="/there", differ=("a.py",))
+    ids = [f"f{i}" for i in range(1, 5)]
+    whole = build_merge_handoff(store, ids, fork_label="fork", since="it was forked", files=files, reason="m", cap=32_000)
+    text = whole.text
+    assert "Conclusion: conclusion 4" in text and "narration" not in text and "secret ask" not in text
+    assert "Commands and tests run: pytest (exit 2)" in text and "Unanswered requests: approval rm -rf build (incomplete)" in text
+    assert "Files the fork changed (from checkpoint diff ckp_a → ckp_b): a.py (modified, +1 −1)" in text
+    assert "Files that differ from this thread's workspace: a.py" in text and text.endswith("[end of handoff]")
+    capped = build_merge_handoff(store, ids, fork_label="fork", since="it was forked", files=files, reason="m", cap=1000)
+    dropped = len(capped.dropped_run_ids)
+    assert capped.size <= 1000 == capped.cap and 0 < dropped < 4 and capped.dropped_run_ids == ids[:dropped], "oldest first"
+    assert capped.dropped == [f"{dropped} oldest fork run(s) left out to fit 1000 characters"]
+    assert "conclusion 4" in capped.text and "a.py" in capped.text, "the newest run and the files stay"
     store.close()

@@ -101,7 +101,7 @@ from .claude_stream import (
 )
 from ..config import ProviderConfig
 from .jsonl import RequestCorrelator, RequestTimeout
-from .runtime import RuntimeBinary, StderrLog
+from .runtime import RuntimeBinary, StderrLog, parse_version
 from .transport import Spawn, spawn_process
 
 log = logging.getLogger(__name__)
@@ -163,6 +163,8 @@ class ClaudeAdapter(ProviderAdapter):
         self.spawn = spawn
         self.binary = find_binary(config.binary, self.environment())
         self.capabilities = _and_capabilities(NATIVE_CAPABILITIES, config.capabilities)
+        #: ``claude --version`` of the binary file as it was (mtime, size) when probed
+        self._version: tuple[tuple[int, int], str | None] | None = None
 
     # -- describing -------------------------------------------------------------------
 
@@ -174,6 +176,21 @@ class ClaudeAdapter(ProviderAdapter):
         limit = self.request_timeout if self.request_timeout is not None else 30.0
         info = await CLAUDE.probe(self.binary, env=self.environment(), timeout=limit)
         return {"binary": str(self.binary), **info}
+
+    async def runtime_version(self) -> str | None:
+        """The binary's ``X.Y.Z`` (``claude --version``), probed once per
+        binary file — a replaced file is probed again — so a provider thread's
+        frozen settings can be held to it before a session is resumed (seed
+        003); None when it does not say."""
+        try:
+            stat = await trio.Path(self.binary).stat()
+        except OSError:
+            return None
+        key = (stat.st_mtime_ns, stat.st_size)
+        if self._version is None or self._version[0] != key:
+            version = parse_version(str((await self.probe()).get("version") or ""))
+            self._version = key, ".".join(map(str, version)) if version else None
+        return self._version[1]
 
     # -- starting -----------------------------------------------------------------------
 
@@ -205,6 +222,7 @@ class ClaudeAdapter(ProviderAdapter):
     async def open(self, *, session_id: str, emit: EventSink, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         connection = ClaudeConnection(self, session_id, emit)
+        connection.runtime_version = await self.runtime_version()
         # Once started, open() only returns: the caller learns of the end
         # from the exit status, never from an exception.
         await connection._claude.run(
@@ -421,6 +439,9 @@ class ClaudeConnection(ProviderConnection):
 
     async def _on_system(self, message: dict[str, Any]) -> None:
         if message.get("subtype") == "init":
+            version = parse_version(str(message.get("claude_code_version") or ""))
+            if version is not None:
+                self.runtime_version = ".".join(map(str, version))
             session = message.get("session_id")
             if session and self._claude.session is None:
                 self._claude.bind(session)

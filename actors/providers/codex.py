@@ -16,7 +16,9 @@ steer_turn                 ``turn/steer {threadId, expectedTurnId, input}``
 interrupt_turn             ``turn/interrupt`` — only an acknowledgement: the
                            turn ends when ``turn/completed`` says
                            ``interrupted``
-fork_thread                ``thread/fork {threadId, lastTurnId}``
+fork_thread                ``thread/fork {threadId, lastTurnId}``; where that
+                           cannot cut the fork, fork all and ``thread/revert``
+                           the fork's later turns
 list_turns                 ``thread/turns/list`` (paged, oldest first)
 rollback_thread            ``thread/revert {threadId, beforeTurnId}``
 approvals                  ``item/commandExecution/requestApproval``,
@@ -552,10 +554,53 @@ class CodexConnection(ProviderConnection):
         _decode(TurnSteerResponse, await self._peer.request("turn/steer", _encode(params)), "turn/steer answer")
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+        """``thread/fork`` with ``lastTurnId`` (inclusive). Where the runtime
+        cannot fork at a turn — it refuses ``lastTurnId``, or its fork holds
+        turns after that one (a runtime that ignores the field) — the fork is
+        of the whole thread and the later turns are reverted (``thread/revert``
+        on the fork, never on the source: SPEC F6). A fork that lacks the turn,
+        or whose later turns cannot be reverted, is an explicit failure."""
+        try:
+            fork = await self._fork(native_thread_id, last_turn_id)
+        except ProviderRuntimeError as exc:
+            if last_turn_id is None or exc.code is None or _MISSING_THREAD.search(str(exc)):
+                raise
+            log.info("codex refused thread/fork at turn %s (%s): forking the whole thread and reverting", last_turn_id, exc)
+            fork = await self._fork(native_thread_id, None)
+        if last_turn_id is not None:
+            await self._revert_after(fork, last_turn_id)
+        return fork
+
+    async def _fork(self, native_thread_id: str, last_turn_id: str | None) -> str:
         params = ThreadForkParams(thread_id=native_thread_id, last_turn_id=last_turn_id, exclude_turns=True)
         result = _decode(ThreadForkResponse, await self._peer.request("thread/fork", _encode(params)), "thread/fork answer")
         self.loaded_threads.add(result.thread.id)
         return result.thread.id
+
+    async def _revert_after(self, fork: str, last_turn_id: str) -> None:
+        """Make the fresh fork ``fork`` end at ``last_turn_id``: revert the
+        turns after it, if it has any (a fork keeps its source's turn ids)."""
+        ids = [turn.id for turn in await self._turns(fork, items_view="notLoaded")]
+        if last_turn_id not in ids:
+            raise ProviderRuntimeError(
+                f"cannot fork after turn {last_turn_id}: the fork of the thread does not hold that turn ({len(ids)} turns)"
+            )
+        keep = ids[: ids.index(last_turn_id) + 1]
+        if keep == ids:
+            return
+        later = len(ids) - len(keep)
+        try:
+            await self.rollback_thread(fork, before_turn_id=ids[len(keep)])
+            left = [turn.id for turn in await self._turns(fork, items_view="notLoaded")]
+        except ProviderRuntimeError as exc:
+            raise ProviderRuntimeError(
+                f"cannot fork after turn {last_turn_id}: reverting the fork's {later} later turn(s) failed: {exc}"
+            ) from exc
+        if left != keep:
+            raise ProviderRuntimeError(
+                f"cannot fork after turn {last_turn_id}: after reverting {later} later turn(s) the fork holds "
+                f"{len(left)} turns, not {len(keep)}"
+            )
 
     async def _turns(self, native_thread_id: str, *, items_view: str) -> list[Turn]:
         turns: list[Turn] = []

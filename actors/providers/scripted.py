@@ -179,7 +179,7 @@ class ScriptedConnection(ProviderConnection):
         # Registered before the request: the agent may report the turn started
         # before its answer to turn/start arrives.
         self._attempts[native_thread_id] = attempt_id
-        params = {"threadId": native_thread_id, "input": text}
+        params = {"threadId": native_thread_id, "input": text, "cwd": cwd}
         if context:
             params["context"] = context
         result = await self._peer.request("turn/start", params)

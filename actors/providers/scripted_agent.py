@@ -26,7 +26,8 @@ Methods: ``initialize``, ``thread/start``, ``thread/resume``, ``thread/fork``,
 switch off the capabilities listed in :data:`CAPABILITIES`; the matching
 method then fails with :data:`NOT_SUPPORTED`.  With ``emptyThreads`` off,
 ``thread/start`` is refused and ``turn/start {cwd, input}`` (no
-``threadId``) creates the thread together with its first turn.
+``threadId``) creates the thread together with its first turn; ``cwd`` on
+the turn of an existing thread moves it there (as codex takes a cwd per turn).
 
 Each thread is stored natively as ``HOME/threads/<threadId>.json``::
 
@@ -118,6 +119,14 @@ class NativeStore:
         self.home = home
         self.directory = home / "threads"
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def version(self) -> str:
+        """The version this agent reports: ``HOME/version`` when present (a
+        test's stand-in for an upgraded runtime), else ``1``."""
+        try:
+            return (self.home / "version").read_text().strip() or "1"
+        except FileNotFoundError:
+            return "1"
 
     def load(self, thread_id: str) -> ThreadRecord:
         if not _THREAD_ID.fullmatch(thread_id):
@@ -322,7 +331,7 @@ class Agent:
                     raise RpcError(INVALID_PARAMS, f"capability {name} must be true or false")
                 capabilities[name] = value
         self.capabilities = capabilities
-        return {"agent": "scripted", "version": "1", "capabilities": capabilities}
+        return {"agent": "scripted", "version": self.store.version(), "capabilities": capabilities}
 
     def _thread_start(self, params: dict) -> dict:
         self._require("emptyThreads")
@@ -380,6 +389,13 @@ class Agent:
             result["threadId"] = thread.threadId
         if thread.threadId in self.active:
             raise RpcError(TURN_CONFLICT, f"thread {thread.threadId} already has a running turn")
+        if "threadId" in params and "cwd" in params:
+            # As codex: the turn works where the client says (a native fork
+            # that works in a workspace of its own); kept from then on.
+            cwd = _param(params, "cwd", str, "turn/start")
+            if not os.path.isdir(cwd):
+                raise RpcError(INVALID_PARAMS, f"cwd {cwd} is not a directory")
+            thread.cwd = os.path.realpath(cwd)
         turn = self.active[thread.threadId] = Turn(self, thread, text)
         if "context" in params:
             turn.context = _param(params, "context", str, "turn/start")

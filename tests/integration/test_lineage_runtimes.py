@@ -17,7 +17,7 @@ from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
-from tests.helpers import wait_run_terminal
+from tests.helpers import stored_events, wait_run_terminal
 
 needs_codex = pytest.mark.skipif(codex_world.codex_binary() is None, reason=codex_world.SKIP_REASON)
 needs_claude = pytest.mark.skipif(claude_world.claude_binary() is None, reason=claude_world.SKIP_REASON)
@@ -93,6 +93,8 @@ async def test_claude_native_fork_at_run_2_of_3(tmp_path, short_dir, claude):
     session is unchanged."""
     async with agentd(tmp_path, short_dir, claude) as client:
         source, runs = await three_runs(client, "claude")
+        (created,) = [e for e in await stored_events(client, source) if e["type"] == "provider_thread.created"]
+        assert created["payload"]["providerThread"]["settings"]["version"] == "2.1.332", "frozen with the binary's version"
         transfer = await fork_and_send(client, source, runs[1]["id"], "fork hello")
         assert (transfer["status"], transfer["resolution"]) == ("consumed", "native")
         ref = transfer["sourcePoint"]["nativeTurnRef"]
