@@ -90,6 +90,9 @@ def make_workspace(ws: Path, *, files: int, file_bytes: int, build_mb: int, seed
     git(nested, "add", "-A")
     git(nested, "commit", "-q", "-m", "lib")
     git(ws, "init", "-q")
+    # No background auto-gc: it would repack the repository while it is copied
+    # (and run in the middle of a measured commit).
+    git(ws, "config", "gc.auto", "0")
     git(ws, "add", "-A")
     git(ws, "commit", "-q", "-m", "first")
     (ws / "README.md").write_text("stash me\n")

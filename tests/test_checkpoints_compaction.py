@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from agentd.actors.checkpoints import CheckpointEngine, checkpoint_ref
 from agentd.actors.checkpoints.compaction import Compactor
@@ -129,6 +130,34 @@ async def test_the_compactor_compacts_a_workspace_after_every_n_captures(tmp_pat
         await compactor.wait_done(real, 1)
         assert (await objects(engine, ws))["count"] == 0
         assert compactor.counts[real] == 0 and os.path.realpath(os.fsencode(other)) not in compactor.done
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_compaction_cut_off_by_a_restart_is_queued_again_by_the_next_capture(tmp_path):
+    ws = tmp_path / "ws"
+    engine = CheckpointEngine(tmp_path / "checkpoints")
+    compactor = Compactor(engine, after=1, delay=3600)
+    real = os.path.realpath(os.fsencode(ws))
+    write(ws / "a.txt", "a\n")
+    first_life = trio.CancelScope()
+
+    async def serve_once() -> None:
+        with first_life:
+            await compactor.serve()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_once)
+        first = await engine.capture(ws, ref())
+        await trio.testing.wait_all_tasks_blocked()
+        assert compactor.due == {real}, "queued, waiting out its delay"
+        first_life.cancel()
+    assert not compactor.due and not compactor.done
+    compactor.delay = 0
+    async with trio.open_nursery() as nursery:
+        await nursery.start(compactor.serve)
+        write(ws / "b.txt", "b\n")
+        await engine.capture(ws, ref(), base=first.commit)
+        await compactor.wait_done(real, 1)
         nursery.cancel_scope.cancel()
 
 

@@ -187,7 +187,7 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
 
 
 async def tree_and_changes(shadow: Shadow, base: str | None) -> tuple[str, list[FileChange]]:
-    """Steps 5: the index's tree and what changed from ``base`` (nothing for a
+    """Step 5: the index's tree and what changed from ``base`` (nothing for a
     first baseline). When the index changed and the workspace is the work
     tree's top, ``write-tree`` and the summary (``diff --cached``: the base
     against the index) run at once; otherwise the summary diffs the trees,

@@ -10,7 +10,8 @@ count has ended — with ``CheckpointEngine.compact``: the repack runs beside
 captures, the prune waits for the workspace's lock, so it never runs while a
 capture holds it. One workspace at a time, in a worker process (git), never on
 the event loop. A failure is logged and the count starts again: a shadow
-that cannot be compacted still captures.
+that cannot be compacted still captures. A repack cut off (the daemon
+stopped) leaves at most git's temp pack files, which the next prune removes.
 """
 
 from __future__ import annotations
@@ -61,16 +62,19 @@ class Compactor:
         """Compact the workspaces as they come due, one at a time, until cancelled."""
         task_status.started()
         async for workspace in self._receive:
-            await trio.sleep(self.delay)
-            # Captures from now on count towards the next compaction.
-            self.counts[workspace] = 0
-            self.due.discard(workspace)
             try:
-                await self.engine.compact(workspace)
-            except Exception:  # noqa: BLE001 - a shadow that cannot be compacted still captures
-                log.exception("compacting the checkpoints of %s failed", os.fsdecode(workspace))
-            else:
-                self.done[workspace] = self.done.get(workspace, 0) + 1
+                await trio.sleep(self.delay)
+                # Captures from now on count towards the next compaction.
+                self.counts[workspace] = 0
+                try:
+                    await self.engine.compact(workspace)
+                except Exception:  # noqa: BLE001 - a shadow that cannot be compacted still captures
+                    log.exception("compacting the checkpoints of %s failed", os.fsdecode(workspace))
+                else:
+                    self.done[workspace] = self.done.get(workspace, 0) + 1
+            finally:
+                # Cancelled (a stop or a restart of this child): the next capture queues it again.
+                self.due.discard(workspace)
             self._compacted.set()
             self._compacted = trio.Event()
 
