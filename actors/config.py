@@ -13,6 +13,11 @@ handoff_max_chars = 32000     # cap on a context handoff's text (what is dropped
 handoff_max_bridges = 3       # delta handoffs in a row before a fresh provider thread
 handoff_max_runs_behind = 20  # runs a returning provider thread may miss before a fresh one
 
+[checkpoints]
+max_file_bytes = 10485760     # larger files are neither stored nor restored (reported as too_large)
+compact_after = 100           # captures of a workspace before its shadow repository is compacted (0: never)
+compact_delay = 30            # seconds after that capture before compacting (when the workspace is quiet)
+
 [providers.basic]
 kind = "scripted"
 capabilities = { steer = false, nativeFork = false }
@@ -96,10 +101,28 @@ class DaemonSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     handoff_max_runs_behind: Annotated[int, msgspec.Meta(ge=0)] = 20
 
 
+#: the checkpoint engine's size cap unless configured (actors/checkpoints DEFAULT_MAX_FILE_BYTES)
+DEFAULT_CHECKPOINT_MAX_FILE_BYTES = 10 * 1024 * 1024
+
+
+class CheckpointSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The ``[checkpoints]`` table (SPEC F13)."""
+
+    #: files larger than this are neither stored nor restored; a checkpoint's
+    #: summary lists them (``skipped``, reason ``too_large``, with the size)
+    max_file_bytes: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_CHECKPOINT_MAX_FILE_BYTES
+    #: captures of a workspace after which its shadow repository is compacted
+    #: (repacked, unreachable objects pruned); 0: never
+    compact_after: Annotated[int, msgspec.Meta(ge=0)] = 100
+    #: seconds from that capture to the compaction, so it comes when the run has ended
+    compact_delay: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+
+
 class ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The whole file: ``[daemon]`` and ``[providers.NAME]`` tables, nothing else."""
+    """The whole file: ``[daemon]``, ``[checkpoints]`` and ``[providers.NAME]`` tables, nothing else."""
 
     daemon: DaemonSettings = msgspec.field(default_factory=DaemonSettings)
+    checkpoints: CheckpointSettings = msgspec.field(default_factory=CheckpointSettings)
     providers: dict[ProviderName, ProviderTable] = {}
 
 
@@ -113,6 +136,7 @@ class DaemonConfig(DaemonSettings, kw_only=True):
 
     path: Path | None = None
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=_builtin_providers)
+    checkpoints: CheckpointSettings = msgspec.field(default_factory=CheckpointSettings)
 
 
 def load_config(path: Path | None, *, optional: bool = False) -> DaemonConfig:
@@ -152,7 +176,8 @@ def load_config(path: Path | None, *, optional: bool = False) -> DaemonConfig:
     providers = _builtin_providers()
     for name, table in file.providers.items():
         providers[name] = ProviderConfig(name=name, **msgspec.structs.asdict(table))
-    config = DaemonConfig(path=path, providers=providers, **msgspec.structs.asdict(file.daemon))
+    config = DaemonConfig(path=path, providers=providers, checkpoints=file.checkpoints,
+                          **msgspec.structs.asdict(file.daemon))
     if config.default_provider not in providers:
         raise fail(["daemon", "default_provider"],
                    f"[daemon] default_provider {config.default_provider!r} is not a configured provider "

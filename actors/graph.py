@@ -254,12 +254,15 @@ def item_completed(batch: ThreadBatch, state: ThreadState, event: ItemCompleted)
             return None
         completed = event.status == "completed"
         close_message(batch, active, open_message, "complete" if completed else "interrupted")
-        active.answered = active.answered or completed
+        # Narration before a tool call is not an answer; an unknown phase is (as before phases).
+        active.answered = active.answered or (completed and event.phase != "commentary")
         return None
     node = active.nodes.get(event.item_id)
     if node is None or node.status in NODE_TERMINAL:
         return None
     status = event.status if event.status in NODE_TERMINAL else "completed"
+    if node.kind == "file_change" and status == "completed":
+        active.changed_files = True
     node = struct_copy(node, status=status, detail={**node.detail, **event.detail}, ended_at=batch.now)
     batch.put(node)
     batch.emit(f"{node.kind}.{status}", run_id=active.run.id, node_id=node.id, node=to_wire(node))

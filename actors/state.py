@@ -88,8 +88,13 @@ class ActiveRun:
     provider_turn: ProviderTurn | None = None
     #: the provider session this attempt runs on, known as soon as the starter has it
     session_id: str | None = None
-    #: an assistant message of this attempt completed (a "meaningful final answer")
+    #: an assistant message of this attempt completed that is not narration
+    #: (its phase is not ``commentary``): a "meaningful final answer" (SPEC F3)
     answered: bool = False
+    #: the attempt changed the workspace as far as can be seen before the run's
+    #: checkpoint: a file change it reported completed, or a child checkpoint
+    #: with changes (SPEC F3 counts it as a checkpoint: a steer then supersedes)
+    changed_files: bool = False
     interrupt_requested: bool = False
     interrupt_sent: bool = False
     #: what an interrupt that ends the run makes of it (policy for stopped sessions)

@@ -5,8 +5,12 @@ or steers the active run. Steer policy: a steer goes to the provider natively
 when it can steer; when it cannot, or the client asked for ``restart_active``,
 the active turn is interrupted and, once the provider says it ended, the run
 gets attempt N+1 (``steering_restart``) carrying the steering message — or,
-when the attempt had already given a final answer, a new run that
-``supersedesRunId`` it. Interrupted attempts stay in the graph.
+when the attempt had already given a final answer (an assistant message that
+is not ``commentary``) or changed files (``ActiveRun.changed_files``: a
+completed file change or a child checkpoint with changes — what can be seen
+before the run's own checkpoint, which is captured only when the files are
+at rest), a new run that ``supersedesRunId`` it. Interrupted attempts stay
+in the graph.
 
 Handlers (one per method): ``message_send``, ``queued_message_promote_to_steer``.
 """
@@ -71,8 +75,9 @@ def steer(batch: ThreadBatch, state: ThreadState, mode: SteerMode, message: Conv
         batch.put(message)
         batch.emit("message.created", run_id=active.run.id, node_id=active.root.id, message=to_wire(message))
         outcome = Steer("native_steer", active.run.id, message)
-    elif active.answered:
-        # The attempt already answered: keep it as its own turn and
+    elif active.answered or active.changed_files:
+        # The attempt already answered or changed files (what its checkpoint
+        # will hold): keep it as its own turn, with its checkpoint, and
         # continue in a new run that supersedes it.
         run, message = graph.new_run(batch, state, message.text, active.run.provider, dispatch_mode=mode,
                                      supersedes=active.run.id, message=message)

@@ -50,7 +50,7 @@ from agentd.store.records import (
 )
 from agentd.store.writer import CommitResult
 
-from . import artifacts, checkpointing, graph, lineage, requests, run_control, starter, steering, transfers, turns
+from . import artifacts, checkpointing, child_checkpoints, graph, lineage, requests, run_control, starter, steering, transfers, turns
 from .graph import Ending, ThreadBatch
 from .messages import (
     AttemptStartFailed,
@@ -332,7 +332,10 @@ class ThreadActor:
         # The run's checkpoint (SPEC F13): an awaited git subprocess, after the
         # provider's streams drained and before run.<status> is committed;
         # mailbox items wait meanwhile, as they wait for any handler.
+        await child_checkpoints.capture_open_children(self, active)
         checkpoint = await checkpointing.capture_run(self, active)
+        if checkpoint is not None:
+            checkpoint = (child_checkpoints.with_children(self.store, checkpoint[0]), checkpoint[1])
         graph.end_run(
             batch, state, status, reason=reason, artifacts=self.store.run_artifacts(active.run.id),
             turn_start_effect=self.store.get(Effect, graph.turn_start_effect_id(active.run.id)),
@@ -352,6 +355,7 @@ class ThreadActor:
         assert active is not None
         self._stop_attempt_tasks(active)
         lineage.attempt_closing(batch, self.state, why)
+        await child_checkpoints.capture_open_children(self, active)
         next_attempt = graph.retry(
             batch, self.state, reason, why, artifacts=self.store.run_artifacts(active.run.id),
             closing_status=closing_status, message=message,

@@ -15,7 +15,7 @@ from agentd.store.db import struct_copy
 from agentd.store.writer import full_disk_note
 from agentd.store.records import Effect
 
-from . import artifacts, graph, lineage, run_control, steering
+from . import artifacts, child_checkpoints, graph, lineage, run_control, steering
 from .messages import FlushTimer
 from .providers.base import ItemCompleted, ItemStarted, RuntimeWarning_, SessionExited, TextDelta, TurnCompleted, TurnStarted
 from .state import ActiveRun
@@ -59,6 +59,9 @@ async def on_item_completed(actor: ThreadActor, event: ItemCompleted) -> None:
     node = graph.item_completed(batch, actor.state, event)
     if node is not None and node.kind == "plan":
         artifacts.propose_plan(batch, actor.state, node)
+    if child_checkpoints.is_checkpointable(node):
+        # The child ended: its scope's checkpoint, committed with its end.
+        await child_checkpoints.capture_child(actor, _active(actor), node, batch)
     if batch:
         await actor.commit(batch)
 

@@ -1,5 +1,6 @@
-"""``agentd checkpoints THREAD``, ``agentd diff CHECKPOINT``, ``agentd restore
-CHECKPOINT``: a thread's workspace checkpoints from the command line (SPEC F13).
+"""``agentd checkpoints THREAD``, ``agentd diff CHECKPOINT|RUN``, ``agentd
+restore CHECKPOINT``: a thread's workspace checkpoints from the command line
+(SPEC F13).
 
 Kept apart from main.py, which only calls ``add_checkpoint_commands``.
 """
@@ -12,7 +13,7 @@ from typing import Any
 
 from agentd.protocol.client import Client
 
-from .common import print_json, run_with_client
+from .common import CliError, print_json, run_with_client
 
 GREEN, RED, CYAN, BOLD, RESET = "\033[32m", "\033[31m", "\033[36m", "\033[1m", "\033[0m"
 
@@ -73,11 +74,42 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+#: a run's id starts so (store/ids.py ``new_id("run")``); a checkpoint's with ``ckp_``
+RUN_PREFIX = "run_"
+
+
+async def run_checkpoint(client: Client, run_id: str) -> str:
+    """The checkpoint of run ``run_id`` (``Run.checkpointId``).
+
+    Raises:
+        CliError: the run has none (it never started, or ended before checkpoints).
+    """
+    run = (await client.call("run.get", runId=run_id))["run"]
+    if not run.get("checkpointId"):
+        raise CliError(f"run {run_id} has no checkpoint (it is {run['status']}: "
+                       "a run gets one when it ends after it started)")
+    return run["checkpointId"]
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"checkpointId": args.checkpoint}
-    if args.base:
-        params["baseCheckpointId"] = args.base
-    result = _run(args, "checkpoint.diff", **params)
+    box: dict[str, Any] = {}
+
+    async def go(client: Client) -> int:
+        # A run id resolves to the run's checkpoint, on the same connection.
+        checkpoint = args.checkpoint
+        if checkpoint.startswith(RUN_PREFIX):
+            checkpoint = await run_checkpoint(client, checkpoint)
+        params: dict[str, Any] = {"checkpointId": checkpoint}
+        if args.base:
+            params["baseCheckpointId"] = (await run_checkpoint(client, args.base)
+                                          if args.base.startswith(RUN_PREFIX) else args.base)
+        box.update(await client.call("checkpoint.diff", **params))
+        return 0
+
+    run_with_client(args, go)
+    result = box
+    if args.json:
+        print_json(result)
     if not args.json:
         patch = result["patch"]
         sys.stdout.write(colour_patch(patch) if sys.stdout.isatty() else patch)
@@ -102,9 +134,12 @@ def add_checkpoint_commands(sub: Any, results: argparse.ArgumentParser) -> None:
     p.add_argument("thread", help="the thread's id")
     p.set_defaults(fn=cmd_checkpoints)
 
-    p = sub.add_parser("diff", parents=[results], help="what a checkpoint changed (a coloured patch at a terminal)")
-    p.add_argument("checkpoint", help="the checkpoint's id (agentd checkpoints THREAD lists them)")
-    p.add_argument("--base", help="diff against this checkpoint (default: the one it was captured against)")
+    p = sub.add_parser("diff", parents=[results],
+                       help="what a checkpoint or a run changed (a coloured patch at a terminal)")
+    p.add_argument("checkpoint", metavar="CHECKPOINT|RUN",
+                   help="a checkpoint's id (agentd checkpoints THREAD lists them), or a run's: its checkpoint")
+    p.add_argument("--base", metavar="CHECKPOINT|RUN",
+                   help="diff against this checkpoint or run's checkpoint (default: the one it was captured against)")
     p.set_defaults(fn=cmd_diff)
 
     p = sub.add_parser("restore", parents=[results],

@@ -9,7 +9,7 @@
     agentd requests THREAD | approve REQUEST [--deny] | answer REQUEST KEY=VALUE…
     agentd threads | show THREAD | events [--thread T] [--after SEQ] [--follow] | status | providers
     agentd fork THREAD [--from RUN|latest] [--side] | lineage THREAD | handoff HANDOFF
-    agentd checkpoints THREAD | diff CHECKPOINT [--base CHECKPOINT] | restore CHECKPOINT
+    agentd checkpoints THREAD | diff CHECKPOINT|RUN [--base CHECKPOINT|RUN] | restore CHECKPOINT
     agentd rollback THREAD ORDINAL [--yes]
 
 This module is the parser and the one place errors become exit codes

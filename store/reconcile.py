@@ -76,7 +76,7 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
             batch.event("checkpoint.missing", thread_id=checkpoint.thread_id, run_id=checkpoint.run_id,
                         node_id=checkpoint.node_id, at=now, checkpoint=to_wire(checkpoint))
             report.checkpoints_missing.append(checkpoint.id)
-            if checkpoint.run_id:
+            if checkpoint.run_id and checkpoint.scope == "root":  # a child's is not the run's
                 missing[checkpoint.run_id] = checkpoint
 
     for run in store.open_runs():
@@ -199,9 +199,10 @@ def missing_checkpoint(effect: Effect, now: float, reason: str) -> Checkpoint:
     p = effect.payload
     return Checkpoint(
         id=p.get("checkpointId") or new_id("ckp"), thread_id=effect.thread_id or "", run_id=p.get("runId"),
-        node_id=p.get("nodeId"), scope="root", kind="run", ordinal=int(p.get("ordinal", 0)), status="missing",
+        node_id=p.get("nodeId"), scope=p.get("scope", "root"), kind=p.get("kind", "run"),
+        ordinal=int(p.get("ordinal", 0)), status="missing",
         reason=reason, detail="agentd stopped while this checkpoint was being captured",
-        workspace=p.get("workspace", ""), created_at=now,
+        workspace=p.get("workspace", ""), created_at=now, parent_node_id=p.get("parentNodeId"),
     )
 
 

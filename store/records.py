@@ -32,8 +32,9 @@ ArtifactStatus = Literal["active", "final", "proposed", "implemented", "answered
 EffectStatus = Literal["pending", "done", "retired"]
 CheckpointStatus = Literal["captured", "missing", "error", "stale"]
 #: ``baseline``: the workspace before a run (ordinal = the run's - 1); ``run``:
-#: after a run (its ordinal); ``pre_rollback``: the safety capture a restore takes first
-CheckpointKind = Literal["baseline", "run", "pre_rollback"]
+#: after a run (its ordinal); ``pre_rollback``: the safety capture a restore takes first;
+#: ``child``: a child scope's, when a checkpointable child node (a subagent) ended
+CheckpointKind = Literal["baseline", "run", "pre_rollback", "child"]
 #: why context moves from a source point to a target (seed 002 "thread relationship")
 TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn", "subagent_result"]
 TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
@@ -349,7 +350,7 @@ class Checkpoint(Record, kw_only=True):
     run_id: str | None = None
     node_id: str | None = None
     #: ``root`` for the thread's runs (and their baselines), ``pre_rollback``
-    #: for safety captures; a child scope's id later
+    #: for safety captures, ``child`` for a child node's (``node_id``)
     scope: str = "root"
     kind: CheckpointKind = "run"
     #: the run ordinal it is the state after (0: before the first run); a
@@ -365,10 +366,14 @@ class Checkpoint(Record, kw_only=True):
     ref: str | None = None
     #: the checkpoint this one is diffed against
     base_checkpoint_id: str | None = None
-    #: ``{filesChanged, insertions, deletions, skipped: [{path, reason, size}], nestedRepos}``
+    #: ``{filesChanged, insertions, deletions, skipped: [{path, reason, size}], nestedRepos}``;
+    #: a run's also ``children``: its child checkpoints' summaries
     summary: dict[str, Any] = {}
     workspace: str = ""
     created_at: float = 0.0
+    #: a ``child`` checkpoint's parent scope: the node it ran under (the run's
+    #: root node, or the enclosing child node)
+    parent_node_id: str | None = None
 
 
 class Event(msgspec.Struct, kw_only=True, rename="camel", frozen=True):

@@ -35,6 +35,7 @@ import trio
 from agentd.actors.providers.guard import guarding
 from agentd.actors.providers.base import ProviderAdapter, ProviderRuntimeError
 from agentd.actors.checkpoints import CheckpointEngine
+from agentd.actors.checkpoints.compaction import Compactor
 from agentd.actors.config import DaemonConfig, ProviderConfig
 from agentd.actors.providers.scripted import ScriptedAdapter
 from agentd.actors.registry import ThreadRegistry
@@ -218,7 +219,13 @@ class Daemon:
         )
         # One checkpoint engine per daemon; $AGENTD_CHECKPOINT_GIT names the git
         # executable (default: git on PATH), so tests can make it missing or slow.
-        checkpoints = CheckpointEngine(self.paths.checkpoints, git=os.environ.get("AGENTD_CHECKPOINT_GIT") or None)
+        checkpoint_settings = opts.config.checkpoints
+        checkpoints = CheckpointEngine(self.paths.checkpoints, git=os.environ.get("AGENTD_CHECKPOINT_GIT") or None,
+                                       max_file_bytes=checkpoint_settings.max_file_bytes)
+        # Shadow repositories are compacted in the background, after every
+        # compact_after captures of a workspace (actors/checkpoints/compaction.py).
+        compactor = Compactor(checkpoints, after=checkpoint_settings.compact_after,
+                              delay=checkpoint_settings.compact_delay)
         registry = self.registry = ThreadRegistry(
             store, hub, sessions, opts.config, workspaces_dir=self.paths.workspaces,
             wall_clock=opts.wall_clock, actor_idle_timeout=opts.actor_idle_timeout, checkpoints=checkpoints,
@@ -271,6 +278,7 @@ class Daemon:
                 ChildSpec("thread-registry", serve_registry),
                 ChildSpec("provider-sessions", sessions.serve, stop=partial(self._stop_sessions, registry, sessions)),
                 *children_tail,
+                ChildSpec("checkpoint-compactor", compactor.serve),
             ],
             strategy=Strategy.REST_FOR_ONE,
             intensity=RestartIntensity(3, 60.0),

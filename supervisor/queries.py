@@ -80,7 +80,7 @@ async def thread_requests(router: DaemonRouter, params: wire.ThreadIdParams, _co
 
 
 async def checkpoint_list(router: DaemonRouter, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
-    """A thread's checkpoints (root and safety ones) by ordinal, then creation."""
+    """A thread's checkpoints (root, child and safety ones) by ordinal, then creation."""
     if router.store.thread(params.thread_id) is None:
         raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
     return {"checkpoints": [to_wire(c) for c in router.store.thread_checkpoints(params.thread_id)]}

@@ -128,6 +128,7 @@ async def scenario_plain(h: Harness, cwd: str) -> dict[str, Any]:
     assert len(deltas) > 1, "the text streams in several deltas"
     assert all(d.item_id == started.item_id for d in deltas)
     assert h.text("att_1") == "Reply 1: hello there"
+    assert completed.phase == "final_answer", "text of a message that ends the turn is the answer (SPEC F3)"
     assert events.index(started) < events.index(deltas[0]) and events.index(deltas[-1]) < events.index(completed)
     await h.stop(conn)
     return {"session": session}
@@ -145,6 +146,23 @@ async def scenario_command(h: Harness, cwd: str) -> dict[str, Any]:
     assert result.detail["result"] == "hello-from-bash" and result.detail["isError"] is False
     assert not h.of("att_1", RequestOpened), "a read-only command needs no approval"
     assert h.texts("att_1") == ["The command finished: hello-from-bash"]
+    await h.stop(conn)
+    return {}
+
+
+async def scenario_narrate(h: Harness, cwd: str) -> dict[str, Any]:
+    """SPEC F3: Claude's text followed by a tool use in the same message is
+    commentary; the text that ends the turn is the final answer."""
+    conn = await h.open()
+    await conn.start_first_turn(text="please NARRATE and RUN_COMMAND", attempt_id="att_1", cwd=cwd)
+    done = await h.turn_end("att_1")
+    assert done.status == "completed"
+    assert h.texts("att_1") == ["Let me run that command first.", "The command finished: hello-from-bash"]
+    messages = [e for e in h.of("att_1", ItemCompleted) if e.item_type == "agent_message"]
+    assert [e.phase for e in messages] == ["commentary", "final_answer"]
+    events = h.of("att_1")
+    (tool,) = [e for e in events if isinstance(e, ItemStarted) and e.item_type == "tool"]
+    assert events.index(messages[0]) < events.index(tool), "the narration ends before its tool starts"
     await h.stop(conn)
     return {}
 
@@ -294,6 +312,7 @@ async def scenario_crash(h: Harness, cwd: str) -> dict[str, Any]:
 SCENARIOS: dict[str, Callable[[Harness, str], Awaitable[dict[str, Any]]]] = {
     "plain": scenario_plain,
     "command": scenario_command,
+    "narrate": scenario_narrate,
     "approval_accept": scenario_approval_accept,
     "approval_decline": scenario_approval_decline,
     "interrupt": scenario_interrupt,

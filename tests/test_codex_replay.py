@@ -220,6 +220,23 @@ async def scenario_command(h: Harness) -> None:
         assert h.log.text("att_1") == "Tool finished: agentd-ran-this"
 
 
+@scenario
+async def scenario_phase(h: Harness) -> None:
+    """SPEC F3: Codex marks assistant text with the model's ``phase``: the
+    narration before a tool call is ``commentary``, a marked reply keeps its
+    phase, and text without one is unknown (None)."""
+    async with h.session() as conn:
+        thread = await conn.create_thread(cwd=h.cwd)
+        await conn.start_turn(thread, text="NARRATE then RUN_COMMAND", attempt_id="att_1", cwd=h.cwd)
+        assert (await h.log.turn_completed("att_1")).status == "completed"
+        messages = [e for e in h.log.of(ItemCompleted, "att_1") if e.item_type == "agent_message"]
+        assert [e.phase for e in messages] == ["commentary", None]
+        await conn.start_turn(thread, text="done? PHASE:final_answer", attempt_id="att_2", cwd=h.cwd)
+        assert (await h.log.turn_completed("att_2")).status == "completed"
+        (answer,) = [e for e in h.log.of(ItemCompleted, "att_2") if e.item_type == "agent_message"]
+        assert answer.phase == "final_answer"
+
+
 async def _approval(h: Harness, decision: str) -> None:
     async with h.session() as conn:
         thread = await conn.create_thread(cwd=h.cwd)

@@ -63,6 +63,15 @@ wrapper = ["nice"]
         "codex", "/opt/codex", ["-c", "x=1"], {"CODEX_HOME": "/tmp/h"}, "m", ["nice"])
 
 
+def test_the_checkpoints_table_sets_the_size_cap_and_compaction(tmp_path):
+    """SPEC F13: the per-file size cap and when shadow repositories are compacted."""
+    config = load_config(write(tmp_path, "[checkpoints]\nmax_file_bytes = 4096\ncompact_after = 0\ncompact_delay = 1.5\n"))
+    assert (config.checkpoints.max_file_bytes, config.checkpoints.compact_after, config.checkpoints.compact_delay) == (
+        4096, 0, 1.5)
+    defaults = load_config(None).checkpoints
+    assert (defaults.max_file_bytes, defaults.compact_after) == (10 * 1024 * 1024, 100)
+
+
 def test_defaults_without_a_file():
     for config in (load_config(None), DaemonConfig()):
         assert list(config.providers) == ["scripted"] and config.default_provider == "scripted"
@@ -113,6 +122,10 @@ def test_the_error_names_the_provider_that_is_wrong(tmp_path):
     ('[providers.basic]\nkind = "scripted"\nwrapper = "nice"\n', 3, ["[providers.basic] wrapper", "array"]),
     ('[providers.basic]\nkind = "scripted"\nmodel = """\nidle_timeout = 1\n"""\nidle_timeout = "soon"\n', 6, ["idle_timeout", "str"]),
     ('[daemon\n', 1, ["not valid TOML"]),
+    ('[checkpoints]\nmax_file_bytes = 0\n', 2, ["[checkpoints] max_file_bytes", ">= 1"]),
+    ('[checkpoints]\nmax_file_bytes = "10M"\n', 2, ["[checkpoints] max_file_bytes", "int"]),
+    ('[checkpoints]\ncompact_after = -1\n', 2, ["[checkpoints] compact_after", ">= 0"]),
+    ('[checkpoints]\nmax_size = 5\n', 2, ["unknown key 'max_size' in [checkpoints]", "max_file_bytes"]),
 ])
 def test_a_bad_value_is_refused_with_its_line_and_reason(tmp_path, text, line, words):
     message = error_of(tmp_path, text)

@@ -10,10 +10,16 @@ ref (CHECKPOINTS.md recipe b8).
 3. When the ignore rules changed, tracked files they now ignore are dropped too.
 4. ``update-index --add --remove --replace -z --stdin`` with the kept paths.
 5. ``write-tree`` (``--prefix`` = the workspace; skipped when the index is
-   untouched since the last one), then ``diff --raw --numstat -z -M`` against
-   the base and ``commit-tree`` at the same time: no change reuses the base's
-   commit.
-6. ``update-ref REF COMMIT 0000…`` (create-only).
+   untouched since the last one) and the summary, ``diff --raw --numstat -z
+   -M`` from the base: at the same time when the index changed (``--cached``:
+   the base against the index), else only when the tree differs from the
+   base's.
+6. The commit object and the create-only ref ``REF``, written by Python in a
+   worker thread (``objects``: two git spawns fewer): no change reuses the
+   base's commit.
+
+At a run end with changes that is four git spawns, three in a row
+(``ls-files``, ``update-index``, then ``write-tree`` beside ``diff``).
 
 Nested repositories are never modified: git runs with optional locks off and
 never looks inside them (their ``.git/index`` keeps its mtime).
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from . import objects
 from .errors import CheckpointExistsError, GitCommandError, UnknownCheckpointError
 from .paths import PathGuard
 from .rawdiff import file_changes
@@ -165,50 +172,77 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
     elif new_nested:
         shadow.save_state()
 
-    tree = shadow.cached_index_tree() or await write_tree(shadow)
+    tree, files = await tree_and_changes(shadow, base)
     shadow.remember_index_tree(tree)
-    files: list[FileChange] = []
-    commit = base
-    if base is None:
-        commit = await _commit(shadow, tree, None, message or ref)
-    elif shadow.trees.get(base) != tree:
-        # The summary and the commit need only the tree: both at once; a commit
-        # made for an unchanged tree is dropped (objects no ref reaches go at compact).
-        made: list[str] = []
-
-        async def summarize() -> None:
-            diff = await shadow.run(["diff", "--raw", "--numstat", "-z", "-M", "--no-ext-diff", "--no-textconv",
-                                     base, tree], ok=(0, 128))
-            if diff.returncode != 0:
-                raise UnknownCheckpointError(f"the base {base} is not a checkpoint of {os.fsdecode(layout.workspace)}")
-            files.extend(file_changes(diff.stdout))
-
-        async def make_commit() -> None:
-            made.append(await _commit(shadow, tree, base, message or ref))
-
-        if base in shadow.trees:
-            await both(summarize, make_commit)
-        else:  # a base this process has not seen: check it first
-            await summarize()
-            if files:
-                await make_commit()
-        if files:
-            commit = made[0]
-        else:
-            shadow.trees[base] = tree
     changed = base is None or bool(files)
-    try:
-        await shadow.run(["update-ref", ref, commit, ZERO_OID])
-    except GitCommandError as exc:
-        if "exists" in exc.stderr:
-            raise CheckpointExistsError(f"checkpoint {ref} already exists") from exc
-        raise
+    if base is not None and not files:
+        shadow.trees[base] = tree  # nothing changed: the base's commit is this checkpoint's
+    commit = await _commit_and_ref(shadow, ref, tree, base, message or ref, reuse=None if changed else base)
     summary = CheckpointSummary(
         files_changed=len(files), insertions=sum(f.insertions for f in files),
         deletions=sum(f.deletions for f in files), skipped=skipped,
         nested_repos=[os.fsdecode(layout.from_top(p)) + "/" for p in state.nested],
     )
     return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=changed, summary=summary, files=files)
+
+
+async def tree_and_changes(shadow: Shadow, base: str | None) -> tuple[str, list[FileChange]]:
+    """Step 5: the index's tree and what changed from ``base`` (nothing for a
+    first baseline). When the index changed and the workspace is the work
+    tree's top, ``write-tree`` and the summary (``diff --cached``: the base
+    against the index) run at once; otherwise the summary diffs the trees,
+    and only when they differ."""
+    cached = shadow.cached_index_tree()
+    if cached is None and base is not None and not shadow.layout.prefix:
+        box: list[str] = []
+        files: list[FileChange] = []
+
+        async def tree() -> None:
+            box.append(await write_tree(shadow))
+
+        async def summary() -> None:
+            files.extend(await summarize(shadow, base, cached_index=True))
+
+        await both(tree, summary)
+        return box[0], files
+    tree = cached or await write_tree(shadow)
+    if base is None or shadow.trees.get(base) == tree:
+        return tree, []
+    return tree, await summarize(shadow, base, tree)
+
+
+async def summarize(shadow: Shadow, base: str, tree: str | None = None, *, cached_index: bool = False) -> list[FileChange]:
+    """``diff --raw --numstat -z -M`` from ``base`` to ``tree`` (or to the index).
+
+    Raises:
+        UnknownCheckpointError: ``base`` is not a commit of this shadow.
+    """
+    # ``diff --cached BASE`` shows BASE as the old side and the index as the new one.
+    sides = ["--cached", base] if cached_index else [base, tree]
+    diff = await shadow.run(["diff", "--raw", "--numstat", "-z", "-M", "--no-ext-diff", "--no-textconv", *sides],
+                            ok=(0, 128))
+    if diff.returncode != 0:
+        raise UnknownCheckpointError(f"the base {base} is not a checkpoint of {os.fsdecode(shadow.layout.workspace)}")
+    return file_changes(diff.stdout)
+
+
+async def _commit_and_ref(shadow: Shadow, ref: str, tree: str, parent: str | None, message: str, *,
+                          reuse: str | None) -> str:
+    """Step 6: the commit (``reuse``: an existing one) and the create-only
+    ref, written in a worker thread (``objects``); git does it for a
+    repository whose object ids are not SHA-1."""
+    if objects.supported(tree):
+        commit = await trio.to_thread.run_sync(objects.commit_and_ref, shadow.git_dir, ref, tree, parent, message, reuse)
+    else:
+        commit = reuse or await _commit(shadow, tree, parent, message)
+        try:
+            await shadow.run(["update-ref", ref, commit, ZERO_OID])
+        except GitCommandError as exc:
+            if "exists" in exc.stderr:
+                raise CheckpointExistsError(f"checkpoint {ref} already exists") from exc
+            raise
+    shadow.trees[commit] = tree
+    return commit
 
 
 async def _commit(shadow: Shadow, tree: str, parent: str | None, message: str) -> str:

@@ -5,7 +5,7 @@ under ``root`` and serialized on that workspace only."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 
 from . import capture as _capture
@@ -54,6 +54,9 @@ class CheckpointEngine:
         self.locks = WorkspaceLocks(lock_timeout)
         self.fsync = fsync
         self._shadows: dict[bytes, Shadow] = {}
+        #: called with the workspace's real path after each capture (the
+        #: compactor's count; must not block)
+        self.on_capture: Callable[[bytes], None] | None = None
 
     def workspace_key(self, workspace: PathLike) -> bytes:
         """The workspace's real path, checked (no git run).
@@ -76,7 +79,7 @@ class CheckpointEngine:
         async with self.locks.hold(real, lock_file, os.path.join(os.path.dirname(lock_file), b"shadow.git")):
             shadow = await self._open(real)
             _restore.sweep_interrupted(shadow)
-            yield LockedWorkspace(self, shadow)
+            yield LockedWorkspace(self, shadow, real)
 
     async def _open(self, real: bytes) -> Shadow:
         cached = self._shadows.get(real)
@@ -160,10 +163,27 @@ class CheckpointEngine:
                 await locked.shadow.run(["update-ref", "--stdin"], stdin=lines.encode())
 
     async def compact(self, workspace: PathLike) -> None:
-        """Repack the shadow and drop objects no ref or the index reaches (run when idle)."""
+        """Repack the shadow into one pack and drop the objects no ref and no
+        index entry reaches (commits made for an unchanged tree, deleted
+        refs' checkpoints). Run it when the workspace is quiet (``Compactor``).
+
+        The repack runs without the workspace's lock, so a capture never
+        waits for it: git's repack is safe beside writers (objects written
+        meanwhile stay loose; ``-A`` makes unreachable packed objects loose
+        instead of dropping them, so an object a capture is about to reuse
+        survives). Only the prune, which deletes, takes the lock: then no
+        capture is between writing an object and the ref that reaches it."""
+        real = self.workspace_key(workspace)
+        shadow = self._shadows.get(real)
+        if shadow is None:
+            async with self.locked(workspace) as locked:
+                shadow = locked.shadow
+        await shadow.run(["repack", "-A", "-d", "-q"])
         async with self.locked(workspace) as locked:
-            await locked.shadow.run(["repack", "-adq"])
             await locked.shadow.run(["prune", "--expire=now"])
+            # What this process remembers of trees and commits may name pruned objects.
+            locked.shadow.trees.clear()
+            locked.shadow.index_tree = None
 
 
 class LockedWorkspace:
@@ -174,19 +194,28 @@ class LockedWorkspace:
         shadow: the opened shadow repository.
     """
 
-    def __init__(self, engine: CheckpointEngine, shadow: Shadow) -> None:
+    def __init__(self, engine: CheckpointEngine, shadow: Shadow, real: bytes | None = None) -> None:
         self.engine = engine
         self.shadow = shadow
+        self.real = real
+
+    def _captured(self) -> None:
+        if self.engine.on_capture is not None and self.real is not None:
+            self.engine.on_capture(self.real)
 
     async def capture(self, ref: str, *, base: str | None = None, message: str | None = None) -> CaptureResult:
         """See ``CheckpointEngine.capture``."""
-        return await _capture.capture(self.shadow, check_ref(ref), base=base,
-                                      max_file_bytes=self.engine.max_file_bytes, message=message)
+        result = await _capture.capture(self.shadow, check_ref(ref), base=base,
+                                        max_file_bytes=self.engine.max_file_bytes, message=message)
+        self._captured()
+        return result
 
     async def restore(self, target: str, *, safety_ref: str, safety_base: str | None = None) -> RestoreResult:
         """See ``CheckpointEngine.restore``."""
-        return await _restore.restore(self.shadow, target, safety_ref=check_ref(safety_ref), safety_base=safety_base,
-                                      max_file_bytes=self.engine.max_file_bytes, fsync=self.engine.fsync)
+        result = await _restore.restore(self.shadow, target, safety_ref=check_ref(safety_ref), safety_base=safety_base,
+                                        max_file_bytes=self.engine.max_file_bytes, fsync=self.engine.fsync)
+        self._captured()  # its safety capture
+        return result
 
     async def diff(self, target: str, base: str | None = None, *,
                    max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> DiffResult:

@@ -74,6 +74,20 @@ class ItemCompleted(ProviderEvent, kw_only=True):
     item_type: str
     status: str = "completed"  # completed | failed | interrupted
     detail: dict[str, Any] = {}
+    #: an ``agent_message``'s role in the turn, in the provider's own word where
+    #: it has one (``MESSAGE_PHASES``); None: unknown (SPEC F3 then counts any
+    #: completed message as an answer, as before phases were known)
+    phase: str | None = None
+
+
+#: ``commentary`` is narration (tools may follow: not an answer);
+#: ``partial_answer`` and ``final_answer`` are answer text (Codex's MessagePhase)
+MESSAGE_PHASES = frozenset({"commentary", "partial_answer", "final_answer"})
+
+
+def message_phase(value: Any) -> str | None:
+    """A provider's phase value as agentd's (None when absent or unknown)."""
+    return value if isinstance(value, str) and value in MESSAGE_PHASES else None
 
 
 class TextDelta(ProviderEvent, kw_only=True):

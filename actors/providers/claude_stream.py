@@ -12,7 +12,11 @@ claude                     agentd
 =========================  ==================================================
 text blocks (streamed      ``agent_message`` items with a ``TextDelta`` per
 as ``text_delta``)         delta; an ``assistant`` text that was not
-                           streamed arrives whole
+                           streamed arrives whole. A streamed text block
+                           completes when its message says how it ends:
+                           ``phase`` ``commentary`` when a tool use follows
+                           in the message, ``final_answer`` when it ends the
+                           turn (``end_turn``), else unknown
 ``tool_use`` blocks        ``tool`` items titled with the tool name
                            (``Task``/``Agent`` → ``subagent``, file-writing
                            tools → ``file_change``), closed by their
@@ -162,6 +166,11 @@ class StreamMapper:
         self._streamed_messages: set[str] = set()
         #: message ids Claude reported ``aborted`` (cut short by an interrupt)
         self._aborted_messages: set[str] = set()
+        #: message id -> its streamed text items that ended but wait for the
+        #: message's phase (``_settle_text``)
+        self._unsettled_text: dict[str, list[str]] = {}
+        #: message ids that hold a tool call: their text is commentary
+        self._tool_messages: set[str] = set()
 
     def _attempt(self) -> str | None:
         return self.turn.attempt_id if self.turn is not None else None
@@ -188,6 +197,12 @@ class StreamMapper:
         subtype = message.get("subtype")
         errors = result_errors(message)
         self.turn = None
+        if subtype == "success" and not message.get("is_error"):
+            # A message whose end never streamed: its text ended, its phase is unknown.
+            for message_id in list(self._unsettled_text):
+                await self._settle_text(message_id, "commentary" if message_id in self._tool_messages else None)
+        self._unsettled_text.clear()
+        self._tool_messages.clear()
         self._open_text.clear()
         self._streaming.clear()
         self._streamed_messages.clear()
@@ -279,6 +294,10 @@ class StreamMapper:
         index = event.get("index", 0)
         if kind == "content_block_start":
             block = event.get("content_block") or {}
+            if block.get("type") in ("tool_use", "server_tool_use"):
+                # Text followed by a tool use in the same message is narration.
+                self._tool_messages.add(message_id)
+                await self._settle_text(message_id, "commentary")
             if block.get("type") == "text":
                 item_id = f"{message_id}:{index}"
                 self._open_text[(message_id, index)] = item_id
@@ -300,7 +319,29 @@ class StreamMapper:
             # An aborted message (interrupt) gets a synthetic stop: it stays
             # open, and agentd's completion barrier closes it as interrupted.
             if item_id is not None and message_id not in self._aborted_messages:
-                await self._emit(ItemCompleted(attempt_id=attempt_id, item_id=item_id, item_type="agent_message"))
+                if message_id in self._tool_messages:
+                    await self._emit(ItemCompleted(attempt_id=attempt_id, item_id=item_id, item_type="agent_message",
+                                                   phase="commentary"))
+                else:
+                    # Its phase is known only when the message says how it ends.
+                    self._unsettled_text.setdefault(message_id, []).append(item_id)
+        elif kind == "message_delta":
+            stop_reason = (event.get("delta") or {}).get("stop_reason")
+            if message_id in self._tool_messages or stop_reason == "tool_use":
+                await self._settle_text(message_id, "commentary")
+            elif stop_reason in ("end_turn", "stop_sequence"):
+                await self._settle_text(message_id, "final_answer")
+        elif kind == "message_stop":
+            await self._settle_text(message_id, "commentary" if message_id in self._tool_messages else None)
+
+    async def _settle_text(self, message_id: str, phase: str | None) -> None:
+        """The ended text items of message ``message_id`` complete with ``phase``
+        (Claude has no phase of its own: text followed by a tool use in the
+        same message is ``commentary``, text of a message that ends the turn
+        is ``final_answer``, else unknown)."""
+        for item_id in self._unsettled_text.pop(message_id, ()):
+            await self._emit(ItemCompleted(attempt_id=self._attempt(), item_id=item_id, item_type="agent_message",
+                                           phase=phase))
 
     async def on_assistant(self, message: dict[str, Any]) -> None:
         """A whole ``assistant`` message: its tool calls start, and text that
@@ -318,11 +359,15 @@ class StreamMapper:
             if kind == "tool_use":
                 await self._tool_started(block, parent, attempt_id)
             elif kind == "text" and message_id not in self._streamed_messages and block.get("text"):
-                # Not streamed (no partial messages for this one): the whole text at once.
+                # Not streamed (no partial messages for this one): the whole text at once;
+                # narration when a tool use follows it in the message.
                 item_id = f"{message_id}:a{index}"
+                tools_follow = any(isinstance(b, dict) and b.get("type") == "tool_use"
+                                   for b in (body.get("content") or [])[index + 1:])
                 await self._emit(ItemStarted(attempt_id=attempt_id, item_id=item_id, item_type="agent_message", parent_item_id=parent))
                 await self._emit(TextDelta(attempt_id=attempt_id, item_id=item_id, delta=block["text"]))
-                await self._emit(ItemCompleted(attempt_id=attempt_id, item_id=item_id, item_type="agent_message"))
+                await self._emit(ItemCompleted(attempt_id=attempt_id, item_id=item_id, item_type="agent_message",
+                                               phase="commentary" if tools_follow else None))
 
     async def _tool_started(self, block: dict[str, Any], parent: str | None, attempt_id: str | None) -> None:
         tool_id, name = str(block.get("id", "")), str(block.get("name", "tool"))

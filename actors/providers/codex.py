@@ -65,6 +65,7 @@ from .base import (
     TextDelta,
     TurnCompleted,
     TurnStarted,
+    message_phase,
 )
 from ..config import ProviderConfig
 from .jsonl import JsonLinesPeer, stop_process
@@ -749,7 +750,10 @@ class CodexConnection(ProviderConnection):
             if len(text) > streamed:
                 await self._emit(TextDelta(attempt_id=attempt_id, item_id=item["id"], delta=text[streamed:]))
         status = ITEM_STATUSES.get(str(item.get("status", "completed")), "completed")
-        await self._emit(ItemCompleted(attempt_id=attempt_id, item_id=item["id"], item_type=kind, status=status, detail=item_detail(item)))
+        # Assistant text says whether it is narration or the answer (``phase``; absent: unknown).
+        phase = message_phase(item.get("phase")) if kind == "agent_message" else None
+        await self._emit(ItemCompleted(attempt_id=attempt_id, item_id=item["id"], item_type=kind, status=status,
+                                       detail=item_detail(item), phase=phase))
 
     async def _agent_message_delta(self, params: dict[str, Any]) -> None:
         note = _decode(AgentMessageDeltaNotification, params, "item/agentMessage/delta")

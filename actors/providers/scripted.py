@@ -34,6 +34,7 @@ from .base import (
     TextDelta,
     TurnCompleted,
     TurnStarted,
+    message_phase,
 )
 from .jsonl import JsonLinesPeer, stop_process
 from .runtime import StderrLog
@@ -277,6 +278,7 @@ class ScriptedConnection(ProviderConnection):
                     item_type=ITEM_TYPES.get(item["type"], item["type"]),
                     status=item.get("status", "completed"),
                     detail={k: v for k, v in item.items() if k not in ("id", "type", "parentItemId")},
+                    phase=message_phase(item.get("phase")),
                 )
             )
         elif method == "turn/started":

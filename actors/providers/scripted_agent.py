@@ -66,6 +66,9 @@ TURN_NOT_FOUND = -32003
 NOT_SUPPORTED = -32004
 TURN_CONFLICT = -32005
 
+#: what a ``say`` step's ``phase`` may be (Codex's MessagePhase)
+PHASES = ("commentary", "partial_answer", "final_answer")
+
 #: Switches a client may turn off in ``initialize``; all are on by default.
 CAPABILITIES = {
     "steer": True,
@@ -465,9 +468,11 @@ class Turn:
 
     Script steps, one JSON object each:
 
-    ``{"say": TEXT, "chunks": N, "repeat": R}``
+    ``{"say": TEXT, "chunks": N, "repeat": R, "phase": PHASE}``
         An agentMessage item streamed in N deltas; its text is TEXT R times
         (default 1), so a test can stream more than a message may carry.
+        ``phase`` (``commentary``, ``partial_answer``, ``final_answer``;
+        absent: none) is set on the item, as Codex marks its assistant text.
     ``{"write": {"path": REL, "content": TEXT}}``
         A fileChange item writing a file under the thread's cwd; with
         ``"binary": true`` CONTENT is base64 and written as bytes.
@@ -579,8 +584,9 @@ class Turn:
             item["status"] = "completed"
         await self._notify("item/completed", item=item)
 
-    async def _message(self, text: str, parent: str | None, chunks: int = 1) -> None:
-        async with self._item(parent, "agentMessage", text="") as item:
+    async def _message(self, text: str, parent: str | None, chunks: int = 1, phase: str | None = None) -> None:
+        fields = {"text": ""} if phase is None else {"text": "", "phase": phase}
+        async with self._item(parent, "agentMessage", **fields) as item:
             for delta in _chunks(text, chunks):
                 await self._notify("item/agentMessage/delta", itemId=item["id"], delta=delta)
             item["text"] = text
@@ -609,7 +615,10 @@ class Turn:
         repeat = _expect(step.get("repeat", 1), int, "say repeat must be a whole number")
         if chunks < 1 or not 1 <= repeat <= 1024:
             raise TurnFailed("say chunks must be at least 1 and repeat from 1 to 1024")
-        await self._message(text * repeat, parent, chunks)
+        phase = step.get("phase")
+        if phase is not None and phase not in PHASES:
+            raise TurnFailed(f"say phase must be one of {', '.join(PHASES)}")
+        await self._message(text * repeat, parent, chunks, phase)
 
     async def _write(self, step: dict, parent: str | None) -> None:
         spec = _expect(step["write"], dict, "write needs an object with path and content")

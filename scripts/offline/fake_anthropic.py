@@ -13,7 +13,9 @@ What the model "does" follows keywords in the last user text of the request:
 
 * ``RUN_COMMAND`` — a ``tool_use`` of the Bash tool running ``echo
   hello-from-bash`` (or the command after ``RUN_COMMAND:`` up to the end of
-  the line); Claude runs it and sends the ``tool_result`` back;
+  the line); Claude runs it and sends the ``tool_result`` back; with
+  ``NARRATE`` too, the same message first says ``NARRATION`` in a text block
+  (narration before a tool call);
 * ``ASK_APPROVAL`` — a Bash tool use that Claude must ask permission for
   (it writes a file), so Claude sends ``control_request can_use_tool``;
 * ``GO_SLOW`` — a long answer streamed slowly, one word every 0.1 s (60
@@ -50,6 +52,8 @@ from typing import Any
 
 MODEL = "claude-fake-1"
 DEFAULT_COMMAND = "echo hello-from-bash"
+#: the text a ``NARRATE`` message says before its tool call
+NARRATION = "Let me run that command first."
 APPROVAL_COMMAND = "touch approved-by-user.txt && echo wrote-approved-file"
 SLOW_CHUNKS = 60
 SLOW_PAUSE = 0.1
@@ -112,7 +116,8 @@ def plan_reply(body: dict[str, Any]) -> dict[str, Any]:
     turns = sum(1 for m in messages if m.get("role") == "user" and not _is_tool_result(m) and _user_texts(m))
     if "RUN_COMMAND" in text:
         match = re.search(r"RUN_COMMAND:\s*(.+)", text)
-        return {"kind": "tool", "command": match.group(1).strip() if match else DEFAULT_COMMAND}
+        command = match.group(1).strip() if match else DEFAULT_COMMAND
+        return {"kind": "tool", "command": command, "narration": NARRATION if "NARRATE" in text else None}
     if "ASK_APPROVAL" in text:
         return {"kind": "tool", "command": APPROVAL_COMMAND}
     if "GO_SLOW" in text:
@@ -130,8 +135,9 @@ def _usage(body: dict[str, Any]) -> dict[str, int]:
 
 def _content(plan: dict[str, Any], tool_id: str) -> list[dict[str, Any]]:
     if plan["kind"] == "tool":
-        return [{"type": "tool_use", "id": tool_id, "name": "Bash",
-                 "input": {"command": plan["command"], "description": "Run the requested command"}}]
+        narration = [{"type": "text", "text": plan["narration"]}] if plan.get("narration") else []
+        return narration + [{"type": "tool_use", "id": tool_id, "name": "Bash",
+                             "input": {"command": plan["command"], "description": "Run the requested command"}}]
     return [{"type": "text", "text": plan["text"]}]
 
 
@@ -231,13 +237,22 @@ class Handler(BaseHTTPRequestHandler):
         self._event("message_start", {"type": "message_start", "message": {
             "id": _new_id("msg"), "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": None, "stop_sequence": None, "usage": usage}})
+        index = 0
         if plan["kind"] == "tool":
-            self._event("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {
+            if plan.get("narration"):
+                self._event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                    "content_block": {"type": "text", "text": ""}})
+                for part in _chunks(plan["narration"], 8):
+                    self._event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                        "delta": {"type": "text_delta", "text": part}})
+                self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
+                index = 1
+            self._event("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
                 "type": "tool_use", "id": tool_id, "name": "Bash", "input": {}}})
             self._event("ping", {"type": "ping"})
             payload = json.dumps({"command": plan["command"], "description": "Run the requested command"})
             for part in _chunks(payload, 24):
-                self._event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                self._event("content_block_delta", {"type": "content_block_delta", "index": index,
                                                     "delta": {"type": "input_json_delta", "partial_json": part}})
             stop = "tool_use"
         else:
@@ -254,7 +269,7 @@ class Handler(BaseHTTPRequestHandler):
                 if plan["slow"]:
                     time.sleep(SLOW_PAUSE)
             stop = "end_turn"
-        self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        self._event("content_block_stop", {"type": "content_block_stop", "index": index})
         self._event("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                                       "usage": {"output_tokens": 5}})
         self._event("message_stop", {"type": "message_stop"})

@@ -11,6 +11,11 @@ chosen from keywords in the last user message, so tests script their turns:
 * ``ASK_USER`` — a ``request_user_input`` call (Codex offers it in plan mode);
 * ``GO_SLOW`` — a reply streamed slowly (for interrupt and steer tests);
 * ``WRITE_FILE`` — an ``apply_patch`` call adding ``patched.txt`` when offered;
+* ``NARRATE`` (with a tool keyword) — the response says ``NARRATION`` first,
+  an assistant message with ``phase: commentary``, then makes the call;
+* ``PHASE:<phase>`` — the reply's message carries that ``phase``
+  (``commentary``, ``partial_answer``, ``final_answer``), as newer models mark
+  their text;
 
 and a request whose input ends with a tool's output gets a final message.
 
@@ -35,6 +40,9 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+#: what a NARRATE response says before its tool call
+NARRATION = "Let me run that first."
 
 #: seconds between deltas of a GO_SLOW reply, and how many there are
 SLOW_PAUSE = 0.15
@@ -138,13 +146,16 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     if "ASK_APPROVAL" in text:
         return {"call": shell_call(body, "touch approved.txt", escalate=True)}
     if "RUN_COMMAND" in text:
-        return {"call": shell_call(body, "echo agentd-ran-this")}
+        narration = {"narration": NARRATION} if "NARRATE" in text else {}
+        return {"call": shell_call(body, "echo agentd-ran-this"), **narration}
     if "WRITE_FILE" in text and "apply_patch" in tool_names(body):
         patch = "*** Begin Patch\n*** Add File: patched.txt\n+patched by the fake model\n*** End Patch\n"
         return {"call": {"name": "apply_patch", "arguments": json.dumps({"input": patch})}}
     if "GO_SLOW" in text:
         return {"text": " ".join(f"slow{i}" for i in range(SLOW_DELTAS)), "slow": True}
-    return {"text": f"You said: {text.strip()[-200:]} (turn {len(texts)})", "slow": False}
+    phase = re.search(r"PHASE:(\w+)", text)
+    reply = {"text": f"You said: {text.strip()[-200:]} (turn {len(texts)})", "slow": False}
+    return {**reply, "phase": phase.group(1)} if phase else reply
 
 
 # -- the server ------------------------------------------------------------------------
@@ -219,33 +230,51 @@ class Handler(BaseHTTPRequestHandler):
         base = {"id": response_id, "object": "response", "model": body.get("model", "fake-model"), "output": []}
         self._event("response.created", response={**base, "status": "in_progress"})
         self._event("response.in_progress", response={**base, "status": "in_progress"})
+        output: list[dict[str, Any]] = []
+        if answer.get("narration"):
+            output.append(self._message(answer["narration"], 0, phase="commentary")[0])
         if "call" in answer:
+            index = len(output)
             item = {"type": "function_call", "id": _next("fc"), "call_id": _next("call"), "status": "completed", **answer["call"]}
-            self._event("response.output_item.added", output_index=0, item={**item, "arguments": "", "status": "in_progress"})
-            self._event("response.function_call_arguments.delta", output_index=0, item_id=item["id"], delta=item["arguments"])
-            self._event("response.function_call_arguments.done", output_index=0, item_id=item["id"], arguments=item["arguments"])
-            self._event("response.output_item.done", output_index=0, item=item)
-            output = [item]
+            self._event("response.output_item.added", output_index=index, item={**item, "arguments": "", "status": "in_progress"})
+            self._event("response.function_call_arguments.delta", output_index=index, item_id=item["id"], delta=item["arguments"])
+            self._event("response.function_call_arguments.done", output_index=index, item_id=item["id"], arguments=item["arguments"])
+            self._event("response.output_item.done", output_index=index, item=item)
+            output.append(item)
         else:
-            text = answer["text"]
-            item_id = _next("msg")
-            message = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}
-            self._event("response.output_item.added", output_index=0, item=message)
-            part = {"type": "output_text", "text": "", "annotations": []}
-            self._event("response.content_part.added", output_index=0, content_index=0, item_id=item_id, part=part)
-            words = text.split(" ")
-            chunks = [" ".join(words[i : i + 3]) + (" " if i + 3 < len(words) else "") for i in range(0, len(words), 3)]
-            for chunk in chunks:
-                if answer.get("slow"):
-                    time.sleep(SLOW_PAUSE)
-                self._event("response.output_text.delta", output_index=0, content_index=0, item_id=item_id, delta=chunk)
-                first_delta_at = first_delta_at or time.time()
-            self._event("response.output_text.done", output_index=0, content_index=0, item_id=item_id, text=text)
-            part = {"type": "output_text", "text": text, "annotations": []}
-            self._event("response.content_part.done", output_index=0, content_index=0, item_id=item_id, part=part)
-            done = {**message, "status": "completed", "content": [part]}
-            self._event("response.output_item.done", output_index=0, item=done)
-            output = [done]
+            message, first_delta_at = self._message(answer["text"], 0, slow=answer.get("slow", False),
+                                                    phase=answer.get("phase"))
+            output.append(message)
+        self._finish(base, output, response_id, request_at, first_delta_at)
+
+    def _message(self, text: str, index: int, *, slow: bool = False,
+                 phase: str | None = None) -> tuple[dict[str, Any], float | None]:
+        """Stream one assistant message item (with ``phase`` when given);
+        returns it done and when its first delta was written."""
+        first_delta_at = None
+        item_id = _next("msg")
+        message = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}
+        if phase:
+            message["phase"] = phase
+        self._event("response.output_item.added", output_index=index, item=message)
+        part = {"type": "output_text", "text": "", "annotations": []}
+        self._event("response.content_part.added", output_index=index, content_index=0, item_id=item_id, part=part)
+        words = text.split(" ")
+        chunks = [" ".join(words[i : i + 3]) + (" " if i + 3 < len(words) else "") for i in range(0, len(words), 3)]
+        for chunk in chunks:
+            if slow:
+                time.sleep(SLOW_PAUSE)
+            self._event("response.output_text.delta", output_index=index, content_index=0, item_id=item_id, delta=chunk)
+            first_delta_at = first_delta_at or time.time()
+        self._event("response.output_text.done", output_index=index, content_index=0, item_id=item_id, text=text)
+        part = {"type": "output_text", "text": text, "annotations": []}
+        self._event("response.content_part.done", output_index=index, content_index=0, item_id=item_id, part=part)
+        done = {**message, "status": "completed", "content": [part]}
+        self._event("response.output_item.done", output_index=index, item=done)
+        return done, first_delta_at
+
+    def _finish(self, base: dict[str, Any], output: list[dict[str, Any]], response_id: str, request_at: float,
+                first_delta_at: float | None) -> None:
         usage = {
             "input_tokens": 10, "input_tokens_details": {"cached_tokens": 0},
             "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15,

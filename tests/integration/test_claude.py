@@ -253,6 +253,24 @@ async def test_a_steer_takes_the_restart_fallback(world, tmp_path, short_dir):
         assert (await assistant_texts(client, thread_id))[-1].endswith("change of plan")
 
 
+async def test_f3_a_steer_while_a_tool_runs_after_narration_stays_one_run(world, tmp_path, short_dir):
+    """SPEC F3 on Claude (no native steer): the text before the tool call is
+    commentary, not an answer, so the steer restarts the same run."""
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client)
+        sent = await client.call("thread.message.send", threadId=thread_id, text="NARRATE RUN_COMMAND: sleep 30")
+        await event(client, thread_id, "tool.started")
+        texts = await assistant_texts(client, thread_id)
+        assert texts == ["Let me run that command first."], "the narration completed before the tool started"
+        steer = await client.call("thread.message.send", threadId=thread_id, text="skip the wait",
+                                  dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
+        assert (steer["runId"], steer["strategy"]) == (sent["runId"], "steering_restart")
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert (run["status"], run["attemptCount"]) == ("completed", 2)
+        runs = (await client.call("thread.get", threadId=thread_id))["runs"]
+        assert [r["id"] for r in runs] == [run["id"]]
+
+
 async def test_idle_reap_then_the_next_message_resumes_the_same_session(world, tmp_path, short_dir):
     async with agentd(world, tmp_path, short_dir / "s.sock") as client:
         thread_id = await new_thread(client, "claude_idle")
