@@ -34,7 +34,7 @@ from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import NODE_TERMINAL, Checkpoint, Effect, ExecutionNode, to_wire
 
-from .checkpointing import CAPTURE_EFFECT, engine_of, previous_root
+from .checkpointing import CAPTURE_EFFECT, engine_of, previous_root, writes_in_flight
 from .checkpoints import CheckpointError, checkpoint_ref
 from .graph import settle_effect
 
@@ -134,6 +134,20 @@ async def capture_open_children(actor: ThreadActor, active: ActiveRun) -> None:
     if engine_of(actor) is None:
         return
     open_children = [n for n in active.nodes.values() if is_checkpointable(n) and n.status not in NODE_TERMINAL]
+    busy = writes_in_flight(actor, active)
+    if busy is not None and open_children:
+        # The runtime died under them: their files may still be changing.
+        own = actor.batch()
+        for node in open_children:
+            checkpoint = Checkpoint(
+                id=new_id("ckp"), thread_id=actor.thread_id, run_id=active.run.id, node_id=node.id, scope="child",
+                kind="child", ordinal=active.run.ordinal, status="missing", reason="write_in_flight", detail=busy,
+                workspace=actor.state.thread.workspace, created_at=own.now, parent_node_id=node.parent_node_id,
+            )
+            own.put(checkpoint)
+            own.emit("checkpoint.missing", run_id=active.run.id, node_id=node.id, checkpoint=to_wire(checkpoint))
+        await actor.commit(own)
+        return
     depth = {n.id: _depth(active, n) for n in open_children}
     for node in sorted(open_children, key=lambda n: -depth[n.id]):
         # Each committed on its own, before the barrier's batch: the run's

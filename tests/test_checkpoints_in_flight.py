@@ -32,3 +32,21 @@ async def test_a_runtime_killed_during_a_tool_gives_a_missing_checkpoint(client,
     listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
     assert [(c["kind"], c["ordinal"], c["status"]) for c in listed] == [
         ("baseline", 0, "captured"), ("run", 1, "missing"), ("baseline", 1, "captured"), ("run", 2, "captured")]
+
+
+async def test_a_subagent_left_open_by_a_dead_runtime_gets_a_missing_child_checkpoint(client, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+    sent = await client.call("thread.message.send", threadId=thread_id, text=script(
+        {"subagent": {"steps": [{"write": {"path": "a.txt", "content": "a\n"}}, {"tool": {"name": "build", "hang": True}}]}}))
+    await wait_event(client, lambda e: e["type"] == "tool.started", thread_id=thread_id)
+    ready = await wait_event(client, lambda e: e["type"] == "session.ready", thread_id=thread_id)
+    os.kill(ready["payload"]["session"]["pid"], signal.SIGKILL)
+    run = await wait_run_terminal(client, thread_id, sent["runId"])
+    assert run["status"] == "failed"
+    listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+    child = next(c for c in listed if c["scope"] == "child")
+    assert (child["status"], child["reason"]) == ("missing", "write_in_flight")
+    root = next(c for c in listed if c["id"] == run["checkpointId"])
+    assert (root["status"], root["reason"]) == ("missing", "write_in_flight")
