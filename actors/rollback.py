@@ -29,13 +29,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentd.protocol import wire
-from agentd.protocol.errors import InvalidState, NotFound
+from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
 from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.reconcile import ROLLBACK
-from agentd.store.records import Checkpoint, Effect, Run, to_wire
+from agentd.store.records import Checkpoint, Effect, ExecutionNode, Run, to_wire
 
 from . import checkpointing, graph, lineage, provider_memory, run_control
+from .checkpoints import CheckpointError
 from .messages import Command
 
 if TYPE_CHECKING:
@@ -156,6 +157,108 @@ async def rollback_to_run(actor: ThreadActor, command: Command) -> dict[str, Any
     target_run = actor.store.get(Run, target.run_id) if params.target_ordinal > 0 and target.run_id else None
     batch.emit("thread.rolled_back", run_id=target_run.id if target_run else None,
                node_id=target_run.root_node_id if target_run else None, **answer)
+    batch.record_receipt(command.command_id, command.method, answer)
+    committed = await actor.commit(batch)
+    return {**answer, "seq": committed.seq}
+
+
+# -- rollback.node --------------------------------------------------------------------------
+
+
+def _descendants(store, run_id: str, node_id: str) -> set[str]:
+    """The nodes of the run nested under ``node_id`` (at any depth)."""
+    parents = {node.id: node.parent_node_id for node in store.run_nodes(run_id)}
+    out: set[str] = set()
+    for candidate in parents:
+        seen = set()
+        parent = parents.get(candidate)
+        while parent is not None and parent not in seen:
+            if parent == node_id:
+                out.add(candidate)
+                break
+            seen.add(parent)
+            parent = parents.get(parent)
+    return out
+
+
+async def rollback_node(actor: ThreadActor, command: Command) -> dict[str, Any]:
+    """``rollback.node {nodeId, checkpointId}``: put a child scope's files back
+    as they were when that child (a subagent, a delegated task) ended.
+
+    The checkpoint's files are restored after a ``pre_rollback`` safety
+    capture, as ``rollback.toRun`` does; the checkpoints of the children
+    nested under it become ``stale``. The parent's runs and the parent
+    agent's memory are kept; ``parentChangedFiles`` names the files the
+    parent (or anything after the child) had changed since, which are now
+    back as the child left them."""
+    params: wire.RollbackNodeParams = command.params
+    store = actor.store
+    state = actor.state
+    thread_id = actor.thread_id
+    node = store.get(ExecutionNode, params.node_id)
+    if node is None or node.thread_id != thread_id:  # pragma: no cover - routed by the node's thread
+        raise NotFound(f"no node {params.node_id}", nodeId=params.node_id)
+    target = store.get(Checkpoint, params.checkpoint_id)
+    if target is None:
+        raise NotFound(f"no checkpoint {params.checkpoint_id}", checkpointId=params.checkpoint_id)
+    if target.scope != "child" or target.node_id != node.id:
+        raise InvalidParams(
+            f"checkpoint {target.id} is not a child-scope checkpoint of node {node.id} (it is a {target.kind} "
+            f"checkpoint{' of node ' + target.node_id if target.node_id else ''}); checkpoint.list shows each "
+            "child checkpoint with its nodeId", field="checkpointId", checkpointId=target.id, nodeId=node.id,
+        )
+    target = checkpointing.captured_checkpoint(store, target.id)
+    if state.active is not None:
+        raise InvalidState(
+            f"thread {thread_id} has run {state.active.run.id} {state.active.run.status}: stop it (thread.stop) "
+            "before rolling back a node", threadId=thread_id, runId=state.active.run.id,
+        )
+    run = store.get(Run, node.run_id)
+    engine = checkpointing.engine_of(actor)
+    parent_changed: list[str] = []
+    parent_checkpoint = store.get(Checkpoint, run.checkpoint_id) if run is not None and run.checkpoint_id else None
+    if engine is not None and parent_checkpoint is not None and parent_checkpoint.commit and target.commit:
+        try:
+            diff = await engine.diff(target.workspace or state.thread.workspace, parent_checkpoint.commit, target.commit,
+                                     max_bytes=0)
+            parent_changed = sorted(change.path for change in diff.files)
+        except CheckpointError:
+            parent_changed = []
+    restored = await checkpointing.restore_files(actor, target)
+
+    batch = actor.batch()
+    nested = _descendants(store, node.run_id, node.id)
+    stale = [c for c in store.thread_checkpoints(thread_id)
+             if c.scope == "child" and c.status == "captured" and c.node_id in nested]
+    for checkpoint in stale:
+        checkpoint = struct_copy(checkpoint, status="stale", reason="rolled_back",
+                                 detail=f"node {node.id} was rolled back to its checkpoint {target.id}")
+        batch.put(checkpoint)
+        batch.emit("checkpoint.stale", run_id=checkpoint.run_id, node_id=checkpoint.node_id, checkpoint=to_wire(checkpoint))
+    safety = restored.safety
+    batch.put(safety)
+    batch.emit("checkpoint.captured", checkpoint=to_wire(safety))
+    child_thread = next((t.target_thread_id for t in store.thread_transfers(thread_id)
+                         if t.type == "subagent_spawn" and t.source_point.node_id == node.id), None)
+    shared = (target.workspace or state.thread.workspace) == state.thread.workspace
+    answer = {
+        "nodeId": node.id,
+        "checkpointId": target.id,
+        "runId": node.run_id,
+        "restoredFiles": restored.paths,
+        "safetyCheckpointId": safety.id,
+        "staleCheckpointIds": [c.id for c in stale],
+        # A subagent's memory lives in the parent's turn (or in its own child
+        # thread, whose runs it already ended with): the parent's history is kept.
+        "providerRollback": "none",
+        "providerRollbackReason": (
+            f"the child's own thread {child_thread} ended at this checkpoint; roll it back with rollback.toRun"
+            if child_thread else "the subagent ran inside the parent's turn, whose history is kept"),
+        "childThreadId": child_thread,
+        "sharedWorkspace": shared,
+        "parentChangedFiles": parent_changed,
+    }
+    batch.emit("node.rolled_back", run_id=node.run_id, node_id=node.id, **answer)
     batch.record_receipt(command.command_id, command.method, answer)
     committed = await actor.commit(batch)
     return {**answer, "seq": committed.seq}

@@ -196,6 +196,13 @@ class RollbackToRunParams(Params):
     command_id: CommandId | None = None
 
 
+class RollbackNodeParams(Params):
+    node_id: Id
+    #: a child-scope checkpoint of that node
+    checkpoint_id: Id
+    command_id: CommandId | None = None
+
+
 class SubscribeParams(Params):
     thread_id: Id | None = None
     after_seq: Annotated[int, msgspec.Meta(ge=0)] = 0

@@ -21,7 +21,7 @@ from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
 from agentd.protocol.methods import Method, MethodTable
 from agentd.store.db import Store
-from agentd.store.records import Checkpoint, ConversationMessage, PlanArtifact, Run, RuntimeRequest
+from agentd.store.records import Checkpoint, ConversationMessage, ExecutionNode, PlanArtifact, Run, RuntimeRequest
 
 from . import queries, subscriptions
 
@@ -51,6 +51,10 @@ def by_message(store: Store, params: Any) -> str:
 
 def by_plan(store: Store, params: Any) -> str:
     return _owner_thread(store, PlanArtifact, params.plan_id, "plan")
+
+
+def by_node(store: Store, params: Any) -> str:
+    return _owner_thread(store, ExecutionNode, params.node_id, "node")
 
 
 def by_checkpoint(store: Store, params: Any) -> str:
@@ -83,6 +87,7 @@ METHODS = MethodTable([
     _daemon("run.resume", wire.RunResumeParams, queries.run_resume),
     _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
     _thread("rollback.toRun", wire.RollbackToRunParams, rollback.rollback_to_run, by_thread),
+    _thread("rollback.node", wire.RollbackNodeParams, rollback.rollback_node, by_node),
     # reads
     _daemon("thread.list", wire.NoParams, queries.thread_list),
     _daemon("thread.get", wire.ThreadGetParams, queries.thread_get),

@@ -194,6 +194,10 @@ async def second_life(client: Client, threads: dict[str, str]) -> None:
     for word in ("one", "two"):
         await finish(client, t7, await send(client, t7, script({"write": {"path": f"{word}.txt", "content": word}})))
     await client.call("rollback.toRun", threadId=t7, targetOrdinal=1)
+    # A child scope rolled back (node.rolled_back): t1's subagent.
+    child = next(c for c in (await client.call("checkpoint.list", threadId=threads["t1"]))["checkpoints"]
+                 if c["scope"] == "child" and c["status"] == "captured")
+    await client.call("rollback.node", nodeId=child["nodeId"], checkpointId=child["id"])
 
 
 async def follow_ephemeral(client: Client, seen: set[str], task_status=trio.TASK_STATUS_IGNORED) -> None:

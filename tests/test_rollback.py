@@ -21,7 +21,7 @@ import trio
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
-from tests.helpers import script, send_and_wait, stored_events, wait_event
+from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
 from tests.test_checkpoints_daemon import RUN1, RUN2, RUN3, dot_git_state, files_of, stalling_git, user_repo
 from tests.test_lineage import recall
 
@@ -328,3 +328,48 @@ async def test_a_native_history_that_cannot_be_reverted_is_rebuilt_and_says_why(
             assert await recall(client, thread_id, *WORDS) == {"alpha": "context", "bravo": "absent", "charlie": "absent"}
     finally:
         assert await daemon.terminate() == 0
+
+
+async def test_rollback_node_restores_a_child_scope_and_keeps_the_parent_history(client, tmp_path):
+    """F14 rollback.node: the files go back to when the outer subagent ended;
+    the checkpoints of the children nested under it become stale; the parent's
+    runs and memory are kept, and the answer names the files the parent
+    changed since (a shared workspace)."""
+    ws = user_repo(tmp_path, repo=False)
+    thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+    sent = await client.call("thread.message.send", threadId=thread_id, text=script(
+        {"subagent": {"steps": [{"write": {"path": "child.txt", "content": "from the child\n"}},
+                                {"subagent": {"steps": [{"write": {"path": "inner.txt", "content": "inner\n"}}]}}]}},
+        {"approval": {"kind": "command", "command": "go on"}},
+        {"write": {"path": "child.txt", "content": "changed by the parent\n"}},
+        {"write": {"path": "parent.txt", "content": "parent\n"}},
+        {"say": "the word is alpha"},
+    ))
+    requested = await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=thread_id)
+    await client.call("approval.respond", requestId=requested["payload"]["request"]["id"], decision="accept")
+    run = await wait_run_terminal(client, thread_id, sent["runId"])
+    assert run["status"] == "completed"
+    listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+    inner, outer = [c for c in listed if c["scope"] == "child"]
+    assert inner["parentNodeId"] == outer["nodeId"]
+
+    with pytest.raises(InvalidParams):
+        await client.call("rollback.node", nodeId=outer["nodeId"], checkpointId=run["checkpointId"])
+    with pytest.raises(NotFound):
+        await client.call("rollback.node", nodeId="nod_nope", checkpointId=outer["id"])
+
+    answer = await client.call("rollback.node", nodeId=outer["nodeId"], checkpointId=outer["id"])
+    assert answer["sharedWorkspace"] is True and answer["providerRollback"] == "none"
+    assert answer["parentChangedFiles"] == ["child.txt", "parent.txt"]
+    assert (ws / "child.txt").read_text() == "from the child\n" and not (ws / "parent.txt").exists()
+    assert (ws / "inner.txt").read_text() == "inner\n"
+    assert answer["staleCheckpointIds"] == [inner["id"]]
+    events = await stored_events(client, thread_id)
+    rolled = next(e for e in events if e["type"] == "node.rolled_back")
+    assert (rolled["runId"], rolled["nodeId"]) == (run["id"], outer["nodeId"])
+    # The parent's history is kept: the run, and the agent's memory of it.
+    assert (await client.call("run.get", runId=run["id"]))["run"]["status"] == "completed"
+    assert await recall(client, thread_id, "alpha") == {"alpha": "native"}
+    # Undo through the safety checkpoint.
+    await client.call("checkpoint.restore", checkpointId=answer["safetyCheckpointId"])
+    assert (ws / "child.txt").read_text() == "changed by the parent\n" and (ws / "parent.txt").exists()
