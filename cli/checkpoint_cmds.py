@@ -38,7 +38,7 @@ def checkpoint_rows(checkpoints: list[dict[str, Any]]) -> list[str]:
     lines = []
     for c in checkpoints:
         s = c.get("summary") or {}
-        if c["status"] == "captured":
+        if c["status"] in ("captured", "stale"):  # a stale one still holds its files
             what = f"{s.get('filesChanged', 0)} files +{s.get('insertions', 0)} -{s.get('deletions', 0)}"
             if s.get("skipped"):
                 what += f" ({len(s['skipped'])} skipped)"
