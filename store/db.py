@@ -92,6 +92,10 @@ class Store:
         """Make ``batch`` durable (group commit); see GroupCommitWriter.commit."""
         return await self.writer.commit(batch)
 
+    def commit_soon(self, batch: WriteBatch, done: Callable[..., None]) -> None:
+        """Queue ``batch`` with no task waiting; see GroupCommitWriter.commit_soon."""
+        self.writer.commit_soon(batch, done)
+
     @property
     def last_seq(self) -> int:
         return self.writer.last_seq
