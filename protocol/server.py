@@ -447,7 +447,21 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
         except BlockingIOError:
             return 0
 
-    lines = framing.LineReader(stream, budget=limits.inbound).lines()
+    async def receive(max_bytes: int) -> bytes:
+        # Straight from the descriptor: trio's receive_some resumes a chain of
+        # frames per read, and the reader task reads once per request.
+        # Waiting first makes every read a schedule point, as receive_some's
+        # is: a client that floods quick requests cannot hold the loop.
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            try:
+                return os.read(fd, max_bytes)
+            except BlockingIOError:
+                continue
+            except OSError:  # reset by the peer: the end of its requests
+                return b""
+
+    lines = framing.LineReader(receive=receive, budget=limits.inbound)
     try:
         await serve_messages(router, lines, send_lines, limits=limits, peer_pid=pid, try_write=try_write)
     finally:
