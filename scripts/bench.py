@@ -254,9 +254,16 @@ def daemon_cpu_seconds(pid: int) -> dict[str, float]:
 
 
 async def commit_stats(socket_path: Path) -> dict[str, int]:
-    async with Client.connect(socket_path) as client:
-        status = await client.call("daemon.status")
-    return status["commits"]
+    for attempt in range(50):
+        try:
+            async with Client.connect(socket_path) as client:
+                status = await client.call("daemon.status")
+            return status["commits"]
+        except (OSError, trio.BrokenResourceError):
+            # Connecting while hundreds of clients connect: the listen queue
+            # may be full, and a Unix socket then refuses rather than waits.
+            await trio.sleep(0.1)
+    raise BenchError("cannot reach the daemon for its commit counts")
 
 
 def batches_per_transaction(batches: int, transactions: int) -> float | None:
@@ -631,7 +638,12 @@ async def bench_daemon(data_dir: Path, socket_path: Path, args: argparse.Namespa
             out["create_256"] = await run_scenario(daemon, clients=256, workers=args.workers, **scenario)
             streams = []
             for i in range(args.stream_rounds):
+                stream_profile = Path(f"{args.profile}.stream") if args.profile and i == 0 else None
+                profiler = start_profile(daemon.pid, stream_profile, 4.0) if stream_profile else None
                 through = await stream_through_agentd(daemon.socket, STREAM_DELTAS)
+                if profiler is not None:
+                    await trio.to_thread.run_sync(profiler.wait)
+                    out["profile_stream"] = top_functions(stream_profile, 4.0)
                 direct = await stream_direct(data_dir.parent / f"direct-{i}", STREAM_DELTAS)
                 streams.append({**through, "direct_seconds": direct})
             out["stream"] = streams
@@ -696,8 +708,9 @@ def report(floor: tuple[float, float], echo: dict[str, Any] | None, runs: dict[s
         figure <= TARGET_BYTES_PER_ANSWER_BYTE and long["lmdb_pages_used_growth_per_answer_byte"] <= TARGET_BYTES_PER_ANSWER_BYTE,
         **long)
     out["rows"] = rows
-    if "profile" in runs:
-        out["profile"] = runs["profile"]
+    for name in ("profile", "profile_stream"):
+        if name in runs:
+            out[name] = runs[name]
     out["commits"] = {
         "batches": runs["totals"]["batches"], "transactions": runs["totals"]["transactions"],
         "batches_per_transaction": batches_per_transaction(runs["totals"]["batches"], runs["totals"]["transactions"]),
@@ -716,7 +729,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="load-generator processes (default 2)")
     parser.add_argument("--stream-rounds", type=int, default=3, help="10,000-delta answers each way (default 3)")
     parser.add_argument("--profile", type=Path, default=None, metavar="PATH",
-                        help="py-spy the daemon during the 64-client thread.create into PATH (folded stacks)")
+                        help="py-spy the daemon during the 64-client thread.create into PATH (folded stacks), "
+                             "and during the first streamed answer into PATH.stream (4 s)")
     parser.add_argument("--long-answer", type=float, default=None, metavar="MB",
                         help="only the long-answer row, with an answer of MB megabytes (in a full run: 8)")
     args = parser.parse_args(argv)
