@@ -80,24 +80,34 @@ SLOW: Any = object()
 
 class Later:
     """A result that is not ready yet (a durable batch on its way to disk).
-    Whoever made it calls ``resolve`` or ``fail`` exactly once, on the loop;
+    Whoever made it calls ``resolve`` or ``fail`` exactly once, on the loop —
+    possibly before the server asked to be told (a store that commits inline);
     the server answers then, without a task waiting."""
 
-    __slots__ = ("_callback",)
+    __slots__ = ("_callback", "_outcome")
 
     def __init__(self) -> None:
         self._callback: Callable[[Any, BaseException | None], None] | None = None
+        self._outcome: tuple[Any, BaseException | None] | None = None
 
     def on_done(self, callback: Callable[[Any, BaseException | None], None]) -> None:
-        self._callback = callback
+        """Call ``callback(result, error)`` when it is done (now, if it is)."""
+        if self._outcome is not None:
+            callback(*self._outcome)
+        else:
+            self._callback = callback
+
+    def _done(self, result: Any, error: BaseException | None) -> None:
+        if self._callback is not None:
+            self._callback(result, error)
+        else:
+            self._outcome = (result, error)
 
     def resolve(self, result: Any) -> None:
-        assert self._callback is not None
-        self._callback(result, None)
+        self._done(result, None)
 
     def fail(self, error: BaseException) -> None:
-        assert self._callback is not None
-        self._callback(None, error)
+        self._done(None, error)
 
 
 def run_now(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
