@@ -200,7 +200,13 @@ class ThreadRegistry:
                 log.warning("provider event for unknown thread %s dropped", thread_id)
                 return
             try:
-                await actor.send_channel.send(event)
+                try:
+                    # Room in the mailbox: no schedule point per event (a
+                    # runtime's reader hands over a chunk's deltas in a row;
+                    # its next read is the schedule point).
+                    actor.send_channel.send_nowait(event)
+                except trio.WouldBlock:
+                    await actor.send_channel.send(event)
                 return
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 continue
@@ -248,7 +254,8 @@ class ThreadRegistry:
                                         created_by=params.created_by)
         batch = WriteBatch()
         batch.put(thread)
-        batch.event("thread.created", thread_id=thread.id, at=thread.created_at, thread=to_wire(thread))
+        # The record itself, not a dict of it: encoded once, on disk and on the wire alike.
+        batch.event("thread.created", thread_id=thread.id, at=thread.created_at, thread=thread)
         later = Later()
 
         def done(committed: Any, error: BaseException | None) -> None:
