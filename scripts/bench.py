@@ -574,11 +574,30 @@ def start_profile(pid: int, path: Path, seconds: float) -> subprocess.Popen:
     )
 
 
+#: where a sampled function belongs, by its frame (first match wins)
+PROFILE_AREAS = (
+    ("trio scheduling and I/O", ("trio/", "outcome/")),
+    ("socket read/write syscalls", ("try_write", "<locals>.receive (")),
+    ("request parse and answer (server, framing)", ("protocol/",)),
+    ("store (batch, encode, writer hand-off, ids)", ("store/",)),
+    ("handlers (registry, actors, supervisor)", ("actors/", "supervisor/")),
+)
+
+
+def _area(frame: str) -> str:
+    for area, marks in PROFILE_AREAS:
+        if any(mark in frame for mark in marks):
+            return area
+    return "other"
+
+
 def top_functions(path: Path, seconds: float, count: int = 15) -> dict[str, Any]:
-    """The event-loop thread's busy share and its top functions, by samples
-    in the function itself and by samples anywhere below it, from folded stacks."""
+    """The event-loop thread's busy share, where its samples fall (by area)
+    and its top functions by own samples and by samples anywhere below them,
+    from folded stacks."""
     own: dict[str, int] = {}
     total: dict[str, int] = {}
+    areas: dict[str, int] = {}
     threads: dict[str, int] = {}
     try:
         lines = path.read_text().splitlines()
@@ -586,27 +605,29 @@ def top_functions(path: Path, seconds: float, count: int = 15) -> dict[str, Any]
         return {"error": "py-spy wrote no profile (is it installed, may it trace this process?)"}
     for line in lines:
         stack, _, samples = line.rpartition(" ")
-        frames = stack.split(";")
-        thread, frames = frames[0], frames[1:]
+        thread, *frames = stack.split(";")
         n = int(samples)
         threads[thread] = threads.get(thread, 0) + n
-        if not frames:
+        if "MainThread" not in thread or not frames:
             continue
         own[frames[-1]] = own.get(frames[-1], 0) + n
+        area = _area(frames[-1])
+        areas[area] = areas.get(area, 0) + n
         for frame in set(frames):
             total[frame] = total.get(frame, 0) + n
-    busiest = max(threads.values()) if threads else 0
-    loop = sum(n for t, n in threads.items() if "MainThread" in t) or busiest
+    loop = sum(n for t, n in threads.items() if "MainThread" in t)
 
-    def top(table: dict[str, int]) -> list[str]:
-        ranked = sorted(table.items(), key=lambda item: -item[1])[:count]
-        return [f"{round(100 * n / max(1, sum(threads.values())), 1)}% {name}" for name, n in ranked]
+    def top(table: dict[str, int], limit: int) -> list[str]:
+        ranked = sorted(table.items(), key=lambda item: -item[1])[:limit]
+        return [f"{round(100 * n / max(1, loop), 1)}% {name}" for name, n in ranked]
 
     return {
         "samples_per_thread": threads,
         "event_loop_busy_share": round(loop / (250 * seconds), 2),
-        "top_self": top(own),
-        "top_inclusive": top(total),
+        "event_loop_by_area": top(areas, len(areas)),
+        "top_self": top(own, count),
+        # the frames every sample shares (runpy, main, trio.run) say nothing
+        "top_inclusive": top({k: v for k, v in total.items() if v < 0.9 * loop}, count),
         "file": str(path),
     }
 
