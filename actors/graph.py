@@ -229,7 +229,7 @@ def item_started(batch: ThreadBatch, state: ThreadState, event: ItemStarted) -> 
             id=new_id("msg"), thread_id=state.thread_id, run_id=active.run.id, attempt_id=active.attempt.id,
             node_id=parent.id, role="assistant", status="streaming", created_at=batch.now,
         )
-        batch.put(message)
+        batch.put_message_head(message)  # its text follows as chunks
         batch.emit("message.created", run_id=active.run.id, node_id=parent.id, message=to_wire(message))
         active.messages[event.item_id] = OpenMessage(message)
         return
@@ -274,27 +274,28 @@ def item_completed(batch: ThreadBatch, state: ThreadState, event: ItemCompleted)
 
 
 def flush_message(batch: ThreadBatch, active: ActiveRun, open_message: OpenMessage) -> None:
-    """Append a message's buffered text to its record (one ``message.appended``)."""
+    """Store a message's buffered text as its next chunk (one
+    ``message.appended``): a flush writes only the new text, whatever the
+    message's length."""
     if not open_message.pending:
         return
     text = "".join(open_message.pending)
     record = open_message.record
-    offset = len(record.text)
-    record = struct_copy(record, text=record.text + text)
-    batch.put(record)
+    offset = open_message.length
+    batch.append_text(record.id, offset, text)
     batch.emit("message.appended", run_id=active.run.id, node_id=record.node_id, messageId=record.id, offset=offset, text=text)
-    open_message.record = record
+    open_message.length += len(text)
     open_message.pending.clear()
     open_message.pending_len = 0
 
 
 def close_message(batch: ThreadBatch, active: ActiveRun, open_message: OpenMessage, status: Literal["complete", "interrupted"]) -> None:
-    """Flush a streamed message and end it."""
+    """Flush a streamed message and end it (its head only: the text stays in its chunks)."""
     flush_message(batch, active, open_message)
     record = struct_copy(open_message.record, status=status, completed_at=batch.now)
-    batch.put(record)
+    batch.put_message_head(record)
     batch.emit("message.completed", run_id=active.run.id, node_id=record.node_id, messageId=record.id,
-               status=status, length=len(record.text))
+               status=status, length=open_message.length)
     open_message.record = record
 
 

@@ -8,6 +8,7 @@ state to serialize against.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -15,6 +16,7 @@ from typing import Any, Callable
 import trio
 
 from agentd.protocol.errors import Conflict, InvalidParams, NotFound, Overloaded
+from agentd.protocol.methods import SLOW, Later
 from agentd.store.batch import WriteBatch
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
@@ -96,6 +98,8 @@ class ThreadRegistry:
         self.sessions = sessions
         self.config = config
         self.workspaces_dir = Path(workspaces_dir)
+        # A thread's own folder is this prefix + its id: no pathlib per create.
+        self._workspace_prefix = os.path.join(str(self.workspaces_dir), "")
         self.wall_clock = wall_clock
         self.actor_idle_timeout = actor_idle_timeout
         #: set when the daemon begins to stop: no new run starts after it
@@ -196,7 +200,13 @@ class ThreadRegistry:
                 log.warning("provider event for unknown thread %s dropped", thread_id)
                 return
             try:
-                await actor.send_channel.send(event)
+                try:
+                    # Room in the mailbox: no schedule point per event (a
+                    # runtime's reader hands over a chunk's deltas in a row;
+                    # its next read is the schedule point).
+                    actor.send_channel.send_nowait(event)
+                except trio.WouldBlock:
+                    await actor.send_channel.send(event)
                 return
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 continue
@@ -229,6 +239,33 @@ class ThreadRegistry:
         finally:
             if command_id is not None:
                 self._creating.pop(command_id).set()
+
+    def create_thread_quick(self, params: Any, command_id: str | None = None) -> Later | Any:
+        """``create_thread`` without a task: the common case (no command id
+        to look up, no parent, no workspace to check on disk) builds its batch
+        here and queues it; the answer follows when it is durable. Anything
+        else is ``SLOW``: the caller runs ``create_thread``."""
+        if command_id is not None or params.parent_thread_id is not None or params.workspace:
+            return SLOW
+        provider = params.provider or self.config.default_provider
+        if provider not in self.config.providers:
+            return SLOW  # create_thread says why
+        thread = self.new_thread_record(title=params.title or "", provider=provider, workspace=None,
+                                        created_by=params.created_by)
+        batch = WriteBatch()
+        batch.put(thread)
+        # The record itself, not a dict of it: encoded once, on disk and on the wire alike.
+        batch.event("thread.created", thread_id=thread.id, at=thread.created_at, thread=thread)
+        later = Later()
+
+        def done(committed: Any, error: BaseException | None) -> None:
+            if error is not None:
+                later.fail(error)
+            else:
+                later.resolve({"threadId": thread.id, "seq": committed.seq})
+
+        self.store.commit_soon(batch, done)
+        return later
 
     async def _create_thread(self, params: Any, command_id: str | None) -> dict[str, Any]:
         provider = params.provider or self.config.default_provider
@@ -289,7 +326,7 @@ class ThreadRegistry:
         # Without a workspace of its own the thread gets a folder, created when
         # the first run starts: thread.create touches nothing but the store.
         return AppThread(
-            id=thread_id, title=title, workspace=workspace or str(self.workspaces_dir / thread_id), provider=provider,
+            id=thread_id, title=title, workspace=workspace or self._workspace_prefix + thread_id, provider=provider,
             created_at=now, updated_at=now,
             parent_thread_id=parent.id if parent else None,
             relationship_to_parent=relationship if parent else None,

@@ -28,13 +28,17 @@ from agentd.store.records import (
 class OpenMessage:
     """An assistant message being streamed, with text not yet durable."""
 
+    #: the message as stored: its text is not kept here but in the chunks
+    #: flushed so far (``length`` characters of them)
     record: ConversationMessage
     pending: list[str] = field(default_factory=list)
     pending_len: int = 0
+    #: characters of text durable (flushed as chunks)
+    length: int = 0
 
     def buffer(self, delta: str) -> int:
         """Hold ``delta`` until the next flush; return its offset in the message."""
-        offset = len(self.record.text) + self.pending_len
+        offset = self.length + self.pending_len
         self.pending.append(delta)
         self.pending_len += len(delta)
         return offset

@@ -88,6 +88,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAILBOX_SIZE = 1024
+#: mailbox items handled in a row without yielding to other tasks
+MAILBOX_BURST = 32
 
 
 class ThreadActor:
@@ -143,13 +145,25 @@ class ThreadActor:
             task_status.started()
             self.start_next()
             idle_since = trio.current_time()
+            taken_in_a_row = 0
             while True:
                 deadline = idle_since + idle_timeout if not self.busy else float("inf")
                 if self._timers:
                     deadline = min(deadline, *self._timers.values())
                 item = None
-                with trio.move_on_at(deadline):
-                    item = await self._receive_channel.receive()
+                if deadline > trio.current_time():
+                    # An item already waiting (a stream of text deltas) is
+                    # taken without a cancel scope, up to a few in a row
+                    # before the loop yields to the other tasks again.
+                    try:
+                        if taken_in_a_row >= MAILBOX_BURST:
+                            raise trio.WouldBlock
+                        item = self._receive_channel.receive_nowait()
+                        taken_in_a_row += 1
+                    except trio.WouldBlock:
+                        taken_in_a_row = 0
+                        with trio.move_on_at(deadline):
+                            item = await self._receive_channel.receive()
                 if item is None:
                     now = trio.current_time()
                     due = [timer for timer, at in self._timers.items() if at <= now]

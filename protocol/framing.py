@@ -8,7 +8,8 @@ connections together may buffer; past that budget the connection is ended.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from collections import deque
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import msgspec
 import trio
@@ -47,22 +48,55 @@ class InputOverloaded:
 class LineReader:
     """Splits a byte stream into lines of at most ``limit`` bytes.
 
+    It is its own async iterator (``lines()`` returns it): each line costs
+    one plain coroutine call, not a resumption of nested async generators —
+    the reader task of a busy connection does this once per request.
+
     Args:
+        stream: what to read from (``receive_some``); or
+        receive: a coroutine function ``(max_bytes) -> bytes`` to read with
+            instead (b"" at the end), e.g. a raw non-blocking descriptor.
         budget: bytes of unfinished lines all connections may hold together.
     """
 
-    def __init__(self, stream: trio.abc.ReceiveStream, *, limit: int = MAX_LINE, budget: ByteBudget | None = None) -> None:
-        self._stream = stream
+    def __init__(
+        self, stream: trio.abc.ReceiveStream | None = None, *, limit: int = MAX_LINE, budget: ByteBudget | None = None,
+        receive: Callable[[int], Awaitable[bytes]] | None = None,
+    ) -> None:
+        if receive is None:
+            assert stream is not None, "a LineReader needs a stream or a receive function"
+            receive = stream.receive_some
+        self._receive = receive
         self._limit = limit
         self._budget = budget
         self._held = 0  # bytes of ``buffer`` held against the budget
+        self._buffer = bytearray()
+        self._skipping = False
+        self._ready: deque[bytes | LineTooLong | InputOverloaded] = deque()
+        self._ended = False
 
-    async def lines(self) -> AsyncIterator[bytes | LineTooLong | InputOverloaded]:
-        try:
-            async for line in self._lines():
-                yield line
-        finally:
-            self._hold(0)
+    def lines(self) -> LineReader:
+        """The lines (and LineTooLong / InputOverloaded reports), in order."""
+        return self
+
+    def __aiter__(self) -> LineReader:
+        return self
+
+    async def __anext__(self) -> bytes | LineTooLong | InputOverloaded:
+        ready = self._ready
+        while not ready:
+            if self._ended:
+                self._hold(0)
+                raise StopAsyncIteration
+            await self._fill()
+        return ready.popleft()
+
+    async def aclose(self) -> None:
+        """Stop reading; what was held against the budget is given back."""
+        self._ended = True
+        self._ready.clear()
+        self._buffer.clear()
+        self._hold(0)
 
     def _hold(self, size: int) -> bool:
         """Hold exactly ``size`` buffered bytes against the budget."""
@@ -75,40 +109,42 @@ class LineReader:
         self._held = size
         return True
 
-    async def _lines(self) -> AsyncIterator[bytes | LineTooLong | InputOverloaded]:
-        buffer = bytearray()
-        skipping = False
+    async def _fill(self) -> None:
+        """Read one chunk and queue the lines it completes."""
+        try:
+            chunk = await self._receive(65536)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            chunk = b""
+        if not chunk:
+            self._ended = True
+            return
+        buffer = self._buffer
+        buffer += chunk
+        ready = self._ready
+        start = 0
         while True:
-            try:
-                chunk = await self._stream.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return
-            if not chunk:
-                return
-            buffer += chunk
-            start = 0
-            while True:
-                end = buffer.find(b"\n", start)
-                if end < 0:
-                    break
-                if skipping:
-                    skipping = False
-                elif end - start > self._limit:
-                    yield LineTooLong(self._limit)
-                else:
-                    line = bytes(buffer[start:end])
-                    if line.strip():
-                        yield line
-                start = end + 1
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            if self._skipping:
+                self._skipping = False
+            elif end - start > self._limit:
+                ready.append(LineTooLong(self._limit))
+            else:
+                line = bytes(buffer[start:end])
+                if line.strip():
+                    ready.append(line)
+            start = end + 1
+        if start:
             del buffer[:start]
-            if len(buffer) > self._limit and not skipping:
-                yield LineTooLong(self._limit)
-                skipping = True
-            if skipping:
-                buffer.clear()
-            if not self._hold(len(buffer)):
-                yield InputOverloaded(self._budget.limit if self._budget else 0)
-                return
+        if len(buffer) > self._limit and not self._skipping:
+            ready.append(LineTooLong(self._limit))
+            self._skipping = True
+        if self._skipping:
+            buffer.clear()
+        if not self._hold(len(buffer)):
+            ready.append(InputOverloaded(self._budget.limit if self._budget else 0))
+            self._ended = True
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -35,6 +35,11 @@ class Method:
         handler: ``daemon``: ``async (router, params, connection)``;
             ``thread``: ``async (actor, command)``.
         route: ``thread`` methods only: ``(store, params) -> thread id``.
+        quick: optional synchronous form of a ``daemon`` handler, run in the
+            connection's reader task with no task of its own: ``(router,
+            params, connection)`` returns the result, a ``Later`` (the server
+            answers when it is resolved, e.g. a queued durable batch) or
+            ``SLOW`` (this call needs the handler: it may block).
     """
 
     name: str
@@ -42,10 +47,13 @@ class Method:
     owner: Owner
     handler: Callable[..., Awaitable[Any]]
     route: Callable[[Any, Any], str] | None = None
+    quick: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if (self.owner == "thread") != (self.route is not None):
             raise ValueError(f"{self.name}: a route is what a thread-owned method needs, and only it")
+        if self.quick is not None and self.owner != "daemon":
+            raise ValueError(f"{self.name}: only a daemon-owned method can be answered in the reader task")
 
     def decode(self, params: Any) -> Params:
         """Convert raw JSON params to this method's Struct.
@@ -64,6 +72,60 @@ class Method:
             match = _FIELD.search(text)
             field = (match.group(1) or match.group(2)) if match else None
             raise InvalidParams(f"invalid params for {self.name}: {text}", field=field) from None
+
+
+#: what a ``quick`` handler returns when this call must run the full handler
+SLOW: Any = object()
+
+
+class Later:
+    """A result that is not ready yet (a durable batch on its way to disk).
+    Whoever made it calls ``resolve`` or ``fail`` exactly once, on the loop —
+    possibly before the server asked to be told (a store that commits inline);
+    the server answers then, without a task waiting."""
+
+    __slots__ = ("_callback", "_outcome")
+
+    def __init__(self) -> None:
+        self._callback: Callable[[Any, BaseException | None], None] | None = None
+        self._outcome: tuple[Any, BaseException | None] | None = None
+
+    def on_done(self, callback: Callable[[Any, BaseException | None], None]) -> None:
+        """Call ``callback(result, error)`` when it is done (now, if it is)."""
+        if self._outcome is not None:
+            callback(*self._outcome)
+        else:
+            self._callback = callback
+
+    def _done(self, result: Any, error: BaseException | None) -> None:
+        if self._callback is not None:
+            self._callback(result, error)
+        else:
+            self._outcome = (result, error)
+
+    def resolve(self, result: Any) -> None:
+        self._done(result, None)
+
+    def fail(self, error: BaseException) -> None:
+        self._done(None, error)
+
+
+def run_now(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
+    """A handler that never blocks (it awaits nothing that suspends), as a
+    ``quick`` one: its coroutine is run to its end at once. One that does
+    suspend is a bug in the method table, reported as such."""
+
+    def quick(*args: Any) -> Any:
+        coroutine = handler(*args)
+        try:
+            coroutine.send(None)
+        except StopIteration as done:
+            return done.value
+        coroutine.close()
+        raise RuntimeError(f"{handler.__qualname__} suspended; it cannot be a quick (run_now) handler")
+
+    quick.__qualname__ = f"run_now({handler.__qualname__})"
+    return quick
 
 
 _FIELD = re.compile(r"at `\$\.([A-Za-z0-9_.\[\]]+)`|field `([A-Za-z0-9_]+)`")

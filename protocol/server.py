@@ -7,6 +7,14 @@ whose answer or AgentdError becomes the response. Requests on one
 connection run concurrently (up to a bound), so one slow command never holds
 up a client's reads.
 
+The path of a request takes as few trio hops as its method allows: a method
+with a ``quick`` form that cannot block (a read) is answered from the
+connection's reader task, and a durable command whose batch it only queues
+(``Later``) is answered from the writer's delivery on the loop — neither
+spawns a task. An answer is written straight to the socket when nothing is
+queued before it and the socket takes it whole; only the rest wakes the
+connection's write task. Everything else runs in a task of its own, as before.
+
 Security: the socket is created 0600 inside a 0700 directory, and a peer
 whose uid (SO_PEERCRED) differs from the daemon's is refused.
 """
@@ -28,7 +36,7 @@ import trio
 from . import framing
 from .errors import AgentdError, InternalError, InvalidRequest, MethodNotFound, Overloaded, ParseError
 from .limits import ServerLimits
-from .methods import Method
+from .methods import SLOW, Later, Method
 from .wire import Params
 
 log = logging.getLogger(__name__)
@@ -55,6 +63,9 @@ class Router(Protocol):
 
 
 Sender = Callable[[list[bytes]], Awaitable[None]]
+#: a non-blocking write of bytes to the transport: how many it took (0 when
+#: it would block); None where the transport has no such write
+TryWrite = Callable[[bytes], int]
 
 
 class Connection:
@@ -69,8 +80,11 @@ class Connection:
 
     def __init__(
         self, sender: Sender, nursery: trio.Nursery, *, limits: ServerLimits, peer_pid: int | None = None,
+        try_write: TryWrite | None = None,
     ) -> None:
         self._sender = sender
+        self._try_write = try_write
+        self._writing = False  # the write task is in the middle of a write
         self.nursery = nursery
         self.limits = limits
         self.peer_pid = peer_pid
@@ -88,6 +102,17 @@ class Connection:
         self.closed = trio.Event()
 
     def _queue(self, line: bytes, *, event: bool) -> None:
+        if not event and self._try_write is not None and not self._pending and not self._writing:
+            # An answer, with nothing queued or being written: write it now,
+            # in order, and wake the write task only for what the socket did
+            # not take. (Events come in bursts: the write task joins them.)
+            try:
+                written = self._try_write(line)
+            except OSError:
+                written = 0  # the write task meets the same error and ends the connection
+            if written == len(line):
+                return
+            line = line[written:]
         self._pending.append(line)
         self._pending_bytes += len(line)
         if event:
@@ -96,7 +121,10 @@ class Connection:
 
     async def send(self, message: dict[str, Any]) -> None:
         """Queue a message; waits while the client is slow to read."""
-        line = framing.encode(message)
+        await self.send_line(framing.encode(message))
+
+    async def send_line(self, line: bytes) -> None:
+        """Queue an encoded message; waits while the client is slow to read."""
         cap = self.limits.outbound_per_connection
         while self._pending_bytes and self._pending_bytes + len(line) > cap and not self._broken:
             await self._room.wait()
@@ -126,6 +154,22 @@ class Connection:
         self._queue(line, event=True)
         return True
 
+    def has_room(self, size: int) -> bool:
+        """Whether a message of ``size`` bytes can be queued without waiting."""
+        return not self._pending_bytes or self._pending_bytes + size <= self.limits.outbound_per_connection
+
+    def send_now(self, line: bytes) -> None:
+        """Queue an encoded message at once (the caller checked ``has_room``);
+        a connection that is gone drops it."""
+        if not self._broken:
+            self._queue(line, event=False)
+
+    def close_output(self) -> None:
+        """Nothing more is sent: late answers (a commit that completes after
+        the client left) are dropped, never written to a reused descriptor."""
+        self._broken = True
+        self._try_write = None
+
     def notify_now(self, method: str, params: dict[str, Any]) -> None:
         """Queue a small notification past the bounds (``events.resync``):
         the client must learn why its stream ended."""
@@ -151,7 +195,9 @@ class Connection:
                 written, events = self._pending_bytes, self._event_bytes
                 # One write for everything queued meanwhile; the bytes stay
                 # counted until they are written.
+                self._writing = True
                 await self._sender(batch)
+                self._writing = False
                 del batch
                 self._pending_bytes -= written
                 self._event_bytes -= events
@@ -175,11 +221,13 @@ async def serve_messages(
     *,
     limits: ServerLimits,
     peer_pid: int | None = None,
+    try_write: TryWrite | None = None,
 ) -> None:
     """Serve JSON-RPC requests from ``messages`` until they end, answering
-    through ``sender``. Shared by the Unix-socket and WebSocket transports."""
+    through ``sender`` (and ``try_write``, when the transport has it). Shared
+    by the Unix-socket and WebSocket transports."""
     async with trio.open_nursery() as nursery:
-        connection = Connection(sender, nursery, limits=limits, peer_pid=peer_pid)
+        connection = Connection(sender, nursery, limits=limits, peer_pid=peer_pid, try_write=try_write)
         nursery.start_soon(connection._write_loop)
         limiter = trio.Semaphore(MAX_INFLIGHT)
         try:
@@ -200,11 +248,155 @@ async def serve_messages(
                     await connection.send(framing.error_response(None, error.to_error()))
                     await connection.drain(timeout=1.0)
                     break
-                await limiter.acquire()
-                nursery.start_soon(_serve_request, connection, router, message, limiter)
+                # A request holds one of the connection's 256 slots from here
+                # until it is answered, whichever way it is served.
+                try:
+                    limiter.acquire_nowait()
+                except trio.WouldBlock:
+                    await limiter.acquire()
+                request = _Request(connection, limiter)
+                if not request.serve_quickly(router, message):
+                    nursery.start_soon(request.serve, router)
         finally:
+            connection.close_output()
             connection.closed.set()
             nursery.cancel_scope.cancel()
+
+
+class _Request:
+    """One request line, from parsing to its answer."""
+
+    __slots__ = ("connection", "limiter", "id", "notification", "method", "params")
+
+    def __init__(self, connection: Connection, limiter: trio.Semaphore) -> None:
+        self.connection = connection
+        self.limiter = limiter
+        self.id: Any = None
+        # JSON-RPC: a notification is never answered, not even with an error
+        self.notification = False
+        self.method: Method | None = None
+        self.params: Params | None = None
+
+    def _parse(self, router: Router, line: bytes) -> None:
+        try:
+            message = framing.decode(line)
+        except msgspec.DecodeError as exc:
+            raise ParseError(f"request is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ParseError("request is nested too deeply to parse") from None
+        if isinstance(message, list):
+            raise InvalidRequest("batch requests are not supported; send one request per line")
+        if not isinstance(message, dict):
+            raise InvalidRequest("a request must be a JSON object")
+        request_id = message.get("id")
+        # JSON-RPC ids are strings, numbers or null; a boolean is none of them
+        # (though Python counts it as an int).
+        if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
+            raise InvalidRequest("id must be a string or an integer")
+        self.id = request_id
+        name = message.get("method")
+        if not isinstance(name, str):
+            raise InvalidRequest("a request needs a string method")
+        self.notification = "id" not in message
+        if message.get("jsonrpc", "2.0") != "2.0":
+            raise InvalidRequest('jsonrpc must be "2.0"')
+        method = router.methods.get(name)
+        if method is None:
+            raise MethodNotFound(f"unknown method {name!r}; the methods are listed in protocol/README.md", method=name)
+        self.params = method.decode(message.get("params"))
+        self.method = method
+
+    def serve_quickly(self, router: Router, line: bytes) -> bool:
+        """Parse and, where that cannot block, answer in the reader task.
+        False: the request needs a task (``serve``)."""
+        try:
+            self._parse(router, line)
+            quick = self.method.quick
+            if quick is None:
+                return False
+            result = quick(router, self.params, self.connection)
+            if result is SLOW:
+                return False
+        except AgentdError as exc:
+            return self._answer_now(None, exc)
+        except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the daemon
+            log.exception("request failed")
+            return self._answer_now(None, InternalError(f"agentd failed: {exc}"))
+        if isinstance(result, Later):
+            result.on_done(self._answer_later)
+            return True
+        return self._answer_now(result, None)
+
+    def _message(self, result: Any, error: BaseException | None) -> bytes:
+        if error is None:
+            return framing.encode(framing.response(self.id, result))
+        if not isinstance(error, AgentdError):
+            log.error("request failed", exc_info=error)
+            error = InternalError(f"agentd failed: {error}")
+        return framing.encode(framing.error_response(self.id, error.to_error()))
+
+    def _answer_now(self, result: Any, error: BaseException | None) -> bool:
+        """Answer from the reader task; a task answers instead when the
+        connection has no room (the reader never waits on a slow client)."""
+        if self.method is None and error is None:
+            return False  # not parsed: the task reports why
+        if self.notification:
+            self.limiter.release()
+            return True
+        line = self._message(result, error)
+        if self.connection.has_room(len(line)):
+            self.connection.send_now(line)
+            self.limiter.release()
+        else:
+            self.connection.start_soon(self._send, line)
+        return True
+
+    def _answer_later(self, result: Any, error: BaseException | None) -> None:
+        """A ``Later`` resolved, on the loop (outside any task of this connection)."""
+        connection = self.connection
+        if connection.closed.is_set() or self.notification:
+            self.limiter.release()
+            return
+        line = self._message(result, error)
+        if connection.has_room(len(line)):
+            connection.send_now(line)
+            self.limiter.release()
+        else:
+            try:
+                connection.start_soon(self._send, line)
+            except RuntimeError:  # the connection's nursery is closing: nobody to answer
+                self.limiter.release()
+
+    async def _send(self, line: bytes) -> None:
+        try:
+            await self.connection.send_line(line)
+        finally:
+            self.limiter.release()
+
+    async def serve(self, router: Router) -> None:
+        """Run the method's full handler in this task and answer."""
+        connection = self.connection
+        try:
+            try:
+                if self.method is None:
+                    raise InternalError("request was not parsed")  # pragma: no cover - serve_quickly parses first
+                result = await router.dispatch(self.method, self.params, connection)
+                follow_up = None
+                if isinstance(result, Then):
+                    result, follow_up = result.result, result.then
+                if not self.notification:
+                    await connection.send(framing.response(self.id, result))
+                if follow_up is not None:
+                    connection.start_soon(follow_up)
+            except AgentdError as exc:
+                if not self.notification:
+                    await connection.send(framing.error_response(self.id, exc.to_error()))
+            except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the daemon
+                log.exception("request failed")
+                if not self.notification:
+                    await connection.send(framing.error_response(self.id, InternalError(f"agentd failed: {exc}").to_error()))
+        finally:
+            self.limiter.release()
 
 
 def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int, int]:
@@ -245,63 +437,37 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
     async def send_lines(batch: list[bytes]) -> None:
         await stream.send_all(b"".join(batch))
 
-    lines = framing.LineReader(stream, budget=limits.inbound).lines()
+    fd = stream.socket.fileno()
+
+    def try_write(data: bytes) -> int:
+        # The socket is non-blocking (trio's); a full one raises BlockingIOError.
+        try:
+            return os.write(fd, data)
+        except BlockingIOError:
+            return 0
+
+    async def receive(max_bytes: int) -> bytes:
+        # Straight from the descriptor: trio's receive_some resumes a chain of
+        # frames per read, and the reader task reads once per request.
+        # Waiting first makes every read a schedule point, as receive_some's
+        # is: a client that floods quick requests cannot hold the loop.
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            try:
+                return os.read(fd, max_bytes)
+            except BlockingIOError:
+                continue
+            except OSError:  # reset by the peer: the end of its requests
+                return b""
+
+    lines = framing.LineReader(receive=receive, budget=limits.inbound)
     try:
-        await serve_messages(router, lines, send_lines, limits=limits, peer_pid=pid)
+        await serve_messages(router, lines, send_lines, limits=limits, peer_pid=pid, try_write=try_write)
     finally:
         limits.connections -= 1
         with trio.CancelScope(shield=True):
             await lines.aclose()
             await stream.aclose()
-
-
-async def _serve_request(connection: Connection, router: Router, line: bytes, limiter: trio.Semaphore) -> None:
-    request_id = None
-    notification = False  # JSON-RPC: a notification is never answered, not even with an error
-    try:
-        try:
-            message = framing.decode(line)
-        except msgspec.DecodeError as exc:
-            raise ParseError(f"request is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise ParseError("request is nested too deeply to parse") from None
-        if isinstance(message, list):
-            raise InvalidRequest("batch requests are not supported; send one request per line")
-        if not isinstance(message, dict):
-            raise InvalidRequest("a request must be a JSON object")
-        request_id = message.get("id")
-        # JSON-RPC ids are strings, numbers or null; a boolean is none of them
-        # (though Python counts it as an int).
-        if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
-            request_id = None
-            raise InvalidRequest("id must be a string or an integer")
-        name = message.get("method")
-        if not isinstance(name, str):
-            raise InvalidRequest("a request needs a string method")
-        notification = "id" not in message
-        if message.get("jsonrpc", "2.0") != "2.0":
-            raise InvalidRequest('jsonrpc must be "2.0"')
-        method = router.methods.get(name)
-        if method is None:
-            raise MethodNotFound(f"unknown method {name!r}; the methods are listed in protocol/README.md", method=name)
-        params = method.decode(message.get("params"))
-        result = await router.dispatch(method, params, connection)
-        follow_up = None
-        if isinstance(result, Then):
-            result, follow_up = result.result, result.then
-        if not notification:
-            await connection.send(framing.response(request_id, result))
-        if follow_up is not None:
-            connection.start_soon(follow_up)
-    except AgentdError as exc:
-        if not notification:
-            await connection.send(framing.error_response(request_id, exc.to_error()))
-    except Exception as exc:  # noqa: BLE001 - a bug must cost one request, not the daemon
-        log.exception("request failed")
-        if not notification:
-            await connection.send(framing.error_response(request_id, InternalError(f"agentd failed: {exc}").to_error()))
-    finally:
-        limiter.release()
 
 
 def _make_private_dirs(directory: Path) -> None:
@@ -393,7 +559,7 @@ async def serve_unix(path: Path, router: Router, *, limits: ServerLimits | None 
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o600)
-    sock.listen(128)
+    sock.listen(1024)  # many clients may connect at once (a burst of 256 is benchmarked)
     listener = trio.SocketListener(sock)
     try:
         async def handler(stream: trio.SocketStream) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from agentd.store.records import (
     AppThread, Checkpoint, CommandReceipt, ContextHandoff, ContextTransfer, SourcePoint, PlanArtifact, RuntimeRequest, ConversationMessage, Effect, Event, ExecutionNode, ProviderSession,
-    ProviderThread, ProviderTurn, Run, RunAttempt, RECORD_KINDS, encode_record,
+    ProviderThread, ProviderTurn, Run, RunAttempt, RECORD_KINDS, CHUNKED_MESSAGE_VERSION, encode_message_head, encode_record,
 )
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "records"
@@ -49,6 +49,12 @@ def main() -> None:
         if path.exists():
             continue
         path.write_bytes(encode_record(kind, record))
+        print("wrote", path)
+    # A streamed message's head: its text lives in message_text chunks.
+    path = OUT / f"messages.v{CHUNKED_MESSAGE_VERSION}.msgpack"
+    if not path.exists():
+        path.write_bytes(encode_message_head(ConversationMessage(
+            id="msg_streamed", thread_id="thr_fixture", run_id="run_fixture", role="assistant", status="complete")))
         print("wrote", path)
 
 

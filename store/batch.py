@@ -29,6 +29,7 @@ from .records import (
     Run,
     RunAttempt,
     RuntimeRequest,
+    encode_message_head,
     encode_record,
     kind_of,
 )
@@ -43,6 +44,12 @@ def index_key(*parts: str | int) -> bytes:
     for part in parts:
         out.append(part.to_bytes(8, "big") if isinstance(part, int) else part.encode())
     return SEP.join(out)
+
+
+def text_chunk_key(message_id: str, offset: int) -> bytes:
+    """Key of a streamed message's chunk: its id, NUL, the character offset
+    (8-byte big-endian, so a cursor reads the chunks in order)."""
+    return message_id.encode() + SEP + offset.to_bytes(8, "big")
 
 
 @dataclass
@@ -71,6 +78,17 @@ class WriteBatch:
         key = record.id.encode()
         self.ops.append((kind, key, encode_record(kind, record)))
         self._index(record)
+
+    def put_message_head(self, message: ConversationMessage) -> None:
+        """Store a streamed message without its text: its text is the chunks
+        ``append_text`` writes, so this never rewrites what was streamed."""
+        self.ops.append(("messages", message.id.encode(), encode_message_head(message)))
+        self._index(message)
+
+    def append_text(self, message_id: str, offset: int, text: str) -> None:
+        """Store ``text`` as the chunk of a streamed message at character
+        ``offset``: a flush writes only its new text (append-only)."""
+        self.ops.append(("message_text", text_chunk_key(message_id, offset), text.encode()))
 
     def put_all(self, *records: msgspec.Struct) -> None:
         for record in records:
@@ -165,6 +183,7 @@ DATABASES = (
     "effects",
     "checkpoints",
     "meta",
+    "message_text",
     "idx_thread_runs",
     "idx_open_runs",
     "idx_run_attempts",

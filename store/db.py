@@ -32,6 +32,7 @@ from .records import (
     RunAttempt,
     RuntimeRequest,
     decode_record,
+    is_message_head,
     kind_of,
 )
 from .writer import CommitResult, GroupCommitWriter
@@ -91,6 +92,10 @@ class Store:
         """Make ``batch`` durable (group commit); see GroupCommitWriter.commit."""
         return await self.writer.commit(batch)
 
+    def commit_soon(self, batch: WriteBatch, done: Callable[..., None]) -> None:
+        """Queue ``batch`` with no task waiting; see GroupCommitWriter.commit_soon."""
+        self.writer.commit_soon(batch, done)
+
     @property
     def last_seq(self) -> int:
         return self.writer.last_seq
@@ -110,7 +115,27 @@ class Store:
         kind = kind_of(cls)
         with self.env.begin() as txn:
             data = txn.get(record_id.encode(), db=self.dbs[kind])
-        return None if data is None else decode_record(kind, data)
+            return None if data is None else self._decode(txn, kind, data)
+
+    def _decode(self, txn: lmdb.Transaction, kind: str, data: bytes) -> Any:
+        """Decode a stored value; a streamed message gets its text back from
+        its chunks."""
+        record = decode_record(kind, data)
+        if kind == "messages" and is_message_head(data):
+            record = msgspec.structs.replace(record, text=self._message_text(txn, record.id))
+        return record
+
+    def _message_text(self, txn: lmdb.Transaction, message_id: str) -> str:
+        """The chunks of a streamed message, joined in offset order."""
+        prefix = message_id.encode() + SEP
+        cursor = txn.cursor(db=self.dbs["message_text"])
+        chunks = []
+        if cursor.set_range(prefix):
+            for key, value in cursor:
+                if not key.startswith(prefix):
+                    break
+                chunks.append(value)
+        return b"".join(chunks).decode()
 
     def _scan_index(self, index: str, prefix: bytes) -> list[tuple[bytes, bytes]]:
         with self.env.begin() as txn:
@@ -128,7 +153,7 @@ class Store:
         db = self.dbs[kind]
         with self.env.begin() as txn:
             values = [txn.get(i.encode(), db=db) for i in ids]
-        return [decode_record(kind, v) for v in values if v is not None]
+            return [self._decode(txn, kind, v) for v in values if v is not None]
 
     # -- typed reads ----------------------------------------------------------
 

@@ -88,7 +88,9 @@ class AppThread(Record, kw_only=True):
 
 class ConversationMessage(Record, kw_only=True):
     """A user or assistant message of a thread. Assistant text is written
-    coalesced: ``text`` grows by flushes while ``status`` is ``streaming``."""
+    coalesced and append-only: each flush stores only the new text as a chunk
+    (``message_text``), and the store joins the chunks back into ``text``
+    when the message is read (see ``encode_message_head``)."""
 
     thread_id: str
     run_id: str | None = None
@@ -453,6 +455,16 @@ class RecordDecodeError(Exception):
     """A stored value could not be decoded as its kind."""
 
 
+#: schema version of a stored ConversationMessage whose text is not inline
+#: but in its ``message_text`` chunks (a streamed assistant message); version
+#: 1 messages carry their whole text inline, as every agentd before wrote them
+CHUNKED_MESSAGE_VERSION = 2
+
+#: the highest version each kind may be stored with, where that is above the
+#: version ``encode_record`` writes
+_READABLE_VERSION = {"messages": CHUNKED_MESSAGE_VERSION}
+
+
 def encode_record(kind: str, record: msgspec.Struct) -> bytes:
     """Encode ``record`` as ``version byte + msgpack``."""
     version = RECORD_KINDS[kind][1]
@@ -465,7 +477,7 @@ def decode_record(kind: str, data: bytes | memoryview) -> Any:
     if not data:
         raise RecordDecodeError(f"empty value in {kind}")
     version = data[0]
-    if version > RECORD_KINDS[kind][1]:
+    if version > _READABLE_VERSION.get(kind, RECORD_KINDS[kind][1]):
         raise RecordDecodeError(
             f"{kind} record has schema version {version}, newer than this agentd understands"
         )
@@ -473,6 +485,20 @@ def decode_record(kind: str, data: bytes | memoryview) -> Any:
         return _decoders[kind].decode(data[1:])
     except msgspec.DecodeError as exc:
         raise RecordDecodeError(f"cannot decode {kind} record: {exc}") from exc
+
+
+def encode_message_head(message: ConversationMessage) -> bytes:
+    """Encode a streamed message without its text, as version 2: its text is
+    the concatenation of its ``message_text`` chunks, so a flush appends a
+    chunk and an update (a status) never rewrites what was streamed."""
+    if message.text:
+        message = msgspec.structs.replace(message, text="")
+    return bytes((CHUNKED_MESSAGE_VERSION,)) + _encoder.encode(message)
+
+
+def is_message_head(data: bytes | memoryview) -> bool:
+    """Whether a stored ``messages`` value is a head whose text is in chunks."""
+    return len(data) > 0 and data[0] == CHUNKED_MESSAGE_VERSION
 
 
 def to_wire(record: msgspec.Struct) -> dict[str, Any]:

@@ -6,6 +6,12 @@ one fsync, and then, back on the trio loop and in commit order, publishes the
 group's events and wakes each caller. py-lmdb binds a write transaction to the
 thread that began it, so begin→puts→commit always runs whole on that thread.
 
+Everything is encoded once, on the loop, before the hand-off: the writer
+thread gets ready key/value bytes, and only patches each event's ``seq`` (and
+the receipt's) into the bytes, since seqs are given in commit order there.
+Commits made in one pass of the trio scheduler reach the thread in one
+hand-off (one queue put, one wake-up), not one per batch.
+
 ``inline=True`` commits on the event loop instead. It exists for tests under
 ``MockClock(autojump_threshold=0)``: there a wait on a worker thread looks like
 idleness and would let virtual time jump past timeouts.
@@ -24,7 +30,7 @@ from typing import Callable
 import lmdb
 import trio
 
-from .batch import WriteBatch, index_key
+from .batch import SEP, WriteBatch
 from .errors import StoreError
 from .records import CommandReceipt, Event, encode_record
 
@@ -79,12 +85,52 @@ class CommitResult:
     seq: int
 
 
-@dataclass
+#: the ``seq`` an event or receipt is encoded with until the writer patches in
+#: its own: the largest uint64, so msgpack spells it in 9 fixed bytes (0xcf + 8)
+_SEQ_MARK = (1 << 64) - 1
+_SEQ_MARK_BYTES = b"\xcf" + _SEQ_MARK.to_bytes(8, "big")
+_RECEIPT_MARK = b"\xa3seq" + _SEQ_MARK_BYTES  # the receipt result's ``"seq": MARK``
+
+
+def _event_seq_offset() -> int:
+    """Where an encoded event keeps its seq: right after ``{"seq":`` and 0xcf
+    (``seq`` is the Event's first field, so the offset never varies)."""
+    sample = encode_record("events", Event(seq=_SEQ_MARK, type="x"))
+    offset = sample.index(_SEQ_MARK_BYTES)
+    assert offset == sample.index(b"\xa3seq") + 4, "seq must be the first field of an encoded Event"
+    return offset + 1
+
+
+_EVENT_SEQ_AT = _event_seq_offset()
+
+#: called on the loop when a batch is durable: (result, None) or (None, error)
+Done = Callable[["CommitResult | None", "BaseException | None"], None]
+
+
 class _Pending:
-    batch: WriteBatch
-    task: trio.lowlevel.Task | None = None  # parked until the batch is durable
-    result: CommitResult | None = None
-    error: BaseException | None = None
+    """One batch, encoded on the loop, on its way through the writer."""
+
+    __slots__ = ("batch", "ops", "events", "receipt", "task", "done", "result", "error")
+
+    def __init__(self, batch: WriteBatch, dbs: dict[str, object]) -> None:
+        self.batch = batch
+        #: (db handle, key, value or None for a delete)
+        self.ops = [(dbs[db], key, value) for db, key, value in batch.ops]
+        #: (encoded event with _SEQ_MARK, thread id)
+        self.events = [
+            (encode_record("events", Event(seq=_SEQ_MARK, type=d.type, thread_id=d.thread_id, run_id=d.run_id,
+                                           node_id=d.node_id, at=d.at, payload=d.payload)), d.thread_id)
+            for d in batch.events
+        ]
+        self.receipt: tuple[bytes, bytes] | None = None
+        if batch.receipt is not None:
+            command_id, method, result, at = batch.receipt
+            receipt = CommandReceipt(command_id=command_id, method=method, result={**result, "seq": _SEQ_MARK}, at=at)
+            self.receipt = (command_id.encode(), encode_record("receipts", receipt))
+        self.task: trio.lowlevel.Task | None = None  # parked until the batch is durable
+        self.done: Done | None = None  # or called back instead
+        self.result: CommitResult | None = None
+        self.error: BaseException | None = None
 
 
 def _refuse_cancel(_raise_cancel) -> trio.lowlevel.Abort:
@@ -123,6 +169,10 @@ class GroupCommitWriter:
         self._inline = inline
         self._max_group = max_group
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        #: batches committed in this scheduler pass, handed off together
+        self._outbox: list[_Pending] = []
+        self._handoff_task: trio.lowlevel.Task | None = None
+        self._handoff_parked = False
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -145,10 +195,14 @@ class GroupCommitWriter:
             self._thread.start()
         task_status.started()
         try:
-            await trio.sleep_forever()
+            await self._hand_off_loop()
         finally:
             self._closed = True
+            self._handoff_parked = False
             if self._thread is not None:
+                if self._outbox:
+                    self._queue.put(self._outbox)
+                    self._outbox = []
                 self._queue.put(_STOP)
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self._thread.join)
@@ -161,18 +215,58 @@ class GroupCommitWriter:
         """
         if self._closed:
             raise StoreError("the store is shutting down; nothing was written")
-        pending = _Pending(batch)
+        pending = self._prepare(batch)
         if self._inline:
             self._deliver([pending], self._apply_group([pending]))
             await trio.lowlevel.checkpoint()
         else:
             pending.task = trio.lowlevel.current_task()
-            self._queue.put(pending)
+            self._submit(pending)
             await trio.lowlevel.wait_task_rescheduled(_refuse_cancel)
         if pending.error is not None:
             raise pending.error
         assert pending.result is not None
         return pending.result
+
+    def commit_soon(self, batch: WriteBatch, done: Done) -> None:
+        """Make ``batch`` durable without a task waiting for it: ``done`` is
+        called on the loop with the result (or the StoreError), after the
+        batch's events are published. Synchronous: it only queues the batch.
+
+        Raises:
+            StoreError: the store is shutting down (nothing was queued).
+        """
+        if self._closed:
+            raise StoreError("the store is shutting down; nothing was written")
+        pending = self._prepare(batch)
+        pending.done = done
+        if self._inline:
+            self._deliver([pending], self._apply_group([pending]))
+        else:
+            self._submit(pending)
+
+    def _prepare(self, batch: WriteBatch) -> _Pending:
+        try:
+            return _Pending(batch, self._dbs)
+        except Exception as exc:  # noqa: BLE001 - an unknown database, an unencodable value
+            raise StoreError(f"cannot write this batch: {exc!r}; nothing of it was written") from exc
+
+    def _submit(self, pending: _Pending) -> None:
+        self._outbox.append(pending)
+        if self._handoff_parked:
+            # Runs after every task of this scheduler pass: one hand-off for all.
+            self._handoff_parked = False
+            trio.lowlevel.reschedule(self._handoff_task)
+
+    async def _hand_off_loop(self) -> None:
+        """Give the writer thread each pass's batches in one queue put."""
+        self._handoff_task = trio.lowlevel.current_task()
+        while True:
+            if self._outbox:
+                group, self._outbox = self._outbox, []
+                self._queue.put(group)
+            self._handoff_parked = True
+            await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.SUCCEEDED)
 
     # -- writer thread ------------------------------------------------------
 
@@ -182,7 +276,7 @@ class GroupCommitWriter:
             first = self._queue.get()
             if first is _STOP:
                 break
-            group = [first]
+            group = list(first)
             while len(group) < self._max_group:
                 try:
                     item = self._queue.get_nowait()
@@ -191,14 +285,14 @@ class GroupCommitWriter:
                 if item is _STOP:
                     stopping = True
                     break
-                group.append(item)
+                group.extend(item)
             results = self._apply_group(group)
             try:
                 self._token.run_sync_soon(self._deliver, group, results)
             except trio.RunFinishedError:  # pragma: no cover - loop gone mid-shutdown
                 return
 
-    def _apply_group(self, group: list[_Pending]) -> list[CommitResult | BaseException]:
+    def _apply_group(self, group: list[_Pending]) -> list[tuple[int, int] | BaseException]:
         """Write ``group`` in one transaction; if that fails, write each batch
         alone so one bad batch cannot fail its neighbours."""
         try:
@@ -207,7 +301,7 @@ class GroupCommitWriter:
             if len(group) == 1:
                 return [self._failure(exc)]
             log.warning("group commit of %d batches failed (%s); retrying one by one", len(group), exc)
-        results: list[CommitResult | BaseException] = []
+        results: list[tuple[int, int] | BaseException] = []
         for pending in group:
             try:
                 results.extend(self._write([pending]))
@@ -218,55 +312,59 @@ class GroupCommitWriter:
     def _failure(self, exc: BaseException) -> StoreError:
         return StoreError(describe_write_failure(exc, self._env.path()))
 
-    def _write(self, group: list[_Pending]) -> list[CommitResult]:
-        dbs = self._dbs
+    def _write(self, group: list[_Pending]) -> list[tuple[int, int]]:
+        """Apply ``group`` in one synced transaction; each batch's (first
+        seq, last seq) — its events are ``first..last``, in order."""
+        events_db = self._dbs["events"]
+        by_thread = self._dbs["idx_thread_events"]
+        receipts = self._dbs["receipts"]
         seq = self._last_seq
-        results = []
+        spans = []
         with self._env.begin(write=True) as txn:
+            put, delete = txn.put, txn.delete
             for pending in group:
-                batch = pending.batch
-                for db, key, value in batch.ops:
+                for db, key, value in pending.ops:
                     if value is None:
-                        txn.delete(key, db=dbs[db])
+                        delete(key, db=db)
                     else:
-                        txn.put(key, value, db=dbs[db])
-                events = []
-                for draft in batch.events:
+                        put(key, value, db=db)
+                first = seq + 1
+                for encoded, thread_id in pending.events:
                     seq += 1
-                    event = Event(
-                        seq=seq,
-                        type=draft.type,
-                        thread_id=draft.thread_id,
-                        run_id=draft.run_id,
-                        node_id=draft.node_id,
-                        at=draft.at,
-                        payload=draft.payload,
-                    )
-                    txn.put(seq.to_bytes(8, "big"), encode_record("events", event), db=dbs["events"])
-                    if draft.thread_id is not None:
-                        txn.put(index_key(draft.thread_id, seq), b"", db=dbs["idx_thread_events"])
-                    events.append(event)
-                if batch.receipt is not None:
-                    command_id, method, result, at = batch.receipt
-                    result = {**result, "seq": seq}
-                    receipt = CommandReceipt(command_id=command_id, method=method, result=result, at=at)
-                    txn.put(command_id.encode(), encode_record("receipts", receipt), db=dbs["receipts"])
-                results.append(CommitResult(events=events, seq=seq))
+                    key = seq.to_bytes(8, "big")
+                    value = bytearray(encoded)
+                    value[_EVENT_SEQ_AT:_EVENT_SEQ_AT + 8] = key
+                    put(key, value, db=events_db)
+                    if thread_id is not None:
+                        put(thread_id.encode() + SEP + key, b"", db=by_thread)
+                if pending.receipt is not None:
+                    command_id, encoded = pending.receipt
+                    at = encoded.rindex(_RECEIPT_MARK) + 5
+                    value = bytearray(encoded)
+                    value[at:at + 8] = seq.to_bytes(8, "big")
+                    put(command_id, value, db=receipts)
+                spans.append((first, seq))
         self._last_seq = seq
         self.transactions += 1
         self.batches_committed += len(group)
-        return results
+        return spans
 
     # -- back on the trio loop ------------------------------------------------
 
-    def _deliver(self, group: list[_Pending], results: list[CommitResult | BaseException]) -> None:
+    def _deliver(self, group: list[_Pending], results: list[tuple[int, int] | BaseException]) -> None:
         committed: list[Event] = []
         for pending, result in zip(group, results):
             if isinstance(result, BaseException):
                 pending.error = result
-            else:
-                pending.result = result
-                committed.extend(result.events)
+                continue
+            first, last = result
+            events = [
+                Event(seq=seq, type=d.type, thread_id=d.thread_id, run_id=d.run_id, node_id=d.node_id, at=d.at,
+                      payload=d.payload)
+                for seq, d in zip(range(first, last + 1), pending.batch.events)
+            ]
+            pending.result = CommitResult(events=events, seq=last)
+            committed.extend(events)
         if committed:
             try:
                 self._on_commit(committed)
@@ -275,3 +373,8 @@ class GroupCommitWriter:
         for pending in group:
             if pending.task is not None:
                 trio.lowlevel.reschedule(pending.task)
+            elif pending.done is not None:
+                try:
+                    pending.done(pending.result, pending.error)
+                except Exception:  # pragma: no cover - a caller's bug must not stop the others' wake-up
+                    log.exception("a commit callback failed")

@@ -19,7 +19,7 @@ from typing import Any
 from agentd.actors import artifacts, checkpointing, requests, rollback, run_control, steering, transfers
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
-from agentd.protocol.methods import Method, MethodTable
+from agentd.protocol.methods import Method, MethodTable, run_now
 from agentd.store.db import Store
 from agentd.store.records import Checkpoint, ConversationMessage, ExecutionNode, PlanArtifact, Run, RuntimeRequest
 
@@ -61,8 +61,13 @@ def by_checkpoint(store: Store, params: Any) -> str:
     return _owner_thread(store, Checkpoint, params.checkpoint_id, "checkpoint")
 
 
-def _daemon(name: str, params: type[wire.Params], handler: Any) -> Method:
-    return Method(name, params, "daemon", handler)
+def _daemon(name: str, params: type[wire.Params], handler: Any, *, quick: Any = None) -> Method:
+    return Method(name, params, "daemon", handler, quick=quick)
+
+
+def _read(name: str, params: type[wire.Params], handler: Any) -> Method:
+    """A daemon-owned method that never blocks: answered from the reader task."""
+    return _daemon(name, params, handler, quick=run_now(handler))
 
 
 def _thread(name: str, params: type[wire.Params], handler: Any, route: Any) -> Method:
@@ -71,7 +76,7 @@ def _thread(name: str, params: type[wire.Params], handler: Any, route: Any) -> M
 
 METHODS = MethodTable([
     # commands
-    _daemon("thread.create", wire.ThreadCreateParams, queries.thread_create),
+    _daemon("thread.create", wire.ThreadCreateParams, queries.thread_create, quick=queries.thread_create_quick),
     _thread("thread.message.send", wire.MessageSendParams, steering.message_send, by_thread),
     _thread("run.interrupt", wire.RunInterruptParams, run_control.run_interrupt, by_run),
     _thread("thread.stop", wire.ThreadStopParams, run_control.thread_stop, by_thread),
@@ -84,22 +89,22 @@ METHODS = MethodTable([
     _thread("user-input.respond", wire.UserInputRespondParams, requests.user_input_respond, by_request),
     _thread("plan.implement", wire.PlanImplementParams, artifacts.plan_implement, by_plan),
     _thread("thread.fork", wire.ThreadForkParams, transfers.thread_fork, by_thread),
-    _daemon("run.resume", wire.RunResumeParams, queries.run_resume),
+    _read("run.resume", wire.RunResumeParams, queries.run_resume),
     _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
     _thread("rollback.toRun", wire.RollbackToRunParams, rollback.rollback_to_run, by_thread),
     _thread("rollback.node", wire.RollbackNodeParams, rollback.rollback_node, by_node),
     # reads
-    _daemon("thread.list", wire.NoParams, queries.thread_list),
-    _daemon("thread.get", wire.ThreadGetParams, queries.thread_get),
-    _daemon("run.get", wire.RunGetParams, queries.run_get),
-    _daemon("thread.requests", wire.ThreadIdParams, queries.thread_requests),
-    _daemon("thread.transfers", wire.ThreadIdParams, queries.thread_transfers),
-    _daemon("handoff.get", wire.HandoffGetParams, queries.handoff_get),
-    _daemon("daemon.status", wire.NoParams, queries.daemon_status),
+    _read("thread.list", wire.NoParams, queries.thread_list),
+    _read("thread.get", wire.ThreadGetParams, queries.thread_get),
+    _read("run.get", wire.RunGetParams, queries.run_get),
+    _read("thread.requests", wire.ThreadIdParams, queries.thread_requests),
+    _read("thread.transfers", wire.ThreadIdParams, queries.thread_transfers),
+    _read("handoff.get", wire.HandoffGetParams, queries.handoff_get),
+    _read("daemon.status", wire.NoParams, queries.daemon_status),
     _daemon("providers.list", wire.NoParams, queries.providers_list),
-    _daemon("checkpoint.list", wire.ThreadIdParams, queries.checkpoint_list),
+    _read("checkpoint.list", wire.ThreadIdParams, queries.checkpoint_list),
     _daemon("checkpoint.diff", wire.CheckpointDiffParams, queries.checkpoint_diff),
     # events
     _daemon("events.subscribe", wire.SubscribeParams, subscriptions.subscribe),
-    _daemon("events.unsubscribe", wire.UnsubscribeParams, subscriptions.unsubscribe),
+    _read("events.unsubscribe", wire.UnsubscribeParams, subscriptions.unsubscribe),
 ])

@@ -30,6 +30,11 @@ async def thread_create(router: DaemonRouter, params: wire.ThreadCreateParams, _
     return await router.registry.create_thread(params, params.command_id)
 
 
+def thread_create_quick(router: DaemonRouter, params: wire.ThreadCreateParams, _conn: Connection) -> Any:
+    """``thread_create`` from the connection's reader task (see ``create_thread_quick``)."""
+    return router.registry.create_thread_quick(params, params.command_id)
+
+
 async def run_resume(router: DaemonRouter, params: wire.RunResumeParams, _conn: Connection) -> dict[str, Any]:
     """SPEC F12: execution is never resumed after a restart; say so plainly."""
     run = router.store.run(params.run_id)

@@ -45,6 +45,11 @@ def written(b: ThreadBatch) -> list[msgspec.Struct]:
     return [decode_record(db, value) for db, _key, value in b.ops if db in RECORD_KINDS and value is not None]
 
 
+def chunks(b: ThreadBatch) -> list[tuple[int, str]]:
+    """The streamed text ``b`` stores: (offset, text) of each message_text chunk."""
+    return [(int.from_bytes(key[-8:], "big"), value.decode()) for db, key, value in b.ops if db == "message_text"]
+
+
 def last(b: ThreadBatch, cls: type, record_id: str | None = None) -> Any:
     found = [r for r in written(b) if isinstance(r, cls) and (record_id is None or r.id == record_id)]
     assert found, f"no {cls.__name__} written"
@@ -142,13 +147,17 @@ def test_streamed_text_is_buffered_then_flushed_as_one_append():
     graph.flush_text(b, state)
     assert event_types(b) == ["message.appended"]
     assert (b.events[0].payload["offset"], b.events[0].payload["text"]) == (0, "Hello!")
-    assert open_message.pending == [] and open_message.record.text == "Hello!"
+    assert open_message.pending == [] and open_message.length == 6
+    assert chunks(b) == [(0, "Hello!")] and not written(b), "a flush stores its new text, not the message again"
     assert open_message.buffer(" more") == 6
 
     empty = batch(state)
     graph.item_completed(empty, state, ItemCompleted(attempt_id=active.attempt.id, item_id="m1", item_type="agent_message"))
     assert event_types(empty) == ["message.appended", "message.completed"]
-    assert last(empty, ConversationMessage).text == "Hello! more" and active.answered
+    assert chunks(empty) == [(6, " more")] and empty.events[-1].payload["length"] == 11
+    closed = last(empty, ConversationMessage)
+    assert (closed.status, closed.text) == ("complete", ""), "the head only: its text is in the chunks"
+    assert active.answered
 
 
 # -- the completion barrier -----------------------------------------------------------------
