@@ -147,6 +147,7 @@ async def daemon_status(router: DaemonRouter, _params: wire.NoParams, _conn: Con
         "uptime": trio.current_time() - router.started_at,
         "socket": router.socket_path,
         "websocket": router.websocket_url,
+        "web": router.web_url,
         "dataDir": str(store.path.parent),
         "lastSeq": store.last_seq,
         "loadedActors": router.registry.loaded,
