@@ -8,7 +8,11 @@ process — and any web page the person opens — can reach a loopback port:
 * every connection must present the token from ``<data-dir>/websocket.token``
   (a 0600 file), as ``Authorization: Bearer TOKEN`` or ``?token=TOKEN``;
 * a request with an ``Origin`` header (a browser) is refused unless that
-  origin is explicitly allowed.
+  origin is explicitly allowed — or, with the web console on (``--web``),
+  is the console's own origin.
+
+The port's HTTP front (protocol/http.py) hands upgrades to trio-websocket and
+answers other requests with the console's files, or 404 when it is off.
 """
 
 from __future__ import annotations

@@ -148,7 +148,11 @@ function render() {
   if (dirty.artifacts || dirty.runs.size) renderArtifacts(d);
   for (const id of dirty.messages) renderMessage(d, id);
   let order = false;
-  for (const id of dirty.runs) order = renderRun(d, id) || order;
+  for (const id of dirty.runs) {
+    const rd = d.runDetails.get(id);
+    if (rd?.fresh) { rd.fresh = false; view.expanded.add(id); }
+    order = renderRun(d, id) || order;
+  }
   if (order) placeRuns(d);
   if (dirty.checkpoints) for (const run of d.runs.values()) if (d.checkpointOf(run.id)) renderRun(d, run.id);
   renderComposerState(d);
@@ -437,7 +441,7 @@ function handoffButton(d, handoffId) {
 
 async function expandRun(d, runId, { load, open }) {
   if (open) view.expanded.add(runId); else view.expanded.delete(runId);
-  if (load && open && !d.runDetails.has(runId)) {
+  if (load && open && !d.runDetails.get(runId)?.loaded) {
     const result = await call('run.get', { runId }).catch(() => null);
     if (result) model.setRunGet(d.id, result);
   }
@@ -466,7 +470,7 @@ function confirmDialog(title, body, okLabel, action) {
   return new Promise((resolve) => {
     const dialog = $('confirm-dialog');
     $('confirm-title').textContent = title;
-    $('confirm-body').replaceChildren(...body);
+    $('confirm-body').replaceChildren(...body.flat());
     const ok = $('confirm-ok');
     ok.textContent = okLabel;
     ok.dataset.action = action;

@@ -23,8 +23,8 @@ function append(el, children) {
 }
 
 /** A labelled action button; `action` is also its data-action hook. */
-export function button(label, action, onclick, attrs = {}) {
-  return h('button', { type: 'button', dataset: { action, ...(attrs.dataset ?? {}) }, onclick, ...{ ...attrs, dataset: undefined } }, label);
+export function button(label, action, onclick, { dataset = {}, ...attrs } = {}) {
+  return h('button', { type: 'button', ...attrs, dataset: { action, ...dataset }, onclick }, label);
 }
 
 export function badge(status) {

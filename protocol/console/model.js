@@ -104,8 +104,17 @@ export class Model {
   // --- snapshots (answers of reads) ------------------------------------
 
   setThreads(threads) {
-    for (const t of threads) this.threads.set(t.id, { ...this.threads.get(t.id), ...t, lastActivity: this.threads.get(t.id)?.lastActivity ?? t.updatedAt });
+    for (const t of threads) this._putThread(t);
     this.dirty.list = this.dirty.listOrder = true;
+  }
+
+  /** Threads are updated in place: the list's rows hold these objects. */
+  _putThread(record, at = null) {
+    const have = this.threads.get(record.id);
+    if (have) Object.assign(have, record);
+    else this.threads.set(record.id, { ...record, lastActivity: at ?? record.updatedAt });
+    this.dirty.threads.add(record.id);
+    return this.threads.get(record.id);
   }
 
   detail(threadId) {
@@ -118,7 +127,7 @@ export class Model {
   setThreadGet(result) {
     const d = this.detail(result.thread.id);
     d.thread = result.thread;
-    this.threads.set(result.thread.id, { ...this.threads.get(result.thread.id), ...result.thread });
+    this._putThread(result.thread);
     for (const run of result.runs) this._putRun(d, run);
     for (const m of result.messages) this._putMessage(d, m);
     this.dirty.header = this.dirty.list = true;
@@ -132,6 +141,7 @@ export class Model {
     const rd = d.runDetails.get(result.run.id) ?? { attempts: new Map(), nodes: new Map() };
     for (const a of result.attempts) rd.attempts.set(a.id, a);
     for (const n of result.nodes) rd.nodes.set(n.id, n);
+    rd.loaded = true;
     d.runDetails.set(result.run.id, rd);
     for (const a of result.artifacts) d.artifacts.set(a.id, a);
     this.dirty.runs.add(result.run.id);
@@ -177,7 +187,7 @@ export class Model {
   _applyToList(ev) {
     const p = ev.payload ?? {};
     if (ev.type === 'thread.created' && p.thread) {
-      this.threads.set(p.thread.id, { ...p.thread, lastActivity: ev.at });
+      this._putThread(p.thread, ev.at);
       this.dirty.list = this.dirty.listOrder = true;
       return;
     }
@@ -217,6 +227,10 @@ export class Model {
       if (msg) { msg.status = p.status ?? 'not_sent'; this.dirty.messages.add(msg.id); }
     }
     if (p.run) this._putRun(d, p.run);
+    if (type === 'run.queued' && p.run && !d.runDetails.has(p.run.id)) {
+      // a run born while the thread is open: its graph is followed from its first event
+      d.runDetails.set(p.run.id, { attempts: new Map(), nodes: new Map(), loaded: false, fresh: true });
+    }
     if (p.runs) for (const run of p.runs) this._putRun(d, run);
     const rd = ev.runId ? d.runDetails.get(ev.runId) : null;
     if (rd) {
