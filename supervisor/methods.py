@@ -83,7 +83,7 @@ METHODS = MethodTable([
     _daemon("run.resume", wire.RunResumeParams, queries.run_resume),
     _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
     # reads
-    _daemon("thread.list", wire.NoParams, queries.thread_list),
+    _daemon("thread.list", wire.ThreadListParams, queries.thread_list),
     _daemon("thread.get", wire.ThreadGetParams, queries.thread_get),
     _daemon("run.get", wire.RunGetParams, queries.run_get),
     _daemon("thread.requests", wire.ThreadIdParams, queries.thread_requests),

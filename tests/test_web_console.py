@@ -148,6 +148,19 @@ async def test_f20_without_web_the_port_serves_no_page_and_no_page_origin(data_d
         await daemon.process.terminate()
 
 
+async def test_f20_thread_list_pages_newest_first_for_a_first_screen(web):
+    async with Client.connect(web.process.socket) as client:
+        made = [(await client.call("thread.create", title=f"t{i}"))["threadId"] for i in range(5)]
+        first = await client.call("thread.list", limit=2)
+        second = await client.call("thread.list", limit=2, before=first["next"])
+        last = await client.call("thread.list", limit=2, before=second["next"])
+        every = await client.call("thread.list")
+    assert [t["id"] for t in first["threads"]] == made[::-1][:2]
+    assert [t["id"] for t in second["threads"]] == made[::-1][2:4]
+    assert [t["id"] for t in last["threads"]] == made[:1] and last["next"] is None
+    assert [t["id"] for t in every["threads"]] == made and "next" not in every
+
+
 # --- in the browser ------------------------------------------------------------
 
 MODEL_CHECKS = """

@@ -84,10 +84,13 @@ async function connected() {
   try {
     if (!started) {
       model.lastSeq = (await conn.call('daemon.status')).lastSeq;
-      await subscribe();
-      model.setThreads((await conn.call('thread.list')).threads);
+      // Both after the seq is known: the subscription replays from it, the
+      // list is read no earlier, so nothing falls between them.
+      const [, first] = await Promise.all([subscribe(), conn.call('thread.list', { limit: FIRST_PAGE })]);
+      model.setThreads(first.threads);
       started = true;
       scheduleRender();
+      loadOlderThreads(first.next);
       app.providers = (await conn.call('providers.list')).providers;
       fillProviders();
       if (currentThreadId) openThread(currentThreadId);
@@ -98,6 +101,19 @@ async function connected() {
     app.connected = true;
   } catch (error) {
     showError(error);
+  }
+}
+
+/** The first screen of threads comes at once; the rest in pages behind it. */
+const FIRST_PAGE = 200;
+const PAGE = 2000;
+async function loadOlderThreads(before) {
+  while (before) {
+    const page = await conn.call('thread.list', { limit: PAGE, before }).catch(() => null);
+    if (!page) return;
+    model.setThreads(page.threads);
+    scheduleRender();
+    before = page.next;
   }
 }
 
