@@ -130,7 +130,7 @@ async def main_async(args: argparse.Namespace) -> int:
             stream_thread = (await client.call("thread.create", title="deltas"))["threadId"]
             thread_load(driver, f"{url}&thread={stream_thread}")
             driver.execute_script("agentdPerf.longTasks.length = 0")
-            text = "x" * args.deltas
+            text = ("lorem ipsum dolor sit amet " * args.deltas)[: args.deltas]  # prose: one code point per delta
             step = {"say": text, "chunks": args.deltas}
             t0 = time.perf_counter()
             await client.call("thread.message.send", threadId=stream_thread, text="@script\n" + json.dumps([step]))

@@ -162,7 +162,13 @@ function render() {
   if (dirty.header || dirty.transfers) renderHeader(d);
   if (dirty.requests) renderRequests(d);
   if (dirty.artifacts || dirty.runs.size) renderArtifacts(d);
-  for (const id of dirty.messages) renderMessage(d, id);
+  if (dirty.messages.size) {
+    // Read the scroll position before writing (one layout per frame, not one per message).
+    const box = $('messages');
+    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
+    for (const id of dirty.messages) renderMessage(d, id);
+    if (atBottom) box.scrollTop = box.scrollHeight;
+  }
   let order = false;
   for (const id of dirty.runs) {
     const rd = d.runDetails.get(id);
@@ -306,16 +312,13 @@ function messageElement(d, m) {
 function renderMessage(d, id) {
   const m = d.messages.get(id);
   if (!m) return;
-  const box = $('messages');
-  const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
   const el = view.messages.get(id);
-  if (!el) box.append(messageElement(d, m));
+  if (!el) $('messages').append(messageElement(d, m));
   else {
     const shown = el._text.length;
     if (m.text.length > shown) el._text.appendData(m.text.slice(shown)); // only the new text: no flicker
     if (el.dataset.status !== m.status) el.replaceWith(messageElement(d, m));
   }
-  if (atBottom) box.scrollTop = box.scrollHeight;
 }
 
 // requests: approvals and questions

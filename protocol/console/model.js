@@ -216,7 +216,7 @@ export class Model {
   _applyToDetail(d, ev) {
     const p = ev.payload ?? {};
     const type = ev.type;
-    if (d.thread) {
+    if (d.thread && (type.startsWith('run.') || type.startsWith('thread.'))) {
       Object.assign(d.thread, this.threads.get(d.id));
       this.dirty.header = true;
     }
@@ -233,7 +233,7 @@ export class Model {
     }
     if (p.runs) for (const run of p.runs) this._putRun(d, run);
     const rd = ev.runId ? d.runDetails.get(ev.runId) : null;
-    if (rd) {
+    if (rd && (p.attempt || p.node)) { // text events leave the graph as it is
       if (p.attempt) rd.attempts.set(p.attempt.id, p.attempt);
       if (p.node) rd.nodes.set(p.node.id, p.node);
       this.dirty.runs.add(ev.runId);
