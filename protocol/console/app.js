@@ -18,6 +18,13 @@ try {
 function mark(name) {
   performance.mark(name);
   perf.marks[name] = performance.now();
+  // also on <html>, so a script waiting on the DOM (scripts/bench_web.py) sees it
+  document.documentElement.setAttribute(`data-${name.replace(':', '-')}`, String(Math.round(perf.marks[name])));
+}
+
+/** Mark `name` once what was just drawn is on screen: after the next frame's layout and paint. */
+function markPainted(name, then = () => {}) {
+  requestAnimationFrame(() => setTimeout(() => { mark(name); then(); }, 0));
 }
 
 // --- token and connection ---------------------------------------------------
@@ -80,6 +87,7 @@ async function subscribe() {
 }
 
 async function connected() {
+  if (!started) mark('agentd:ws-open');
   setConn('open', 'Connected');
   try {
     if (!started) {
@@ -87,6 +95,7 @@ async function connected() {
       // Both after the seq is known: the subscription replays from it, the
       // list is read no earlier, so nothing falls between them.
       const [, first] = await Promise.all([subscribe(), conn.call('thread.list', { limit: FIRST_PAGE })]);
+      mark('agentd:threads-received');
       model.setThreads(first.threads);
       started = true;
       scheduleRender();
@@ -156,7 +165,7 @@ function render() {
     $('thread-count').textContent = `${model.threads.size.toLocaleString()} threads`;
   }
   if (dirty.list) list.render(dirty.listOrder ? null : dirty.threads);
-  if (!perf.marks['agentd:list-ready'] && started) mark('agentd:list-ready');
+  if (!perf.listPainting && started) { perf.listPainting = true; markPainted('agentd:list-ready'); }
   const d = currentThreadId && model.details.get(currentThreadId);
   if (!d || !d.thread || !view.root) return;
   if (dirty.header || dirty.transfers) renderHeader(d);
@@ -176,7 +185,6 @@ function render() {
     order = renderRun(d, id) || order;
   }
   if (order) placeRuns(d);
-  if (dirty.checkpoints) for (const run of d.runs.values()) if (d.checkpointOf(run.id)) renderRun(d, run.id);
   renderComposerState(d);
 }
 
@@ -189,25 +197,25 @@ async function openThread(id) {
   history.replaceState(null, '', `#thread=${id}`);
   list.select(id);
   const d = model.detail(id);
-  const started = performance.now();
+  const t0 = performance.now();
   let get;
   try {
     [get] = await Promise.all([
       call('thread.get', { threadId: id }),
       loadRequests(d),
-      call('checkpoint.list', { threadId: id }).then((r) => { for (const c of r.checkpoints) d.checkpoints.set(c.id, c); }),
+      call('checkpoint.list', { threadId: id }).then((r) => { for (const c of r.checkpoints) d.putCheckpoint(c); }),
       call('thread.transfers', { threadId: id }).then((r) => { for (const t of r.transfers) d.transfers.set(t.id, t); }),
     ]);
   } catch { return; }
   if (currentThreadId !== id) return;
+  perf.threadFetch = performance.now() - t0;
   model.setThreadGet(get);
   buildThreadView(d);
   const runs = d.runsInOrder();
   const recent = new Set(runs.slice(-3).map((r) => r.id));
   if (d.thread.activeRunId) recent.add(d.thread.activeRunId);
   for (const runId of recent) expandRun(d, runId, { load: true, open: runId === runs.at(-1)?.id });
-  perf.threadRender = performance.now() - started;
-  mark('agentd:thread-ready');
+  markPainted('agentd:thread-ready', () => { perf.threadRender = performance.now() - t0; });
 }
 
 async function loadRequests(d) {
@@ -237,18 +245,41 @@ function buildThreadView(d) {
   view.messages = new Map();
   view.runs = new Map();
   view.expanded = new Set();
-  const frag = document.createDocumentFragment();
-  for (const m of d.messages.values()) frag.append(messageElement(d, m));
-  $('messages').append(frag);
-  const runs = document.createDocumentFragment();
-  for (const run of d.runsInOrder()) runs.append(runElement(d, run));
-  $('runs').append(runs);
+  view.messageList = [...d.messages.values()];
+  view.firstMessage = view.messageList.length;
+  showEarlierMessages(d);
+  view.runList = d.runsInOrder();
+  view.firstRun = view.runList.length;
+  showEarlierRuns(d);
   renderHeader(d);
   renderRequests(d);
   renderArtifacts(d);
   renderComposerState(d);
   const box = $('messages');
   box.scrollTop = box.scrollHeight;
+}
+
+// A long thread draws its latest messages and runs; earlier ones come a page at a time.
+const VIEW_PAGE = 100;
+
+function showEarlierMessages(d) {
+  const from = Math.max(0, view.firstMessage - VIEW_PAGE);
+  const frag = document.createDocumentFragment();
+  if (from > 0) frag.append(button(`Show ${Math.min(VIEW_PAGE, from)} earlier messages (${from} more)`, 'earlier-messages', (e) => { e.target.remove(); showEarlierMessages(d); }, { class: 'earlier' }));
+  for (const m of view.messageList.slice(from, view.firstMessage)) frag.append(messageElement(d, m));
+  view.firstMessage = from;
+  view.hiddenMessages = new Set(view.messageList.slice(0, from).map((m) => m.id));
+  $('messages').prepend(frag);
+}
+
+function showEarlierRuns(d) {
+  const from = Math.max(0, view.firstRun - VIEW_PAGE);
+  const frag = document.createDocumentFragment();
+  if (from > 0) frag.append(h('li', {}, button(`Show ${Math.min(VIEW_PAGE, from)} earlier runs (${from} more)`, 'earlier-runs', (e) => { e.target.closest('li').remove(); showEarlierRuns(d); }, { class: 'earlier' })));
+  for (const run of view.runList.slice(from, view.firstRun)) frag.append(runElement(d, run));
+  view.firstRun = from;
+  view.firstRunOrdinal = view.runList[from]?.ordinal ?? 0;
+  $('runs').prepend(frag);
 }
 
 function threadLink(id, label) {
@@ -304,7 +335,8 @@ function messageElement(d, m) {
     h('div', { class: 'meta' }, m.role, ' ', h('span', { class: 'mstatus' }, m.status === 'complete' ? '' : m.status.replaceAll('_', ' '))),
     h('div', { class: 'text' }, text),
     m.status === 'not_sent' || m.status === 'cancelled' ? button('Send again', 'resend', () => send(d, m.text)) : null);
-  el._text = text;
+  el._body = el.querySelector('.text');
+  el._shown = m.text.length;
   view.messages.set(m.id, el);
   return el;
 }
@@ -313,11 +345,34 @@ function renderMessage(d, id) {
   const m = d.messages.get(id);
   if (!m) return;
   const el = view.messages.get(id);
+  if (!el && view.hiddenMessages.has(id)) return; // on an earlier page, drawn when that is shown
   if (!el) $('messages').append(messageElement(d, m));
   else {
-    const shown = el._text.length;
-    if (m.text.length > shown) el._text.appendData(m.text.slice(shown)); // only the new text: no flicker
+    if (m.text.length > el._shown) {
+      appendStreaming(el, m.text.slice(el._shown));
+      el._shown = m.text.length;
+    }
     if (el.dataset.status !== m.status) el.replaceWith(messageElement(d, m));
+  }
+}
+
+/**
+ * Add streamed text to a message without laying out what is already shown:
+ * the text goes into blocks of a paragraph each (or about 2,000 characters of
+ * one long paragraph, cut before a space), so a frame lays out only the last
+ * block. When the message ends it is drawn again as one text.
+ */
+const BLOCK = 2000;
+function appendStreaming(el, piece) {
+  for (const part of piece.split(/(?<=\n)/)) {
+    if (!el._block || el._blockEnded || (el._blockLength > BLOCK && /^\s/.test(part))) {
+      el._block = h('span', { class: 'block' });
+      el._body.append(el._block);
+      el._blockLength = 0;
+    }
+    el._block.append(document.createTextNode(part));
+    el._blockLength += part.length;
+    el._blockEnded = part.endsWith('\n');
   }
 }
 
@@ -473,14 +528,16 @@ function renderRun(d, runId) {
   const run = d.runs.get(runId);
   if (!run) return false;
   const old = view.runs.get(runId);
-  const el = runElement(d, run);
-  if (old) { old.replaceWith(el); return false; }
-  return true;
+  if (!old) return run.ordinal >= (view.firstRunOrdinal ?? 0);
+  old.replaceWith(runElement(d, run));
+  return false;
 }
 
 function placeRuns(d) {
   const box = $('runs');
-  for (const run of d.runsInOrder()) box.append(view.runs.get(run.id) ?? runElement(d, run));
+  for (const run of d.runsInOrder()) {
+    if (run.ordinal >= view.firstRunOrdinal || !view.firstRunOrdinal) box.append(view.runs.get(run.id) ?? runElement(d, run));
+  }
 }
 
 // dialogs

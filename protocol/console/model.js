@@ -74,6 +74,7 @@ export class ThreadDetail {
     this.requests = new Map();    // requestId -> RuntimeRequest
     this.artifacts = new Map();   // artifactId -> PlanArtifact
     this.checkpoints = new Map(); // checkpointId -> Checkpoint
+    this.runCheckpoints = new Map(); // runId -> its run checkpoint
     this.transfers = new Map();   // transferId -> ContextTransfer
     this.handoffs = new Map();    // handoffId -> ContextHandoff
   }
@@ -82,10 +83,14 @@ export class ThreadDetail {
     return [...this.runs.values()].sort((a, b) => a.ordinal - b.ordinal);
   }
 
+  /** Record a checkpoint; a run's own (kind run) is also indexed by its run. */
+  putCheckpoint(c) {
+    this.checkpoints.set(c.id, c);
+    if (c.runId && c.kind === 'run') this.runCheckpoints.set(c.runId, c);
+  }
+
   checkpointOf(runId) {
-    let found = null;
-    for (const c of this.checkpoints.values()) if (c.runId === runId && c.kind === 'run') found = c;
-    return found;
+    return this.runCheckpoints.get(runId) ?? null;
   }
 }
 
@@ -194,6 +199,9 @@ export class Model {
     const t = this.threads.get(ev.threadId);
     if (!t) return;
     t.lastActivity = ev.at;
+    // Text and graph events change nothing the list shows but the time, which
+    // the row picks up when it is next drawn: a streaming answer redraws no row.
+    if (!ev.type.startsWith('run.') && !ev.type.startsWith('thread.') && !(p.thread && p.thread.id === t.id)) return;
     const run = p.run;
     if (run && ev.type.startsWith('run.')) {
       if (ev.type === 'run.started' || ev.type === 'run.running' || ev.type === 'run.retrying') { t.status = 'running'; t.activeRunId = run.id; }
@@ -240,7 +248,7 @@ export class Model {
     }
     if (p.request) { d.requests.set(p.request.id, p.request); this.dirty.requests = true; }
     if (p.artifact) { d.artifacts.set(p.artifact.id, p.artifact); this.dirty.artifacts = true; }
-    if (p.checkpoint) { d.checkpoints.set(p.checkpoint.id, p.checkpoint); this.dirty.checkpoints = true; if (p.checkpoint.runId) this.dirty.runs.add(p.checkpoint.runId); }
+    if (p.checkpoint) { d.putCheckpoint(p.checkpoint); if (p.checkpoint.runId) this.dirty.runs.add(p.checkpoint.runId); }
     if (p.transfer) { d.transfers.set(p.transfer.id, p.transfer); this.dirty.transfers = true; }
     if (p.handoff) d.handoffs.set(p.handoff.id, p.handoff);
     if (type === 'thread.queue_held' || type === 'thread.queue_released' || type === 'thread.rolled_back') this.dirty.header = true;
