@@ -331,6 +331,27 @@ async def test_f6_fork_from_a_run_and_see_the_fork_under_its_parent(web, page):
 
 
 @needs_browser
+async def test_f20_the_thread_list_draws_its_first_page_and_loads_older_threads_at_its_end(web, page):
+    async with Client.connect(web.process.socket) as client:
+        made = [(await client.call("thread.create", title=f"thread {i}"))["threadId"] for i in range(230)]
+    page.open(web.url)
+    assert page.css("#thread-count").text == "200+ threads"
+    assert page.js("return document.querySelectorAll('.thread-row').length") < 60, "only the rows in view exist"
+    assert page.js("return document.querySelector('.thread-row').dataset.threadId") == made[-1], "newest first"
+    page.css("#thread-list").click()
+    from selenium.webdriver.common.keys import Keys
+
+    page.css(".thread-row").send_keys(Keys.END)  # the keyboard reaches the end of the list; the next page comes
+    page.wait_css("#thread-count", "all threads")
+    page.wait_js("return document.getElementById('thread-count').textContent === '230 threads'", "the older page")
+    opened = "return document.querySelector(`.thread[data-thread-id='${arguments[0]}']`)"
+    page.wait_js(opened, "the last thread of the first page opened", made[30])
+    page.css(f".thread-row[data-thread-id='{made[30]}']").send_keys(Keys.END)
+    page.wait_js(opened, "the oldest thread opened", made[0])
+    page.shot("list-paged")
+
+
+@needs_browser
 async def test_f14_roll_back_names_what_it_undoes_before_it_asks_the_daemon(web, page):
     thread_id = await new_thread(web, "roll me back")
     async with Client.connect(web.process.socket) as client:

@@ -99,7 +99,7 @@ async function connected() {
       model.setThreads(first.threads);
       started = true;
       scheduleRender();
-      loadOlderThreads(first.next);
+      olderThreads = first.next;
       app.providers = (await conn.call('providers.list')).providers;
       fillProviders();
       if (currentThreadId) openThread(currentThreadId);
@@ -113,16 +113,23 @@ async function connected() {
   }
 }
 
-/** The first screen of threads comes at once; the rest in pages behind it. */
+/** The list pages: the newest threads come at once, older ones as the list is scrolled to its end. */
 const FIRST_PAGE = 200;
-const PAGE = 2000;
-async function loadOlderThreads(before) {
-  while (before) {
-    const page = await conn.call('thread.list', { limit: PAGE, before }).catch(() => null);
-    if (!page) return;
+const PAGE = 1000;
+let olderThreads = null; // the `before` of the next page, null when all are here
+let loadingOlder = false;
+async function loadOlderThreads() {
+  if (!olderThreads || loadingOlder) return;
+  loadingOlder = true;
+  try {
+    const page = await conn.call('thread.list', { limit: PAGE, before: olderThreads });
     model.setThreads(page.threads);
+    olderThreads = page.next;
     scheduleRender();
-    before = page.next;
+  } catch (error) {
+    showError(error);
+  } finally {
+    loadingOlder = false;
   }
 }
 
@@ -154,7 +161,7 @@ function scheduleRender() {
   if (!frame) frame = requestAnimationFrame(render);
 }
 
-const list = new ThreadList($('thread-list'), $('thread-list-spacer'), { onOpen: (id) => openThread(id) });
+const list = new ThreadList($('thread-list'), $('thread-list-spacer'), { onOpen: (id) => openThread(id), onNearEnd: () => loadOlderThreads() });
 
 function render() {
   frame = 0;
@@ -162,7 +169,7 @@ function render() {
   model.resetDirty();
   if (dirty.listOrder) {
     list.setRows(listOrder(model.threads));
-    $('thread-count').textContent = `${model.threads.size.toLocaleString()} threads`;
+    $('thread-count').textContent = `${model.threads.size.toLocaleString()}${olderThreads ? '+' : ''} threads`;
   }
   if (dirty.list) list.render(dirty.listOrder ? null : dirty.threads);
   if (!perf.listPainting && started) { perf.listPainting = true; markPainted('agentd:list-ready'); }

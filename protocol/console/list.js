@@ -33,10 +33,11 @@ export function listOrder(threads) {
 }
 
 export class ThreadList {
-  constructor(container, spacer, { onOpen }) {
+  constructor(container, spacer, { onOpen, onNearEnd }) {
     this.container = container;
     this.spacer = spacer;
     this.onOpen = onOpen;
+    this.onNearEnd = onNearEnd;
     this.rows = [];
     this.selectedId = null;
     this.rendered = new Map(); // index -> element
@@ -63,6 +64,7 @@ export class ThreadList {
     const first = Math.max(0, Math.floor(top / ROW_HEIGHT) - 5);
     const last = Math.min(this.rows.length, Math.ceil((top + this.container.clientHeight) / ROW_HEIGHT) + 5);
     for (const [i, el] of this.rendered) if (i < first || i >= last) { el.remove(); this.rendered.delete(i); }
+    if (last > this.rows.length - 50) this.onNearEnd?.();
     for (let i = first; i < last; i++) if (!this.rendered.has(i)) {
       const el = this.row(this.rows[i], i);
       this.rendered.set(i, el);
@@ -105,6 +107,7 @@ export class ThreadList {
 
   move(delta) {
     if (!this.rows.length) return;
+    if (delta === Infinity) this.onNearEnd?.();
     const i = this.index.get(this.selectedId);
     const next = Math.max(0, Math.min(this.rows.length - 1, i === undefined ? 0 : i + delta));
     const id = this.rows[next].thread.id;
