@@ -55,6 +55,7 @@ class Page:
     def __init__(self, driver: Any, name: str) -> None:
         self.driver = driver
         self.folder = ARTIFACTS / name
+        shutil.rmtree(self.folder, ignore_errors=True)  # only this run's steps
         self.folder.mkdir(parents=True, exist_ok=True)
         self.step = 0
 

@@ -396,6 +396,8 @@ async def test_f12_sigkill_and_restart_with_the_page_open_reconnects_and_shows_t
         run = page.wait_css(f".run[data-run-id='{run_id}'][data-status='interrupted']", "the run interrupted")
         assert "daemon_restart" in run.text
         page.wait_css(".node[data-kind='tool'][data-status='incomplete']", "the tool incomplete")
+        page.wait_css(f".run[data-run-id='{run_id}'] .attempt[data-status='interrupted']", "the attempt interrupted")
+        assert page.js("return document.querySelector('.msg[data-role=user]').dataset.status") == "complete", "the message was sent" 
         assert "incomplete history" in page.css(".node[data-kind='tool'] .summary").text
         page.wait_css(f".thread-row[data-thread-id='{thread_id}'][data-status='idle']")
         texts = page.js("return [...document.querySelectorAll('.msg[data-role=assistant]')].map(e => [e.querySelector('.text').textContent, e.dataset.status])")

@@ -138,11 +138,23 @@ function notified(method, params) {
     if (params.subscriptionId !== app.subscriptionId) return;
     const outcome = model.apply(params);
     if (outcome === 'gap') { subscribe().catch(showError); return; }
-    if (outcome === 'applied') childRequest(params);
+    if (outcome === 'applied') { childRequest(params); settleRun(params); }
     scheduleRender();
   } else if (method === 'events.resync' && params.subscriptionId === app.subscriptionId) {
     subscribe().catch(showError);
   }
+}
+
+/**
+ * When a run ends, read its graph once more: an end after a restart closes
+ * attempts without an event of their own, and the view must show them as stored.
+ */
+function settleRun(ev) {
+  const run = ev.payload?.run;
+  if (!run || !TERMINAL.has(run.status) || !ev.type.startsWith('run.')) return;
+  const d = model.details.get(ev.threadId);
+  if (!d?.runDetails.has(run.id)) return;
+  conn.call('run.get', { runId: run.id }).then((result) => { model.setRunGet(d.id, result); scheduleRender(); }, () => {});
 }
 
 /** A delegated child's approval or question is shown on its parent too. */
@@ -192,7 +204,7 @@ function render() {
     order = renderRun(d, id) || order;
   }
   if (order) placeRuns(d);
-  renderComposerState(d);
+  if (dirty.listOrder) renderComposerState(d); // the forks to merge back change only with the threads
 }
 
 // --- the thread view ----------------------------------------------------------

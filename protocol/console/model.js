@@ -235,6 +235,11 @@ export class Model {
       if (msg) { msg.status = p.status ?? 'not_sent'; this.dirty.messages.add(msg.id); }
     }
     if (p.run) this._putRun(d, p.run);
+    if (type === 'run.started' && p.run?.userMessageId) {
+      // the turn took the user's message: it was sent (no message event says so)
+      const msg = d.messages.get(p.run.userMessageId);
+      if (msg && msg.status === 'queued') { msg.status = 'complete'; this.dirty.messages.add(msg.id); }
+    }
     if (type === 'run.queued' && p.run && !d.runDetails.has(p.run.id)) {
       // a run born while the thread is open: its graph is followed from its first event
       d.runDetails.set(p.run.id, { attempts: new Map(), nodes: new Map(), loaded: false, fresh: true });
