@@ -205,6 +205,7 @@ export class Model {
     const run = p.run;
     if (run && ev.type.startsWith('run.')) {
       if (ev.type === 'run.started' || ev.type === 'run.running' || ev.type === 'run.retrying') { t.status = 'running'; t.activeRunId = run.id; }
+      if (ev.type === 'run.queued' && run.provider) t.provider = run.provider; // a switch moves the thread from this run on
       else if (ev.type === 'run.waiting') { t.status = 'waiting'; t.activeRunId = run.id; }
       else if (TERMINAL.has(run.status) && t.activeRunId === run.id) { t.status = 'idle'; t.activeRunId = null; }
     }
