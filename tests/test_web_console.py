@@ -387,6 +387,26 @@ async def test_f13_f5_view_a_checkpoint_diff_and_switch_provider_to_see_the_hand
 
 
 @needs_browser
+async def test_f16_todo_list_and_implementing_a_proposed_plan_from_the_page(web, page):
+    thread_id = await new_thread(web, "plans")
+    page.open(web.thread_url(thread_id))
+    type_and_send(page, script(
+        {"plan": [{"step": "read the code", "status": "completed"}, {"step": "write the fix", "status": "in_progress"}]},
+        {"proposePlan": "# Fix it\n1. change the parser"},
+    ))
+    page.wait_css(".run[data-ordinal='1'][data-status='completed']", "the run completed")
+    todo = page.wait_css(".todo", "the todo list").text
+    assert "☑ read the code" in todo and "write the fix" in todo
+    plan = page.wait_css(".plan[data-status='proposed']", "the proposed plan")
+    assert "change the parser" in plan.text
+    page.shot("plan-proposed")
+    plan.find_element("css selector", "button[data-action='implement']").click()
+    page.wait_css(".plan[data-status='implemented']", "the plan implemented")
+    page.wait_css(".run[data-ordinal='2']", "the run that implements it")
+    page.shot("plan-implemented")
+
+
+@needs_browser
 async def test_f7_merge_back_a_fork_from_the_composer(web, page):
     thread_id = await new_thread(web, "merge target")
     async with Client.connect(web.process.socket) as client:

@@ -446,9 +446,13 @@ function renderArtifacts(d) {
   const box = $('artifacts');
   if (!box) return;
   const all = [...d.artifacts.values()];
-  const todos = all.filter((a) => a.kind === 'todo_list' && !a.nodeId || a.kind === 'todo_list' && a.status === 'active');
+  // root todo lists are the progress view; a child's stay under its node
+  const rootOf = (a) => !a.nodeId || a.nodeId === d.runs.get(a.runId)?.rootNodeId;
+  const todos = all.filter((a) => a.kind === 'todo_list' && rootOf(a));
   const latestTodo = todos.sort((a, b) => a.updatedAt - b.updatedAt).at(-1);
-  const plans = all.filter((a) => a.kind === 'proposed_plan');
+  // plans still to decide on, and the latest one whatever became of it
+  const proposed = all.filter((a) => a.kind === 'proposed_plan').sort((a, b) => a.createdAt - b.createdAt);
+  const plans = proposed.filter((a, i) => a.status === 'proposed' || i === proposed.length - 1);
   box.replaceChildren(...[
     latestTodo ? h('div', { class: 'todo', dataset: { artifactId: latestTodo.id, runId: latestTodo.runId } },
       h('strong', {}, `Todo (${latestTodo.status})`),
