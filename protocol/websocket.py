@@ -174,9 +174,14 @@ async def serve_websocket(
                 await http.send_response(stream, *pages.respond(head))
                 return
             async with trio.open_nursery() as nursery:
-                request = await trio_websocket.wrap_server_stream(
-                    nursery, http.ReplayStream(stream, head_bytes), max_message_size=framing.MAX_LINE)
-                await handle_websocket(request)
+                # A handshake wsproto refuses is answered (400) by its reader
+                # task and never becomes a request: bounded, as the head was.
+                request = None
+                with trio.move_on_after(http.HEAD_TIMEOUT):
+                    request = await trio_websocket.wrap_server_stream(
+                        nursery, http.ReplayStream(stream, head_bytes), max_message_size=framing.MAX_LINE)
+                if request is not None:
+                    await handle_websocket(request)
                 nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio_websocket.ConnectionClosed):
             pass
