@@ -52,6 +52,8 @@ async def read_head(stream: trio.abc.ReceiveStream) -> bytes:
             if not chunk:
                 return b""
             data += chunk
+    if data.index(b"\r\n\r\n") > MAX_HEAD:
+        raise HeadTooLong()
     return data
 
 

@@ -125,6 +125,28 @@ async def test_f20_the_console_is_served_on_the_websocket_port_and_its_origin_on
         assert await ws_status(web.port, web.token, f"http://127.0.0.1:{web.port + 1}") == 403
 
 
+async def raw_exchange(port: int, data: bytes) -> bytes:
+    """Send ``data`` and read until the daemon closes the connection."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(data)
+        out = b""
+        while chunk := await stream.receive_some(65536):
+            out += chunk
+    return out
+
+
+async def test_f20_bad_requests_on_the_port_get_an_http_error_and_are_closed(web):
+    with trio.fail_after(30):
+        refused = await raw_exchange(web.port, b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+        assert refused.startswith(b"HTTP/1.1 400"), refused
+        assert (await raw_exchange(web.port, b"\x16\x03\x01 not http\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        too_long = b"GET / HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n"
+        assert (await raw_exchange(web.port, too_long)).startswith(b"HTTP/1.1 431")
+        status, headers, _ = await http_get(web.port, "/app.js")
+        assert status == 200, "the port still serves"
+
+
 async def test_f20_agentd_web_prints_the_url_with_the_token_in_the_fragment(web):
     printed = (await run_cli(web.process, "web", "--no-open")).stdout.decode().strip()
     assert printed == web.url
