@@ -323,18 +323,28 @@ async def test_f10_stop_a_run_from_the_page(web, page):
     type_and_send(page, script({"say": "working"}, {"tool": {"name": "build", "hang": True}}))
     page.wait_css(".run[data-status='running']", "the run running")
     page.wait_css(".node[data-kind='tool'][data-status='running']", "the tool running")
+    type_and_send(page, "and then this")  # queued behind the running one
+    page.wait_css(".run[data-ordinal='2'][data-status='queued']", "the second run queued")
     page.shot("running")
     stop = page.css(".thread-head button[data-action='stop']")
     assert stop.text == "Stop"
     stop.click()
-    page.wait_css(".run[data-status='interrupted']", "the run interrupted")
-    page.wait_css(".thread-row[data-thread-id='%s'][data-status='idle']" % thread_id, "the thread idle in the list")
-    page.shot("stopped")
+    page.wait_css(".run[data-ordinal='1'][data-status='interrupted']", "the run interrupted")
+    page.wait_css(f".thread-row[data-thread-id='{thread_id}'][data-queue-held='true']", "the queue held in the list")
+    assert page.js("return document.querySelector('.run[data-ordinal=\"2\"]').dataset.status") == "queued", "held, not started"
+    page.shot("stopped-queue-held")
+    page.click(".thread-head button[data-action='release-queue']")
+    page.wait_css(".run[data-ordinal='2'][data-status='completed']", "the held run released and done")
+    page.wait_css(f".thread-row[data-thread-id='{thread_id}'][data-status='idle']:not([data-queue-held])", "the thread idle in the list")
+    page.shot("released")
 
 
 @needs_browser
 async def test_f6_fork_from_a_run_and_see_the_fork_under_its_parent(web, page):
     thread_id = await new_thread(web, "parent")
+    async with Client.connect(web.process.socket) as client:
+        child = (await client.call("thread.create", title="delegated", parentThreadId=thread_id,
+                                   relationship="delegated_task", createdBy="agent"))["threadId"]
     other = await new_thread(web, "a later thread")  # newer roots list first: the fork must still follow its parent
     page.open(web.thread_url(thread_id))
     type_and_send(page, "remember alpha")
@@ -343,8 +353,9 @@ async def test_f6_fork_from_a_run_and_see_the_fork_under_its_parent(web, page):
     fork_id = page.wait_js("const t = document.querySelector('.thread')?.dataset.threadId; return t !== arguments[0] && t", "the fork opened", thread_id)
     page.wait_css(f".thread-row[data-thread-id='{fork_id}'][data-parent-thread-id='{thread_id}']", "the fork in the list")
     order = page.js("return [...document.querySelectorAll('.thread-row')].sort((a, b) => a.offsetTop - b.offsetTop).map(e => e.dataset.threadId)")
-    assert order.index(fork_id) == order.index(thread_id) + 1, order
+    assert order[order.index(thread_id) + 1:order.index(thread_id) + 3] == [child, fork_id], order
     assert order.index(other) < order.index(thread_id)
+    assert "delegated task" in page.css(f".thread-row[data-thread-id='{child}']").text
     assert "fork of" in page.css(".lineage").text and "parent" in page.css(".lineage").text
     page.shot("fork-under-parent")
     async with Client.connect(web.process.socket) as client:
