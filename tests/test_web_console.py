@@ -340,6 +340,28 @@ async def test_f10_stop_a_run_from_the_page(web, page):
 
 
 @needs_browser
+async def test_f3_restart_the_active_run_from_the_composer_and_see_both_attempts(web, page):
+    from selenium.webdriver.support.select import Select
+
+    thread_id = await new_thread(web, "restart me")
+    page.open(web.thread_url(thread_id))
+    type_and_send(page, script({"tool": {"name": "slow", "hang": True}}))
+    run_id = page.wait_js("return document.querySelector('.run[data-status=running]')?.dataset.runId", "the run running")
+    page.wait_css(".node[data-kind='tool'][data-status='running']", "the tool running")
+    Select(page.css("#composer-mode")).select_by_value("restart_active")
+    type_and_send(page, "plain now")
+    page.wait_css(f".run[data-run-id='{run_id}'][data-status='completed']", "the same run completed")
+    attempts = page.wait_js(
+        "const a = [...document.querySelectorAll(`.run[data-run-id='${arguments[0]}'] .attempt`)];"
+        "return a.length === 2 && a.map(e => [e.dataset.status, e.textContent.includes('steering restart')])", "both attempts", run_id)
+    assert attempts == [["interrupted", False], ["completed", True]]
+    assert page.js("return document.querySelectorAll('.run').length") == 1, "a restart is a new attempt, not a new run"
+    page.wait_js("return [...document.querySelectorAll('.msg .text')].some(e => e.textContent === 'You said: plain now')", "the answer")
+    assert page.css("#composer-mode").get_attribute("value") == "auto", "the next message starts or queues again"
+    page.shot("restarted")
+
+
+@needs_browser
 async def test_f6_fork_from_a_run_and_see_the_fork_under_its_parent(web, page):
     thread_id = await new_thread(web, "parent")
     async with Client.connect(web.process.socket) as client:
