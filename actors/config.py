@@ -8,6 +8,7 @@ interrupt_grace = 10          # seconds a provider may take to honour an interru
 unsupported_interrupt = "interrupted"   # or "cancelled": runs stopped because the provider cannot interrupt
 websocket_port = 7311         # also serve on ws://127.0.0.1:7311/ (token in <data-dir>/websocket.token)
 websocket_origins = []        # browser origins allowed to connect
+web = false                   # serve the web console on the WebSocket's port (default port 7311)
 allow_broad_workspaces = false  # let / or the home folder itself be a workspace
 handoff_max_chars = 32000     # cap on a context handoff's text (what is dropped is recorded)
 handoff_max_bridges = 3       # delta handoffs in a row before a fresh provider thread
@@ -91,6 +92,8 @@ class DaemonSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     websocket_port: Port | None = None
     #: browser origins allowed to use the WebSocket (none by default)
     websocket_origins: list[str] = []
+    #: serve the web console on the WebSocket's port (7311 unless websocket_port says otherwise)
+    web: bool = False
     #: allow ``/`` and the home folder itself as a thread's workspace
     allow_broad_workspaces: bool = False
     #: characters a ContextHandoff's text may have; older runs are dropped first (SPEC F5)

@@ -36,13 +36,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def on_ready(daemon) -> None:
         url = daemon.router.websocket_url
         print(f"agentd {os.getpid()} listening on {where.socket}" + (f" and {url}" if url else ""), file=sys.stderr, flush=True)
+        if daemon.router.web_url:
+            print(f"web console: {daemon.router.web_url} (`agentd web` prints its URL with the token)", file=sys.stderr, flush=True)
         if args.ready_fd is not None:
             os.write(args.ready_fd, b"ready\n")
             os.close(args.ready_fd)
 
     try:
         options = DaemonOptions(paths=where, config=config, idle_timeout=args.idle_timeout,
-                                websocket_port=args.websocket_port, lifeline_fd=_take_lifeline())
+                                websocket_port=args.websocket_port, web=args.web, lifeline_fd=_take_lifeline())
         trio.run(run_daemon, options, on_ready)
     except BaseException as exc:  # noqa: BLE001 - the one error a start can end with
         error = sole_error(exc)

@@ -11,6 +11,7 @@
     agentd fork THREAD [--from RUN|latest] [--side] | lineage THREAD | handoff HANDOFF
     agentd checkpoints THREAD | diff CHECKPOINT|RUN [--base CHECKPOINT|RUN] | restore CHECKPOINT
     agentd rollback THREAD ORDINAL [--yes]
+    agentd web [--no-open]           the web console's URL (`agentd serve --web` serves it)
 
 This module is the parser and the one place errors become exit codes
 (common.py says which); the commands live by job in commands_*.py and
@@ -34,6 +35,7 @@ from .render import render_tree
 from .stream import cmd_send, stream_run
 
 from .lineage_cmds import add_lineage_commands
+from .web_cmd import add_web_command
 
 #: ``render_tree`` and ``stream_run`` stay importable from here, as before the split
 __all__ = ["build_parser", "main", "render_tree", "stream_run"]
@@ -89,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ready-fd", type=int, metavar="FD", help="write 'ready' to this descriptor once listening")
     p.add_argument("--idle-timeout", type=float, metavar="SECONDS", help="how long an idle provider session lives (default 600)")
     p.add_argument("--websocket-port", type=int, metavar="PORT", help="also serve on ws://127.0.0.1:PORT/ (0: any free port)")
+    p.add_argument("--web", action="store_true",
+                   help="also serve the web console on the WebSocket's port (default port 7311); `agentd web` opens it")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
     p.set_defaults(fn=cmd_serve)
 
@@ -189,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rollback_command(sub, results)
 
     add_lineage_commands(sub, results=results)
+    add_web_command(sub, results)
     return parser
 
 

@@ -8,7 +8,11 @@ process — and any web page the person opens — can reach a loopback port:
 * every connection must present the token from ``<data-dir>/websocket.token``
   (a 0600 file), as ``Authorization: Bearer TOKEN`` or ``?token=TOKEN``;
 * a request with an ``Origin`` header (a browser) is refused unless that
-  origin is explicitly allowed.
+  origin is explicitly allowed — or, with the web console on (``--web``),
+  is the console's own origin.
+
+The port's HTTP front (protocol/http.py) hands upgrades to trio-websocket and
+answers other requests with the console's files, or 404 when it is off.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 import trio
 import trio_websocket
 
-from . import framing
+from . import framing, http
 from .limits import ServerLimits
 from .server import Router, serve_messages
 
@@ -96,15 +100,26 @@ async def serve_websocket(
     token: str,
     allowed_origins: Iterable[str] = (),
     limits: ServerLimits | None = None,
+    console: bool = False,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; ``task_status.started(port)`` with the bound port.
-    ``limits`` are shared with the daemon's other transports."""
-    check_loopback(host)
-    allowed = frozenset(allowed_origins)
-    limits = limits or ServerLimits.for_this_process()
+    ``limits`` are shared with the daemon's other transports.
 
-    async def handler(request: trio_websocket.WebSocketRequest) -> None:
+    With ``console`` the same port serves the web console (``GET /``, see
+    protocol/http.py), and the console's own origin (``http://HOST:PORT``,
+    ``http://localhost:PORT``) passes the Origin check; every other origin
+    still needs ``allowed_origins``."""
+    check_loopback(host)
+    limits = limits or ServerLimits.for_this_process()
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound = listeners[0].socket.getsockname()[1]
+    files = await trio.to_thread.run_sync(http.load_console) if console else None
+    pages = http.Console(files, host=host, port=bound)
+    allowed = frozenset(allowed_origins) | (
+        frozenset(f"http://{h}" for h in pages.hosts) if console else frozenset())
+
+    async def handle_websocket(request: trio_websocket.WebSocketRequest) -> None:
         origin = _origin(request)
         if origin is not None and origin not in allowed:
             await request.reject(403, body=f"origin {origin} is not allowed".encode())
@@ -138,11 +153,42 @@ async def serve_websocket(
             await serve_messages(router, messages(), send_frames, limits=limits)
         finally:
             limits.connections -= 1
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                await ws.aclose()
+
+    async def handle_connection(stream: trio.SocketStream) -> None:
+        try:
+            try:
+                head_bytes = await http.read_head(stream)
+            except http.HeadTooLong:
+                await http.send_response(stream, 431, [], b"request head too long\n")
+                return
+            except trio.TooSlowError:
+                return
+            head = http.parse_head(head_bytes) if head_bytes else None
+            if head is None:
+                if head_bytes:
+                    await http.send_response(stream, 400, [], b"not an HTTP/1.1 request\n")
+                return
+            if not head.is_websocket:
+                await http.send_response(stream, *pages.respond(head))
+                return
+            async with trio.open_nursery() as nursery:
+                # A handshake wsproto refuses is answered (400) by its reader
+                # task and never becomes a request: bounded, as the head was.
+                request = None
+                with trio.move_on_after(http.HEAD_TIMEOUT):
+                    request = await trio_websocket.wrap_server_stream(
+                        nursery, http.ReplayStream(stream, head_bytes), max_message_size=framing.MAX_LINE)
+                if request is not None:
+                    await handle_websocket(request)
+                nursery.cancel_scope.cancel()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio_websocket.ConnectionClosed):
+            pass
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
 
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(
-            lambda task_status: trio_websocket.serve_websocket(
-                handler, host, port, None, max_message_size=framing.MAX_LINE, task_status=task_status
-            )
-        )
-        task_status.started(server.port)
+        await nursery.start(trio.serve_listeners, handle_connection, listeners)
+        task_status.started(bound)

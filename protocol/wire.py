@@ -28,6 +28,14 @@ class NoParams(Params):
     pass
 
 
+class ThreadListParams(Params):
+    """``thread.list``: every thread, or (with ``limit``) a page, newest first."""
+
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
+    #: with ``limit``: only threads older than this thread id (the previous page's ``next``)
+    before: Id | None = None
+
+
 Relationship = Literal["delegated_task", "subagent", "fork", "side_chat", "plan_implementation"]
 
 

@@ -168,6 +168,22 @@ class Store:
         with self.env.begin(db=self.dbs["threads"]) as txn:
             return [decode_record("threads", v) for _k, v in txn.cursor()]
 
+    def list_threads_page(self, limit: int, before: str | None = None) -> tuple[list[AppThread], bool]:
+        """Up to ``limit`` threads created before thread ``before`` (default:
+        the newest), newest first, and whether older ones remain. Thread ids
+        sort by creation, so this reads ``limit`` records, not the table."""
+        out: list[AppThread] = []
+        with self.env.begin(db=self.dbs["threads"]) as txn:
+            cursor = txn.cursor()
+            if before is None:
+                more = cursor.last()
+            else:
+                more = cursor.prev() if cursor.set_range(before.encode()) else cursor.last()
+            while more and len(out) < limit:
+                out.append(decode_record("threads", cursor.value()))
+                more = cursor.prev()
+        return out, more
+
     def thread_runs(self, thread_id: str) -> list[Run]:
         """The runs of a thread by ordinal."""
         rows = self._scan_index("idx_thread_runs", thread_id.encode() + SEP)

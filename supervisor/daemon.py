@@ -53,6 +53,9 @@ from .tree import ChildSpec, RestartIntensity, Strategy, Supervisor
 
 log = logging.getLogger(__name__)
 
+#: the WebSocket port of ``--web`` when none is given, so the console's URL stays the same
+DEFAULT_WEB_PORT = 7311
+
 
 class DaemonAlreadyRunning(RuntimeError):
     """Another agentd holds the data dir."""
@@ -71,6 +74,8 @@ class DaemonOptions:
     #: serve the protocol over a WebSocket on this loopback port too (0: any free port)
     websocket_port: int | None = None
     websocket_host: str = "127.0.0.1"
+    #: also serve the web console on the WebSocket's port (``--web``; the config's ``web`` too)
+    web: bool = False
     #: bound on every provider primitive; None in virtual-time tests
     request_timeout: float | None = 30.0
     #: read end of a launcher's lifeline pipe: its end of file shuts the daemon down
@@ -237,6 +242,9 @@ class Daemon:
         limits = ServerLimits.for_this_process()
         children_tail = [ChildSpec("socket-server", partial(serve_unix, self.paths.socket, router, limits=limits))]
         websocket_port = opts.websocket_port if opts.websocket_port is not None else opts.config.websocket_port
+        web = opts.web or opts.config.web
+        if web and websocket_port is None:
+            websocket_port = DEFAULT_WEB_PORT
         if websocket_port is not None:
             # Only here: trio-websocket, wsproto and h11 are a quarter of the
             # daemon's start-up, and most daemons serve the Unix socket alone.
@@ -248,9 +256,10 @@ class Daemon:
                 async with trio.open_nursery() as nursery:
                     port = await nursery.start(partial(
                         serve_websocket, router, host=opts.websocket_host, port=websocket_port, token=token,
-                        allowed_origins=opts.config.websocket_origins, limits=limits,
+                        allowed_origins=opts.config.websocket_origins, limits=limits, console=web,
                     ))
                     router.websocket_url = f"ws://{opts.websocket_host}:{port}/"
+                    router.web_url = f"http://{opts.websocket_host}:{port}/" if web else None
                     task_status.started()
 
             children_tail.append(ChildSpec("websocket-server", serve_ws))

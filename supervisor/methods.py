@@ -94,7 +94,7 @@ METHODS = MethodTable([
     _thread("rollback.toRun", wire.RollbackToRunParams, rollback.rollback_to_run, by_thread),
     _thread("rollback.node", wire.RollbackNodeParams, rollback.rollback_node, by_node),
     # reads
-    _read("thread.list", wire.NoParams, queries.thread_list),
+    _read("thread.list", wire.ThreadListParams, queries.thread_list),
     _read("thread.get", wire.ThreadGetParams, queries.thread_get),
     _read("run.get", wire.RunGetParams, queries.run_get),
     _read("thread.requests", wire.ThreadIdParams, queries.thread_requests),

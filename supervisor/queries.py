@@ -49,8 +49,13 @@ async def run_resume(router: DaemonRouter, params: wire.RunResumeParams, _conn: 
     )
 
 
-async def thread_list(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
-    return {"threads": [to_wire(t) for t in router.store.list_threads()]}
+async def thread_list(router: DaemonRouter, params: wire.ThreadListParams, _conn: Connection) -> dict[str, Any]:
+    """Every thread, oldest first; with ``limit``, one page, newest first,
+    and ``next`` (the ``before`` of the next page; null on the last)."""
+    if params.limit is None:
+        return {"threads": [to_wire(t) for t in router.store.list_threads()]}
+    threads, more = router.store.list_threads_page(params.limit, params.before)
+    return {"threads": [to_wire(t) for t in threads], "next": threads[-1].id if more and threads else None}
 
 
 async def thread_get(router: DaemonRouter, params: wire.ThreadGetParams, _conn: Connection) -> dict[str, Any]:
@@ -152,6 +157,7 @@ async def daemon_status(router: DaemonRouter, _params: wire.NoParams, _conn: Con
         "uptime": trio.current_time() - router.started_at,
         "socket": router.socket_path,
         "websocket": router.websocket_url,
+        "web": router.web_url,
         "dataDir": str(store.path.parent),
         "lastSeq": store.last_seq,
         "loadedActors": router.registry.loaded,

@@ -39,6 +39,8 @@ class DaemonRouter:
         self.methods = methods
         self.socket_path = socket_path
         self.websocket_url: str | None = None
+        #: the web console's URL (``agentd serve --web``), None when it is off
+        self.web_url: str | None = None
         self.started_at = trio.current_time()
 
     async def dispatch(self, method: Method, params: Params, connection: Connection) -> Any:

@@ -13,6 +13,13 @@ from agentd.protocol.client import Client
 from agentd.launch import start_daemon
 
 
+def pytest_report_header(config):
+    from tests.browser import ARTIFACTS, missing
+
+    why = missing()
+    return f"web console browser tests: {'skipped: ' + why if why else f'screenshots in {ARTIFACTS}'}"
+
+
 @pytest.fixture
 def short_dir():
     """A short directory for sockets (AF_UNIX paths are limited to 107 bytes)."""

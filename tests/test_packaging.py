@@ -39,7 +39,10 @@ def test_layers_and_contract_are_inside(wheel):
     names = set(wheel.namelist())
     for module in ("agentd/__init__.py", "agentd/main.py", "agentd/actors/thread_actor.py",
                    "agentd/actors/providers/scripted_agent.py", "agentd/store/db.py",
-                   "agentd/supervisor/daemon.py", "agentd/protocol/server.py", "agentd/protocol/README.md"):
+                   "agentd/supervisor/daemon.py", "agentd/protocol/server.py", "agentd/protocol/README.md",
+                   # the web console (issue 15): served from package data
+                   "agentd/protocol/console/index.html", "agentd/protocol/console/app.js",
+                   "agentd/protocol/console/model.js", "agentd/protocol/console/console.css"):
         assert module in names, module
     entry_points = next(wheel.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "agentd = agentd.main:main" in entry_points
