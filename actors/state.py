@@ -65,6 +65,9 @@ class AttemptContext:
     #: a native fork: the provider thread forked, and the history runs the fork inherits
     forked_from: str | None = None
     inherited: tuple[str, ...] = ()
+    #: delegation transfers into the thread this attempt's turn carries
+    #: besides ``transfer`` (``subagent_spawn`` / ``subagent_result``, SPEC F9)
+    inbox: list[ContextTransfer] = field(default_factory=list)
 
 
 @dataclass

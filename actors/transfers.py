@@ -37,7 +37,7 @@ from agentd.store.records import (
     to_wire,
 )
 
-from . import lineage
+from . import delegation, lineage
 from .handoff import build_handoff
 from .lineage import Limits, StartView, Target, in_history
 from .messages import Command, ContextNeeded, StartPlan
@@ -284,7 +284,9 @@ def gather_view(actor: ThreadActor, active: ActiveRun, lost: tuple[str, str] | N
                     lineage.provider_settings(actor.config.providers.get(provider)))
     transfers = store.thread_transfers(thread.id)
     # A pending transfer into the thread; a failed fork too (it resolves again, portably).
+    # (Delegation transfers are taken in besides the thread's own context: delegation.take_inbox.)
     transfer = next((t for t in transfers if t.target_thread_id == thread.id and t.type != "provider_handoff"
+                     and t.type not in delegation.INBOX_TYPES
                      and (t.status == "pending" or (t.type == "fork" and t.status == "failed"))), None)
     history = tuple(thread_history(store, thread.id, before_ordinal=run.ordinal))
     current = state.provider_thread
@@ -349,6 +351,7 @@ async def _resolve_context(actor: ThreadActor, item: ContextNeeded) -> None:
         built = build_handoff(actor.store, ctx.handoff.run_ids, strategy=ctx.handoff.strategy, reason=ctx.handoff.reason,
                               cap=actor.config.handoff_max_chars)
     context = lineage.record_start(batch, state, view, ctx, built)
+    text = delegation.take_inbox(actor, batch, built.text if built is not None else None)
     if ctx.kind != "none" or ctx.retire is not None:
         batch.emit("run.context_resolved", run_id=active.run.id, node_id=active.root.id, kind=ctx.kind, reason=ctx.reason,
                    transferId=context.transfer.id if context.transfer else None,
@@ -358,5 +361,5 @@ async def _resolve_context(actor: ThreadActor, item: ContextNeeded) -> None:
         resume=ctx.resume,
         fork_native_thread_id=ctx.native.native_thread_id if ctx.native else None,
         fork_turn_ref=ctx.native.turn_ref if ctx.native else None,
-        context=built.text if built is not None else None,
+        context=text,
     ))

@@ -1,6 +1,7 @@
 """The ``agentd`` command line: the daemon itself and a client for people.
 
     agentd serve                     run the daemon in the foreground
+    agentd mcp [--thread THREAD]     agentd's MCP server on stdio (what agents delegate through)
     agentd demo                      a short end-to-end tour on the scripted agent
     agentd new [--title T] [--workspace DIR] [--provider P]
     agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach]
@@ -70,6 +71,12 @@ def non_empty(what: str):
     return check
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from .mcp_server import serve
+
+    return serve(args.socket, args.session, args.thread)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Each command takes only the options it uses: ``--config`` is the
     daemon's (``serve``), ``--json`` belongs to commands that print a result."""
@@ -90,6 +97,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--websocket-port", type=int, metavar="PORT", help="also serve on ws://127.0.0.1:PORT/ (0: any free port)")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
     p.set_defaults(fn=cmd_serve)
+
+    p = sub.add_parser("mcp", help="agentd's MCP server on stdio (delegate_task, task_result) for agents (SPEC F9)")
+    p.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default: $AGENTD_SOCKET)")
+    p.add_argument("--session", metavar="SESSION", help="the provider session that delegates (default: $AGENTD_SESSION_ID)")
+    p.add_argument("--thread", metavar="THREAD", type=non_empty("thread"),
+                   help="delegate from this thread (for an MCP client agentd did not start)")
+    p.set_defaults(fn=cmd_mcp)
 
     p = sub.add_parser("demo", help="a short end-to-end demo on a fresh daemon")
     p.add_argument("--data-dir", metavar="DIR", help="the demo daemon's state directory, kept afterwards (default: a temporary one)")

@@ -96,6 +96,12 @@ class Overloaded(AgentdError):
     kind = "overloaded"
 
 
+class LimitExceeded(AgentdError):
+    """A configured limit refuses the request (a delegated task's depth or fan-out)."""
+
+    kind = "limit_exceeded"
+
+
 class InternalError(AgentdError):
     """agentd failed; nothing half-written was kept."""
 
@@ -116,6 +122,7 @@ ERROR_KINDS = {
         NotResumable,
         Conflict,
         Overloaded,
+        LimitExceeded,
         InternalError,
     )
 }

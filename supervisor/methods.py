@@ -23,7 +23,7 @@ from agentd.protocol.methods import Method, MethodTable
 from agentd.store.db import Store
 from agentd.store.records import Checkpoint, ConversationMessage, PlanArtifact, Run, RuntimeRequest
 
-from . import queries, subscriptions
+from . import queries, subscriptions, tasks
 
 
 def by_thread(_store: Store, params: Any) -> str:
@@ -81,12 +81,14 @@ METHODS = MethodTable([
     _thread("plan.implement", wire.PlanImplementParams, artifacts.plan_implement, by_plan),
     _thread("thread.fork", wire.ThreadForkParams, transfers.thread_fork, by_thread),
     _daemon("run.resume", wire.RunResumeParams, queries.run_resume),
+    _daemon("task.delegate", wire.TaskDelegateParams, tasks.task_delegate),
     _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
     # reads
     _daemon("thread.list", wire.NoParams, queries.thread_list),
     _daemon("thread.get", wire.ThreadGetParams, queries.thread_get),
     _daemon("run.get", wire.RunGetParams, queries.run_get),
-    _daemon("thread.requests", wire.ThreadIdParams, queries.thread_requests),
+    _daemon("thread.requests", wire.ThreadRequestsParams, tasks.thread_requests),
+    _daemon("task.result", wire.TaskResultParams, tasks.task_result),
     _daemon("thread.transfers", wire.ThreadIdParams, queries.thread_transfers),
     _daemon("handoff.get", wire.HandoffGetParams, queries.handoff_get),
     _daemon("daemon.status", wire.NoParams, queries.daemon_status),

@@ -100,6 +100,7 @@ from .claude_stream import (
     user_line,
 )
 from ..config import ProviderConfig
+from .agentd_tool import AgentdTool
 from .jsonl import RequestCorrelator, RequestTimeout
 from .runtime import RuntimeBinary, StderrLog
 from .transport import Spawn, spawn_process
@@ -163,6 +164,8 @@ class ClaudeAdapter(ProviderAdapter):
         self.spawn = spawn
         self.binary = find_binary(config.binary, self.environment())
         self.capabilities = _and_capabilities(NATIVE_CAPABILITIES, config.capabilities)
+        #: agentd's MCP tool in this instance's sessions (SPEC F9); None: not configured
+        self.agentd_tool: AgentdTool | None = None
 
     # -- describing -------------------------------------------------------------------
 
@@ -184,16 +187,19 @@ class ClaudeAdapter(ProviderAdapter):
         env.update(self.config.env)
         return env
 
-    def claude_command(self) -> list[str]:
-        """claude with the stream-json flags, ``--model`` and the config's ``args``."""
+    def claude_command(self, session_id: str | None = None) -> list[str]:
+        """claude with the stream-json flags, ``--model``, agentd's MCP tool
+        configured for ``session_id`` and the config's ``args``."""
         command = [str(self.binary), *BASE_ARGS]
         if self.config.model:
             command += ["--model", self.config.model]
+        if self.agentd_tool is not None and session_id is not None:
+            command += self.agentd_tool.claude_args(session_id, preapproved=self.config.agentd_tool == "allow")
         return command + list(self.config.args)
 
-    def command(self) -> list[str]:
+    def command(self, session_id: str | None = None) -> list[str]:
         """The launcher, which execs :meth:`claude_command` plus the launch args."""
-        return launcher_command(list(self.config.wrapper), self.claude_command())
+        return launcher_command(list(self.config.wrapper), self.claude_command(session_id))
 
     def config_dir(self) -> Path:
         """Claude's own directory (``$CLAUDE_CONFIG_DIR``, else ``~/.claude``)."""
@@ -231,7 +237,7 @@ class ClaudeConnection(ProviderConnection):
         stderr = StderrLog(adapter.home)
 
         async def start():
-            return await adapter.spawn(adapter.command(), env=adapter.environment(), cwd=None, stderr_path=stderr.path)
+            return await adapter.spawn(adapter.command(session_id), env=adapter.environment(), cwd=None, stderr_path=stderr.path)
 
         self._claude = ClaudeProcess(start, stderr=stderr, timeout=adapter.request_timeout)
         #: our control requests waiting for claude's control_response

@@ -65,6 +65,7 @@ from .base import (
     TurnStarted,
 )
 from ..config import ProviderConfig
+from .agentd_tool import AgentdTool
 from .jsonl import JsonLinesPeer, stop_process
 from .runtime import RuntimeBinary, StderrLog, parse_version  # noqa: F401 - parse_version re-exported
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
@@ -291,6 +292,8 @@ class CodexAdapter(ProviderAdapter):
         self.request_timeout = request_timeout
         self.spawn = spawn
         env = {**os.environ, **config.env}
+        #: agentd's MCP tool in this instance's sessions (SPEC F9); None: not configured
+        self.agentd_tool: AgentdTool | None = None
         self.binary = find_binary(config.binary, env)
         self.executable, self._launcher_env = native_binary(self.binary)
 
@@ -302,8 +305,12 @@ class CodexAdapter(ProviderAdapter):
             env["CODEX_HOME"] = str(Path(env.get("HOME") or Path.home()) / ".codex")
         return env
 
-    def command(self) -> list[str]:
-        return [*self.config.wrapper, str(self.executable), "app-server", *self.config.args]
+    def command(self, session_id: str | None = None) -> list[str]:
+        """``codex app-server``, with agentd's MCP tool configured for ``session_id``."""
+        tool: list[str] = []
+        if self.agentd_tool is not None and session_id is not None:
+            tool = self.agentd_tool.codex_args(session_id, preapproved=self.config.agentd_tool == "allow")
+        return [*self.config.wrapper, str(self.executable), "app-server", *tool, *self.config.args]
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "binary": str(self.binary)}
@@ -317,7 +324,7 @@ class CodexAdapter(ProviderAdapter):
         self.home.mkdir(parents=True, exist_ok=True)
         stderr = StderrLog(self.home)
         stderr.mark()
-        process = await self.spawn(self.command(), env=self.environment(), cwd=None, stderr_path=stderr.path)
+        process = await self.spawn(self.command(session_id), env=self.environment(), cwd=None, stderr_path=stderr.path)
         connection = CodexConnection(self, process, emit)
         failure: ProviderRuntimeError | None = None
         try:
