@@ -114,3 +114,169 @@ async def test_f9_delegate_and_wait_the_childs_answer_is_the_tools_result(client
     # Nothing is injected again into the parent's next run.
     follow = await send_and_wait(client, parent, script({"reportHistory": {}}))
     assert (await client.call("run.get", runId=follow["id"]))["attempts"][0]["extraHandoffIds"] == []
+
+
+async def recall(client: Client, thread_id: str, *words: str) -> tuple[dict, dict[str, str]]:
+    run = await send_and_wait(client, thread_id, script({"recall": list(words)}))
+    answer = await answer_of(client, thread_id, run["id"])
+    assert answer.startswith("recall: "), answer
+    return run, dict(pair.split("=") for pair in answer[len("recall: "):].split())
+
+
+async def test_f9_delegate_without_waiting_the_result_reaches_the_next_run_as_a_stored_handoff(client):
+    """F9: wait: false — the tool answers with the task id at once; the
+    child's result is a pending subagent_result handoff that the parent's
+    next run takes in (``context`` to the recall oracle), once."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    # The child's answer ("history: 0 turns + N chars of context") has words
+    # that are nowhere in the parent's own turns.
+    run = await send_and_wait(client, parent, delegate(script({"reportHistory": {}}), wait=False))
+    assert run["status"] == "completed", run
+    child = await only_child(client, parent)
+    assert f"delegated task {child['id']}" in await answer_of(client, parent, run["id"])
+    [child_run] = (await client.call("thread.get", threadId=child["id"]))["runs"]
+    await wait_run_terminal(client, child["id"], child_run["id"])
+    ended = await wait_event(client, lambda e: e["type"] == "task.ended", thread_id=parent)
+    assert ended["payload"]["taskId"] == child["id"] and ended["payload"]["status"] == "completed"
+
+    [result] = [t for t in await transfers(client, parent) if t["type"] == "subagent_result"]
+    assert result["status"] == "pending", "nothing took it in yet"
+    nxt, where = await recall(client, parent, "chars", "mike")
+    assert where == {"chars": "context", "mike": "absent"}
+    [result] = [t for t in await transfers(client, parent) if t["type"] == "subagent_result"]
+    assert result["status"] == "consumed" and result["runId"] == nxt["id"]
+    assert (await client.call("run.get", runId=nxt["id"]))["attempts"][0]["extraHandoffIds"] == [result["handoffId"]]
+
+    # task_result after the fact says the same, and injects nothing again.
+    answer = await client.call("task.result", taskId=child["id"])
+    assert answer["status"] == "completed" and answer["finalAnswer"].startswith("history: 0 turns + ")
+    await send_and_wait(client, parent, "and now?")
+    last = (await client.call("thread.get", threadId=parent))["runs"][-1]
+    assert (await client.call("run.get", runId=last["id"]))["attempts"][0]["extraHandoffIds"] == []
+
+
+async def test_f9_f10_stopping_the_parent_stops_its_task_and_the_result_waits_for_the_next_run(client):
+    """F10 + F9: Stop of the parent while its task runs interrupts the
+    parent's turn, then the child's (depth-first); the result says so and
+    is taken in by the parent's next run, not by the stopped turn."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=parent,
+                             text=delegate(script({"reportHistory": {}}, {"hang": {}}), wait=True))
+    delegated = await wait_event(client, lambda e: e["type"] == "task.delegated", thread_id=parent)
+    child_id, child_run = delegated["payload"]["taskId"], delegated["payload"]["runId"]
+    await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=child_id)
+
+    await client.call("thread.stop", threadId=parent)
+    parent_run = await wait_run_terminal(client, parent, sent["runId"])
+    child = await wait_run_terminal(client, child_id, child_run)
+    assert parent_run["status"] == "interrupted" and child["status"] == "interrupted"
+    [result] = [t for t in await transfers(client, parent) if t["type"] == "subagent_result"]
+    assert result["status"] == "pending", "the stopped turn never got it"
+    text = (await client.call("handoff.get", handoffId=result["handoffId"]))["handoff"]["text"]
+    assert "ended: interrupted" in text and "Final answer: history: 0 turns + " in text
+
+    await client.call("thread.queue.release", threadId=parent)
+    _, where = await recall(client, parent, "chars")
+    assert where == {"chars": "context"}
+
+
+async def test_f9_a_crash_of_the_childs_provider(client):
+    """F9 + F11: the child's runtime crashes once: recovered like any run, and
+    the parent gets the answer; a runtime that keeps crashing fails the task,
+    and the parent is told so, with why."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    run = await send_and_wait(client, parent, delegate(script({"crash": 9, "once": True}, {"say": "survived"}), wait=True))
+    assert "delegated task completed: survived" in await answer_of(client, parent, run["id"])
+    child = await only_child(client, parent)
+    attempts = (await client.call("run.get", runId=(await client.call("thread.get", threadId=child["id"]))["runs"][0]["id"]))["attempts"]
+    assert [a["reason"] for a in attempts] == ["initial", "provider_recovery"]
+
+    run = await send_and_wait(client, parent, delegate(script({"crash": 9}), wait=True))
+    said = await answer_of(client, parent, run["id"])
+    assert "delegated task failed: provider_crash_loop" in said and "(no answer)" in said, said
+
+
+async def test_f9_limits_depth_and_fan_out_are_clear_tool_errors(tmp_path, short_dir):
+    """F9: past ``delegate_max_depth`` or ``delegate_max_fanout`` the tool
+    answers with an error naming the limit; nothing is created."""
+    daemon = await _start(tmp_path, short_dir, depth=1, fanout=1)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", title="lead"))["threadId"]
+            nested = delegate(delegate(script({"say": "too deep"}), wait=True), wait=True)
+            run = await send_and_wait(client, parent, nested)
+            said = await answer_of(client, parent, run["id"])
+            assert "delegate failed: Error executing tool delegate_task: delegation depth limit" in said, said
+            assert "delegate_max_depth" in said
+            child = await only_child(client, parent)
+            assert [t for t in (await client.call("thread.list"))["threads"] if t["parentThreadId"] == child["id"]] == []
+
+            busy = (await client.call("thread.create", title="busy"))["threadId"]
+            run = await send_and_wait(client, busy, script(
+                {"delegate": {"provider": "basic", "instructions": script({"hang": {}}), "wait": False}},
+                {"delegate": {"provider": "basic", "instructions": script({"say": "second"}), "wait": False}},
+            ))
+            said = await answer_of(client, busy, run["id"])
+            assert "delegate failed: Error executing tool delegate_task: delegation fan-out limit" in said, said
+            with pytest.raises(LimitExceeded) as info:
+                await client.call("task.delegate", parentThreadId=busy, instructions="more")
+            assert info.value.data["limit"] == "delegate_max_fanout"
+            working = await only_child(client, busy)
+            await client.call("thread.stop", threadId=working["id"])
+    finally:
+        assert await daemon.terminate() == 0
+
+
+async def test_f9_f15_a_childs_approvals_are_listed_for_the_parent(client):
+    """F15 + F9: a delegated child's approval is a request of the child,
+    listed for the parent with ``includeChildren``, and answerable."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=parent, text=delegate(
+        script({"approval": {"kind": "command", "command": "make deploy"}}), wait=True))
+    delegated = await wait_event(client, lambda e: e["type"] == "task.delegated", thread_id=parent)
+    child_id = delegated["payload"]["taskId"]
+    await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=child_id)
+    assert (await client.call("thread.requests", threadId=parent))["requests"] == []
+    [request] = (await client.call("thread.requests", threadId=parent, includeChildren=True))["requests"]
+    assert request["threadId"] == child_id and request["detail"]["command"] == "make deploy"
+    await client.call("approval.respond", requestId=request["id"], decision="accept")
+    run = await wait_run_terminal(client, parent, sent["runId"])
+    assert "delegated task completed: approval: accept" in await answer_of(client, parent, run["id"])
+
+
+async def test_f9_f12_sigkill_while_a_task_runs(tmp_path, short_dir):
+    """F12 + F9: the daemon is SIGKILLed while a delegated task runs: after
+    the restart both runs are interrupted (daemon_restart), the parent's
+    delegate_task tool node is incomplete, both threads are idle, and the
+    task's result — it was cut off — reaches the parent's next run."""
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", title="lead"))["threadId"]
+            sent = await client.call("thread.message.send", threadId=parent,
+                                     text=delegate(script({"reportHistory": {}}, {"hang": {}}), wait=True))
+            delegated = await wait_event(client, lambda e: e["type"] == "task.delegated", thread_id=parent)
+            child_id, child_run = delegated["payload"]["taskId"], delegated["payload"]["runId"]
+            await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=child_id)
+    finally:
+        await daemon.kill()
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            for thread_id, run_id in ((parent, sent["runId"]), (child_id, child_run)):
+                detail = await client.call("run.get", runId=run_id)
+                assert (detail["run"]["status"], detail["run"]["reason"]) == ("interrupted", "daemon_restart")
+                assert (await client.call("thread.get", threadId=thread_id))["thread"]["status"] == "idle"
+            nodes = (await client.call("run.get", runId=sent["runId"]))["nodes"]
+            [tool] = [n for n in nodes if n["title"] == "delegate_task"]
+            assert tool["status"] == "incomplete"
+            assert (await answer_of(client, child_id, child_run)).startswith("history: 0 turns + ")
+
+            answer = await client.call("task.result", taskId=child_id)
+            assert answer["status"] == "interrupted" and answer["outcome"] == "interrupted: daemon_restart"
+            _, where = await recall(client, parent, "chars")
+            assert where == {"chars": "context"}
+            [result] = [t for t in await transfers(client, parent) if t["type"] == "subagent_result"]
+            assert result["status"] == "consumed"
+    finally:
+        assert await daemon.terminate() == 0
