@@ -16,6 +16,7 @@ import json
 
 import pytest
 
+from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
@@ -98,3 +99,24 @@ async def test_f9_real_claude_delegates_to_real_codex_and_gets_the_result(tmp_pa
     assert payload["text"] == result_text and payload["status"] == "completed"
     assert payload["finalAnswer"].startswith("You said: ") and INSTRUCTIONS in payload["finalAnswer"]
     assert f"Final answer: {payload['finalAnswer']}" in result_text
+
+
+@needs_both
+async def test_f9_a_preapproved_agentd_tool_asks_no_permission(tmp_path, short_dir, claude, codex):
+    """F9: ``agentd_tool = "allow"`` pre-approves agentd's own tool
+    (``--allowedTools``): the call runs without an approval."""
+    config = tmp_path / "config.toml"
+    config.write_text(claude.provider_toml("claude", agentd_tool="allow") + "\n" + codex.provider_toml("codex"))
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", provider="claude"))["threadId"]
+            sent = await client.call("thread.message.send", threadId=parent, text=f"DELEGATE_TO:codex: {INSTRUCTIONS}")
+            run = await wait_run_terminal(client, parent, sent["runId"], timeout=240)
+            assert run["status"] == "completed", run
+            nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+            assert [n for n in nodes if n["kind"] == "approval"] == []
+            [child] = [t for t in await _threads(client) if t["parentThreadId"] == parent]
+            assert child["createdBy"] == "agent"
+    finally:
+        assert await daemon.terminate() == 0
