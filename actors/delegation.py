@@ -42,6 +42,7 @@ from agentd.store.records import (
     ContextTransfer,
     ConversationMessage,
     ExecutionNode,
+    ProviderThread,
     Run,
     SourcePoint,
     to_wire,
@@ -137,6 +138,80 @@ def tool_node(active: ActiveRun) -> ExecutionNode:
     running = [node for node in active.nodes.values()
                if node.status not in NODE_TERMINAL and any(name in (node.title or "") for name in TOOL_NAMES)]
     return running[-1] if running else active.root
+
+
+# -- native subagents with a thread of their own ---------------------------------------------
+
+
+def spawned_native_thread(node: ExecutionNode) -> str | None:
+    """The native thread a subagent node's provider spawned for it: Codex's
+    ``collabAgentToolCall`` ``spawnAgent`` (and the scripted agent's
+    ``subagent {thread: true}``) name it in ``receiverThreadIds``. Other collab
+    calls (wait, sendInput, …) name agents spawned earlier; Claude's Task tool
+    runs inside the parent's session and names none."""
+    detail = node.detail
+    if node.kind != "subagent" or detail.get("tool", "spawnAgent") != "spawnAgent":
+        return None
+    receivers = detail.get("receiverThreadIds")
+    if isinstance(receivers, list) and receivers and isinstance(receivers[0], str) and receivers[0]:
+        return receivers[0]
+    return None
+
+
+def subagent_provider_thread(store: Store, thread_id: str, native: str) -> ProviderThread | None:
+    """The provider thread of ``thread_id``'s subagent child that ``native`` backs, if any."""
+    for child in store.thread_children(thread_id):
+        if child.relationship_to_parent == "subagent" and child.provider_thread_id:
+            pt = store.get(ProviderThread, child.provider_thread_id)
+            if pt is not None and pt.native_thread_id == native:
+                return pt
+    return None
+
+
+def native_subagent(actor: ThreadActor, batch: ThreadBatch, node: ExecutionNode) -> AppThread | None:
+    """A completed subagent node whose provider gave it a thread of its own
+    becomes a child AppThread (``relationship: subagent``, ``createdBy:
+    agent``) backed by that native thread — a person can open it, message it
+    (the native thread is resumed) and fork it — linked to the node by a
+    ``subagent_spawn`` transfer that the provider resolved natively. Returns
+    the child, if one was made (once per native thread)."""
+    native = spawned_native_thread(node)
+    state = actor.state
+    active = state.active
+    if native is None or node.status != "completed" or active is None:
+        return None
+    store = actor.store
+    if subagent_provider_thread(store, state.thread_id, native) is not None:
+        return None
+    from .lineage import provider_settings
+
+    provider = active.run.provider
+    parent = state.thread
+    now = batch.now
+    child = actor.registry.new_thread_record(
+        title="subagent: " + (str(node.detail.get("prompt") or node.title or "subagent").splitlines() or [""])[0][:120],
+        provider=provider, workspace=parent.workspace, parent=parent, relationship="subagent", created_by="agent",
+    )
+    pt = ProviderThread(
+        id=new_id("pth"), thread_id=child.id, provider=provider, kind=actor.sessions.adapter(provider).kind,
+        native_thread_id=native, created_at=now, updated_at=now,
+        settings=provider_settings(actor.config.providers.get(provider)),
+    )
+    child = struct_copy(child, provider_thread_id=pt.id)
+    point = SourcePoint(type="node", thread_id=parent.id, run_id=active.run.id, node_id=node.id, provider=provider,
+                        provider_thread_id=active.attempt.provider_thread_id, native_thread_id=native)
+    transfer = ContextTransfer(
+        id=new_id("xfr"), type="subagent_spawn", source_thread_id=parent.id, target_thread_id=child.id,
+        source_point=point, status="consumed", resolution="native", source_provider=provider, target_provider=provider,
+        target_provider_thread_id=pt.id, reason="native subagent: the provider spawned it in a thread of its own",
+        created_by="agent", created_at=now, resolved_at=now, consumed_at=now,
+    )
+    batch.put_all(child, pt, transfer)
+    batch.event("thread.created", thread_id=child.id, at=now, thread=to_wire(child))
+    batch.event("context_transfer.created", thread_id=child.id, at=now, transfer=to_wire(transfer))
+    batch.emit("subagent.thread_created", run_id=active.run.id, node_id=node.id, threadId=child.id,
+               transferId=transfer.id, nativeThreadId=native)
+    return child
 
 
 # -- delegate: in the parent's actor ----------------------------------------------------------

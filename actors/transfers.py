@@ -176,7 +176,11 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
             native = _node_native_thread(node)
             # The node's own provider thread, when it has one; else the run it ended in.
             if native is not None:
-                point = struct_copy(point, provider_thread_id=None, provider_turn_id=None, native_thread_id=native, native_turn_ref=None)
+                # A native subagent's own thread backs a child thread (delegation.native_subagent):
+                # its provider thread record makes the fork native.
+                backing = delegation.subagent_provider_thread(store, thread_id, native)
+                point = struct_copy(point, provider_thread_id=backing.id if backing else None, provider_turn_id=None,
+                                    native_thread_id=native, native_turn_ref=None)
             return point, thread_history(store, thread_id, upto_ordinal=run.ordinal)
         case wire.ProviderThreadPoint(provider_thread_id=pt_id, provider_turn_id=turn_id):
             pt = store.get(ProviderThread, pt_id)

@@ -60,6 +60,8 @@ async def on_item_completed(actor: ThreadActor, event: ItemCompleted) -> None:
     node = graph.item_completed(batch, actor.state, event)
     if node is not None and node.kind == "plan":
         artifacts.propose_plan(batch, actor.state, node)
+    if node is not None and node.kind == "subagent":
+        delegation.native_subagent(actor, batch, node)
     if batch:
         await actor.commit(batch)
 

@@ -284,3 +284,37 @@ async def test_f9_f12_sigkill_while_a_task_runs(tmp_path, short_dir):
             assert result["status"] == "consumed"
     finally:
         assert await daemon.terminate() == 0
+
+
+async def test_f9_f6_a_native_subagent_with_a_thread_of_its_own_is_a_child_thread(client):
+    """F9: a subagent the provider spawns in a native thread of its own (the
+    shape of a Codex spawnAgent call) is a child AppThread (subagent,
+    createdBy agent) linked to its node by a natively resolved
+    subagent_spawn; messaging the child resumes that native thread, and
+    forking from the completed node forks it natively (F6)."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    run = await send_and_wait(client, parent, script(
+        {"subagent": {"thread": True, "steps": [{"say": "the word is oscar"}]}},
+        {"subagent": {"steps": [{"say": "no thread of my own"}]}},
+    ))
+    assert run["status"] == "completed", run
+    child = await only_child(client, parent)
+    assert (child["relationshipToParent"], child["createdBy"], child["provider"]) == ("subagent", "agent", "scripted")
+    nodes = [n for n in (await client.call("run.get", runId=run["id"]))["nodes"] if n["kind"] == "subagent"]
+    assert len(nodes) == 2, "both are child nodes; only the one with a thread of its own is a child thread"
+    [spawn] = await transfers(client, child["id"])
+    assert (spawn["type"], spawn["status"], spawn["resolution"]) == ("subagent_spawn", "consumed", "native")
+    assert spawn["sourcePoint"]["nodeId"] == nodes[0]["id"] and spawn["handoffId"] is None
+    created = await wait_event(client, lambda e: e["type"] == "subagent.thread_created", thread_id=parent)
+    assert created["nodeId"] == nodes[0]["id"] and created["payload"]["threadId"] == child["id"]
+
+    # The child is the subagent's own conversation: it resumes natively.
+    _, where = await recall(client, child["id"], "oscar", "thread")
+    assert where == {"oscar": "native", "thread": "absent"}, "its own turn, not the other subagent's"
+    fork = await client.call("thread.fork", threadId=parent, sourcePoint={"type": "node", "nodeId": nodes[0]["id"]})
+    [fork_transfer] = await transfers(client, fork["threadId"])
+    assert fork_transfer["sourcePoint"]["nativeThreadId"] == spawn["sourcePoint"]["nativeThreadId"]
+    _, where = await recall(client, fork["threadId"], "oscar")
+    assert where == {"oscar": "native"}
+    [fork_transfer] = await transfers(client, fork["threadId"])
+    assert (fork_transfer["status"], fork_transfer["resolution"]) == ("consumed", "native")

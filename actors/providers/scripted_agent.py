@@ -478,8 +478,11 @@ class Turn:
         structuredQuestions capability, say the questions instead.
     ``{"plan": [{"step", "status"}]}`` / ``{"proposePlan": MARKDOWN}``
         A ``turn/plan/updated`` notification / a plan item.
-    ``{"subagent": {"steps": [...]}}``
-        A subagent item whose steps' items name it as ``parentItemId``.
+    ``{"subagent": {"steps": [...], "thread"?: true}}``
+        A subagent item whose steps' items name it as ``parentItemId``. With
+        ``thread``, the subagent gets a native thread of its own (named in the
+        item's ``receiverThreadIds``, like a Codex ``spawnAgent`` call) that
+        holds its steps and what it said; it can be resumed and forked.
     ``{"delegate": {"instructions", "provider"?, "workspace"?, "wait"?}}``
         A ``tool`` item ``delegate_task`` that calls agentd's MCP tool of that
         name through ``agentd mcp`` (``AGENTD_MCP_COMMAND``), then says
@@ -766,8 +769,20 @@ class Turn:
     async def _subagent(self, step: dict, parent: str | None) -> None:
         spec = _expect(step["subagent"], dict, "subagent needs an object with steps")
         steps = _expect(spec.get("steps"), list, "subagent needs a list of steps")
-        async with self._item(parent, "subagent", status="inProgress") as item:
+        own = _expect(spec.get("thread", False), bool, "subagent thread must be true or false")
+        fields: dict[str, Any] = {}
+        if own:
+            # A thread of its own, as Codex's spawned agents have: named in
+            # the item (``receiverThreadIds``), saved when the subagent ends.
+            sub_thread = self.agent._new_thread(self.thread.cwd, [])
+            fields = {"tool": "spawnAgent", "receiverThreadIds": [sub_thread.threadId]}
+        async with self._item(parent, "subagent", status="inProgress", **fields) as item:
+            said = len(self._output)
             await self._run_steps(steps, parent=item["id"])
+            if own:
+                sub_thread.turns.append(TurnRecord(_new_id("stu_"), msgspec.json.encode(steps).decode(), "completed",
+                                                   "\n".join(self._output[said:])))
+                self.agent.store.save(sub_thread)
 
     async def _delegate(self, step: dict, parent: str | None) -> None:
         spec = _expect(step["delegate"], dict, "delegate needs an object with instructions")
