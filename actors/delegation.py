@@ -50,6 +50,7 @@ from agentd.store.records import (
 
 from . import graph
 from .graph import ThreadBatch
+from .handoff import _paths  # the paths a file-change node names, as handoffs show them
 from .messages import Command
 from .state import ActiveRun, ThreadState
 
@@ -342,8 +343,6 @@ async def delegate(actor: ThreadActor, command: Command) -> dict[str, Any]:
 
 
 def _files_changed(nodes: Iterable[ExecutionNode]) -> list[str]:
-    from .handoff import _paths
-
     files: list[str] = []
     for node in nodes:
         if node.kind == "file_change" and node.status == "completed":
@@ -434,9 +433,10 @@ def result_on_run_end(actor: ThreadActor, batch: ThreadBatch, run: Run) -> bool:
 # -- taking stored context in at a run start ----------------------------------------------------
 
 
-def _reconciled_results(actor: ThreadActor, batch: ThreadBatch) -> list[ContextTransfer]:
-    """Results owed by tasks whose run a restart ended (no actor was there
-    to write them): made now, once (their id is the run's)."""
+def owed_results(actor: ThreadActor, batch: ThreadBatch) -> list[tuple[ContextTransfer, ContextHandoff]]:
+    """In the parent's actor: results owed by tasks whose run a restart ended
+    (no actor was there to write them), put into ``batch`` — once: their id
+    is the run's."""
     store = actor.store
     made = []
     for child in store.thread_children(actor.thread_id):
@@ -445,37 +445,25 @@ def _reconciled_results(actor: ThreadActor, batch: ThreadBatch) -> list[ContextT
         run = task_run(store, child.id)
         if run is None or run.status not in RUN_TERMINAL or store.get(ContextTransfer, result_transfer_id(run.id)):
             continue
-        transfer, _handoff = build_result(
+        made.append(build_result(
             batch, child, run, [m for m in store.thread_messages(child.id) if m.run_id == run.id],
             store.run_nodes(run.id), spawn_transfer(store, child.id), actor.state.thread.provider,
-        )
-        made.append(transfer)
+        ))
     return made
 
 
 def pending_inbox(actor: ThreadActor, batch: ThreadBatch) -> list[tuple[ContextTransfer, ContextHandoff]]:
     """Delegation transfers into the thread not yet taken in, oldest first,
-    with their stored handoffs."""
+    with their stored handoffs (results owed since a restart are made now)."""
     store = actor.store
     thread_id = actor.thread_id
-    transfers = [t for t in store.thread_transfers(thread_id)
-                 if t.target_thread_id == thread_id and t.type in INBOX_TYPES and t.status == "pending"]
-    transfers += _reconciled_results(actor, batch)
-    handoffs = {h.id: h for h in batch_handoffs(batch)}
     out = []
-    for transfer in transfers:
-        handoff = handoffs.get(transfer.handoff_id or "") or store.get(ContextHandoff, transfer.handoff_id or "")
-        if handoff is not None:
-            out.append((transfer, handoff))
-    return out
-
-
-def batch_handoffs(batch: ThreadBatch) -> list[ContextHandoff]:
-    """Handoffs put into ``batch`` so far (not yet in the store)."""
-    from agentd.store.records import decode_record
-
-    return [decode_record("context_handoffs", value) for kind, _key, value in batch.ops
-            if kind == "context_handoffs" and value is not None]
+    for transfer in store.thread_transfers(thread_id):
+        if transfer.target_thread_id == thread_id and transfer.type in INBOX_TYPES and transfer.status == "pending":
+            handoff = store.get(ContextHandoff, transfer.handoff_id) if transfer.handoff_id else None
+            if handoff is not None:
+                out.append((transfer, handoff))
+    return out + owed_results(actor, batch)
 
 
 def take_inbox(actor: ThreadActor, batch: ThreadBatch, context: str | None) -> str | None:

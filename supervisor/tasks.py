@@ -28,7 +28,7 @@ from agentd.protocol import wire
 from agentd.protocol.errors import InvalidParams, NotFound
 from agentd.protocol.server import Connection
 from agentd.store.ids import new_id
-from agentd.store.records import RUN_TERMINAL, AppThread, ContextHandoff, ContextTransfer, ProviderSession, Run, to_wire
+from agentd.store.records import RUN_TERMINAL, AppThread, ContextHandoff, ContextTransfer, ProviderSession, to_wire
 
 if TYPE_CHECKING:
     from .router import DaemonRouter
@@ -159,10 +159,10 @@ async def task_result(router: DaemonRouter, params: wire.TaskResultParams, _conn
 async def _make_owed_results(actor: Any, command: Any) -> dict[str, Any]:
     """In the parent's actor: results owed by tasks a restart ended."""
     batch = actor.batch()
-    made = delegation._reconciled_results(actor, batch)
+    made = delegation.owed_results(actor, batch)
     if made:
         await actor.commit(batch)
-    return {"made": [t.id for t in made]}
+    return {"made": [transfer.id for transfer, _handoff in made]}
 
 
 async def thread_requests(router: DaemonRouter, params: wire.ThreadRequestsParams, _conn: Connection) -> dict[str, Any]:

@@ -28,6 +28,10 @@ TOOLS = ("delegate_task", "task_result")
 #: seconds Codex lets one tool call run: a ``wait: true`` delegation lasts as long as its task
 CODEX_TOOL_TIMEOUT = 24 * 3600
 CODEX_STARTUP_TIMEOUT = 60
+#: milliseconds Codex waits for MCP servers still starting before a turn: without it
+#: the first turn's model request goes out before ``agentd mcp`` listed its tools
+#: (checked on 0.171: the server is ready after its imports, seconds later)
+CODEX_STARTUP_GRACE_MS = 20_000
 
 
 def default_command() -> list[str]:
@@ -58,7 +62,9 @@ class AgentdTool:
     def codex_args(self, session_id: str, *, preapproved: bool) -> list[str]:
         """``-c`` overrides that configure the server in ``codex app-server``
         (values are TOML). Codex passes MCP servers only the environment it
-        is told, so the identity goes in ``env``."""
+        is told, so the identity goes in ``env``; and it starts a turn without
+        waiting for MCP servers unless given a startup grace (Codex then lists
+        the tools as the namespace ``mcp__agentd``)."""
         key = f"mcp_servers.{SERVER_NAME}"
         env = ", ".join(f"{name} = {json.dumps(value)}" for name, value in self.env(session_id).items())
         args = [
@@ -67,6 +73,7 @@ class AgentdTool:
             "-c", f"{key}.env={{ {env} }}",
             "-c", f"{key}.startup_timeout_sec={CODEX_STARTUP_TIMEOUT}",
             "-c", f"{key}.tool_timeout_sec={CODEX_TOOL_TIMEOUT}",
+            "-c", f"mcp_optional_startup_grace_ms={CODEX_STARTUP_GRACE_MS}",
         ]
         if preapproved:
             args += ["-c", f'{key}.default_tools_approval_mode="approve"']

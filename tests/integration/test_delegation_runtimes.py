@@ -20,6 +20,7 @@ from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
+from scripts.offline import fake_openai
 from tests.helpers import wait_event, wait_run_terminal
 from tests.integration.test_lineage_runtimes import agentd
 
@@ -85,6 +86,8 @@ async def test_f9_real_claude_delegates_to_real_codex_and_gets_the_result(tmp_pa
     # (One user message: the handoff, then the instructions, as two parts.)
     [codex_text] = codex_world.user_texts(codex_request)
     assert codex_text == task_text + "\n" + INSTRUCTIONS
+    # Codex waited for agentd mcp: agentd's tools are offered to it too.
+    assert "mcp__agentd" in fake_openai.tool_names(codex_request)
 
     # What Claude's model was sent after the tool: the task's result.
     requests = claude.model_requests()
