@@ -17,6 +17,7 @@ for, so an agent cannot speak for a thread it does not run in.
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,6 @@ from agentd.actors.delegation import ConsumeResult, DelegateCommand
 from agentd.protocol import wire
 from agentd.protocol.errors import InvalidParams, NotFound
 from agentd.protocol.server import Connection
-from agentd.store.ids import new_id
 from agentd.store.records import RUN_TERMINAL, AppThread, ContextHandoff, ContextTransfer, ProviderSession, to_wire
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _
     if params.workspace == "same":
         workspace = parent.workspace
     elif params.workspace == "fork":
-        target = registry.workspaces_dir / new_id("tws")
+        target = registry.workspaces_dir / f"task-{uuid.uuid4().hex}"
         if Path(parent.workspace).is_dir():
             await _copy_workspace(parent.workspace, target)
         workspace = str(target)

@@ -9,6 +9,8 @@ on another provider than its parent.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from agentd.launch import start_daemon
@@ -318,3 +320,54 @@ async def test_f9_f6_a_native_subagent_with_a_thread_of_its_own_is_a_child_threa
     assert where == {"oscar": "native"}
     [fork_transfer] = await transfers(client, fork["threadId"])
     assert (fork_transfer["status"], fork_transfer["resolution"]) == ("consumed", "native")
+
+
+async def test_f9_a_task_works_in_a_copy_of_the_workspace_or_a_folder_of_its_own(client, tmp_path):
+    """F9 ``workspace``: ``fork`` copies the parent's workspace (the task's
+    changes stay in the copy), ``new`` gives the task an empty folder."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "base.txt").write_text("from the parent")
+    parent = (await client.call("thread.create", title="lead", workspace=str(workspace)))["threadId"]
+    for mode in ("fork", "new"):
+        run = await send_and_wait(client, parent, delegate(script({"write": {"path": "child.txt", "content": mode}}),
+                                                           wait=True, workspace=mode))
+        assert "delegated task completed" in await answer_of(client, parent, run["id"])
+    children = [t for t in (await client.call("thread.list"))["threads"] if t["parentThreadId"] == parent]
+    fork, new = sorted(children, key=lambda t: t["createdAt"])
+    assert fork["workspace"] != str(workspace) and new["workspace"] != str(workspace)
+    assert (workspace / "base.txt").exists() and not (workspace / "child.txt").exists(), "the parent's files are untouched"
+    assert open(f"{fork['workspace']}/base.txt").read() == "from the parent"
+    assert open(f"{fork['workspace']}/child.txt").read() == "fork"
+    assert not os.path.exists(f"{new['workspace']}/base.txt")
+    assert open(f"{new['workspace']}/child.txt").read() == "new"
+
+
+def test_f9_the_runtimes_get_agentd_mcp_with_the_sessions_identity():
+    """F9: how Codex (``-c`` TOML overrides) and Claude (``--mcp-config``)
+    are told to start ``agentd mcp``, with the session's identity."""
+    import json
+    import tomllib
+
+    from agentd.actors.providers.agentd_tool import AgentdTool
+
+    tool = AgentdTool(socket="/run/a d/agentd.sock", command=["/usr/bin/python3", "-m", "agentd", "mcp"])
+    args = tool.codex_args("pss_1", preapproved=True)
+    assert args[::2] == ["-c"] * (len(args) // 2)
+    config: dict = {}
+    for override in args[1::2]:
+        key, _, value = override.partition("=")
+        config[key] = tomllib.loads(f"v = {value}")["v"]
+    assert config["mcp_servers.agentd.command"] == "/usr/bin/python3"
+    assert config["mcp_servers.agentd.args"] == ["-m", "agentd", "mcp"]
+    assert config["mcp_servers.agentd.env"] == {"AGENTD_SOCKET": "/run/a d/agentd.sock", "AGENTD_SESSION_ID": "pss_1"}
+    assert config["mcp_servers.agentd.default_tools_approval_mode"] == "approve"
+    assert "mcp_servers.agentd.default_tools_approval_mode" not in " ".join(tool.codex_args("pss_1", preapproved=False))
+
+    flag, raw, *rest = tool.claude_args("pss_2", preapproved=False)
+    assert flag == "--mcp-config" and rest == []
+    server = json.loads(raw)["mcpServers"]["agentd"]
+    assert server["command"] == "/usr/bin/python3" and server["env"]["AGENTD_SESSION_ID"] == "pss_2"
+    assert tool.claude_args("pss_2", preapproved=True)[2:] == [
+        "--allowedTools", "mcp__agentd__delegate_task,mcp__agentd__task_result"]
+    assert json.loads(tool.scripted_env("pss_3")["AGENTD_MCP_COMMAND"]) == tool.command
