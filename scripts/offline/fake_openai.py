@@ -11,6 +11,9 @@ chosen from keywords in the last user message, so tests script their turns:
 * ``ASK_USER`` — a ``request_user_input`` call (Codex offers it in plan mode);
 * ``GO_SLOW`` — a reply streamed slowly (for interrupt and steer tests);
 * ``WRITE_FILE`` — an ``apply_patch`` call adding ``patched.txt`` when offered;
+* ``DELEGATE_TO:PROVIDER: INSTRUCTIONS`` — a call of agentd's MCP tool
+  ``delegate_task`` (Codex offers it in the namespace ``mcp__agentd``) with
+  ``{instructions, provider, wait: true}``;
 
 and a request whose input ends with a tool's output gets a final message.
 
@@ -36,6 +39,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+#: the namespace Codex offers agentd's MCP tools in
+DELEGATE_NAMESPACE = "mcp__agentd"
 #: seconds between deltas of a GO_SLOW reply, and how many there are
 SLOW_PAUSE = 0.15
 SLOW_DELTAS = 60
@@ -142,6 +147,10 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     if "WRITE_FILE" in text and "apply_patch" in tool_names(body):
         patch = "*** Begin Patch\n*** Add File: patched.txt\n+patched by the fake model\n*** End Patch\n"
         return {"call": {"name": "apply_patch", "arguments": json.dumps({"input": patch})}}
+    delegation = re.search(r"DELEGATE_TO:([A-Za-z0-9_-]+):\s*(.+)", text, re.S)
+    if delegation and DELEGATE_NAMESPACE in tool_names(body):
+        arguments = {"instructions": delegation.group(2).strip(), "provider": delegation.group(1), "wait": True}
+        return {"call": {"name": "delegate_task", "namespace": DELEGATE_NAMESPACE, "arguments": json.dumps(arguments)}}
     if "GO_SLOW" in text:
         return {"text": " ".join(f"slow{i}" for i in range(SLOW_DELTAS)), "slow": True}
     return {"text": f"You said: {text.strip()[-200:]} (turn {len(texts)})", "slow": False}

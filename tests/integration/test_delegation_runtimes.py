@@ -123,3 +123,32 @@ async def test_f9_a_preapproved_agentd_tool_asks_no_permission(tmp_path, short_d
             assert child["createdBy"] == "agent"
     finally:
         assert await daemon.terminate() == 0
+
+
+@needs_both
+async def test_f9_real_codex_delegates_to_a_scripted_agent(tmp_path, short_dir, codex):
+    """F9: Codex's model calls ``delegate_task`` in the ``mcp__agentd``
+    namespace (agentd_tool = "allow": Codex's approval mode ``approve``); a
+    scripted child does the task and Codex's next model request carries the
+    result as the tool's output."""
+    config = tmp_path / "config.toml"
+    config.write_text(codex.provider_toml("codex", agentd_tool="allow") + '\n[providers.basic]\nkind = "scripted"\n')
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", provider="codex"))["threadId"]
+            sent = await client.call("thread.message.send", threadId=parent, text="DELEGATE_TO:basic: tango")
+            run = await wait_run_terminal(client, parent, sent["runId"], timeout=240)
+            assert run["status"] == "completed", run
+            [child] = [t for t in await _threads(client) if t["parentThreadId"] == parent]
+            assert (child["createdBy"], child["provider"]) == ("agent", "basic")
+            nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+            [tool] = [n for n in nodes if n["kind"] == "mcp_tool_call"]
+            assert tool["title"] == "agentd.delegate_task" and tool["status"] == "completed"
+            [spawn, result] = (await client.call("thread.transfers", threadId=child["id"]))["transfers"]
+            assert spawn["sourcePoint"]["nodeId"] == tool["id"]
+            assert (result["status"], result["runId"]) == ("consumed", run["id"])
+    finally:
+        assert await daemon.terminate() == 0
+    outputs = [item for item in codex.model_requests()[-1]["input"] if item.get("type") == "function_call_output"]
+    assert "You said: tango" in json.dumps(outputs[-1])
