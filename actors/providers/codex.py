@@ -136,7 +136,13 @@ APPROVAL_METHODS = {
     "item/permissions/requestApproval": "permissions",
     "execCommandApproval": "command",
     "applyPatchApproval": "file_change",
+    # Codex asks before an MCP tool call (agentd's own delegate_task
+    # included) as an MCP elicitation in form mode (checked on 0.171)
+    "mcpServer/elicitation/request": "mcp_tool",
 }
+MCP_ELICITATION_METHOD = "mcpServer/elicitation/request"
+#: elicitation modes that are a yes/no question agentd can put to the person
+MCP_APPROVAL_MODES = ("form", "openai/form", "openaiForm")
 USER_INPUT_METHOD = "item/tool/requestUserInput"
 
 _MISSING_THREAD = re.compile(
@@ -162,6 +168,7 @@ from .codex_wire import (  # the typed shapes
     InitializeParams,
     InitializeResponse,
     ItemNotification,
+    McpElicitationResponse,
     PermissionsRequestApprovalParams,
     PermissionsRequestApprovalResponse,
     ReviewDecisionResponse,
@@ -429,6 +436,8 @@ def approval_response(method: str, params: dict[str, Any], response: dict[str, A
         return PermissionsRequestApprovalResponse(permissions=dict(params.get("permissions") or {}) if accept else {})
     if method in ("execCommandApproval", "applyPatchApproval"):
         return ReviewDecisionResponse(decision="approved" if accept else {"denied": {"rejection": "declined in agentd"}})
+    if method == MCP_ELICITATION_METHOD:
+        return McpElicitationResponse(action="accept", content={}) if accept else McpElicitationResponse(action="decline")
     raise ProviderRuntimeError(f"agentd cannot answer {method}")
 
 
@@ -644,6 +653,16 @@ class CodexConnection(ProviderConnection):
         kind = APPROVAL_METHODS.get(method)
         if kind is None:
             return None
+        if method == MCP_ELICITATION_METHOD:
+            # Only a form is a question the person can answer with yes or no
+            # (a URL or device verification is not agentd's to complete).
+            if params.get("mode") not in MCP_APPROVAL_MODES:
+                return None
+            detail = {"method": method, "kind": kind, "server": params.get("serverName"), "message": params.get("message")}
+            return RequestOpened(
+                attempt_id=self._attempts.get(str(params.get("threadId"))), request_ref="", kind="approval", item_id=None,
+                detail={k: v for k, v in detail.items() if v is not None},
+            )
         detail: dict[str, Any] = {"method": method, "kind": kind}
         if method == "item/commandExecution/requestApproval":
             p = _decode(CommandExecutionRequestApprovalParams, params, method)

@@ -126,23 +126,32 @@ async def test_f9_a_preapproved_agentd_tool_asks_no_permission(tmp_path, short_d
 
 
 @needs_both
-async def test_f9_real_codex_delegates_to_a_scripted_agent(tmp_path, short_dir, codex):
-    """F9: Codex's model calls ``delegate_task`` in the ``mcp__agentd``
-    namespace (agentd_tool = "allow": Codex's approval mode ``approve``); a
-    scripted child does the task and Codex's next model request carries the
-    result as the tool's output."""
+@pytest.mark.parametrize("agentd_tool", ["ask", "allow"])
+async def test_f9_real_codex_delegates_to_a_scripted_agent(tmp_path, short_dir, codex, agentd_tool):
+    """F9 + F15: Codex's model calls ``delegate_task`` in the ``mcp__agentd``
+    namespace. With ``ask`` Codex asks first — an MCP elicitation, which is
+    an agentd approval, accepted here; with ``allow`` (Codex's approval mode
+    ``approve``) it does not ask. A scripted child does the task and Codex's
+    next model request carries the result as the tool's output."""
     config = tmp_path / "config.toml"
-    config.write_text(codex.provider_toml("codex", agentd_tool="allow") + '\n[providers.basic]\nkind = "scripted"\n')
+    config.write_text(codex.provider_toml("codex", agentd_tool=agentd_tool) + '\n[providers.basic]\nkind = "scripted"\n')
     daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
     try:
         async with Client.connect(daemon.socket) as client:
             parent = (await client.call("thread.create", provider="codex"))["threadId"]
             sent = await client.call("thread.message.send", threadId=parent, text="DELEGATE_TO:basic: tango")
+            if agentd_tool == "ask":
+                asked = await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=parent, timeout=120)
+                request = asked["payload"]["request"]
+                assert (request["detail"]["method"], request["detail"]["server"]) == ("mcpServer/elicitation/request", "agentd")
+                await client.call("approval.respond", requestId=request["id"], decision="accept")
             run = await wait_run_terminal(client, parent, sent["runId"], timeout=240)
             assert run["status"] == "completed", run
             [child] = [t for t in await _threads(client) if t["parentThreadId"] == parent]
             assert (child["createdBy"], child["provider"]) == ("agent", "basic")
             nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+            approvals = [n for n in nodes if n["kind"] == "approval"]
+            assert len(approvals) == (1 if agentd_tool == "ask" else 0)
             [tool] = [n for n in nodes if n["kind"] == "mcp_tool_call"]
             assert tool["title"] == "agentd.delegate_task" and tool["status"] == "completed"
             [spawn, result] = (await client.call("thread.transfers", threadId=child["id"]))["transfers"]
