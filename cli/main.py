@@ -98,13 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages too")
     p.set_defaults(fn=cmd_serve)
 
-    p = sub.add_parser("mcp", help="agentd's MCP server on stdio (delegate_task, task_result) for agents (SPEC F9)")
-    p.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default: $AGENTD_SOCKET)")
-    p.add_argument("--session", metavar="SESSION", help="the provider session that delegates (default: $AGENTD_SESSION_ID)")
-    p.add_argument("--thread", metavar="THREAD", type=non_empty("thread"),
-                   help="delegate from this thread (for an MCP client agentd did not start)")
-    p.set_defaults(fn=cmd_mcp)
-
     p = sub.add_parser("demo", help="a short end-to-end demo on a fresh daemon")
     p.add_argument("--data-dir", metavar="DIR", help="the demo daemon's state directory, kept afterwards (default: a temporary one)")
     p.add_argument("--keep", action="store_true", help="keep the demo's data dir")
@@ -196,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_checkpoint_commands(sub, results)
 
     add_lineage_commands(sub, results=results)
+    p = sub.add_parser("mcp", help="agentd's MCP server on stdio (delegate_task, task_result) for agents (SPEC F9)")
+    p.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default: $AGENTD_SOCKET)")
+    p.add_argument("--session", metavar="SESSION", help="the provider session that delegates (default: $AGENTD_SESSION_ID)")
+    p.add_argument("--thread", metavar="THREAD", type=non_empty("thread"),
+                   help="delegate from this thread (for an MCP client agentd did not start)")
+    p.set_defaults(fn=cmd_mcp)
     return parser
 
 

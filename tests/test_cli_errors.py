@@ -37,7 +37,7 @@ ERRORS = [
     (["sned", "thr_x"], 2, "agentd: argument COMMAND: invalid choice: 'sned' (choose from 'serve', 'demo', 'new', 'send', 'stop', "
                            "'interrupt', 'release', 'cancel', 'reorder', 'requests', 'approve', 'answer', 'implement', "
                            "'threads', 'show', 'events', 'providers', 'status', 'checkpoints', 'diff', 'restore', 'fork', "
-                           "'lineage', 'handoff'); see `agentd --help`"),
+                           "'lineage', 'handoff', 'mcp'); see `agentd --help`"),
 ]
 
 
