@@ -13,6 +13,8 @@ allow_broad_workspaces = false  # let / or the home folder itself be a workspace
 handoff_max_chars = 32000     # cap on a context handoff's text (what is dropped is recorded)
 handoff_max_bridges = 3       # delta handoffs in a row before a fresh provider thread
 handoff_max_runs_behind = 20  # runs a returning provider thread may miss before a fresh one
+delegate_max_depth = 3        # how deep delegated tasks may nest
+delegate_max_fanout = 8       # delegated tasks one thread may have working at once
 
 [checkpoints]
 max_file_bytes = 10485760     # larger files are neither stored nor restored (reported as too_large)
@@ -23,6 +25,7 @@ compact_delay = 30            # seconds after that capture before compacting (wh
 kind = "scripted"
 capabilities = { steer = false, nativeFork = false }
 idle_timeout = 60
+agentd_tool = "ask"           # agentd's MCP tool in its sessions: ask | allow | off
 ```
 
 The file's shape is the ``ConfigFile`` Struct below: msgspec decodes the
@@ -52,6 +55,7 @@ Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 #: the NAME of ``[providers.NAME]``
 ProviderName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 ProviderKind = Literal["scripted", "codex", "claude"]
+AgentdTool = Literal["ask", "allow", "off"]
 #: what a run becomes when its provider cannot interrupt and its session is stopped instead
 InterruptOutcome = Literal["interrupted", "cancelled"]
 
@@ -72,6 +76,11 @@ class ProviderTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     model: str | None = None
     #: argv put before the runtime's command (e.g. a network-namespace launcher in tests)
     wrapper: list[str] = []
+    #: agentd's own MCP tool (``agentd mcp``: delegate_task, task_result) in
+    #: this instance's sessions (SPEC F9): ``ask`` — configured, and the
+    #: runtime's permission prompt for it is an approval like any other;
+    #: ``allow`` — configured and pre-approved; ``off`` — not configured
+    agentd_tool: AgentdTool = "ask"
 
 
 class ProviderConfig(ProviderTable, kw_only=True):
@@ -102,6 +111,10 @@ class DaemonSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     handoff_max_bridges: Annotated[int, msgspec.Meta(ge=0)] = 3
     #: a provider thread that missed more runs than this gets a fresh one instead of a delta
     handoff_max_runs_behind: Annotated[int, msgspec.Meta(ge=0)] = 20
+    #: delegated tasks nest at most this deep (a task's task's task…) (SPEC F9)
+    delegate_max_depth: Annotated[int, msgspec.Meta(ge=1, le=64)] = 3
+    #: a thread has at most this many delegated tasks working at once (SPEC F9)
+    delegate_max_fanout: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8
 
 
 #: the checkpoint engine's size cap unless configured (actors/checkpoints DEFAULT_MAX_FILE_BYTES)

@@ -27,6 +27,7 @@ from .messages import Command, Handler
 from .providers.base import ProviderEvent, SessionHost
 from .checkpoints import CheckpointEngine
 from .config import DaemonConfig
+from .delegation import TaskWatch
 from .steering import message_send
 from .thread_actor import ThreadActor
 
@@ -105,6 +106,8 @@ class ThreadRegistry:
         #: set when the daemon begins to stop: no new run starts after it
         self.shutting_down = False
         self._actors: dict[str, ThreadActor] = {}
+        #: wake-ups for ``task.result`` callers waiting on a delegated task (SPEC F9)
+        self.tasks = TaskWatch()
         self._creating: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -139,6 +142,11 @@ class ThreadRegistry:
         assert self._nursery is not None, "registry is not serving"
         self._nursery.start_soon(self._run_actor, actor)
         return actor
+
+    def wake(self, thread_id: str) -> None:
+        """Load the thread's actor, which starts its queued runs (a delegated
+        task's first run, committed by its parent's actor)."""
+        self._actor(thread_id)
 
     async def _run_actor(self, actor: ThreadActor) -> None:
         try:

@@ -72,6 +72,9 @@ class AttemptContext:
     #: a merge-back the attempt's message carries, and its delta handoff (merge_back.py)
     merge: ContextTransfer | None = None
     merge_handoff: ContextHandoff | None = None
+    #: delegation transfers into the thread this attempt's turn carries
+    #: besides ``transfer`` (``subagent_spawn`` / ``subagent_result``, SPEC F9)
+    inbox: list[ContextTransfer] = field(default_factory=list)
 
 
 @dataclass

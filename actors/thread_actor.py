@@ -50,7 +50,7 @@ from agentd.store.records import (
 )
 from agentd.store.writer import CommitResult
 
-from . import artifacts, checkpointing, child_checkpoints, graph, lineage, requests, run_control, starter, steering, transfers, turns
+from . import artifacts, checkpointing, child_checkpoints, delegation, graph, lineage, requests, run_control, starter, steering, transfers, turns
 from .graph import Ending, ThreadBatch
 from .messages import (
     AttemptStartFailed,
@@ -355,9 +355,13 @@ class ThreadActor:
             turn_start_effect=self.store.get(Effect, graph.turn_start_effect_id(active.run.id)),
             checkpoint=checkpoint,
         )
+        # A delegated task's result is durable with its run's end (SPEC F9).
+        task_ended = delegation.result_on_run_end(self, batch, active.run)
         await self.commit(batch)
         state.active = None
         self.sessions.mark_busy(self.thread_id, False)
+        if task_ended:
+            self.registry.tasks.ended(self.thread_id)
         self.start_next()
 
     async def retry(

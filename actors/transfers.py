@@ -38,7 +38,7 @@ from agentd.store.records import (
     to_wire,
 )
 
-from . import lineage
+from . import delegation, lineage
 from .handoff import build_handoff
 from .lineage import Limits, StartView, Target, in_history
 from .messages import Command, ContextNeeded, StartPlan
@@ -181,7 +181,11 @@ def resolve_source(store: Store, state: ThreadState, spec: wire.SourcePointParam
             native = _node_native_thread(node)
             # The node's own provider thread, when it has one; else the run it ended in.
             if native is not None:
-                point = struct_copy(point, provider_thread_id=None, provider_turn_id=None, native_thread_id=native, native_turn_ref=None)
+                # A native subagent's own thread backs a child thread (delegation.native_subagent):
+                # its provider thread record makes the fork native.
+                backing = delegation.subagent_provider_thread(store, thread_id, native)
+                point = struct_copy(point, provider_thread_id=backing.id if backing else None, provider_turn_id=None,
+                                    native_thread_id=native, native_turn_ref=None)
             return point, thread_history(store, thread_id, upto_ordinal=run.ordinal)
         case wire.ProviderThreadPoint(provider_thread_id=pt_id, provider_turn_id=turn_id):
             pt = store.get(ProviderThread, pt_id)
@@ -330,7 +334,9 @@ def gather_view(actor: ThreadActor, active: ActiveRun, lost: tuple[str, str] | N
                     lineage.provider_settings(actor.config.providers.get(provider)))
     transfers = store.thread_transfers(thread.id)
     # A pending transfer into the thread; a failed fork too (it resolves again, portably).
+    # (Delegation transfers are taken in besides the thread's own context: delegation.take_inbox.)
     transfer = next((t for t in transfers if t.target_thread_id == thread.id and t.type not in ("provider_handoff", "merge_back")
+                     and t.type not in delegation.INBOX_TYPES
                      and (t.status == "pending" or (t.type == "fork" and t.status == "failed"))), None)
     # A merge-back comes with its own message's run (a failed attempt's, again on the retry).
     merge = next((t for t in transfers if t.type == "merge_back" and t.target_thread_id == thread.id and t.run_id == run.id
@@ -413,11 +419,12 @@ async def _resolve_context(actor: ThreadActor, item: ContextNeeded) -> None:
         built = build_handoff(actor.store, ctx.handoff.run_ids, strategy=ctx.handoff.strategy, reason=ctx.handoff.reason,
                               cap=actor.config.handoff_max_chars)
     context = lineage.record_start(batch, state, view, ctx, built)
+    text = delegation.take_inbox(actor, batch, built.text if built is not None else None)
     if ctx.kind != "none" or ctx.retire is not None:
         batch.emit("run.context_resolved", run_id=active.run.id, node_id=active.root.id, kind=ctx.kind, reason=ctx.reason,
                    transferId=context.transfer.id if context.transfer else None,
                    handoffId=context.handoff.id if context.handoff else None)
-    texts = [built.text] if built is not None else []
+    texts = [text] if text else []
     if merged is not None and ctx.merge is not None:
         found, merge_text, _files = merged
         handoff = lineage.record_merge(batch, state, ctx, ctx.merge, merge_text, base=found.base, run_ids=found.run_ids,

@@ -15,7 +15,7 @@ from agentd.store.db import struct_copy
 from agentd.store.writer import full_disk_note
 from agentd.store.records import Effect
 
-from . import artifacts, child_checkpoints, graph, lineage, run_control, steering
+from . import artifacts, child_checkpoints, delegation, graph, lineage, run_control, steering
 from .messages import FlushTimer
 from .providers.base import ItemCompleted, ItemStarted, RuntimeWarning_, SessionExited, TextDelta, TurnCompleted, TurnStarted
 from .state import ActiveRun
@@ -40,6 +40,7 @@ async def on_turn_started(actor: ThreadActor, event: TurnStarted) -> None:
     effect = actor.store.get(Effect, graph.turn_start_effect_id(active.run.id))
     graph.turn_started(batch, actor.state, event, turn_start_effect=effect)
     lineage.turn_started(batch, actor.state)
+    delegation.inbox_consumed(batch, actor.state)
     await actor.commit(batch)
     if active.interrupt_requested:
         # Asked before the provider had a turn to interrupt.
@@ -59,6 +60,8 @@ async def on_item_completed(actor: ThreadActor, event: ItemCompleted) -> None:
     node = graph.item_completed(batch, actor.state, event)
     if node is not None and node.kind == "plan":
         artifacts.propose_plan(batch, actor.state, node)
+    if node is not None and node.kind == "subagent":
+        delegation.native_subagent(actor, batch, node)
     if child_checkpoints.is_checkpointable(node):
         # The child ended: its scope's checkpoint, committed with its end.
         await child_checkpoints.capture_child(actor, _active(actor), node, batch)

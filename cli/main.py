@@ -1,6 +1,7 @@
 """The ``agentd`` command line: the daemon itself and a client for people.
 
     agentd serve                     run the daemon in the foreground
+    agentd mcp [--thread THREAD]     agentd's MCP server on stdio (what agents delegate through)
     agentd demo                      a short end-to-end tour on the scripted agent
     agentd new [--title T] [--workspace DIR] [--provider P]
     agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach] [--merge-back FORK]
@@ -71,6 +72,12 @@ def non_empty(what: str):
 
     check.__name__ = f"{what} id"
     return check
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from .mcp_server import serve
+
+    return serve(args.socket, args.session, args.thread)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -194,6 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_lineage_commands(sub, results=results)
     add_web_command(sub, results)
+    p = sub.add_parser("mcp", help="agentd's MCP server on stdio (delegate_task, task_result) for agents (SPEC F9)")
+    p.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default: $AGENTD_SOCKET)")
+    p.add_argument("--session", metavar="SESSION", help="the provider session that delegates (default: $AGENTD_SESSION_ID)")
+    p.add_argument("--thread", metavar="THREAD", type=non_empty("thread"),
+                   help="delegate from this thread (for an MCP client agentd did not start)")
+    p.set_defaults(fn=cmd_mcp)
     return parser
 
 

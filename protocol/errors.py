@@ -96,6 +96,12 @@ class Overloaded(AgentdError):
     kind = "overloaded"
 
 
+class LimitExceeded(AgentdError):
+    """A configured limit refuses the request (a delegated task's depth or fan-out)."""
+
+    kind = "limit_exceeded"
+
+
 class InternalError(AgentdError):
     """agentd failed; nothing half-written was kept."""
 
@@ -124,6 +130,7 @@ ERROR_KINDS = {
         Conflict,
         Overloaded,
         RestoreIncomplete,
+        LimitExceeded,
         InternalError,
     )
 }

@@ -95,6 +95,38 @@ class ThreadForkParams(Params):
     command_id: CommandId | None = None
 
 
+class ThreadRequestsParams(Params):
+    thread_id: Id
+    #: also the pending requests of the thread's delegated children, depth-first (SPEC F9)
+    include_children: bool = False
+
+
+#: where a delegated task works: the parent's workspace, a copy of it, or a folder of its own
+TaskWorkspace = Literal["same", "fork", "new"]
+
+
+class TaskDelegateParams(Params):
+    """``task.delegate`` (SPEC F9): the delegating thread is named by
+    ``parentThreadId``, or by ``sessionId`` — the provider session an
+    ``agentd mcp`` process was started for."""
+
+    instructions: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
+    parent_thread_id: Id | None = None
+    session_id: Id | None = None
+    provider: Id | None = None
+    workspace: TaskWorkspace = "same"
+    wait: bool = False
+    command_id: CommandId | None = None
+
+
+class TaskResultParams(Params):
+    task_id: Id
+    #: wait until the task's run ended
+    wait: bool = False
+    #: the asking provider session: the result is then delivered to (consumed by) its thread's running turn
+    session_id: Id | None = None
+
+
 class HandoffGetParams(Params):
     handoff_id: Id
 

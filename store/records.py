@@ -40,7 +40,10 @@ TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn
 TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
 TransferResolution = Literal["native", "portable"]
 #: ``portable_context`` is what agentd wrote before handoffs had strategies (kept for old data dirs)
-HandoffStrategy = Literal["portable_full", "delta", "full_thread_summary", "checkpoint_context", "portable_context"]
+#: ``subagent_task``: a delegated task's instructions and framing (SPEC F9);
+#: ``subagent_result``: what a delegated task gives back to its parent
+HandoffStrategy = Literal["portable_full", "delta", "full_thread_summary", "checkpoint_context", "portable_context",
+                          "subagent_task", "subagent_result"]
 SourcePointType = Literal["latest_stable", "run", "node", "provider_thread", "checkpoint"]
 CreatedBy = Literal["user", "agent", "system"]
 
@@ -145,6 +148,10 @@ class RunAttempt(Record, kw_only=True):
     handoff_id: str | None = None
     #: the ContextTransfer this attempt's start resolved, if any
     transfer_id: str | None = None
+    #: stored handoffs this attempt's turn carries besides ``handoffId``, in
+    #: order: a delegated task's instructions (``subagent_spawn``) and results
+    #: of delegated tasks (``subagent_result``) — SPEC F9
+    extra_handoff_ids: list[str] = []
 
 
 class ExecutionNode(Record, kw_only=True):

@@ -37,6 +37,7 @@ from agentd.actors.providers.base import ProviderAdapter, ProviderRuntimeError
 from agentd.actors.checkpoints import CheckpointEngine
 from agentd.actors.checkpoints.compaction import Compactor
 from agentd.actors.config import DaemonConfig, ProviderConfig
+from agentd.actors.providers.agentd_tool import AgentdTool
 from agentd.actors.providers.scripted import ScriptedAdapter
 from agentd.actors.registry import ThreadRegistry
 from agentd.protocol.limits import ServerLimits, return_freed_memory_promptly
@@ -121,8 +122,12 @@ async def end_orphan(pid: int, start_ticks: int | None, *, timeout: float = 10.0
         os.close(pidfd)
 
 
-def build_adapters(config: DaemonConfig, providers_dir: Path, *, request_timeout: float | None = 30.0) -> dict[str, ProviderAdapter]:
-    """One adapter per configured provider instance."""
+def build_adapters(
+    config: DaemonConfig, providers_dir: Path, *, request_timeout: float | None = 30.0, agentd_tool: AgentdTool | None = None,
+) -> dict[str, ProviderAdapter]:
+    """One adapter per configured provider instance; ``agentd_tool``: how
+    their sessions start ``agentd mcp`` (each instance's ``agentd_tool``
+    setting says whether they do, SPEC F9)."""
     adapters: dict[str, ProviderAdapter] = {}
     for name, provider in config.providers.items():
         home = providers_dir / name
@@ -130,6 +135,8 @@ def build_adapters(config: DaemonConfig, providers_dir: Path, *, request_timeout
             adapters[name] = ScriptedAdapter(
                 name, home=home, capabilities=provider.capabilities, request_timeout=request_timeout
             )
+            if provider.agentd_tool != "off":
+                adapters[name].agentd_tool = agentd_tool
             continue
         try:
             if provider.kind == "codex":
@@ -137,6 +144,8 @@ def build_adapters(config: DaemonConfig, providers_dir: Path, *, request_timeout
             else:
                 from agentd.actors.providers.claude import ClaudeAdapter as adapter_class
             adapters[name] = adapter_class(provider, home=home, request_timeout=request_timeout)
+            if provider.agentd_tool != "off":
+                adapters[name].agentd_tool = agentd_tool
         except (ImportError, ProviderRuntimeError) as exc:
             adapters[name] = UnavailableAdapter(provider, str(exc))
     return adapters
@@ -218,7 +227,8 @@ class Daemon:
             await registry_box[0].deliver(thread_id, event)
 
         sessions = self.sessions = ProviderSessionManager(
-            store, build_adapters(opts.config, self.paths.providers, request_timeout=opts.request_timeout),
+            store, build_adapters(opts.config, self.paths.providers, request_timeout=opts.request_timeout,
+                                  agentd_tool=AgentdTool(socket=str(self.paths.socket))),
             deliver=deliver, wall_clock=opts.wall_clock, idle_timeouts=self._idle_timeouts(),
             restart_intensity=opts.restart_intensity,
         )

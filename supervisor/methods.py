@@ -23,7 +23,7 @@ from agentd.protocol.methods import Method, MethodTable, run_now
 from agentd.store.db import Store
 from agentd.store.records import Checkpoint, ConversationMessage, ExecutionNode, PlanArtifact, Run, RuntimeRequest
 
-from . import queries, subscriptions
+from . import queries, subscriptions, tasks
 
 
 def by_thread(_store: Store, params: Any) -> str:
@@ -90,6 +90,7 @@ METHODS = MethodTable([
     _thread("plan.implement", wire.PlanImplementParams, artifacts.plan_implement, by_plan),
     _thread("thread.fork", wire.ThreadForkParams, transfers.thread_fork, by_thread),
     _read("run.resume", wire.RunResumeParams, queries.run_resume),
+    _daemon("task.delegate", wire.TaskDelegateParams, tasks.task_delegate),
     _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
     _thread("rollback.toRun", wire.RollbackToRunParams, rollback.rollback_to_run, by_thread),
     _thread("rollback.node", wire.RollbackNodeParams, rollback.rollback_node, by_node),
@@ -97,7 +98,8 @@ METHODS = MethodTable([
     _read("thread.list", wire.ThreadListParams, queries.thread_list),
     _read("thread.get", wire.ThreadGetParams, queries.thread_get),
     _read("run.get", wire.RunGetParams, queries.run_get),
-    _read("thread.requests", wire.ThreadIdParams, queries.thread_requests),
+    _read("thread.requests", wire.ThreadRequestsParams, tasks.thread_requests),
+    _daemon("task.result", wire.TaskResultParams, tasks.task_result),
     _read("thread.transfers", wire.ThreadIdParams, queries.thread_transfers),
     _read("handoff.get", wire.HandoffGetParams, queries.handoff_get),
     _read("daemon.status", wire.NoParams, queries.daemon_status),

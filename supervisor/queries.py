@@ -83,12 +83,6 @@ async def run_get(router: DaemonRouter, params: wire.RunGetParams, _conn: Connec
     }
 
 
-async def thread_requests(router: DaemonRouter, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
-    if router.store.thread(params.thread_id) is None:
-        raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
-    return {"requests": [to_wire(r) for r in router.store.pending_requests(params.thread_id)]}
-
-
 async def checkpoint_list(router: DaemonRouter, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
     """A thread's checkpoints (root, child and safety ones) by ordinal, then creation."""
     if router.store.thread(params.thread_id) is None:

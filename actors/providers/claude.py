@@ -100,6 +100,7 @@ from .claude_stream import (
     user_line,
 )
 from ..config import ProviderConfig
+from .agentd_tool import AgentdTool
 from .jsonl import RequestCorrelator, RequestTimeout
 from .runtime import RuntimeBinary, StderrLog, parse_version
 from .transport import Spawn, spawn_process
@@ -165,6 +166,8 @@ class ClaudeAdapter(ProviderAdapter):
         self.capabilities = _and_capabilities(NATIVE_CAPABILITIES, config.capabilities)
         #: ``claude --version`` of the binary file as it was (mtime, size) when probed
         self._version: tuple[tuple[int, int], str | None] | None = None
+        #: agentd's MCP tool in this instance's sessions (SPEC F9); None: not configured
+        self.agentd_tool: AgentdTool | None = None
 
     # -- describing -------------------------------------------------------------------
 
@@ -201,16 +204,19 @@ class ClaudeAdapter(ProviderAdapter):
         env.update(self.config.env)
         return env
 
-    def claude_command(self) -> list[str]:
-        """claude with the stream-json flags, ``--model`` and the config's ``args``."""
+    def claude_command(self, session_id: str | None = None) -> list[str]:
+        """claude with the stream-json flags, ``--model``, agentd's MCP tool
+        configured for ``session_id`` and the config's ``args``."""
         command = [str(self.binary), *BASE_ARGS]
         if self.config.model:
             command += ["--model", self.config.model]
+        if self.agentd_tool is not None and session_id is not None:
+            command += self.agentd_tool.claude_args(session_id, preapproved=self.config.agentd_tool == "allow")
         return command + list(self.config.args)
 
-    def command(self) -> list[str]:
+    def command(self, session_id: str | None = None) -> list[str]:
         """The launcher, which execs :meth:`claude_command` plus the launch args."""
-        return launcher_command(list(self.config.wrapper), self.claude_command())
+        return launcher_command(list(self.config.wrapper), self.claude_command(session_id))
 
     def config_dir(self) -> Path:
         """Claude's own directory (``$CLAUDE_CONFIG_DIR``, else ``~/.claude``)."""
@@ -249,7 +255,7 @@ class ClaudeConnection(ProviderConnection):
         stderr = StderrLog(adapter.home)
 
         async def start():
-            return await adapter.spawn(adapter.command(), env=adapter.environment(), cwd=None, stderr_path=stderr.path)
+            return await adapter.spawn(adapter.command(session_id), env=adapter.environment(), cwd=None, stderr_path=stderr.path)
 
         self._claude = ClaudeProcess(start, stderr=stderr, timeout=adapter.request_timeout)
         #: our control requests waiting for claude's control_response

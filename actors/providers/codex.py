@@ -68,6 +68,7 @@ from .base import (
     message_phase,
 )
 from ..config import ProviderConfig
+from .agentd_tool import AgentdTool
 from .jsonl import JsonLinesPeer, stop_process
 from .runtime import RuntimeBinary, StderrLog, parse_version  # noqa: F401 - parse_version re-exported
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
@@ -138,7 +139,13 @@ APPROVAL_METHODS = {
     "item/permissions/requestApproval": "permissions",
     "execCommandApproval": "command",
     "applyPatchApproval": "file_change",
+    # Codex asks before an MCP tool call (agentd's own delegate_task
+    # included) as an MCP elicitation in form mode (checked on 0.171)
+    "mcpServer/elicitation/request": "mcp_tool",
 }
+MCP_ELICITATION_METHOD = "mcpServer/elicitation/request"
+#: elicitation modes that are a yes/no question agentd can put to the person
+MCP_APPROVAL_MODES = ("form", "openai/form", "openaiForm")
 USER_INPUT_METHOD = "item/tool/requestUserInput"
 
 _MISSING_THREAD = re.compile(
@@ -164,6 +171,7 @@ from .codex_wire import (  # the typed shapes
     InitializeParams,
     InitializeResponse,
     ItemNotification,
+    McpElicitationResponse,
     PermissionsRequestApprovalParams,
     PermissionsRequestApprovalResponse,
     ReviewDecisionResponse,
@@ -294,6 +302,8 @@ class CodexAdapter(ProviderAdapter):
         self.request_timeout = request_timeout
         self.spawn = spawn
         env = {**os.environ, **config.env}
+        #: agentd's MCP tool in this instance's sessions (SPEC F9); None: not configured
+        self.agentd_tool: AgentdTool | None = None
         self.binary = find_binary(config.binary, env)
         self.executable, self._launcher_env = native_binary(self.binary)
 
@@ -305,8 +315,12 @@ class CodexAdapter(ProviderAdapter):
             env["CODEX_HOME"] = str(Path(env.get("HOME") or Path.home()) / ".codex")
         return env
 
-    def command(self) -> list[str]:
-        return [*self.config.wrapper, str(self.executable), "app-server", *self.config.args]
+    def command(self, session_id: str | None = None) -> list[str]:
+        """``codex app-server``, with agentd's MCP tool configured for ``session_id``."""
+        tool: list[str] = []
+        if self.agentd_tool is not None and session_id is not None:
+            tool = self.agentd_tool.codex_args(session_id, preapproved=self.config.agentd_tool == "allow")
+        return [*self.config.wrapper, str(self.executable), "app-server", *tool, *self.config.args]
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "binary": str(self.binary)}
@@ -320,7 +334,7 @@ class CodexAdapter(ProviderAdapter):
         self.home.mkdir(parents=True, exist_ok=True)
         stderr = StderrLog(self.home)
         stderr.mark()
-        process = await self.spawn(self.command(), env=self.environment(), cwd=None, stderr_path=stderr.path)
+        process = await self.spawn(self.command(session_id), env=self.environment(), cwd=None, stderr_path=stderr.path)
         connection = CodexConnection(self, process, emit)
         failure: ProviderRuntimeError | None = None
         try:
@@ -425,6 +439,8 @@ def approval_response(method: str, params: dict[str, Any], response: dict[str, A
         return PermissionsRequestApprovalResponse(permissions=dict(params.get("permissions") or {}) if accept else {})
     if method in ("execCommandApproval", "applyPatchApproval"):
         return ReviewDecisionResponse(decision="approved" if accept else {"denied": {"rejection": "declined in agentd"}})
+    if method == MCP_ELICITATION_METHOD:
+        return McpElicitationResponse(action="accept", content={}) if accept else McpElicitationResponse(action="decline")
     raise ProviderRuntimeError(f"agentd cannot answer {method}")
 
 
@@ -683,6 +699,16 @@ class CodexConnection(ProviderConnection):
         kind = APPROVAL_METHODS.get(method)
         if kind is None:
             return None
+        if method == MCP_ELICITATION_METHOD:
+            # Only a form is a question the person can answer with yes or no
+            # (a URL or device verification is not agentd's to complete).
+            if params.get("mode") not in MCP_APPROVAL_MODES:
+                return None
+            detail = {"method": method, "kind": kind, "server": params.get("serverName"), "message": params.get("message")}
+            return RequestOpened(
+                attempt_id=self._attempts.get(str(params.get("threadId"))), request_ref="", kind="approval", item_id=None,
+                detail={k: v for k, v in detail.items() if v is not None},
+            )
         detail: dict[str, Any] = {"method": method, "kind": kind}
         if method == "item/commandExecution/requestApproval":
             p = _decode(CommandExecutionRequestApprovalParams, params, method)

@@ -370,6 +370,16 @@ class PermissionsRequestApprovalResponse(_Wire, kw_only=True):
     scope: str = "turn"
 
 
+class McpElicitationResponse(_Wire, kw_only=True):
+    """``McpServerElicitationRequestResponse``: the answer to Codex's question
+    before an MCP tool call (``accept`` with empty ``content``, or ``decline``)."""
+
+    __schema__ = "McpServerElicitationRequestResponse"
+    __direction__ = "out"
+    action: str
+    content: dict[str, Any] | None = None
+
+
 class ReviewDecisionResponse(_Wire, kw_only=True):
     """``ExecCommandApprovalResponse`` / ``ApplyPatchApprovalResponse``:
     ``"approved"`` or ``{"denied": {"rejection": …}}``."""

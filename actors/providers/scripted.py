@@ -36,6 +36,7 @@ from .base import (
     TurnStarted,
     message_phase,
 )
+from .agentd_tool import AgentdTool
 from .jsonl import JsonLinesPeer, stop_process
 from .runtime import StderrLog
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
@@ -88,6 +89,8 @@ class ScriptedAdapter(ProviderAdapter):
         self.capabilities = capabilities or Capabilities()
         self.request_timeout = request_timeout
         self.spawn = spawn
+        #: agentd's MCP tool for the agent's ``delegate`` step (SPEC F9); None: not offered
+        self.agentd_tool: AgentdTool | None = None
 
     async def probe(self) -> dict[str, Any]:
         return {"usable": True, "binary": sys.executable, "version": "built-in"}
@@ -98,6 +101,8 @@ class ScriptedAdapter(ProviderAdapter):
     async def open(self, *, session_id: str, emit: EventSink, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
+        if self.agentd_tool is not None:
+            env.update(self.agentd_tool.scripted_env(session_id))
         process = await self.spawn(self.command(), env=env, cwd=None, stderr_path=StderrLog(self.home).path)
         connection = ScriptedConnection(self, process, emit)
         try:

@@ -499,8 +499,16 @@ class Turn:
         structuredQuestions capability, say the questions instead.
     ``{"plan": [{"step", "status"}]}`` / ``{"proposePlan": MARKDOWN}``
         A ``turn/plan/updated`` notification / a plan item.
-    ``{"subagent": {"steps": [...]}}``
-        A subagent item whose steps' items name it as ``parentItemId``.
+    ``{"subagent": {"steps": [...], "thread"?: true}}``
+        A subagent item whose steps' items name it as ``parentItemId``. With
+        ``thread``, the subagent gets a native thread of its own (named in the
+        item's ``receiverThreadIds``, like a Codex ``spawnAgent`` call) that
+        holds its steps and what it said; it can be resumed and forked.
+    ``{"delegate": {"instructions", "provider"?, "workspace"?, "wait"?}}``
+        A ``tool`` item ``delegate_task`` that calls agentd's MCP tool of that
+        name through ``agentd mcp`` (``AGENTD_MCP_COMMAND``), then says
+        ``delegated task OUTCOME: FINAL ANSWER`` (``wait: true``),
+        ``delegated task TASK_ID`` (``wait: false``) or ``delegate failed: WHY``.
     ``{"recall": ["WORD", …]}``
         Say, for each word, where this agent can see it: ``native`` (in its
         own thread's earlier turns, inputs or outputs), ``context`` (only in
@@ -786,8 +794,43 @@ class Turn:
     async def _subagent(self, step: dict, parent: str | None) -> None:
         spec = _expect(step["subagent"], dict, "subagent needs an object with steps")
         steps = _expect(spec.get("steps"), list, "subagent needs a list of steps")
-        async with self._item(parent, "subagent", status="inProgress") as item:
+        own = _expect(spec.get("thread", False), bool, "subagent thread must be true or false")
+        fields: dict[str, Any] = {}
+        if own:
+            # A thread of its own, as Codex's spawned agents have: named in
+            # the item (``receiverThreadIds``), saved when the subagent ends.
+            sub_thread = self.agent._new_thread(self.thread.cwd, [])
+            fields = {"tool": "spawnAgent", "receiverThreadIds": [sub_thread.threadId]}
+        async with self._item(parent, "subagent", status="inProgress", **fields) as item:
+            said = len(self._output)
             await self._run_steps(steps, parent=item["id"])
+            if own:
+                sub_thread.turns.append(TurnRecord(_new_id("stu_"), msgspec.json.encode(steps).decode(), "completed",
+                                                   "\n".join(self._output[said:])))
+                self.agent.store.save(sub_thread)
+
+    async def _delegate(self, step: dict, parent: str | None) -> None:
+        spec = _expect(step["delegate"], dict, "delegate needs an object with instructions")
+        arguments = {
+            "instructions": _expect(spec.get("instructions"), str, "delegate needs string instructions"),
+            "wait": _expect(spec.get("wait", False), bool, "delegate wait must be true or false"),
+            "workspace": _expect(spec.get("workspace", "same"), str, "delegate workspace must be same, fork or new"),
+        }
+        if spec.get("provider") is not None:
+            arguments["provider"] = _expect(spec["provider"], str, "delegate provider must be a string")
+        async with self._item(parent, "tool", name="delegate_task", status="inProgress") as item:
+            error, answer = await call_agentd_tool("delegate_task", arguments)
+            if error is not None:
+                item.update(status="failed", error=error)
+            else:
+                item["result"] = answer
+        if error is not None:
+            await self._message(f"delegate failed: {error}", parent)
+        elif arguments["wait"]:
+            final = answer.get("finalAnswer") or "(no answer)"
+            await self._message(f"delegated task {answer.get('outcome', answer.get('status'))}: {final}", parent)
+        else:
+            await self._message(f"delegated task {answer.get('taskId')}", parent)
 
     _STEPS = {
         "say": _say,
@@ -805,7 +848,30 @@ class Turn:
         "plan": _plan,
         "proposePlan": _propose_plan,
         "subagent": _subagent,
+        "delegate": _delegate,
     }
+
+
+async def call_agentd_tool(tool: str, arguments: dict) -> tuple[str | None, dict]:
+    """Call one of agentd's MCP tools through ``agentd mcp``, started as a
+    stdio MCP server the way agentd configures it for every runtime
+    (``AGENTD_MCP_COMMAND``, with the session's identity in the
+    environment). Returns ``(error, result)``: a tool error's text, or the
+    tool's structured result."""
+    command = os.environ.get("AGENTD_MCP_COMMAND")
+    if not command:
+        return "agentd's tool is not configured for this agent (its provider has agentd_tool = \"off\")", {}
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    argv = msgspec.json.decode(command)
+    server = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
+    async with Client(server, mode="legacy") as client:
+        result = await client.call_tool(tool, arguments)
+    text = "\n".join(getattr(block, "text", "") for block in result.content)
+    if result.is_error:
+        return text or f"{tool} failed", {}
+    return None, dict(result.structured_content or {})
 
 
 async def _serve(home: Path) -> None:

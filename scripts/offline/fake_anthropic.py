@@ -18,6 +18,11 @@ What the model "does" follows keywords in the last user text of the request:
   (narration before a tool call);
 * ``ASK_APPROVAL`` — a Bash tool use that Claude must ask permission for
   (it writes a file), so Claude sends ``control_request can_use_tool``;
+* ``DELEGATE_TO:PROVIDER: INSTRUCTIONS`` — delegate through agentd's MCP
+  tool: Claude lists it only as a deferred tool, so first a ``ToolSearch``
+  ``select:mcp__agentd__delegate_task``, then (once the tool is loaded) a
+  ``tool_use`` of it with ``{instructions, provider, wait: true}``, and
+  after its ``tool_result`` a final answer quoting it;
 * ``GO_SLOW`` — a long answer streamed slowly, one word every 0.1 s (60
   words, or N with ``GO_SLOW:N``; for interrupts, steers and crashes);
 * otherwise — a plain answer, ``Reply N: <the user's text>`` where N counts
@@ -101,8 +106,42 @@ def _tool_result_text(message: dict[str, Any]) -> str:
     return ""
 
 
+DELEGATE_TOOL = "mcp__agentd__delegate_task"
+
+
+def _bash(command: str) -> dict[str, Any]:
+    return {"kind": "tool", "name": "Bash", "input": {"command": command, "description": "Run the requested command"}}
+
+
+def _offers(body: dict[str, Any], name: str) -> bool:
+    return any(isinstance(t, dict) and t.get("name") == name for t in body.get("tools") or [])
+
+
+def _last_tool_use(messages: list[dict[str, Any]]) -> str | None:
+    """The name of the newest ``tool_use`` the assistant made in the request's messages."""
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            for block in reversed(_blocks(message.get("content"))):
+                if block.get("type") == "tool_use":
+                    return block.get("name")
+    return None
+
+
+def _delegation(messages: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """``(provider, instructions)`` of the newest ``DELEGATE_TO:`` the person wrote, if any."""
+    for message in reversed(messages):
+        if message.get("role") != "user" or _is_tool_result(message):
+            continue
+        for text in reversed(_user_texts(message)):
+            match = re.search(r"DELEGATE_TO:([A-Za-z0-9_-]+):\s*(.+)", text, re.S)
+            if match:
+                return match.group(1), match.group(2).strip()
+        return None  # the newest message the person wrote does not delegate
+    return None
+
+
 def plan_reply(body: dict[str, Any]) -> dict[str, Any]:
-    """What to answer: ``{"kind": "text", "text", "slow"}`` or ``{"kind": "tool", "command"}``."""
+    """What to answer: ``{"kind": "text", "text", "slow"}`` or ``{"kind": "tool", "name", "input"}``."""
     messages = body.get("messages") or []
     if not body.get("tools"):
         return {"kind": "text", "text": "Fake session title", "slow": False}
@@ -110,16 +149,29 @@ def plan_reply(body: dict[str, Any]) -> dict[str, Any]:
     last = next((m for m in reversed(messages) if m.get("role") == "user"), {})
     if _is_tool_result(last):
         result = _tool_result_text(last).strip()
+        delegation = _delegation(messages)
+        if delegation is not None and _last_tool_use(messages) == "ToolSearch" and _offers(body, DELEGATE_TOOL):
+            provider, instructions = delegation
+            return {"kind": "tool", "name": DELEGATE_TOOL,
+                    "input": {"instructions": instructions, "provider": provider, "wait": True}}
+        if _last_tool_use(messages) == DELEGATE_TOOL:
+            return {"kind": "text", "text": f"The delegated task answered: {result[:2000]}", "slow": False}
         return {"kind": "text", "text": f"The command finished: {result[:200]}", "slow": False}
     texts = _user_texts(last)
     text = texts[-1] if texts else ""
     turns = sum(1 for m in messages if m.get("role") == "user" and not _is_tool_result(m) and _user_texts(m))
     if "RUN_COMMAND" in text:
         match = re.search(r"RUN_COMMAND:\s*(.+)", text)
-        command = match.group(1).strip() if match else DEFAULT_COMMAND
-        return {"kind": "tool", "command": command, "narration": NARRATION if "NARRATE" in text else None}
+        plan = _bash(match.group(1).strip() if match else DEFAULT_COMMAND)
+        return {**plan, "narration": NARRATION if "NARRATE" in text else None}
     if "ASK_APPROVAL" in text:
-        return {"kind": "tool", "command": APPROVAL_COMMAND}
+        return _bash(APPROVAL_COMMAND)
+    if _delegation(messages) is not None:
+        if _offers(body, DELEGATE_TOOL):
+            provider, instructions = _delegation(messages)
+            return {"kind": "tool", "name": DELEGATE_TOOL,
+                    "input": {"instructions": instructions, "provider": provider, "wait": True}}
+        return {"kind": "tool", "name": "ToolSearch", "input": {"query": f"select:{DELEGATE_TOOL}"}}
     if "GO_SLOW" in text:
         match = re.search(r"GO_SLOW:(\d+)", text)
         words = " ".join(f"w{i}" for i in range(int(match.group(1)) if match else SLOW_CHUNKS))
@@ -136,8 +188,7 @@ def _usage(body: dict[str, Any]) -> dict[str, int]:
 def _content(plan: dict[str, Any], tool_id: str) -> list[dict[str, Any]]:
     if plan["kind"] == "tool":
         narration = [{"type": "text", "text": plan["narration"]}] if plan.get("narration") else []
-        return narration + [{"type": "tool_use", "id": tool_id, "name": "Bash",
-                             "input": {"command": plan["command"], "description": "Run the requested command"}}]
+        return narration + [{"type": "tool_use", "id": tool_id, "name": plan["name"], "input": plan["input"]}]
     return [{"type": "text", "text": plan["text"]}]
 
 
@@ -248,9 +299,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
                 index = 1
             self._event("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
-                "type": "tool_use", "id": tool_id, "name": "Bash", "input": {}}})
+                "type": "tool_use", "id": tool_id, "name": plan["name"], "input": {}}})
             self._event("ping", {"type": "ping"})
-            payload = json.dumps({"command": plan["command"], "description": "Run the requested command"})
+            payload = json.dumps(plan["input"])
             for part in _chunks(payload, 24):
                 self._event("content_block_delta", {"type": "content_block_delta", "index": index,
                                                     "delta": {"type": "input_json_delta", "partial_json": part}})

@@ -16,6 +16,9 @@ chosen from keywords in the last user message, so tests script their turns:
 * ``PHASE:<phase>`` — the reply's message carries that ``phase``
   (``commentary``, ``partial_answer``, ``final_answer``), as newer models mark
   their text;
+* ``DELEGATE_TO:PROVIDER: INSTRUCTIONS`` — a call of agentd's MCP tool
+  ``delegate_task`` (Codex offers it in the namespace ``mcp__agentd``) with
+  ``{instructions, provider, wait: true}``;
 
 and a request whose input ends with a tool's output gets a final message.
 
@@ -44,6 +47,8 @@ from typing import Any
 #: what a NARRATE response says before its tool call
 NARRATION = "Let me run that first."
 
+#: the namespace Codex offers agentd's MCP tools in
+DELEGATE_NAMESPACE = "mcp__agentd"
 #: seconds between deltas of a GO_SLOW reply, and how many there are
 SLOW_PAUSE = 0.15
 SLOW_DELTAS = 60
@@ -151,6 +156,10 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     if "WRITE_FILE" in text and "apply_patch" in tool_names(body):
         patch = "*** Begin Patch\n*** Add File: patched.txt\n+patched by the fake model\n*** End Patch\n"
         return {"call": {"name": "apply_patch", "arguments": json.dumps({"input": patch})}}
+    delegation = re.search(r"DELEGATE_TO:([A-Za-z0-9_-]+):\s*(.+)", text, re.S)
+    if delegation and DELEGATE_NAMESPACE in tool_names(body):
+        arguments = {"instructions": delegation.group(2).strip(), "provider": delegation.group(1), "wait": True}
+        return {"call": {"name": "delegate_task", "namespace": DELEGATE_NAMESPACE, "arguments": json.dumps(arguments)}}
     if "GO_SLOW" in text:
         return {"text": " ".join(f"slow{i}" for i in range(SLOW_DELTAS)), "slow": True}
     phase = re.search(r"PHASE:(\w+)", text)

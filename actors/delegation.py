@@ -1,0 +1,540 @@
+"""Delegated tasks: one agent hands a piece of work to another (SPEC F9).
+
+An agent calls agentd's own MCP tool ``delegate_task`` (``agentd mcp``, which
+speaks to the daemon's ``task.delegate``); a person's client may call that
+method too. The graph gets the same shape a fork has (F8), with
+``createdBy: agent``:
+
+- in the delegating (parent) thread's actor, ``delegate`` commits, in one
+  batch, the child AppThread (``relationship: delegated_task``), its first
+  run on the chosen provider, and a ``subagent_spawn`` ContextTransfer from
+  the parent's running tool node to the child, whose stored ContextHandoff
+  (``strategy: subagent_task``) holds the instructions and their framing;
+- the child's first run start takes that handoff in like any other stored
+  context (``take_inbox``), and its turn marks the transfer ``consumed``;
+- when the child's first run ends, ``result_on_run_end`` adds to the same
+  batch as the run's end a ``subagent_result`` transfer back to the parent
+  with a ``subagent_result`` handoff: the final answer, files changed and the
+  outcome. A waiting ``task.result`` (the tool's ``wait: true``) delivers it
+  as the tool's result and marks it consumed by the parent's running turn
+  (``consume_result``); otherwise it stays ``pending`` and the parent's next
+  run takes it in as stored context (``take_inbox``).
+
+Nothing reaches an agent that is not a stored handoff: the task's
+instructions, and every result, can be read back with ``handoff.get``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+import trio
+
+from agentd.protocol.errors import InvalidState, LimitExceeded
+from agentd.store.db import Store, struct_copy
+from agentd.store.ids import new_id
+from agentd.store.records import (
+    NODE_TERMINAL,
+    RUN_TERMINAL,
+    AppThread,
+    ContextHandoff,
+    ContextTransfer,
+    ConversationMessage,
+    ExecutionNode,
+    ProviderThread,
+    Run,
+    SourcePoint,
+    to_wire,
+)
+
+from . import graph
+from .graph import ThreadBatch
+from .handoff import _paths  # the paths a file-change node names, as handoffs show them
+from .messages import Command
+from .state import ActiveRun, ThreadState
+
+if TYPE_CHECKING:
+    from .thread_actor import ThreadActor
+
+#: the relationship of a thread an agent delegated a task to
+DELEGATED_TASK = "delegated_task"
+#: relationships that count towards the depth of a delegation tree
+NESTING = frozenset({"delegated_task", "subagent"})
+#: transfers a run start takes in besides the thread's own context
+INBOX_TYPES = frozenset({"subagent_spawn", "subagent_result"})
+#: the names agentd's MCP tools carry in the runtimes' tool items
+TOOL_NAMES = ("delegate_task",)
+#: characters of a task's final answer carried back to its parent
+ANSWER_CAP = 16_000
+
+
+class TaskWatch:
+    """In-memory wake-ups for ``task.result {wait: true}``: a waiter takes
+    the task's event *before* it checks the store, and the task's actor sets
+    it once the task's end is durable."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, trio.Event] = {}
+
+    def watch(self, task_id: str) -> trio.Event:
+        """The event set when task ``task_id`` ends (take it before checking)."""
+        return self._events.setdefault(task_id, trio.Event())
+
+    def ended(self, task_id: str) -> None:
+        """Task ``task_id`` ended (its result is durable): wake its waiters."""
+        event = self._events.pop(task_id, None)
+        if event is not None:
+            event.set()
+
+
+# -- reads ---------------------------------------------------------------------------------
+
+
+def delegation_depth(store: Store, thread: AppThread) -> int:
+    """How deep ``thread`` sits in a tree of delegated tasks and subagents (0: not delegated)."""
+    depth = 0
+    seen = {thread.id}
+    while thread.parent_thread_id and thread.relationship_to_parent in NESTING:
+        parent = store.thread(thread.parent_thread_id)
+        if parent is None or parent.id in seen:
+            break
+        seen.add(parent.id)
+        depth += 1
+        thread = parent
+    return depth
+
+
+def task_run(store: Store, task_id: str) -> Run | None:
+    """A delegated task's run: its thread's first."""
+    return next((run for run in store.thread_runs(task_id) if run.ordinal == 1), None)
+
+
+def working_tasks(store: Store, thread_id: str) -> list[AppThread]:
+    """The thread's delegated tasks whose run has not ended."""
+    working = []
+    for child in store.thread_children(thread_id):
+        if child.relationship_to_parent != DELEGATED_TASK:
+            continue
+        run = task_run(store, child.id)
+        if run is None or run.status not in RUN_TERMINAL:
+            working.append(child)
+    return working
+
+
+def spawn_transfer(store: Store, task_id: str) -> ContextTransfer | None:
+    """The ``subagent_spawn`` transfer that made task ``task_id``."""
+    return next((t for t in store.thread_transfers(task_id)
+                 if t.type == "subagent_spawn" and t.target_thread_id == task_id), None)
+
+
+def result_transfer_id(run_id: str) -> str:
+    """The ``subagent_result`` transfer of a task run: one per run, found by its id."""
+    return "xfr_r" + run_id.partition("_")[2]
+
+
+def tool_node(active: ActiveRun) -> ExecutionNode:
+    """The running node of the parent's tool call (the newest running node
+    named after agentd's tool), else the run's root node."""
+    running = [node for node in active.nodes.values()
+               if node.status not in NODE_TERMINAL and any(name in (node.title or "") for name in TOOL_NAMES)]
+    return running[-1] if running else active.root
+
+
+# -- native subagents with a thread of their own ---------------------------------------------
+
+
+def spawned_native_thread(node: ExecutionNode) -> str | None:
+    """The native thread a subagent node's provider spawned for it: Codex's
+    ``collabAgentToolCall`` ``spawnAgent`` (and the scripted agent's
+    ``subagent {thread: true}``) name it in ``receiverThreadIds``. Other collab
+    calls (wait, sendInput, …) name agents spawned earlier; Claude's Task tool
+    runs inside the parent's session and names none."""
+    detail = node.detail
+    if node.kind != "subagent" or detail.get("tool", "spawnAgent") != "spawnAgent":
+        return None
+    receivers = detail.get("receiverThreadIds")
+    if isinstance(receivers, list) and receivers and isinstance(receivers[0], str) and receivers[0]:
+        return receivers[0]
+    return None
+
+
+def subagent_provider_thread(store: Store, thread_id: str, native: str) -> ProviderThread | None:
+    """The provider thread of ``thread_id``'s subagent child that ``native`` backs, if any."""
+    for child in store.thread_children(thread_id):
+        if child.relationship_to_parent == "subagent" and child.provider_thread_id:
+            pt = store.get(ProviderThread, child.provider_thread_id)
+            if pt is not None and pt.native_thread_id == native:
+                return pt
+    return None
+
+
+def native_subagent(actor: ThreadActor, batch: ThreadBatch, node: ExecutionNode) -> AppThread | None:
+    """A completed subagent node whose provider gave it a thread of its own
+    becomes a child AppThread (``relationship: subagent``, ``createdBy:
+    agent``) backed by that native thread — a person can open it, message it
+    (the native thread is resumed) and fork it — linked to the node by a
+    ``subagent_spawn`` transfer that the provider resolved natively. Returns
+    the child, if one was made (once per native thread)."""
+    native = spawned_native_thread(node)
+    state = actor.state
+    active = state.active
+    if native is None or node.status != "completed" or active is None:
+        return None
+    store = actor.store
+    if subagent_provider_thread(store, state.thread_id, native) is not None:
+        return None
+    from .lineage import provider_settings
+
+    provider = active.run.provider
+    parent = state.thread
+    now = batch.now
+    child = actor.registry.new_thread_record(
+        title="subagent: " + (str(node.detail.get("prompt") or node.title or "subagent").splitlines() or [""])[0][:120],
+        provider=provider, workspace=parent.workspace, parent=parent, relationship="subagent", created_by="agent",
+    )
+    pt = ProviderThread(
+        id=new_id("pth"), thread_id=child.id, provider=provider, kind=actor.sessions.adapter(provider).kind,
+        native_thread_id=native, created_at=now, updated_at=now,
+        settings=provider_settings(actor.config.providers.get(provider)),
+    )
+    child = struct_copy(child, provider_thread_id=pt.id)
+    point = SourcePoint(type="node", thread_id=parent.id, run_id=active.run.id, node_id=node.id, provider=provider,
+                        provider_thread_id=active.attempt.provider_thread_id, native_thread_id=native)
+    transfer = ContextTransfer(
+        id=new_id("xfr"), type="subagent_spawn", source_thread_id=parent.id, target_thread_id=child.id,
+        source_point=point, status="consumed", resolution="native", source_provider=provider, target_provider=provider,
+        target_provider_thread_id=pt.id, reason="native subagent: the provider spawned it in a thread of its own",
+        created_by="agent", created_at=now, resolved_at=now, consumed_at=now,
+    )
+    batch.put_all(child, pt, transfer)
+    batch.event("thread.created", thread_id=child.id, at=now, thread=to_wire(child))
+    batch.event("context_transfer.created", thread_id=child.id, at=now, transfer=to_wire(transfer))
+    batch.emit("subagent.thread_created", run_id=active.run.id, node_id=node.id, threadId=child.id,
+               transferId=transfer.id, nativeThreadId=native)
+    return child
+
+
+# -- delegate: in the parent's actor ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DelegateCommand:
+    """``task.delegate`` as the daemon resolved it, for the parent's actor."""
+
+    parent_thread_id: str
+    instructions: str
+    provider: str
+    #: the child's workspace (None: a folder of its own)
+    workspace: str | None
+    workspace_mode: str
+    wait: bool
+    max_depth: int
+    max_fanout: int
+
+
+def check_limits(store: Store, parent: AppThread, *, max_depth: int, max_fanout: int) -> None:
+    """Refuse a delegation past the configured depth or fan-out.
+
+    Raises:
+        LimitExceeded: with which limit, where, and the config key that sets it.
+    """
+    depth = delegation_depth(store, parent) + 1
+    if depth > max_depth:
+        raise LimitExceeded(
+            f"delegation depth limit: a task delegated from thread {parent.id} would sit {depth} levels deep, "
+            f"over the limit of {max_depth} ([daemon] delegate_max_depth); do this part of the work yourself",
+            limit="delegate_max_depth", value=max_depth, threadId=parent.id,
+        )
+    working = working_tasks(store, parent.id)
+    if len(working) >= max_fanout:
+        raise LimitExceeded(
+            f"delegation fan-out limit: thread {parent.id} already has {len(working)} delegated tasks working, "
+            f"the limit is {max_fanout} ([daemon] delegate_max_fanout); wait for one to end (task_result) first",
+            limit="delegate_max_fanout", value=max_fanout, threadId=parent.id,
+            workingTaskIds=[t.id for t in working],
+        )
+
+
+def task_text(parent: AppThread, run: Run | None, command: DelegateCommand) -> str:
+    """The ``subagent_task`` handoff: how the task is framed, and its instructions."""
+    where = {
+        "same": "in the same workspace as the agent that delegated it",
+        "fork": "in a copy of that agent's workspace (your changes do not touch its files)",
+        "new": "in a workspace of its own",
+    }[command.workspace_mode]
+    origin = f"thread {parent.id}" + (f" ({parent.title})" if parent.title else "")
+    if run is not None:
+        origin += f", run {run.ordinal} on {run.provider}"
+    return (
+        "[agentd context handoff: subagent_task]\n"
+        f"Another agent ({origin}) delegated a task to you through agentd. You work {where}. "
+        "Your final answer, the files you change and how your turn ends are given back to it, so end with "
+        "a short, complete answer.\n"
+        "The task (it is also your first message):\n"
+        f"{command.instructions}\n"
+        "[end of handoff]"
+    )
+
+
+async def delegate(actor: ThreadActor, command: Command) -> dict[str, Any]:
+    """``task.delegate`` in the parent's actor: the child thread, its first
+    run and the ``subagent_spawn`` transfer with its handoff, in one batch;
+    then the child's actor is woken to start the run."""
+    params: DelegateCommand = command.params
+    store = actor.store
+    state = actor.state
+    parent = state.thread
+    check_limits(store, parent, max_depth=params.max_depth, max_fanout=params.max_fanout)
+    active = state.active
+    if active is not None:
+        run: Run | None = active.run
+        node: ExecutionNode | None = tool_node(active)
+    else:
+        done = [r for r in store.thread_runs(parent.id) if r.status == "completed"]
+        run = done[-1] if done else None
+        node = store.get(ExecutionNode, run.root_node_id) if run and run.root_node_id else None
+    title = "task: " + (params.instructions.strip().splitlines() or [""])[0][:120]
+    child = actor.registry.new_thread_record(
+        title=title, provider=params.provider, workspace=params.workspace, parent=parent,
+        relationship=DELEGATED_TASK, created_by="agent",
+    )
+    batch = actor.batch()
+    now = batch.now
+    point = SourcePoint(type="node" if node is not None else "run", thread_id=parent.id,
+                        run_id=run.id if run else None, node_id=node.id if node else None,
+                        provider=run.provider if run else parent.provider)
+    transfer_id = new_id("xfr")
+    text = task_text(parent, run, params)
+    handoff = ContextHandoff(
+        id=new_id("hof"), thread_id=child.id, strategy="subagent_task", reason="delegate_task", text=text,
+        created_at=now, transfer_id=transfer_id, size=len(text), cap=len(text), target_provider=params.provider,
+    )
+    transfer = ContextTransfer(
+        id=transfer_id, type="subagent_spawn", source_thread_id=parent.id, target_thread_id=child.id,
+        source_point=point, source_provider=point.provider, target_provider=params.provider, handoff_id=handoff.id,
+        reason=f"delegate_task (workspace {params.workspace_mode}, wait {str(params.wait).lower()})",
+        created_by="agent", created_at=now,
+    )
+    # The child's records and events, in a batch of its own thread merged
+    # into this one: the thread, its first run and the transfer are durable
+    # together or not at all.
+    child_batch = ThreadBatch(thread_id=child.id, now=now)
+    child_state = ThreadState(child, [], None)
+    child_batch.put(child)
+    child_batch.emit("thread.created", thread=to_wire(child))
+    child_run, _message = graph.new_run(child_batch, child_state, params.instructions, params.provider,
+                                        dispatch_mode="start_immediately")
+    child_batch.put_all(transfer, handoff)
+    child_batch.emit("context_transfer.created", transfer=to_wire(transfer))
+    result = {"taskId": child.id, "threadId": child.id, "runId": child_run.id, "transferId": transfer.id,
+              "handoffId": handoff.id, "provider": params.provider}
+    batch.emit("task.delegated", run_id=run.id if run else None, node_id=node.id if node else None,
+               **result, wait=params.wait, workspace=child.workspace)
+    batch.ops.extend(child_batch.ops)
+    batch.events.extend(child_batch.events)
+    batch.record_receipt(command.command_id, command.method, result)
+    committed = await actor.commit(batch)
+    actor.registry.wake(child.id)
+    return {**result, "seq": committed.seq}
+
+
+# -- the result: in the child's actor as its task run ends -----------------------------------------
+
+
+def _files_changed(nodes: Iterable[ExecutionNode]) -> list[str]:
+    files: list[str] = []
+    for node in nodes:
+        if node.kind == "file_change" and node.status == "completed":
+            for path in _paths(node):
+                if path not in files:
+                    files.append(path)
+    return files
+
+
+def result_fields(run: Run, messages: Iterable[ConversationMessage], nodes: Iterable[ExecutionNode]) -> dict[str, Any]:
+    """What a task gives back: ``finalAnswer`` (its last answer), ``filesChanged``
+    and ``outcome`` (the run's status, and why when it did not complete)."""
+    attempt = run.selected_attempt_id
+    answers = [m for m in messages if m.role == "assistant" and m.text and (attempt is None or m.attempt_id == attempt)]
+    answers.sort(key=lambda m: m.created_at)
+    answer = answers[-1].text if answers else ""
+    if len(answer) > ANSWER_CAP:
+        answer = answer[:ANSWER_CAP] + " (… cut)"
+    own = [n for n in nodes if attempt is None or n.attempt_id == attempt]
+    outcome = run.status if run.status == "completed" else f"{run.status}" + (f": {run.reason}" if run.reason else "")
+    return {"finalAnswer": answer, "filesChanged": _files_changed(own), "outcome": outcome, "status": run.status}
+
+
+def result_text(task: AppThread, run: Run, fields: dict[str, Any]) -> str:
+    """The ``subagent_result`` handoff's text."""
+    files = fields["filesChanged"]
+    lines = [
+        "[agentd context handoff: subagent_result]",
+        f"The task you delegated (task {task.id}, run on {run.provider}) ended: {fields['outcome']}.",
+        "Final answer: " + (fields["finalAnswer"] or "(no answer)"),
+        "Files changed: " + ("; ".join(files) if files else "none"),
+        "[end of handoff]",
+    ]
+    return "\n".join(lines)
+
+
+def build_result(
+    batch: ThreadBatch, task: AppThread, run: Run, messages: Iterable[ConversationMessage],
+    nodes: Iterable[ExecutionNode], spawn: ContextTransfer | None, parent_provider: str | None,
+) -> tuple[ContextTransfer, ContextHandoff]:
+    """Put the task run's ``subagent_result`` transfer and handoff into ``batch``."""
+    assert task.parent_thread_id is not None
+    fields = result_fields(run, messages, nodes)
+    text = result_text(task, run, fields)
+    transfer_id = result_transfer_id(run.id)
+    handoff = ContextHandoff(
+        id=new_id("hof"), thread_id=task.parent_thread_id, strategy="subagent_result", reason=fields["outcome"],
+        text=text, created_at=batch.now, transfer_id=transfer_id, covered_run_ids=[run.id], covered_run_count=1,
+        size=len(text), cap=len(text), target_provider=parent_provider,
+    )
+    transfer = ContextTransfer(
+        id=transfer_id, type="subagent_result", source_thread_id=task.id, target_thread_id=task.parent_thread_id,
+        source_point=SourcePoint(type="run", thread_id=task.id, run_id=run.id, provider=run.provider),
+        source_provider=run.provider, target_provider=parent_provider, handoff_id=handoff.id, source_run_ids=[run.id],
+        reason=f"task {fields['outcome']}", created_by="agent", created_at=batch.now,
+    )
+    batch.put_all(transfer, handoff)
+    batch.emit("context_transfer.created", run_id=run.id, node_id=run.root_node_id, transfer=to_wire(transfer))
+    # Placed on the parent, at the tool node that delegated the task.
+    point = spawn.source_point if spawn is not None else None
+    batch.event("task.ended", thread_id=task.parent_thread_id, run_id=point.run_id if point else None,
+                node_id=point.node_id if point else None, at=batch.now, taskId=task.id, runId=run.id,
+                status=run.status, outcome=fields["outcome"], transferId=transfer.id, handoffId=handoff.id)
+    return transfer, handoff
+
+
+def result_on_run_end(actor: ThreadActor, batch: ThreadBatch, run: Run) -> bool:
+    """When the ending run is a delegated task's, its result goes into the
+    same batch as the run's end. Returns whether it did."""
+    state = actor.state
+    task = state.thread
+    active = state.active
+    if task.relationship_to_parent != DELEGATED_TASK or task.parent_thread_id is None or run.ordinal != 1 or active is None:
+        return False
+    store = actor.store
+    # The run's records as this batch leaves them: stored ones, overlaid
+    # with what the actor holds (the text flushed at the barrier, open nodes).
+    messages = {m.id: m for m in store.thread_messages(task.id) if m.run_id == run.id}
+    messages.update({open_.record.id: open_.record for open_ in active.messages.values()})
+    nodes = {n.id: n for n in store.run_nodes(run.id)}
+    nodes.update({n.id: n for n in active.nodes.values()})
+    parent = store.thread(task.parent_thread_id)
+    build_result(batch, task, run, messages.values(), nodes.values(), spawn_transfer(store, task.id),
+                 parent.provider if parent else None)
+    return True
+
+
+# -- taking stored context in at a run start ----------------------------------------------------
+
+
+def owed_results(actor: ThreadActor, batch: ThreadBatch) -> list[tuple[ContextTransfer, ContextHandoff]]:
+    """In the parent's actor: results owed by tasks whose run a restart ended
+    (no actor was there to write them), put into ``batch`` — once: their id
+    is the run's."""
+    store = actor.store
+    made = []
+    for child in store.thread_children(actor.thread_id):
+        if child.relationship_to_parent != DELEGATED_TASK:
+            continue
+        run = task_run(store, child.id)
+        if run is None or run.status not in RUN_TERMINAL or store.get(ContextTransfer, result_transfer_id(run.id)):
+            continue
+        made.append(build_result(
+            batch, child, run, [m for m in store.thread_messages(child.id) if m.run_id == run.id],
+            store.run_nodes(run.id), spawn_transfer(store, child.id), actor.state.thread.provider,
+        ))
+    return made
+
+
+def pending_inbox(actor: ThreadActor, batch: ThreadBatch) -> list[tuple[ContextTransfer, ContextHandoff]]:
+    """Delegation transfers into the thread not yet taken in, oldest first,
+    with their stored handoffs (results owed since a restart are made now)."""
+    store = actor.store
+    thread_id = actor.thread_id
+    out = []
+    for transfer in store.thread_transfers(thread_id):
+        if transfer.target_thread_id == thread_id and transfer.type in INBOX_TYPES and transfer.status == "pending":
+            handoff = store.get(ContextHandoff, transfer.handoff_id) if transfer.handoff_id else None
+            if handoff is not None:
+                out.append((transfer, handoff))
+    return out + owed_results(actor, batch)
+
+
+def take_inbox(actor: ThreadActor, batch: ThreadBatch, context: str | None) -> str | None:
+    """At a run start: the delegation handoffs the attempt's turn carries
+    after its own context (``context``), recorded on the attempt; the turn's
+    start marks them consumed (``inbox_consumed``). Returns the whole text."""
+    state = actor.state
+    active = state.active
+    assert active is not None
+    inbox = pending_inbox(actor, batch)
+    if not inbox:
+        return context
+    active.context.inbox = [transfer for transfer, _ in inbox]
+    attempt = struct_copy(active.attempt, extra_handoff_ids=[handoff.id for _, handoff in inbox])
+    batch.put(attempt)
+    active.attempt = attempt
+    batch.emit("run.context_resolved", run_id=active.run.id, node_id=active.root.id, kind="inbox",
+               reason=f"{len(inbox)} stored delegation handoff(s)",
+               transferIds=[t.id for t, _ in inbox], handoffIds=[h.id for _, h in inbox])
+    texts = [context] if context else []
+    texts += [handoff.text for _, handoff in inbox]
+    return "\n\n".join(texts)
+
+
+def inbox_consumed(batch: ThreadBatch, state: ThreadState) -> None:
+    """The attempt's turn began: it took its delegation handoffs in."""
+    active = state.active
+    if active is None or not active.context.inbox:
+        return
+    for transfer in active.context.inbox:
+        consumed = struct_copy(transfer, status="consumed", resolution="portable", run_id=active.run.id,
+                               target_provider=active.run.provider, resolved_at=batch.now, consumed_at=batch.now,
+                               target_provider_thread_id=active.attempt.provider_thread_id)
+        batch.put(consumed)
+        batch.emit("context_transfer.consumed", run_id=active.run.id, node_id=active.root.id, transfer=to_wire(consumed))
+    active.context.inbox = []
+
+
+# -- delivering a result as the tool's answer ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConsumeResult:
+    """A waiting ``task.result`` delivers ``transfer_id`` to the parent's
+    turn, if ``attempt_id`` (the attempt that asked) is still running."""
+
+    thread_id: str
+    transfer_id: str
+    attempt_id: str | None
+
+
+async def consume_result(actor: ThreadActor, command: Command) -> dict[str, Any]:
+    """Mark a task's result ``consumed`` by the parent's running turn (it is
+    the tool call's answer there), unless that turn is gone: then it stays
+    ``pending`` and the thread's next run takes it in."""
+    params: ConsumeResult = command.params
+    active = actor.state.active
+    transfer = actor.store.get(ContextTransfer, params.transfer_id)
+    if transfer is None or transfer.target_thread_id != actor.thread_id:
+        raise InvalidState(f"no result transfer {params.transfer_id} for thread {actor.thread_id}")
+    if transfer.status != "pending":
+        return {"consumed": transfer.status == "consumed" and active is not None and transfer.run_id == active.run.id}
+    if active is None or params.attempt_id is None or active.attempt.id != params.attempt_id:
+        return {"consumed": False}
+    batch = actor.batch()
+    transfer = struct_copy(transfer, status="consumed", resolution="portable", run_id=active.run.id,
+                           target_provider=active.run.provider, resolved_at=batch.now, consumed_at=batch.now,
+                           target_provider_thread_id=active.attempt.provider_thread_id)
+    batch.put(transfer)
+    node = tool_node(active)
+    batch.emit("context_transfer.consumed", run_id=active.run.id, node_id=node.id, transfer=to_wire(transfer),
+               via="tool_result")
+    await actor.commit(batch)
+    return {"consumed": True}

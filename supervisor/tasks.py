@@ -1,0 +1,185 @@
+"""Delegated tasks over the protocol (SPEC F9): ``task.delegate``,
+``task.result`` and ``thread.requests {includeChildren}``.
+
+These are daemon-owned methods that run thread commands in turn — never one
+command inside another, since a command holds only its own thread's lock
+(F18): ``task.delegate`` resolves who delegates and where the task works,
+then the parent's actor commits the child (``delegation.delegate``), which
+starts its run; ``task.result`` waits, outside every actor, for the task's
+run to end and then asks the parent's actor to deliver the result to its
+running turn (``delegation.consume_result``).
+
+``agentd mcp`` (cli/mcp_server.py) is the usual caller: it names the
+delegating thread by ``sessionId``, the provider session it was started
+for, so an agent cannot speak for a thread it does not run in.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from agentd.actors import delegation
+from agentd.actors.delegation import ConsumeResult, DelegateCommand
+from agentd.protocol import wire
+from agentd.protocol.errors import InvalidParams, NotFound
+from agentd.protocol.server import Connection
+from agentd.store.records import RUN_TERMINAL, AppThread, ContextHandoff, ContextTransfer, ProviderSession, to_wire
+
+if TYPE_CHECKING:
+    from .router import DaemonRouter
+
+
+def delegating_thread(router: DaemonRouter, session_id: str | None, thread_id: str | None) -> AppThread:
+    """The thread that delegates: the one the provider session ``session_id``
+    runs, else ``thread_id``.
+
+    Raises:
+        InvalidParams: neither is given.
+        NotFound: it names nothing.
+    """
+    store = router.store
+    if session_id is not None:
+        session = store.get(ProviderSession, session_id)
+        if session is None or session.thread_id is None:
+            raise NotFound(f"no provider session {session_id}; agentd mcp must be started by agentd for a session",
+                           sessionId=session_id)
+        thread_id = session.thread_id
+    if thread_id is None:
+        raise InvalidParams("task.delegate needs parentThreadId (or the sessionId agentd mcp was started for)",
+                            field="parentThreadId")
+    thread = store.thread(thread_id)
+    if thread is None:
+        raise NotFound(f"no thread {thread_id}", threadId=thread_id)
+    return thread
+
+
+async def _copy_workspace(source: str, target: Path) -> None:
+    """A delegated task's ``fork`` workspace: a copy of its parent's (in a worker thread)."""
+    def copy() -> None:
+        shutil.copytree(source, target, symlinks=True)
+
+    try:
+        await trio.to_thread.run_sync(copy)
+    except (OSError, shutil.Error) as exc:
+        raise InvalidParams(f"could not copy workspace {source} for the task: {exc}", field="workspace") from None
+
+
+async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _conn: Connection) -> dict[str, Any]:
+    """``task.delegate``: a child thread and its first run, with the task's
+    instructions as a stored ``subagent_spawn`` handoff."""
+    registry = router.registry
+    config = registry.config
+    parent = delegating_thread(router, params.session_id, params.parent_thread_id)
+    provider = params.provider or parent.provider
+    if provider not in config.providers:
+        raise InvalidParams(
+            f"unknown provider {provider!r} for the task; configured: {', '.join(sorted(config.providers))}",
+            field="provider",
+        )
+    if params.command_id is not None and (receipt := router.store.receipt(params.command_id)) is not None:
+        return registry.check_receipt(receipt, "task.delegate")
+    # Checked here too, before a workspace is copied for nothing.
+    delegation.check_limits(router.store, parent, max_depth=config.delegate_max_depth,
+                            max_fanout=config.delegate_max_fanout)
+    workspace: str | None = None
+    if params.workspace == "same":
+        workspace = parent.workspace
+    elif params.workspace == "fork":
+        target = registry.workspaces_dir / f"task-{uuid.uuid4().hex}"
+        if Path(parent.workspace).is_dir():
+            await _copy_workspace(parent.workspace, target)
+        workspace = str(target)
+    command = DelegateCommand(
+        parent_thread_id=parent.id, instructions=params.instructions, provider=provider, workspace=workspace,
+        workspace_mode=params.workspace, wait=params.wait, max_depth=config.delegate_max_depth,
+        max_fanout=config.delegate_max_fanout,
+    )
+    return await registry.call(parent.id, delegation.delegate, command, params.command_id, method="task.delegate")
+
+
+def _asking_attempt(router: DaemonRouter, session_id: str | None, parent_id: str) -> str | None:
+    """The attempt of the parent's running turn when the asking session runs
+    the parent (the tool's answer is then delivered there), else None."""
+    if session_id is None:
+        return None
+    session = router.store.get(ProviderSession, session_id)
+    if session is None or session.thread_id != parent_id:
+        return None
+    thread = router.store.thread(parent_id)
+    run = router.store.run(thread.active_run_id) if thread and thread.active_run_id else None
+    return run.selected_attempt_id if run is not None and run.status not in RUN_TERMINAL else None
+
+
+async def task_result(router: DaemonRouter, params: wire.TaskResultParams, _conn: Connection) -> dict[str, Any]:
+    """``task.result``: where a delegated task stands; its result once it
+    ended (with ``wait``, once it ends). Asked from the parent's session, the
+    result is delivered to (``consumed`` by) the parent's running turn."""
+    store = router.store
+    registry = router.registry
+    task = store.thread(params.task_id)
+    if task is None or task.relationship_to_parent != delegation.DELEGATED_TASK or task.parent_thread_id is None:
+        raise NotFound(f"no delegated task {params.task_id}", taskId=params.task_id)
+    attempt = _asking_attempt(router, params.session_id, task.parent_thread_id)
+    while True:
+        ended = registry.tasks.watch(task.id)  # taken before the check: no missed wake-up
+        run = delegation.task_run(store, task.id)
+        transfer = store.get(ContextTransfer, delegation.result_transfer_id(run.id)) if run is not None else None
+        if run is not None and run.status in RUN_TERMINAL and transfer is None:
+            # Ended by a restart, with no actor to write the result: the
+            # parent's actor makes it (once), then it is read again.
+            await registry.call(task.parent_thread_id, _make_owed_results, task.parent_thread_id, method="task.result")
+            transfer = store.get(ContextTransfer, delegation.result_transfer_id(run.id))
+        if transfer is not None or not params.wait:
+            break
+        await ended.wait()
+    answer: dict[str, Any] = {"taskId": task.id, "threadId": task.id, "runId": run.id if run else None,
+                              "status": run.status if run else "not_started"}
+    if transfer is None or run is None:
+        answer["text"] = (f"Task {task.id} is {answer['status']}; its result comes when its run ends "
+                          "(ask again, or wait).")
+        return answer
+    handoff = store.get(ContextHandoff, transfer.handoff_id) if transfer.handoff_id else None
+    fields = delegation.result_fields(run, [m for m in store.thread_messages(task.id) if m.run_id == run.id],
+                                      store.run_nodes(run.id))
+    consumed = False
+    if attempt is not None:
+        delivered = await registry.call(task.parent_thread_id, delegation.consume_result,
+                                        ConsumeResult(task.parent_thread_id, transfer.id, attempt), method="task.result")
+        consumed = delivered["consumed"]
+    transfer = store.get(ContextTransfer, transfer.id) or transfer
+    return {**answer, **fields, "transferId": transfer.id, "handoffId": transfer.handoff_id,
+            "transfer": to_wire(transfer), "delivered": consumed, "text": handoff.text if handoff else ""}
+
+
+async def _make_owed_results(actor: Any, command: Any) -> dict[str, Any]:
+    """In the parent's actor: results owed by tasks a restart ended."""
+    batch = actor.batch()
+    made = delegation.owed_results(actor, batch)
+    if made:
+        await actor.commit(batch)
+    return {"made": [transfer.id for transfer, _handoff in made]}
+
+
+async def thread_requests(router: DaemonRouter, params: wire.ThreadRequestsParams, _conn: Connection) -> dict[str, Any]:
+    """``thread.requests``: the thread's pending requests and, with
+    ``includeChildren``, those of its delegated children, depth-first."""
+    store = router.store
+    if store.thread(params.thread_id) is None:
+        raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
+    requests = list(store.pending_requests(params.thread_id))
+    if params.include_children:
+        stack = [c for c in reversed(store.thread_children(params.thread_id)) if c.relationship_to_parent in delegation.NESTING]
+        seen = {params.thread_id}
+        while stack:
+            child = stack.pop()
+            if child.id in seen:
+                continue
+            seen.add(child.id)
+            requests += store.pending_requests(child.id)
+            stack.extend(c for c in reversed(store.thread_children(child.id)) if c.relationship_to_parent in delegation.NESTING)
+    return {"requests": [to_wire(r) for r in requests]}

@@ -1,0 +1,373 @@
+"""Delegated tasks through agentd's own MCP tool (SPEC F9), end to end: a
+scripted agent's ``delegate`` step starts ``agentd mcp`` as an MCP client —
+the same server agentd configures into Codex and Claude sessions — which
+calls ``task.delegate`` / ``task.result`` on the daemon's socket.
+
+``basic`` is a second scripted instance without native fork: the child runs
+on another provider than its parent.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from agentd.launch import start_daemon
+from agentd.protocol.client import Client
+from agentd.protocol.errors import LimitExceeded
+from tests.helpers import script, wait_event, wait_run_terminal
+
+#: seconds a run that delegates may take: each ``agentd mcp`` start imports
+#: the mcp SDK (several seconds on a busy 2-core machine)
+SLOW = 180
+
+CONFIG = """
+[daemon]
+delegate_max_depth = {depth}
+delegate_max_fanout = {fanout}
+
+[providers.basic]
+kind = "scripted"
+capabilities = {{ nativeFork = false }}
+"""
+
+
+async def _start(tmp_path, short_dir, *, depth: int = 3, fanout: int = 8):
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG.format(depth=depth, fanout=fanout))
+    return await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+
+
+@pytest.fixture
+async def daemon(tmp_path, short_dir):
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        yield daemon
+    finally:
+        code = await daemon.terminate()
+        assert code == 0, daemon.log_text()[-4000:]
+
+
+@pytest.fixture
+async def client(daemon):
+    async with Client.connect(daemon.socket) as c:
+        yield c
+
+
+async def send_and_wait(client: Client, thread_id: str, text: str) -> dict:
+    sent = await client.call("thread.message.send", threadId=thread_id, text=text)
+    return await wait_run_terminal(client, thread_id, sent["runId"], timeout=SLOW)
+
+
+def delegate(instructions: str, *, wait: bool, provider: str = "basic", **extra) -> str:
+    return script({"delegate": {"provider": provider, "instructions": instructions, "wait": wait, **extra}})
+
+
+async def answer_of(client: Client, thread_id: str, run_id: str) -> str:
+    messages = (await client.call("thread.get", threadId=thread_id))["messages"]
+    return "\n".join(m["text"] for m in messages if m["role"] == "assistant" and m["runId"] == run_id)
+
+
+async def only_child(client: Client, parent_id: str) -> dict:
+    threads = (await client.call("thread.list"))["threads"]
+    children = [t for t in threads if t["parentThreadId"] == parent_id]
+    assert len(children) == 1, children
+    return children[0]
+
+
+async def transfers(client: Client, thread_id: str) -> list[dict]:
+    return (await client.call("thread.transfers", threadId=thread_id))["transfers"]
+
+
+async def test_f9_delegate_and_wait_the_childs_answer_is_the_tools_result(client):
+    """F9: wait: true — a child thread on basic does the task; its final
+    answer is the tool's result, said by the parent in the same turn."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    task = script({"write": {"path": "notes.txt", "content": "done"}}, {"say": "the answer is kilo"})
+    run = await send_and_wait(client, parent, delegate(task, wait=True))
+    assert run["status"] == "completed", run
+    assert "delegated task completed: the answer is kilo" in await answer_of(client, parent, run["id"])
+
+    child = await only_child(client, parent)
+    assert child["relationshipToParent"] == "delegated_task" and child["createdBy"] == "agent"
+    assert child["provider"] == "basic" and child["rootThreadId"] == parent
+    detail = await client.call("thread.get", threadId=child["id"])
+    [child_run] = detail["runs"]
+    assert child_run["status"] == "completed" and child_run["provider"] == "basic"
+    assert detail["messages"][0]["role"] == "user" and detail["messages"][0]["text"] == task
+
+    # The spawn: from the parent's delegate_task tool node, its handoff the task.
+    spawn, result = await transfers(client, child["id"])
+    parent_nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+    [tool] = [n for n in parent_nodes if n["kind"] == "tool" and n["title"] == "delegate_task"]
+    assert spawn["type"] == "subagent_spawn" and spawn["createdBy"] == "agent"
+    assert spawn["sourceThreadId"] == parent and spawn["targetThreadId"] == child["id"]
+    assert spawn["sourcePoint"]["nodeId"] == tool["id"] and spawn["sourcePoint"]["runId"] == run["id"]
+    assert spawn["status"] == "consumed" and spawn["runId"] == child_run["id"]
+    handoff = (await client.call("handoff.get", handoffId=spawn["handoffId"]))["handoff"]
+    assert handoff["strategy"] == "subagent_task" and task in handoff["text"]
+    attempt = (await client.call("run.get", runId=child_run["id"]))["attempts"][0]
+    assert attempt["extraHandoffIds"] == [handoff["id"]]
+
+    # The result: back to the parent, consumed by the turn that waited for it.
+    assert result["type"] == "subagent_result" and result["sourceThreadId"] == child["id"]
+    assert result["targetThreadId"] == parent and result["status"] == "consumed" and result["runId"] == run["id"]
+    text = (await client.call("handoff.get", handoffId=result["handoffId"]))["handoff"]["text"]
+    assert "Final answer: the answer is kilo" in text and "Files changed: notes.txt" in text
+    assert result in await transfers(client, parent) and spawn in await transfers(client, parent)
+
+    # Nothing is injected again into the parent's next run.
+    follow = await send_and_wait(client, parent, script({"reportHistory": {}}))
+    assert (await client.call("run.get", runId=follow["id"]))["attempts"][0]["extraHandoffIds"] == []
+
+
+async def recall(client: Client, thread_id: str, *words: str) -> tuple[dict, dict[str, str]]:
+    run = await send_and_wait(client, thread_id, script({"recall": list(words)}))
+    answer = await answer_of(client, thread_id, run["id"])
+    assert answer.startswith("recall: "), answer
+    return run, dict(pair.split("=") for pair in answer[len("recall: "):].split())
+
+
+async def test_f9_delegate_without_waiting_the_result_reaches_the_next_run_as_a_stored_handoff(client):
+    """F9: wait: false — the tool answers with the task id at once; the
+    child's result is a pending subagent_result handoff that the parent's
+    next run takes in (``context`` to the recall oracle), once."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    # The child's answer ("history: 0 turns + N chars of context") has words
+    # that are nowhere in the parent's own turns.
+    run = await send_and_wait(client, parent, delegate(script({"reportHistory": {}}), wait=False))
+    assert run["status"] == "completed", run
+    child = await only_child(client, parent)
+    assert f"delegated task {child['id']}" in await answer_of(client, parent, run["id"])
+    [child_run] = (await client.call("thread.get", threadId=child["id"]))["runs"]
+    await wait_run_terminal(client, child["id"], child_run["id"])
+    ended = await wait_event(client, lambda e: e["type"] == "task.ended", thread_id=parent, timeout=SLOW)
+    assert ended["payload"]["taskId"] == child["id"] and ended["payload"]["status"] == "completed"
+
+    [result] = [t for t in await transfers(client, parent) if t["type"] == "subagent_result"]
+    assert result["status"] == "pending", "nothing took it in yet"
+    nxt, where = await recall(client, parent, "chars", "mike")
+    assert where == {"chars": "context", "mike": "absent"}
+    [result] = [t for t in await transfers(client, parent) if t["type"] == "subagent_result"]
+    assert result["status"] == "consumed" and result["runId"] == nxt["id"]
+    assert (await client.call("run.get", runId=nxt["id"]))["attempts"][0]["extraHandoffIds"] == [result["handoffId"]]
+
+    # task_result after the fact says the same, and injects nothing again.
+    answer = await client.call("task.result", taskId=child["id"])
+    assert answer["status"] == "completed" and answer["finalAnswer"].startswith("history: 0 turns + ")
+    await send_and_wait(client, parent, "and now?")
+    last = (await client.call("thread.get", threadId=parent))["runs"][-1]
+    assert (await client.call("run.get", runId=last["id"]))["attempts"][0]["extraHandoffIds"] == []
+
+
+async def test_f9_f10_stopping_the_parent_stops_its_task_and_the_result_waits_for_the_next_run(client):
+    """F10 + F9: Stop of the parent while its task runs interrupts the
+    parent's turn, then the child's (depth-first); the result says so and
+    is taken in by the parent's next run, not by the stopped turn."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=parent,
+                             text=delegate(script({"reportHistory": {}}, {"hang": {}}), wait=True))
+    delegated = await wait_event(client, lambda e: e["type"] == "task.delegated", thread_id=parent, timeout=SLOW)
+    child_id, child_run = delegated["payload"]["taskId"], delegated["payload"]["runId"]
+    await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=child_id)
+
+    await client.call("thread.stop", threadId=parent)
+    parent_run = await wait_run_terminal(client, parent, sent["runId"], timeout=SLOW)
+    child = await wait_run_terminal(client, child_id, child_run)
+    assert parent_run["status"] == "interrupted" and child["status"] == "interrupted"
+    [result] = [t for t in await transfers(client, parent) if t["type"] == "subagent_result"]
+    assert result["status"] == "pending", "the stopped turn never got it"
+    text = (await client.call("handoff.get", handoffId=result["handoffId"]))["handoff"]["text"]
+    assert "ended: interrupted" in text and "Final answer: history: 0 turns + " in text
+
+    await client.call("thread.queue.release", threadId=parent)
+    _, where = await recall(client, parent, "chars")
+    assert where == {"chars": "context"}
+
+
+async def test_f9_a_crash_of_the_childs_provider(client):
+    """F9 + F11: the child's runtime crashes once: recovered like any run, and
+    the parent gets the answer; a runtime that keeps crashing fails the task,
+    and the parent is told so, with why."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    run = await send_and_wait(client, parent, delegate(script({"crash": 9, "once": True}, {"say": "survived"}), wait=True))
+    assert "delegated task completed: survived" in await answer_of(client, parent, run["id"])
+    child = await only_child(client, parent)
+    attempts = (await client.call("run.get", runId=(await client.call("thread.get", threadId=child["id"]))["runs"][0]["id"]))["attempts"]
+    assert [a["reason"] for a in attempts] == ["initial", "provider_recovery"]
+
+    run = await send_and_wait(client, parent, delegate(script({"crash": 9}), wait=True))
+    said = await answer_of(client, parent, run["id"])
+    assert "delegated task failed: provider_crash_loop" in said and "(no answer)" in said, said
+
+
+async def test_f9_limits_depth_and_fan_out_are_clear_tool_errors(tmp_path, short_dir):
+    """F9: past ``delegate_max_depth`` or ``delegate_max_fanout`` the tool
+    answers with an error naming the limit; nothing is created."""
+    daemon = await _start(tmp_path, short_dir, depth=1, fanout=1)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", title="lead"))["threadId"]
+            nested = delegate(delegate(script({"say": "too deep"}), wait=True), wait=True)
+            run = await send_and_wait(client, parent, nested)
+            said = await answer_of(client, parent, run["id"])
+            assert "delegate failed: Error executing tool delegate_task: delegation depth limit" in said, said
+            assert "delegate_max_depth" in said
+            child = await only_child(client, parent)
+            assert [t for t in (await client.call("thread.list"))["threads"] if t["parentThreadId"] == child["id"]] == []
+
+            busy = (await client.call("thread.create", title="busy"))["threadId"]
+            run = await send_and_wait(client, busy, script(
+                {"delegate": {"provider": "basic", "instructions": script({"hang": {}}), "wait": False}},
+                {"delegate": {"provider": "basic", "instructions": script({"say": "second"}), "wait": False}},
+            ))
+            said = await answer_of(client, busy, run["id"])
+            assert "delegate failed: Error executing tool delegate_task: delegation fan-out limit" in said, said
+            with pytest.raises(LimitExceeded) as info:
+                await client.call("task.delegate", parentThreadId=busy, instructions="more")
+            assert info.value.data["limit"] == "delegate_max_fanout"
+            working = await only_child(client, busy)
+            await client.call("thread.stop", threadId=working["id"])
+    finally:
+        assert await daemon.terminate() == 0
+
+
+async def test_f9_f15_a_childs_approvals_are_listed_for_the_parent(client):
+    """F15 + F9: a delegated child's approval is a request of the child,
+    listed for the parent with ``includeChildren``, and answerable."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=parent, text=delegate(
+        script({"approval": {"kind": "command", "command": "make deploy"}}), wait=True))
+    delegated = await wait_event(client, lambda e: e["type"] == "task.delegated", thread_id=parent, timeout=SLOW)
+    child_id = delegated["payload"]["taskId"]
+    await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=child_id)
+    assert (await client.call("thread.requests", threadId=parent))["requests"] == []
+    [request] = (await client.call("thread.requests", threadId=parent, includeChildren=True))["requests"]
+    assert request["threadId"] == child_id and request["detail"]["command"] == "make deploy"
+    await client.call("approval.respond", requestId=request["id"], decision="accept")
+    run = await wait_run_terminal(client, parent, sent["runId"], timeout=SLOW)
+    assert "delegated task completed: approval: accept" in await answer_of(client, parent, run["id"])
+
+
+async def test_f9_f12_sigkill_while_a_task_runs(tmp_path, short_dir):
+    """F12 + F9: the daemon is SIGKILLed while a delegated task runs: after
+    the restart both runs are interrupted (daemon_restart), the parent's
+    delegate_task tool node is incomplete, both threads are idle, and the
+    task's result — it was cut off — reaches the parent's next run."""
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", title="lead"))["threadId"]
+            sent = await client.call("thread.message.send", threadId=parent,
+                                     text=delegate(script({"reportHistory": {}}, {"hang": {}}), wait=True))
+            delegated = await wait_event(client, lambda e: e["type"] == "task.delegated", thread_id=parent, timeout=SLOW)
+            child_id, child_run = delegated["payload"]["taskId"], delegated["payload"]["runId"]
+            await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=child_id)
+    finally:
+        await daemon.kill()
+    daemon = await _start(tmp_path, short_dir)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            for thread_id, run_id in ((parent, sent["runId"]), (child_id, child_run)):
+                detail = await client.call("run.get", runId=run_id)
+                assert (detail["run"]["status"], detail["run"]["reason"]) == ("interrupted", "daemon_restart")
+                assert (await client.call("thread.get", threadId=thread_id))["thread"]["status"] == "idle"
+            nodes = (await client.call("run.get", runId=sent["runId"]))["nodes"]
+            [tool] = [n for n in nodes if n["title"] == "delegate_task"]
+            assert tool["status"] == "incomplete"
+            assert (await answer_of(client, child_id, child_run)).startswith("history: 0 turns + ")
+
+            answer = await client.call("task.result", taskId=child_id)
+            assert answer["status"] == "interrupted" and answer["outcome"] == "interrupted: daemon_restart"
+            _, where = await recall(client, parent, "chars")
+            assert where == {"chars": "context"}
+            [result] = [t for t in await transfers(client, parent) if t["type"] == "subagent_result"]
+            assert result["status"] == "consumed"
+    finally:
+        assert await daemon.terminate() == 0
+
+
+async def test_f9_f6_a_native_subagent_with_a_thread_of_its_own_is_a_child_thread(client):
+    """F9: a subagent the provider spawns in a native thread of its own (the
+    shape of a Codex spawnAgent call) is a child AppThread (subagent,
+    createdBy agent) linked to its node by a natively resolved
+    subagent_spawn; messaging the child resumes that native thread, and
+    forking from the completed node forks it natively (F6)."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    run = await send_and_wait(client, parent, script(
+        {"subagent": {"thread": True, "steps": [{"say": "the word is oscar"}]}},
+        {"subagent": {"steps": [{"say": "no thread of my own"}]}},
+    ))
+    assert run["status"] == "completed", run
+    child = await only_child(client, parent)
+    assert (child["relationshipToParent"], child["createdBy"], child["provider"]) == ("subagent", "agent", "scripted")
+    nodes = [n for n in (await client.call("run.get", runId=run["id"]))["nodes"] if n["kind"] == "subagent"]
+    assert len(nodes) == 2, "both are child nodes; only the one with a thread of its own is a child thread"
+    [spawn] = await transfers(client, child["id"])
+    assert (spawn["type"], spawn["status"], spawn["resolution"]) == ("subagent_spawn", "consumed", "native")
+    assert spawn["sourcePoint"]["nodeId"] == nodes[0]["id"] and spawn["handoffId"] is None
+    created = await wait_event(client, lambda e: e["type"] == "subagent.thread_created", thread_id=parent)
+    assert created["nodeId"] == nodes[0]["id"] and created["payload"]["threadId"] == child["id"]
+
+    # The child is the subagent's own conversation: it resumes natively.
+    _, where = await recall(client, child["id"], "oscar", "thread")
+    assert where == {"oscar": "native", "thread": "absent"}, "its own turn, not the other subagent's"
+    fork = await client.call("thread.fork", threadId=parent, sourcePoint={"type": "node", "nodeId": nodes[0]["id"]})
+    [fork_transfer] = await transfers(client, fork["threadId"])
+    assert fork_transfer["sourcePoint"]["nativeThreadId"] == spawn["sourcePoint"]["nativeThreadId"]
+    _, where = await recall(client, fork["threadId"], "oscar")
+    assert where == {"oscar": "native"}
+    [fork_transfer] = await transfers(client, fork["threadId"])
+    assert (fork_transfer["status"], fork_transfer["resolution"]) == ("consumed", "native")
+
+
+async def test_f9_a_task_works_in_a_copy_of_the_workspace_or_a_folder_of_its_own(client, tmp_path):
+    """F9 ``workspace``: ``fork`` copies the parent's workspace (the task's
+    changes stay in the copy), ``new`` gives the task an empty folder."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "base.txt").write_text("from the parent")
+    parent = (await client.call("thread.create", title="lead", workspace=str(workspace)))["threadId"]
+    for mode in ("fork", "new"):
+        run = await send_and_wait(client, parent, delegate(script({"write": {"path": "child.txt", "content": mode}}),
+                                                           wait=True, workspace=mode))
+        assert "delegated task completed" in await answer_of(client, parent, run["id"])
+    children = [t for t in (await client.call("thread.list"))["threads"] if t["parentThreadId"] == parent]
+    fork, new = sorted(children, key=lambda t: t["createdAt"])
+    assert fork["workspace"] != str(workspace) and new["workspace"] != str(workspace)
+    assert (workspace / "base.txt").exists() and not (workspace / "child.txt").exists(), "the parent's files are untouched"
+    assert open(f"{fork['workspace']}/base.txt").read() == "from the parent"
+    assert open(f"{fork['workspace']}/child.txt").read() == "fork"
+    assert not os.path.exists(f"{new['workspace']}/base.txt")
+    assert open(f"{new['workspace']}/child.txt").read() == "new"
+
+
+def test_f9_the_runtimes_get_agentd_mcp_with_the_sessions_identity():
+    """F9: how Codex (``-c`` TOML overrides) and Claude (``--mcp-config``)
+    are told to start ``agentd mcp``, with the session's identity."""
+    import json
+    import tomllib
+
+    from agentd.actors.providers.agentd_tool import AgentdTool
+
+    tool = AgentdTool(socket="/run/a d/agentd.sock", command=["/usr/bin/python3", "-m", "agentd", "mcp"])
+    args = tool.codex_args("pss_1", preapproved=True)
+    assert args[::2] == ["-c"] * (len(args) // 2)
+    config: dict = {}
+    for override in args[1::2]:
+        key, _, value = override.partition("=")
+        config[key] = tomllib.loads(f"v = {value}")["v"]
+    assert config["mcp_servers.agentd.command"] == "/usr/bin/python3"
+    assert config["mcp_servers.agentd.args"] == ["-m", "agentd", "mcp"]
+    assert config["mcp_servers.agentd.env"] == {"AGENTD_SOCKET": "/run/a d/agentd.sock", "AGENTD_SESSION_ID": "pss_1"}
+    assert config["mcp_servers.agentd.default_tools_approval_mode"] == "approve"
+    assert "mcp_servers.agentd.default_tools_approval_mode" not in " ".join(tool.codex_args("pss_1", preapproved=False))
+
+    flag, raw, *rest = tool.claude_args("pss_2", preapproved=False)
+    assert flag == "--mcp-config" and rest == []
+    server = json.loads(raw)["mcpServers"]["agentd"]
+    assert server["command"] == "/usr/bin/python3" and server["env"]["AGENTD_SESSION_ID"] == "pss_2"
+    assert tool.claude_args("pss_2", preapproved=True)[2:] == [
+        "--allowedTools", "mcp__agentd__delegate_task,mcp__agentd__task_result"]
+    assert json.loads(tool.scripted_env("pss_3")["AGENTD_MCP_COMMAND"]) == tool.command
