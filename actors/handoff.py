@@ -156,6 +156,13 @@ def run_section(
     commands = [f"{_command(n)}{_outcome(n)}" for n in own if n.kind in COMMAND_KINDS]
     if commands:
         lines.append("Commands run: " + "; ".join(commands))
+    lines += _decisions_and_questions(own, artifacts)
+    return "\n".join(lines)
+
+
+def _decisions_and_questions(own: list[ExecutionNode], artifacts: list[PlanArtifact]) -> list[str]:
+    """A run's decisions (approvals, proposed plans) and the questions it left open."""
+    lines = []
     decisions = [_decision(n) for n in own if n.kind == "approval" and n.detail.get("decision")]
     decisions += [f"plan {a.status}: {_first_line(a.text)}" for a in artifacts if a.kind == "proposed_plan"]
     if decisions:
@@ -166,7 +173,7 @@ def run_section(
     ]
     if open_questions:
         lines.append("Open questions: " + "; ".join(open_questions))
-    return "\n".join(lines)
+    return lines
 
 
 def _outcome(node: ExecutionNode) -> str:
@@ -312,16 +319,7 @@ def merge_section(
     commands = [f"{_command(n)}{_outcome(n)}" for n in own if n.kind in COMMAND_KINDS]
     if commands:
         lines.append("Commands and tests run: " + "; ".join(commands))
-    decisions = [_decision(n) for n in own if n.kind == "approval" and n.detail.get("decision")]
-    decisions += [f"plan {a.status}: {_first_line(a.text)}" for a in artifacts if a.kind == "proposed_plan"]
-    if decisions:
-        lines.append("Decisions: " + "; ".join(decisions))
-    open_questions = [
-        q.get("question", "") for a in artifacts if a.kind == "questions" and a.status != "answered"
-        for q in a.questions if isinstance(q, dict)
-    ]
-    if open_questions:
-        lines.append("Open questions: " + "; ".join(open_questions))
+    lines += _decisions_and_questions(own, artifacts)
     unanswered = [f"{n.kind.replace('_', ' ')} {n.title or n.detail.get('command') or ''}".rstrip() + f" ({n.status})"
                   for n in own if n.kind in ("approval", "user_input_request")
                   and n.status not in ("completed", "cancelled") and not n.detail.get("decision")]

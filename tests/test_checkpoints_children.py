@@ -5,17 +5,13 @@ base; the run count never moves; the run's checkpoint lists its children."""
 
 from __future__ import annotations
 
-import os
-import signal
-from pathlib import Path
 
 import pytest
-import trio
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
-from tests.test_checkpoints_daemon import stalling_git
+from tests.test_checkpoints_daemon import StalledGit
 
 
 def write(path: str, content: str) -> dict:
@@ -119,30 +115,20 @@ async def test_f13_a_child_left_open_by_a_stop_is_captured_in_the_barrier(client
 async def test_f13_sigkill_during_a_child_capture_records_a_missing_child_not_the_runs(data_dir, socket_path, tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
-    flag, mark, wrapper = stalling_git(tmp_path)
-    daemon = await start_daemon(data_dir, socket_path, env={**os.environ, "AGENTD_CHECKPOINT_GIT": str(wrapper)})
-    stalled_pid = None
+    git = StalledGit(tmp_path)
+    daemon = await start_daemon(data_dir, socket_path, env=git.env)
     try:
         async with Client.connect(socket_path) as client:
             thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
             sent = await client.call("thread.message.send", threadId=thread_id, text=script(
                 {"tool": {"name": "wait", "seconds": 0.3}}, {"subagent": {"steps": [write("x.txt", "x\n")]}}))
             await wait_event(client, lambda e: e["type"] == "run.started", thread_id=thread_id)
-            flag.touch()  # the baseline is done: the child's capture stalls
-            with trio.fail_after(30):
-                while not mark.exists():
-                    await trio.sleep(0.05)
-            stalled_pid = int(mark.read_text())
+            git.stall()  # the baseline is done: the child's capture stalls
+            await git.stalled()
         await daemon.kill()
     finally:
-        if stalled_pid is not None:
-            try:
-                if Path(f"/proc/{stalled_pid}/cmdline").read_bytes().startswith(b"sleep\0"):
-                    os.kill(stalled_pid, signal.SIGKILL)
-            except (FileNotFoundError, ProcessLookupError):
-                pass
+        git.release()
         await daemon.terminate()
-    flag.unlink()
     daemon = await start_daemon(data_dir, socket_path)
     try:
         async with Client.connect(socket_path) as client:

@@ -186,28 +186,55 @@ async def test_list_diff_restore_and_undo_through_the_safety_checkpoint(client, 
     assert files_of(ws) == after3
 
 
-def stalling_git(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A git wrapper that stalls a capture once ``flag`` exists: it writes
-    its pid (that of the ``sleep`` it becomes) to ``mark`` and sleeps, so the
-    daemon can be killed in the middle of a capture without racing it."""
-    flag, mark, wrapper = tmp_path / "stall.flag", tmp_path / "stall.pid", tmp_path / "git-wrapper"
-    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f'if [ -e "{flag}" ]; then case " $* " in *" update-index "*) echo $$ > "{mark}.tmp"; '
-        f'mv "{mark}.tmp" "{mark}"; exec sleep 60;; esac; fi\n'
-        f'exec "{real}" "$@"\n'
-    )
-    wrapper.chmod(0o755)
-    return flag, mark, wrapper
+class StalledGit:
+    """A git wrapper for the daemon (``env``) that stalls a checkpoint capture
+    once ``stall()`` was called: at its ``update-index`` it writes its pid
+    (that of the ``sleep`` it becomes) and sleeps, so the daemon can be
+    killed in the middle of a capture without racing it."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.flag, self.mark, self.wrapper = tmp_path / "stall.flag", tmp_path / "stall.pid", tmp_path / "git-wrapper"
+        real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
+        self.wrapper.write_text(
+            "#!/bin/sh\n"
+            f'if [ -e "{self.flag}" ]; then case " $* " in *" update-index "*) echo $$ > "{self.mark}.tmp"; '
+            f'mv "{self.mark}.tmp" "{self.mark}"; exec sleep 60;; esac; fi\n'
+            f'exec "{real}" "$@"\n'
+        )
+        self.wrapper.chmod(0o755)
+        self.pid: int | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "AGENTD_CHECKPOINT_GIT": str(self.wrapper)}
+
+    def stall(self) -> None:
+        """From now on a capture stalls."""
+        self.flag.touch()
+
+    async def stalled(self) -> None:
+        """Wait until a capture has stalled (the wrapper wrote its pid)."""
+        with trio.fail_after(30):
+            while not self.mark.exists():  # an external process's state: polled
+                await trio.sleep(0.05)
+        self.pid = int(self.mark.read_text())
+
+    def release(self) -> None:
+        """Stop stalling, and end the stalled ``sleep`` — only it, never a reused pid."""
+        self.flag.unlink(missing_ok=True)
+        if self.pid is None:
+            return
+        try:
+            if Path(f"/proc/{self.pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                os.kill(self.pid, signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
 
 
 async def test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptured(data_dir, socket_path, tmp_path):
     ws = user_repo(tmp_path)
-    flag, mark, wrapper = stalling_git(tmp_path)
-    env = {**os.environ, "AGENTD_CHECKPOINT_GIT": str(wrapper)}
-    daemon = await start_daemon(data_dir, socket_path, env=env)
-    stalled_pid = None
+    git = StalledGit(tmp_path)
+    daemon = await start_daemon(data_dir, socket_path, env=git.env)
     try:
         async with Client.connect(socket_path) as client:
             thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
@@ -215,22 +242,12 @@ async def test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptu
                 {"write": {"path": "src/app.py", "content": "print('one')\n"}}, {"sleep": 0.5}))
             # The baseline is captured before the turn starts; stall only the run's capture.
             await wait_event(client, lambda e: e["type"] == "run.started", thread_id=thread_id)
-            flag.touch()
-            with trio.fail_after(30):
-                while not mark.exists():
-                    await trio.sleep(0.05)
-            stalled_pid = int(mark.read_text())
+            git.stall()
+            await git.stalled()
         await daemon.kill()
     finally:
-        if stalled_pid is not None:
-            # Only the wrapper's own sleep, if still there (never a reused pid).
-            try:
-                if Path(f"/proc/{stalled_pid}/cmdline").read_bytes().startswith(b"sleep\0"):
-                    os.kill(stalled_pid, signal.SIGKILL)
-            except (FileNotFoundError, ProcessLookupError):
-                pass
+        git.release()
         await daemon.terminate()
-    flag.unlink()
     # Changed after the kill: must not end up in any checkpoint of run 1.
     (ws / "src" / "app.py").write_text("print('edited after the crash')\n")
 

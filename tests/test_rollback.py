@@ -11,8 +11,6 @@ stored handoff (``context``), or not at all (``absent``).
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
 from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
-from tests.test_checkpoints_daemon import RUN1, RUN2, RUN3, dot_git_state, files_of, stalling_git, user_repo
+from tests.test_checkpoints_daemon import RUN1, RUN2, RUN3, StalledGit, dot_git_state, files_of, user_repo
 from tests.test_lineage import recall
 
 CONFIG = """
@@ -215,13 +213,12 @@ async def test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust(t
     thread is retired (its memory is not trusted) and the next run gets the
     whole thread from a stored summary."""
     ws = user_repo(tmp_path, repo=False)
-    flag, mark, wrapper = stalling_git(tmp_path)
-    daemon = await _start(tmp_path, short_dir, env={**os.environ, "AGENTD_CHECKPOINT_GIT": str(wrapper)})
-    stalled_pid = None
+    git = StalledGit(tmp_path)
+    daemon = await _start(tmp_path, short_dir, env=git.env)
     try:
         async with Client.connect(daemon.socket) as client:
             thread_id, runs, _states = await three_runs(client, ws)
-            flag.touch()  # the rollback's safety capture stalls
+            git.stall()  # the rollback's safety capture stalls
             async with trio.open_nursery() as nursery:
                 async def rollback():
                     try:
@@ -229,21 +226,12 @@ async def test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust(t
                     except Exception:  # noqa: BLE001 - the daemon is killed under it
                         pass
                 nursery.start_soon(rollback)
-                with trio.fail_after(30):
-                    while not mark.exists():
-                        await trio.sleep(0.05)
-                stalled_pid = int(mark.read_text())
+                await git.stalled()
                 await daemon.kill()
                 nursery.cancel_scope.cancel()
     finally:
-        if stalled_pid is not None:
-            try:
-                if Path(f"/proc/{stalled_pid}/cmdline").read_bytes().startswith(b"sleep\0"):
-                    os.kill(stalled_pid, signal.SIGKILL)
-            except (FileNotFoundError, ProcessLookupError):
-                pass
+        git.release()
         await daemon.terminate()
-    flag.unlink()
 
     daemon = await _start(tmp_path, short_dir)
     try:
