@@ -32,20 +32,6 @@ needs_both = pytest.mark.skipif(
 INSTRUCTIONS = "count the files named quebec in this workspace"
 
 
-@pytest.fixture
-def codex(tmp_path):
-    world = codex_world.make_world(tmp_path / "codex")
-    yield world
-    world.close()
-
-
-@pytest.fixture
-def claude(tmp_path):
-    world = claude_world.make_world(tmp_path / "claude")
-    yield world
-    world.close()
-
-
 async def _threads(client: Client) -> list[dict]:
     return (await client.call("thread.list"))["threads"]
 

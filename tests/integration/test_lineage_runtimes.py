@@ -23,20 +23,6 @@ needs_codex = pytest.mark.skipif(codex_world.codex_binary() is None, reason=code
 needs_claude = pytest.mark.skipif(claude_world.claude_binary() is None, reason=claude_world.SKIP_REASON)
 
 
-@pytest.fixture
-def codex(tmp_path):
-    world = codex_world.make_world(tmp_path / "codex")
-    yield world
-    world.close()
-
-
-@pytest.fixture
-def claude(tmp_path):
-    world = claude_world.make_world(tmp_path / "claude")
-    yield world
-    world.close()
-
-
 @contextlib.asynccontextmanager
 async def agentd(tmp_path: Path, short_dir: Path, *worlds):
     config = tmp_path / "config.toml"

@@ -13,15 +13,7 @@ from pathlib import Path
 
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
-from tests.integration.test_lineage_runtimes import (  # noqa: F401 - fixtures
-    agentd,
-    claude,
-    codex,
-    needs_claude,
-    needs_codex,
-    send_and_wait,
-    three_runs,
-)
+from tests.integration.test_lineage_runtimes import agentd, needs_claude, needs_codex, send_and_wait, three_runs
 
 
 @needs_codex
