@@ -170,8 +170,11 @@ async def roll_back(actor: ThreadActor, undone: set[str]) -> MemoryRollback:
         try:
             outcome.reverted.append(await _revert_natively(actor, pt, undone))
             outcome.kind, outcome.reason = "native", f"{pt.provider} reverted its native thread"
-        except (RevertImpossible, ProviderRuntimeError, AgentdError, OSError) as exc:
-            log.warning("thread %s: native revert of %s failed: %s", actor.thread_id, pt.id, exc)
+        except Exception as exc:  # noqa: BLE001 - the files are back already: the graph must follow
+            if isinstance(exc, (RevertImpossible, ProviderRuntimeError, AgentdError, OSError)):
+                log.warning("thread %s: native revert of %s failed: %s", actor.thread_id, pt.id, exc)
+            else:
+                log.exception("thread %s: native revert of %s failed", actor.thread_id, pt.id)
             why = (f"rolled_back: the native revert failed ({exc}); the next run starts a fresh provider thread "
                    "with a summary of the kept runs")
             outcome.retire.append((pt, why))
