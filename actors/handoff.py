@@ -59,17 +59,23 @@ class BuiltHandoff:
         return len(self.text)
 
 
-def build_handoff(
-    store: Store, run_ids: Iterable[str], *, strategy: HandoffStrategy, reason: str, cap: int,
-) -> BuiltHandoff:
-    """The handoff text for ``run_ids`` (oldest first), at most ``cap`` characters."""
-    run_ids = list(run_ids)
+def _runs_and_messages(store: Store, run_ids: list[str]) -> tuple[list[Run], dict[str, list[ConversationMessage]]]:
+    """The stored runs of ``run_ids`` (in order) and their messages by run id."""
     runs = [run for run in (store.run(run_id) for run_id in run_ids) if run is not None]
     messages: dict[str, list[ConversationMessage]] = {}
     for thread_id in dict.fromkeys(run.thread_id for run in runs):
         for message in store.thread_messages(thread_id):
             if message.run_id is not None:
                 messages.setdefault(message.run_id, []).append(message)
+    return runs, messages
+
+
+def build_handoff(
+    store: Store, run_ids: Iterable[str], *, strategy: HandoffStrategy, reason: str, cap: int,
+) -> BuiltHandoff:
+    """The handoff text for ``run_ids`` (oldest first), at most ``cap`` characters."""
+    run_ids = list(run_ids)
+    runs, messages = _runs_and_messages(store, run_ids)
     threads = {thread_id: store.thread(thread_id) for thread_id in dict.fromkeys(run.thread_id for run in runs)}
     titles = {thread_id: (thread.title if thread else "") for thread_id, thread in threads.items()}
     home = runs[-1].thread_id if runs else None
@@ -254,12 +260,7 @@ def build_merge_handoff(
     them differ here. No user messages, narration or tool output: no
     transcript. At most ``cap`` characters, oldest runs dropped first."""
     run_ids = list(run_ids)
-    runs = [run for run in (store.run(run_id) for run_id in run_ids) if run is not None]
-    messages: dict[str, list[ConversationMessage]] = {}
-    for thread_id in dict.fromkeys(run.thread_id for run in runs):
-        for message in store.thread_messages(thread_id):
-            if message.run_id is not None:
-                messages.setdefault(message.run_id, []).append(message)
+    runs, messages = _runs_and_messages(store, run_ids)
     sections = [(run.id, merge_section(run, messages.get(run.id, []), store.run_nodes(run.id), store.run_artifacts(run.id),
                                        with_files=files.source == "nodes"))
                 for run in runs]
