@@ -114,6 +114,19 @@ def show(label: str, s: dict[str, float]) -> str:
     return f"{label:<58} {s['median']:>8.1f} ({s['min']:.1f}-{s['max']:.1f})"
 
 
+def change_and_commit(rng: random.Random, rel: list[str], size: int, plain: Path, ours: Path, n: int) -> float:
+    """Change 10 files the same way in both trees, then ``git add -A && git
+    commit`` the plain one; the plain commit's milliseconds."""
+    for path in rng.sample(rel, 10):
+        data = text(rng, size)
+        (plain / path).write_bytes(data)
+        (ours / path).write_bytes(data)
+    started = time.perf_counter()
+    subprocess.run(["git", "add", "-A"], cwd=plain, env=plain_env(), check=True)
+    subprocess.run(["git", "commit", "-q", "-m", f"r{n}"], cwd=plain, env=plain_env(), check=True)
+    return (time.perf_counter() - started) * 1000
+
+
 async def bench_capture(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     plain, ours = root / "plain", root / "ours"
     paths = make_workspace(plain, files=args.files, file_bytes=args.file_bytes, build_mb=args.build_mb)
@@ -126,14 +139,7 @@ async def bench_capture(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     rng = random.Random(2)
     plain_ms, ours_ms = [], []
     for n in range(1, args.warmup + args.rounds + 1):
-        for path in rng.sample(rel, 10):
-            data = text(rng, args.file_bytes)
-            (plain / path).write_bytes(data)
-            (ours / path).write_bytes(data)
-        started = time.perf_counter()
-        subprocess.run(["git", "add", "-A"], cwd=plain, env=plain_env(), check=True)
-        subprocess.run(["git", "commit", "-q", "-m", f"r{n}"], cwd=plain, env=plain_env(), check=True)
-        plain_time = (time.perf_counter() - started) * 1000
+        plain_time = change_and_commit(rng, rel, args.file_bytes, plain, ours, n)
         started = time.perf_counter()
         result = await engine.capture(ours, checkpoint_ref("bench", "root", n), base=base)
         ours_time = (time.perf_counter() - started) * 1000
@@ -241,14 +247,7 @@ async def bench_run_end(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         return await real_run_process(*a, **k)
 
     for n in range(1, args.warmup + 2 * args.rounds + 1):
-        for path in rng.sample(rel, 10):
-            data = text(rng, 2048)
-            (ws / path).write_bytes(data)
-            (plain / path).write_bytes(data)
-        started = time.perf_counter()
-        subprocess.run(["git", "add", "-A"], cwd=plain, env=plain_env(), check=True)
-        subprocess.run(["git", "commit", "-q", "-m", f"r{n}"], cwd=plain, env=plain_env(), check=True)
-        plain_time = (time.perf_counter() - started) * 1000
+        plain_time = change_and_commit(rng, rel, 2048, plain, ws, n)
         started = time.perf_counter()
         subprocess.run(["git", "--version"], env=plain_env(), check=True, capture_output=True)
         spawn_time = (time.perf_counter() - started) * 1000
