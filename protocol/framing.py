@@ -56,6 +56,8 @@ class LineReader:
         stream: what to read from (``receive_some``); or
         receive: a coroutine function ``(max_bytes) -> bytes`` to read with
             instead (b"" at the end), e.g. a raw non-blocking descriptor.
+            With neither, the bytes are handed in (``feed``) and the lines
+            taken with ``next_ready``.
         budget: bytes of unfinished lines all connections may hold together.
     """
 
@@ -63,9 +65,9 @@ class LineReader:
         self, stream: trio.abc.ReceiveStream | None = None, *, limit: int = MAX_LINE, budget: ByteBudget | None = None,
         receive: Callable[[int], Awaitable[bytes]] | None = None,
     ) -> None:
-        if receive is None:
-            assert stream is not None, "a LineReader needs a stream or a receive function"
+        if receive is None and stream is not None:
             receive = stream.receive_some
+        #: None: somebody else reads, and hands the bytes to ``feed``
         self._receive = receive
         self._limit = limit
         self._budget = budget
@@ -111,12 +113,28 @@ class LineReader:
 
     async def _fill(self) -> None:
         """Read one chunk and queue the lines it completes."""
+        assert self._receive is not None, "this LineReader is fed, not iterated"
         try:
             chunk = await self._receive(65536)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             chunk = b""
+        self.feed(chunk)
+
+    @property
+    def ended(self) -> bool:
+        """The input ended (or was cut off past the budget): nothing more is read."""
+        return self._ended
+
+    def next_ready(self) -> bytes | LineTooLong | InputOverloaded | None:
+        """The next line (or report) that ``feed`` completed, or None."""
+        return self._ready.popleft() if self._ready else None
+
+    def feed(self, chunk: bytes) -> None:
+        """Take bytes read by someone else (b"": the input ended) and queue
+        the lines they complete, for ``next_ready`` or the iterator."""
         if not chunk:
             self._ended = True
+            self._hold(0)
             return
         buffer = self._buffer
         buffer += chunk

@@ -36,7 +36,7 @@ class Method:
             ``thread``: ``async (actor, command)``.
         route: ``thread`` methods only: ``(store, params) -> thread id``.
         quick: optional synchronous form of a ``daemon`` handler, run in the
-            connection's reader task with no task of its own: ``(router,
+            task that reads the request (the poller), with no task of its own: ``(router,
             params, connection)`` returns the result, a ``Later`` (the server
             answers when it is resolved, e.g. a queued durable batch) or
             ``SLOW`` (this call needs the handler: it may block).
@@ -53,7 +53,7 @@ class Method:
         if (self.owner == "thread") != (self.route is not None):
             raise ValueError(f"{self.name}: a route is what a thread-owned method needs, and only it")
         if self.quick is not None and self.owner != "daemon":
-            raise ValueError(f"{self.name}: only a daemon-owned method can be answered in the reader task")
+            raise ValueError(f"{self.name}: only a daemon-owned method can be answered where the request is read")
 
     def decode(self, params: Any) -> Params:
         """Convert raw JSON params to this method's Struct.

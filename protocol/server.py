@@ -7,13 +7,15 @@ whose answer or AgentdError becomes the response. Requests on one
 connection run concurrently (up to a bound), so one slow command never holds
 up a client's reads.
 
-The path of a request takes as few trio hops as its method allows: a method
-with a ``quick`` form that cannot block (a read) is answered from the
-connection's reader task, and a durable command whose batch it only queues
-(``Later``) is answered from the writer's delivery on the loop — neither
-spawns a task. An answer is written straight to the socket when nothing is
-queued before it and the socket takes it whole; only the rest wakes the
-connection's write task. Everything else runs in a task of its own, as before.
+The path of a request takes as few trio hops as its method allows. One task
+(``ReadPoller``) reads every Unix-socket connection: one wake-up for all the
+connections that have input, not one per connection. A method with a
+``quick`` form that cannot block (a read) is answered right there, and a
+durable command whose batch it only queues (``Later``) is answered from the
+writer's delivery on the loop — neither spawns a task. An answer is written
+straight to the socket when nothing is queued before it and the socket takes
+it whole; only the rest wakes the connection's write task. Everything else
+runs in a task of its own.
 
 Security: the socket is created 0600 inside a 0700 directory, and a peer
 whose uid (SO_PEERCRED) differs from the daemon's is refused.
@@ -37,6 +39,7 @@ from . import framing
 from .errors import AgentdError, InternalError, InvalidRequest, MethodNotFound, Overloaded, ParseError
 from .limits import ServerLimits
 from .methods import SLOW, Later, Method
+from .poller import ReadPoller
 from .wire import Params
 
 log = logging.getLogger(__name__)
@@ -224,43 +227,128 @@ async def serve_messages(
     try_write: TryWrite | None = None,
 ) -> None:
     """Serve JSON-RPC requests from ``messages`` until they end, answering
-    through ``sender`` (and ``try_write``, when the transport has it). Shared
-    by the Unix-socket and WebSocket transports."""
+    through ``sender`` (and ``try_write``, when the transport has it). The
+    WebSocket transport's way; the Unix socket's is ``_PolledInput``."""
     async with trio.open_nursery() as nursery:
         connection = Connection(sender, nursery, limits=limits, peer_pid=peer_pid, try_write=try_write)
         nursery.start_soon(connection._write_loop)
         limiter = trio.Semaphore(MAX_INFLIGHT)
         try:
             async for message in messages:
-                if isinstance(message, framing.LineTooLong):
-                    error = ParseError(
-                        f"request is longer than {message.limit} bytes and was dropped; send smaller requests",
-                        limit=message.limit,
-                    )
-                    await connection.send(framing.error_response(None, error.to_error()))
-                    continue
-                if isinstance(message, framing.InputOverloaded):
-                    error = Overloaded(
-                        "agentd is holding too many unfinished requests from its clients; "
-                        "this connection is closed, reconnect and send complete lines",
-                        limit=message.limit,
-                    )
-                    await connection.send(framing.error_response(None, error.to_error()))
-                    await connection.drain(timeout=1.0)
+                if not await _take(router, connection, limiter, message):
                     break
-                # A request holds one of the connection's 256 slots from here
-                # until it is answered, whichever way it is served.
-                try:
-                    limiter.acquire_nowait()
-                except trio.WouldBlock:
-                    await limiter.acquire()
-                request = _Request(connection, limiter)
-                if not request.serve_quickly(router, message):
-                    nursery.start_soon(request.serve, router)
         finally:
             connection.close_output()
             connection.closed.set()
             nursery.cancel_scope.cancel()
+
+
+async def _take(router: Router, connection: Connection, limiter: trio.Semaphore,
+                message: bytes | framing.LineTooLong | framing.InputOverloaded) -> bool:
+    """Serve one message of a connection's input, in order: report a line
+    that was too long, or start the request once it has one of the
+    connection's slots. False: the connection is to be ended."""
+    if isinstance(message, framing.LineTooLong):
+        error = ParseError(
+            f"request is longer than {message.limit} bytes and was dropped; send smaller requests",
+            limit=message.limit,
+        )
+        await connection.send(framing.error_response(None, error.to_error()))
+        return True
+    if isinstance(message, framing.InputOverloaded):
+        error = Overloaded(
+            "agentd is holding too many unfinished requests from its clients; "
+            "this connection is closed, reconnect and send complete lines",
+            limit=message.limit,
+        )
+        await connection.send(framing.error_response(None, error.to_error()))
+        await connection.drain(timeout=1.0)
+        return False
+    # A request holds one of the connection's 256 slots from here until it
+    # is answered, whichever way it is served.
+    try:
+        limiter.acquire_nowait()
+    except trio.WouldBlock:
+        await limiter.acquire()
+    _start(router, connection, limiter, message)
+    return True
+
+
+def _start(router: Router, connection: Connection, limiter: trio.Semaphore, line: bytes) -> None:
+    """Serve a request that holds a slot: answered at once where it cannot
+    block, else in a task of its own."""
+    request = _Request(connection, limiter)
+    if not request.serve_quickly(router, line):
+        connection.nursery.start_soon(request.serve, router)
+
+
+class _PolledInput:
+    """The input side of one Unix-socket connection, read by the daemon's
+    ``ReadPoller`` instead of a task of its own.
+
+    Requests are taken in order, exactly as ``serve_messages`` takes them;
+    whatever needs waiting (a free slot, room to report an over-long line)
+    pauses the descriptor and waits in a task of the connection, and reading
+    resumes after it. ``ended`` is set when the input is over.
+    """
+
+    def __init__(self, fd: int, poller: ReadPoller, router: Router, connection: Connection,
+                 lines: framing.LineReader) -> None:
+        self.fd = fd
+        self.poller = poller
+        self.router = router
+        self.connection = connection
+        self.lines = lines
+        self.limiter = trio.Semaphore(MAX_INFLIGHT)
+        self.ended = trio.Event()
+        self._waiting = False  # a task is taking a message; input is paused
+
+    def on_readable(self) -> None:
+        """The poller's callback: read one chunk and take what it completes."""
+        try:
+            chunk = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:  # reset by the peer: the end of its requests
+            chunk = b""
+        try:
+            self.lines.feed(chunk)
+            self._take_ready()
+        except Exception:  # noqa: BLE001 - a bug must cost this connection, not the daemon
+            log.exception("serving a connection failed; closing it")
+            self._end()
+
+    def _take_ready(self) -> None:
+        router, connection, limiter, lines = self.router, self.connection, self.limiter, self.lines
+        while (message := lines.next_ready()) is not None:
+            if isinstance(message, bytes):
+                try:
+                    limiter.acquire_nowait()
+                except trio.WouldBlock:
+                    pass
+                else:
+                    _start(router, connection, limiter, message)
+                    continue
+            # It must wait: no more input until it is taken.
+            self._waiting = True
+            self.poller.pause(self.fd)
+            connection.start_soon(self._take_later, message)
+            return
+        if lines.ended:
+            self._end()
+
+    async def _take_later(self, message: bytes | framing.LineTooLong | framing.InputOverloaded) -> None:
+        if not await _take(self.router, self.connection, self.limiter, message):
+            self._end()
+            return
+        self._waiting = False
+        self._take_ready()
+        if not self._waiting and not self.ended.is_set():
+            self.poller.resume(self.fd)
+
+    def _end(self) -> None:
+        self.poller.remove(self.fd)
+        self.ended.set()
 
 
 class _Request:
@@ -307,7 +395,7 @@ class _Request:
         self.method = method
 
     def serve_quickly(self, router: Router, line: bytes) -> bool:
-        """Parse and, where that cannot block, answer in the reader task.
+        """Parse and, where that cannot block, answer where the request was read.
         False: the request needs a task (``serve``)."""
         try:
             self._parse(router, line)
@@ -336,7 +424,7 @@ class _Request:
         return framing.encode(framing.error_response(self.id, error.to_error()))
 
     def _answer_now(self, result: Any, error: BaseException | None) -> bool:
-        """Answer from the reader task; a task answers instead when the
+        """Answer where the request was read; a task answers instead when the
         connection has no room (the reader never waits on a slow client)."""
         if self.method is None and error is None:
             return False  # not parsed: the task reports why
@@ -416,8 +504,9 @@ async def _refuse(stream: trio.SocketStream, error: AgentdError) -> None:
         await stream.aclose()
 
 
-async def handle_connection(stream: trio.SocketStream, router: Router, limits: ServerLimits) -> None:
-    """Serve one client until it disconnects."""
+async def handle_connection(stream: trio.SocketStream, router: Router, limits: ServerLimits,
+                            poller: ReadPoller) -> None:
+    """Serve one client until it disconnects; ``poller`` reads its requests."""
     pid: int | None = None
     try:
         pid, uid, _gid = peer_credentials(stream.socket)
@@ -446,23 +535,20 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
         except BlockingIOError:
             return 0
 
-    async def receive(max_bytes: int) -> bytes:
-        # Straight from the descriptor: trio's receive_some resumes a chain of
-        # frames per read, and the reader task reads once per request.
-        # Waiting first makes every read a schedule point, as receive_some's
-        # is: a client that floods quick requests cannot hold the loop.
-        while True:
-            await trio.lowlevel.wait_readable(fd)
-            try:
-                return os.read(fd, max_bytes)
-            except BlockingIOError:
-                continue
-            except OSError:  # reset by the peer: the end of its requests
-                return b""
-
-    lines = framing.LineReader(receive=receive, budget=limits.inbound)
+    lines = framing.LineReader(budget=limits.inbound)
     try:
-        await serve_messages(router, lines, send_lines, limits=limits, peer_pid=pid, try_write=try_write)
+        async with trio.open_nursery() as nursery:
+            connection = Connection(send_lines, nursery, limits=limits, peer_pid=pid, try_write=try_write)
+            nursery.start_soon(connection._write_loop)
+            polled = _PolledInput(fd, poller, router, connection, lines)
+            poller.add(fd, polled.on_readable)
+            try:
+                await polled.ended.wait()
+            finally:
+                poller.remove(fd)
+                connection.close_output()
+                connection.closed.set()
+                nursery.cancel_scope.cancel()
     finally:
         limits.connections -= 1
         with trio.CancelScope(shield=True):
@@ -562,10 +648,14 @@ async def serve_unix(path: Path, router: Router, *, limits: ServerLimits | None 
     sock.listen(1024)  # many clients may connect at once (a burst of 256 is benchmarked)
     listener = trio.SocketListener(sock)
     try:
-        async def handler(stream: trio.SocketStream) -> None:
-            await handle_connection(stream, router, limits)
+        async with trio.open_nursery() as nursery:
+            poller = ReadPoller()
+            await nursery.start(poller.run)
 
-        await _accept_loop(listener, handler, task_status=task_status)
+            async def handler(stream: trio.SocketStream) -> None:
+                await handle_connection(stream, router, limits, poller)
+
+            await _accept_loop(listener, handler, task_status=task_status)
     finally:
         with trio.CancelScope(shield=True):
             await listener.aclose()

@@ -66,7 +66,7 @@ def _daemon(name: str, params: type[wire.Params], handler: Any, *, quick: Any = 
 
 
 def _read(name: str, params: type[wire.Params], handler: Any) -> Method:
-    """A daemon-owned method that never blocks: answered from the reader task."""
+    """A daemon-owned method that never blocks: answered where the request is read, with no task."""
     return _daemon(name, params, handler, quick=run_now(handler))
 
 

@@ -31,7 +31,7 @@ async def thread_create(router: DaemonRouter, params: wire.ThreadCreateParams, _
 
 
 def thread_create_quick(router: DaemonRouter, params: wire.ThreadCreateParams, _conn: Connection) -> Any:
-    """``thread_create`` from the connection's reader task (see ``create_thread_quick``)."""
+    """``thread_create`` where the request is read (no task of its own) (see ``create_thread_quick``)."""
     return router.registry.create_thread_quick(params, params.command_id)
 
 

@@ -1,0 +1,163 @@
+"""F20: the Unix socket's one reading task (``ReadPoller``): every connection
+is read by it, in order, and whatever must wait (a free slot, room for an
+error) pauses only that connection's input."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+import trio
+
+from agentd.protocol.limits import ServerLimits
+from agentd.protocol.methods import Method, MethodTable
+from agentd.protocol.poller import ReadPoller
+from agentd.protocol.server import MAX_INFLIGHT, serve_unix
+from agentd.protocol.wire import NoParams
+
+from .test_hostile_clients import read_line
+
+
+class HoldingRouter:
+    """``hold`` waits until ``release`` is set (a task per request);
+    ``quick`` is answered where it is read, with how many ``hold`` run now."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+        self.holding = 0
+        self.most_holding = 0
+        self.changed = trio.Event()
+
+        async def hold(_router, _params, _conn):
+            self.holding += 1
+            self.most_holding = max(self.most_holding, self.holding)
+            self.changed.set()
+            self.changed = trio.Event()
+            await self.release.wait()
+            self.holding -= 1
+            return {"held": True}
+
+        async def quick_slow(_router, _params, _conn):  # pragma: no cover - quick answers first
+            raise AssertionError("quick is answered without a task")
+
+        def quick(_router, _params, _conn):
+            return {"holding": self.holding}
+
+        self.methods = MethodTable([
+            Method("hold", NoParams, "daemon", hold),
+            Method("quick", NoParams, "daemon", quick_slow, quick=quick),
+        ])
+
+    async def dispatch(self, method, params, connection):
+        return await method.handler(self, params, connection)
+
+    async def wait_holding(self, count: int) -> None:
+        with trio.fail_after(10):
+            while self.holding < count:
+                await self.changed.wait()
+
+
+def request(request_id: int, method: str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method}).encode() + b"\n"
+
+
+@pytest.fixture
+async def holding_server(short_dir, nursery):
+    router = HoldingRouter()
+    path = short_dir / "p.sock"
+    await nursery.start(lambda task_status: serve_unix(path, router, limits=ServerLimits(), task_status=task_status))
+    return path, router
+
+
+async def test_a_connection_past_its_slots_waits_alone_and_resumes_in_order(holding_server):
+    """F20: 300 waiting requests in one write: the first 256 run, the rest
+    stay unread (no 257th handler starts) while another connection is
+    served; freeing the slots takes the rest, and every request is answered."""
+    path, router = holding_server
+    busy = await trio.open_unix_socket(str(path))
+    other = await trio.open_unix_socket(str(path))
+    total = MAX_INFLIGHT + 44
+    await busy.send_all(b"".join(request(i, "hold") for i in range(total)) + request(total, "quick"))
+    await router.wait_holding(MAX_INFLIGHT)
+    buffer = bytearray()
+    for i in range(3):
+        await other.send_all(request(1000 + i, "quick"))
+        reply = await read_line(other, buffer)
+        assert reply["id"] == 1000 + i
+        assert reply["result"] == {"holding": MAX_INFLIGHT}
+    assert router.most_holding == MAX_INFLIGHT
+    router.release.set()
+    answers: dict[int, dict] = {}
+    busy_buffer = bytearray()
+    while len(answers) < total + 1:
+        reply = await read_line(busy, busy_buffer)
+        answers[reply["id"]] = reply
+    assert all(answers[i]["result"] == {"held": True} for i in range(total))
+    assert answers[total]["result"] == {"holding": 0}  # read after every hold was answered
+    assert router.most_holding == MAX_INFLIGHT
+    await busy.aclose()
+    await other.aclose()
+
+
+async def test_quick_answers_come_in_request_order_from_many_connections(holding_server):
+    """F20: 32 connections each send 50 quick requests in one write; each
+    gets its 50 answers in order, none lost, none crossed."""
+    path, _router = holding_server
+    streams = [await trio.open_unix_socket(str(path)) for _ in range(32)]
+    async with trio.open_nursery() as nursery:
+        for n, stream in enumerate(streams):
+            nursery.start_soon(stream.send_all, b"".join(request(n * 1000 + i, "quick") for i in range(50)))
+    for n, stream in enumerate(streams):
+        buffer = bytearray()
+        assert [(await read_line(stream, buffer))["id"] for _ in range(50)] == [n * 1000 + i for i in range(50)]
+        await stream.aclose()
+
+
+async def test_a_client_that_leaves_is_dropped_from_the_poller(holding_server):
+    """F20: a connection that closes (mid-line, with requests in flight) is
+    unregistered; the descriptor number can be reused by the next client."""
+    path, router = holding_server
+    for round_ in range(20):
+        stream = await trio.open_unix_socket(str(path))
+        await stream.send_all(request(1, "hold") + b'{"jsonrpc":"2.0","id":2,"meth')
+        await router.wait_holding(round_ + 1)
+        await stream.aclose()
+    fresh = await trio.open_unix_socket(str(path))
+    await fresh.send_all(request(9, "quick"))
+    assert (await read_line(fresh, bytearray()))["id"] == 9
+    await fresh.aclose()
+
+
+async def test_the_poller_calls_back_each_ready_descriptor_and_survives_a_failing_callback(nursery):
+    """F20: a callback that raises costs only its descriptor."""
+    poller = ReadPoller()
+    await nursery.start(poller.run)
+    good_a, good_b = socket.socketpair()
+    bad_a, bad_b = socket.socketpair()
+    seen: list[bytes] = []
+    got = trio.Event()
+
+    def good() -> None:
+        seen.append(good_b.recv(100))
+        got.set()
+
+    def bad() -> None:
+        raise RuntimeError("a bug")
+
+    poller.add(good_b.fileno(), good)
+    poller.add(bad_b.fileno(), bad)
+    bad_a.send(b"x")
+    good_a.send(b"hello")
+    with trio.fail_after(10):
+        await got.wait()
+    assert seen == [b"hello"]
+    assert bad_b.fileno() not in poller._callbacks
+    got = trio.Event()
+    good_a.send(b"again")
+    with trio.fail_after(10):
+        await got.wait()
+    assert seen == [b"hello", b"again"]
+    poller.remove(good_b.fileno())
+    for sock in (good_a, good_b, bad_a, bad_b):
+        sock.close()
