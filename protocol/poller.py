@@ -41,6 +41,7 @@ class ReadPoller:
     def __init__(self) -> None:
         self._epoll = select.epoll()
         self._callbacks: dict[int, Callable[[], None]] = {}
+        self._paused: set[int] = set()
 
     def add(self, fd: int, on_readable: Callable[[], None]) -> None:
         """Watch ``fd`` for input; ``on_readable`` must not block."""
@@ -48,22 +49,30 @@ class ReadPoller:
         self._epoll.register(fd, select.EPOLLIN)
 
     def pause(self, fd: int) -> None:
-        """Stop watching ``fd`` until ``resume`` (its input stays in the kernel)."""
+        """Stop watching ``fd`` until ``resume`` (its input stays in the kernel).
+
+        The descriptor leaves the set: epoll reports a hang-up or an error
+        of a member whatever it was asked for, so a member with no events
+        asked for would still be called back (and, level-triggered, at every
+        pass)."""
         if fd in self._callbacks:
-            self._epoll.modify(fd, 0)
+            self._epoll.unregister(fd)
+            self._paused.add(fd)
 
     def resume(self, fd: int) -> None:
         """Watch ``fd`` again."""
-        if fd in self._callbacks:
-            self._epoll.modify(fd, select.EPOLLIN)
+        if fd in self._paused:
+            self._paused.discard(fd)
+            self._epoll.register(fd, select.EPOLLIN)
 
     def remove(self, fd: int) -> None:
         """Stop watching ``fd`` for good; call before the descriptor is closed."""
-        if self._callbacks.pop(fd, None) is not None:
+        if self._callbacks.pop(fd, None) is not None and fd not in self._paused:
             try:
                 self._epoll.unregister(fd)
             except (OSError, ValueError):  # already closed: epoll dropped it itself
                 pass
+        self._paused.discard(fd)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve the registered descriptors until cancelled."""

@@ -305,6 +305,8 @@ class _PolledInput:
 
     def on_readable(self) -> None:
         """The poller's callback: read one chunk and take what it completes."""
+        if self._waiting:  # paused: a message before these bytes is still being taken
+            return
         try:
             chunk = os.read(self.fd, 65536)
         except BlockingIOError:

@@ -161,3 +161,40 @@ async def test_the_poller_calls_back_each_ready_descriptor_and_survives_a_failin
     poller.remove(good_b.fileno())
     for sock in (good_a, good_b, bad_a, bad_b):
         sock.close()
+
+
+async def test_a_paused_descriptor_is_not_called_back_even_when_its_peer_hangs_up(nursery):
+    """F20: pausing takes the descriptor out of the set — epoll reports a
+    hang-up whatever a member asked for — and resuming puts it back."""
+    poller = ReadPoller()
+    await nursery.start(poller.run)
+    ours, peer = socket.socketpair()
+    calls: list[bytes] = []
+    called = trio.Event()
+
+    def on_readable() -> None:
+        calls.append(ours.recv(100))
+        called.set()
+
+    poller.add(ours.fileno(), on_readable)
+    poller.pause(ours.fileno())
+    peer.send(b"late")
+    peer.close()
+    # A second descriptor that is called back proves the poller made passes meanwhile.
+    probe_ours, probe_peer = socket.socketpair()
+    probed = trio.Event()
+    poller.add(probe_ours.fileno(), lambda: (probe_ours.recv(100), probed.set()))
+    for _ in range(3):
+        probed = trio.Event()
+        probe_peer.send(b"p")
+        with trio.fail_after(10):
+            await probed.wait()
+    assert calls == []
+    poller.resume(ours.fileno())
+    with trio.fail_after(10):
+        await called.wait()
+    assert calls[0] == b"late"  # then the hang-up (b""), maybe already
+    for fd in (ours.fileno(), probe_ours.fileno()):
+        poller.remove(fd)
+    for sock in (ours, probe_ours, probe_peer):
+        sock.close()
