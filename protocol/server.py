@@ -29,6 +29,7 @@ import os
 import socket
 import stat
 import struct
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Protocol
 
@@ -229,14 +230,23 @@ async def serve_messages(
     """Serve JSON-RPC requests from ``messages`` until they end, answering
     through ``sender`` (and ``try_write``, when the transport has it). The
     WebSocket transport's way; the Unix socket's is ``_PolledInput``."""
+    async with _open_connection(sender, limits=limits, peer_pid=peer_pid, try_write=try_write) as connection:
+        limiter = trio.Semaphore(MAX_INFLIGHT)
+        async for message in messages:
+            if not await _take(router, connection, limiter, message):
+                break
+
+
+@asynccontextmanager
+async def _open_connection(sender: Sender, *, limits: ServerLimits, peer_pid: int | None,
+                           try_write: TryWrite | None) -> AsyncIterator[Connection]:
+    """A connection with its write task, for the block; when the block ends
+    (the input is over), nothing more is sent and its tasks are cancelled."""
     async with trio.open_nursery() as nursery:
         connection = Connection(sender, nursery, limits=limits, peer_pid=peer_pid, try_write=try_write)
         nursery.start_soon(connection._write_loop)
-        limiter = trio.Semaphore(MAX_INFLIGHT)
         try:
-            async for message in messages:
-                if not await _take(router, connection, limiter, message):
-                    break
+            yield connection
         finally:
             connection.close_output()
             connection.closed.set()
@@ -539,18 +549,13 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
 
     lines = framing.LineReader(budget=limits.inbound)
     try:
-        async with trio.open_nursery() as nursery:
-            connection = Connection(send_lines, nursery, limits=limits, peer_pid=pid, try_write=try_write)
-            nursery.start_soon(connection._write_loop)
+        async with _open_connection(send_lines, limits=limits, peer_pid=pid, try_write=try_write) as connection:
             polled = _PolledInput(fd, poller, router, connection, lines)
             poller.add(fd, polled.on_readable)
             try:
                 await polled.ended.wait()
             finally:
-                poller.remove(fd)
-                connection.close_output()
-                connection.closed.set()
-                nursery.cancel_scope.cancel()
+                poller.remove(fd)  # before the descriptor is closed
     finally:
         limits.connections -= 1
         with trio.CancelScope(shield=True):
