@@ -3,7 +3,9 @@ and a connected client. Seeds of randomized tests are printed on failure."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -11,6 +13,24 @@ import pytest
 
 from agentd.protocol.client import Client
 from agentd.launch import start_daemon
+
+
+def pytest_configure(config):
+    """Child processes compile agentd's modules once per run, not at every start.
+
+    The suite starts a Python process for every daemon, scripted agent and
+    its guard, ``agentd mcp`` and CLI call. Under ``PYTHONDONTWRITEBYTECODE``
+    each one compiled every agentd module it imports from source again —
+    about a third of a CPU-second per daemon start here. The children keep
+    the spirit of that setting (nothing is written beside the sources): their
+    bytecode goes to a cache of this user's in the temporary directory
+    (``PYTHONPYCACHEPREFIX``), which Python validates against the sources'
+    mtime and size like any ``__pycache__``.
+    """
+    if not sys.flags.dont_write_bytecode or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / f"agentd-tests-pycache-{os.getuid()}")
 
 
 def pytest_report_header(config):
