@@ -133,11 +133,15 @@ def result_transfer_id(run_id: str) -> str:
     return "xfr_r" + run_id.partition("_")[2]
 
 
+def is_tool_call(node: ExecutionNode) -> bool:
+    """A running node of a call of agentd's tool."""
+    return node.status not in NODE_TERMINAL and any(name in (node.title or "") for name in TOOL_NAMES)
+
+
 def tool_node(active: ActiveRun) -> ExecutionNode:
     """The running node of the parent's tool call (the newest running node
     named after agentd's tool), else the run's root node."""
-    running = [node for node in active.nodes.values()
-               if node.status not in NODE_TERMINAL and any(name in (node.title or "") for name in TOOL_NAMES)]
+    running = [node for node in active.nodes.values() if is_tool_call(node)]
     return running[-1] if running else active.root
 
 

@@ -28,6 +28,8 @@ from agentd.actors.delegation import ConsumeResult, DelegateCommand
 from agentd.protocol import wire
 from agentd.protocol.errors import InvalidParams, NotFound
 from agentd.protocol.server import Connection
+from agentd.store.db import Store
+from agentd.store.hub import Resync
 from agentd.store.records import RUN_TERMINAL, AppThread, ContextHandoff, ContextTransfer, ProviderSession, to_wire
 
 if TYPE_CHECKING:
@@ -94,12 +96,46 @@ async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _
         if Path(parent.workspace).is_dir():
             await _copy_workspace(parent.workspace, target)
         workspace = str(target)
+    await _tool_call_recorded(router, params.session_id, parent.id)
     command = DelegateCommand(
         parent_thread_id=parent.id, instructions=params.instructions, provider=provider, workspace=workspace,
         workspace_mode=params.workspace, wait=params.wait, max_depth=config.delegate_max_depth,
         max_fanout=config.delegate_max_fanout,
     )
     return await registry.call(parent.id, delegation.delegate, command, params.command_id, method="task.delegate")
+
+
+#: how long a delegation from a running turn waits for that turn's tool-call node
+TOOL_CALL_WAIT = 3.0
+
+
+async def _tool_call_recorded(router: DaemonRouter, session_id: str | None, parent_id: str) -> None:
+    """Wait (at most ``TOOL_CALL_WAIT``) until the parent's running turn that
+    asks has its call of agentd's tool recorded as a node, so that the
+    spawn's source point is that node. The provider reports the call on its
+    own pipe while the call itself comes through ``agentd mcp`` and the
+    socket: either can reach the daemon first. Past the wait (a provider
+    that reports no such node), the source point is the run's root node."""
+    if _asking_attempt(router, session_id, parent_id) is None:
+        return
+    with trio.move_on_after(TOOL_CALL_WAIT):
+        while True:
+            events = router.hub.subscribe(parent_id)  # before the check: no missed event
+            try:
+                if _has_tool_call(router.store, parent_id):
+                    return
+                await events.take()
+            except Resync:
+                pass  # overflowed: a new subscription, and the store is read again
+            finally:
+                events.close()
+
+
+def _has_tool_call(store: Store, thread_id: str) -> bool:
+    thread = store.thread(thread_id)
+    if thread is None or thread.active_run_id is None:
+        return True  # no running turn to wait for
+    return any(delegation.is_tool_call(node) for node in store.run_nodes(thread.active_run_id))
 
 
 def _asking_attempt(router: DaemonRouter, session_id: str | None, parent_id: str) -> str | None:

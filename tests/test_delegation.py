@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 
 import pytest
+import trio
+import trio.testing
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
@@ -371,3 +373,34 @@ def test_f9_the_runtimes_get_agentd_mcp_with_the_sessions_identity():
     assert tool.claude_args("pss_2", preapproved=True)[2:] == [
         "--allowedTools", "mcp__agentd__delegate_task,mcp__agentd__task_result"]
     assert json.loads(tool.scripted_env("pss_3")["AGENTD_MCP_COMMAND"]) == tool.command
+
+
+async def test_f9_a_delegation_that_arrives_before_its_tool_call_node_waits_for_it(daemon, client):
+    """F9: the provider reports its tool call on its own pipe while the call
+    comes through ``agentd mcp`` and the socket, so the call can arrive
+    first. A ``task.delegate`` from the running turn's session that finds no
+    tool-call node yet waits for it: the spawn's source point is the node of
+    the call, not the run's root node."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=parent, text=script(
+        {"approval": {"kind": "command", "command": "go"}}, {"tool": {"name": "delegate_task", "seconds": 3}}))
+    asked = await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=parent)
+    request = asked["payload"]["request"]
+    delegated: dict = {}
+    async with Client.connect(daemon.socket) as other, trio.open_nursery() as nursery:
+        async def delegate_from_the_session() -> None:
+            delegated.update(await other.call("task.delegate", sessionId=request["sessionId"], provider="basic",
+                                              instructions=script({"say": "done"})))
+
+        nursery.start_soon(delegate_from_the_session)
+        await trio.testing.wait_all_tasks_blocked()  # the delegation is sent
+        # Answered after the delegation on the same connection was read and
+        # started: it is in flight before the turn reports its tool call.
+        await other.call("daemon.status")
+        await client.call("approval.respond", requestId=request["id"], decision="accept")
+    run = await wait_run_terminal(client, parent, sent["runId"], timeout=SLOW)
+    assert run["status"] == "completed", run
+    nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+    [tool] = [n for n in nodes if n["kind"] == "tool" and n["title"] == "delegate_task"]
+    [spawn] = [t for t in await transfers(client, delegated["threadId"]) if t["type"] == "subagent_spawn"]
+    assert spawn["sourcePoint"]["nodeId"] == tool["id"], (spawn["sourcePoint"], run["rootNodeId"])
