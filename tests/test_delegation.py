@@ -78,6 +78,19 @@ async def only_child(client: Client, parent_id: str) -> dict:
     return children[0]
 
 
+async def start_a_hanging_task(client: Client) -> tuple[str, dict, str, str]:
+    """A parent whose run delegates (and waits for) a task that reports its
+    history and hangs; returns once the task has said something:
+    ``(parent id, the send's answer, task thread id, task run id)``."""
+    parent = (await client.call("thread.create", title="lead"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=parent,
+                             text=delegate(script({"reportHistory": {}}, {"hang": {}}), wait=True))
+    delegated = await wait_event(client, lambda e: e["type"] == "task.delegated", thread_id=parent, timeout=SLOW)
+    child_id, child_run = delegated["payload"]["taskId"], delegated["payload"]["runId"]
+    await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=child_id)
+    return parent, sent, child_id, child_run
+
+
 async def transfers(client: Client, thread_id: str) -> list[dict]:
     return (await client.call("thread.transfers", threadId=thread_id))["transfers"]
 
@@ -167,12 +180,7 @@ async def test_f9_f10_stopping_the_parent_stops_its_task_and_the_result_waits_fo
     """F10 + F9: Stop of the parent while its task runs interrupts the
     parent's turn, then the child's (depth-first); the result says so and
     is taken in by the parent's next run, not by the stopped turn."""
-    parent = (await client.call("thread.create", title="lead"))["threadId"]
-    sent = await client.call("thread.message.send", threadId=parent,
-                             text=delegate(script({"reportHistory": {}}, {"hang": {}}), wait=True))
-    delegated = await wait_event(client, lambda e: e["type"] == "task.delegated", thread_id=parent, timeout=SLOW)
-    child_id, child_run = delegated["payload"]["taskId"], delegated["payload"]["runId"]
-    await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=child_id)
+    parent, sent, child_id, child_run = await start_a_hanging_task(client)
 
     await client.call("thread.stop", threadId=parent)
     parent_run = await wait_run_terminal(client, parent, sent["runId"], timeout=SLOW)
@@ -260,12 +268,7 @@ async def test_f9_f12_sigkill_while_a_task_runs(tmp_path, short_dir):
     daemon = await _start(tmp_path, short_dir)
     try:
         async with Client.connect(daemon.socket) as client:
-            parent = (await client.call("thread.create", title="lead"))["threadId"]
-            sent = await client.call("thread.message.send", threadId=parent,
-                                     text=delegate(script({"reportHistory": {}}, {"hang": {}}), wait=True))
-            delegated = await wait_event(client, lambda e: e["type"] == "task.delegated", thread_id=parent, timeout=SLOW)
-            child_id, child_run = delegated["payload"]["taskId"], delegated["payload"]["runId"]
-            await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=child_id)
+            parent, sent, child_id, child_run = await start_a_hanging_task(client)
     finally:
         await daemon.kill()
     daemon = await _start(tmp_path, short_dir)
