@@ -118,9 +118,10 @@ async def test_quick_answers_come_in_request_order_from_many_connections(holding
         await stream.aclose()
 
 
-async def test_a_client_that_leaves_is_dropped_from_the_poller(holding_server):
-    """F20: a connection that closes (mid-line, with requests in flight) is
-    unregistered; the descriptor number can be reused by the next client."""
+async def test_clients_that_leave_mid_line_do_not_disturb_the_next_one(holding_server):
+    """F20: 20 connections that close mid-line, each with a request still in
+    flight, end one by one; the next client (often on a reused descriptor
+    number) is served."""
     path, router = holding_server
     for round_ in range(20):
         stream = await trio.open_unix_socket(str(path))
