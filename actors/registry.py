@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import trio
 
@@ -108,7 +109,8 @@ class ThreadRegistry:
         self._actors: dict[str, ThreadActor] = {}
         #: wake-ups for ``task.result`` callers waiting on a delegated task (SPEC F9)
         self.tasks = TaskWatch()
-        self._creating: dict[str, trio.Event] = {}
+        #: commandIds whose command is being carried out now, daemon-wide (see ``_reserve``)
+        self._commands_in_flight: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -182,7 +184,32 @@ class ThreadRegistry:
             NotFound: no such thread.
             Overloaded: the thread's mailbox is full.
         """
-        command = Command(method, handler, params, command_id)
+        if command_id is None:
+            return await self._send(thread_id, Command(method, handler, params))
+        async with self._reserve(command_id):
+            return await self._send(thread_id, Command(method, handler, params, command_id))
+
+    @asynccontextmanager
+    async def _reserve(self, command_id: str) -> AsyncIterator[None]:
+        """Hold ``command_id`` for the block, daemon-wide. The receipt an
+        actor checks is written only when the command commits, and two
+        threads' actors run at once: without this, the same commandId sent
+        to two threads at the same moment ran on both. The check and the
+        mark are one synchronous step, before any actor sees the command; a
+        second caller waits for the first's outcome, then goes on to the
+        receipt check (the stored answer, or ``conflict`` for another method)
+        — or runs the command itself if the first failed and stored nothing."""
+        while (held := self._commands_in_flight.get(command_id)) is not None:
+            await held.wait()
+        done = self._commands_in_flight[command_id] = trio.Event()
+        try:
+            yield
+        finally:
+            del self._commands_in_flight[command_id]
+            done.set()
+
+    async def _send(self, thread_id: str, command: Command) -> Any:
+        """Put ``command`` into the thread's mailbox and wait for its answer."""
         for _ in range(2):
             actor = self._actor(thread_id)
             try:
@@ -235,18 +262,13 @@ class ThreadRegistry:
 
     async def create_thread(self, params: Any, command_id: str | None = None) -> dict[str, Any]:
         """SPEC F1: make an AppThread only — no provider session, no provider thread."""
-        if command_id is not None:
-            while command_id in self._creating:
-                await self._creating[command_id].wait()
+        if command_id is None:
+            return await self._create_thread(params, None)
+        async with self._reserve(command_id):
             receipt = self.store.receipt(command_id)
             if receipt is not None:
                 return self.check_receipt(receipt, "thread.create")
-            self._creating[command_id] = trio.Event()
-        try:
             return await self._create_thread(params, command_id)
-        finally:
-            if command_id is not None:
-                self._creating.pop(command_id).set()
 
     def create_thread_quick(self, params: Any, command_id: str | None = None) -> Later | Any:
         """``create_thread`` without a task: the common case (no command id
@@ -299,7 +321,8 @@ class ThreadRegistry:
 
                 fork = ThreadForkParams(thread_id=parent.id, title=params.title, workspace=params.workspace,
                                         created_by=params.created_by)
-                return await self.call(parent.id, thread_fork, fork, command_id, method="thread.create")
+                # Straight to the parent's actor: this create already holds the commandId.
+                return await self._send(parent.id, Command("thread.create", thread_fork, fork, command_id))
         thread = self.new_thread_record(
             title=params.title or "", provider=provider, workspace=workspace, parent=parent,
             relationship=params.relationship if parent is not None else None,

@@ -467,6 +467,55 @@ async def test_repeated_command_id_on_message_send_makes_one_run(client):
     assert [m["id"] for m in detail["messages"] if m["role"] == "user"] == [first["messageId"]]
 
 
+async def test_a_fork_made_by_thread_create_with_a_command_id_is_made_once(client):
+    """SPEC F6, F8: ``thread.create {relationship: fork}`` is ``thread.fork``
+    in the parent's actor under the create's commandId; repeating it returns
+    the first receipt (and does not wait on its own reservation)."""
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    params = {"parentThreadId": parent, "relationship": "fork", "commandId": "cmd-fork-create"}
+    with trio.fail_after(TIMEOUT):
+        first = await client.call("thread.create", **params)
+        again = await client.call("thread.create", **params)
+    assert again == first
+    forks = [t for t in (await client.call("thread.list"))["threads"] if t["parentThreadId"] == parent]
+    assert [t["id"] for t in forks] == [first["threadId"]]
+
+
+async def test_one_command_id_sent_at_once_to_two_threads_runs_once(daemon, client, socket_path):
+    """Hostile-round issue, item 6 (SPEC F2, F20 — "Safe retries: commandId"):
+    the same commandId sent at the same moment to two threads used to run on
+    both. Each pair goes out in one write, so the daemon reads both requests
+    in the same wake-up: exactly one of them may run, and both answers are its
+    receipt."""
+    pairs = 25
+    first = (await client.call("thread.create", title="a"))["threadId"]
+    second = (await client.call("thread.create", title="b"))["threadId"]
+    answers: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    async with raw_connection(socket_path) as conn:
+        for pair in range(pairs):
+            command_id = f"cmd-pair-{pair}"
+            lines = b"".join(
+                json.dumps({"jsonrpc": "2.0", "id": f"{pair}-{n}", "method": "thread.message.send",
+                            "params": {"threadId": thread_id, "text": f"pair {pair}", "commandId": command_id,
+                                       "dispatchMode": {"type": "queue_after_active"}}}).encode() + b"\n"
+                for n, thread_id in enumerate((first, second))
+            )
+            await conn.send_bytes(lines)
+            replies = {}
+            while len(replies) < 2:
+                message = await conn.read()
+                if "id" in message:
+                    replies[message["id"]] = message
+            a, b = replies[f"{pair}-0"], replies[f"{pair}-1"]
+            assert "result" in a and "result" in b, (a, b)
+            answers.append((a["result"], b["result"]))
+    for a, b in answers:
+        assert a == b, "the second request got another answer than the first's receipt"
+    runs = [r for thread_id in (first, second) for r in (await client.call("thread.get", threadId=thread_id))["runs"]]
+    assert len(runs) == pairs, f"{len(runs)} runs for {pairs} commandIds"
+    assert sorted(r["id"] for r in runs) == sorted(a["runId"] for a, _b in answers)
+
+
 # -- notifications (F20) --------------------------------------------------------------------
 
 
