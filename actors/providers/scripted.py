@@ -49,6 +49,7 @@ ITEM_TYPES = {
     "agentMessage": "agent_message",
     "fileChange": "file_change",
     "tool": "tool",
+    "commandExecution": "command_execution",
     "subagent": "subagent",
     "plan": "plan",
     "approval": "approval",
@@ -313,4 +314,6 @@ def _item_title(item: dict[str, Any]) -> str:
         return f"write {item.get('path', '')}"
     if kind == "tool":
         return str(item.get("name", "tool"))
+    if kind == "commandExecution":
+        return str(item.get("command") or "command")
     return str(kind)

@@ -47,6 +47,7 @@ import hashlib
 import itertools
 import os
 import re
+import shlex
 import subprocess
 import sys
 import uuid
@@ -68,6 +69,10 @@ TURN_CONFLICT = -32005
 
 #: what a ``say`` step's ``phase`` may be (Codex's MessagePhase)
 PHASES = ("commentary", "partial_answer", "final_answer")
+#: characters of a command step's output kept in its item
+MAX_COMMAND_OUTPUT = 16_000
+#: the environment variable naming the session's tool credential (tool_credentials.py): agentd mcp's only
+TOOL_CREDENTIAL_ENV = "AGENTD_TOOL_CREDENTIAL"
 
 #: Switches a client may turn off in ``initialize``; all are on by default.
 CAPABILITIES = {
@@ -489,6 +494,11 @@ class Turn:
         A tool item that takes that long; with ``"background": true`` it
         also leaves a process running (its pid in the item), as a tool that
         starts a server would.
+    ``{"command": {"argv": [...], "cwd"?: REL}}``
+        Run a real command in the thread's cwd (or REL under it), as Codex's
+        exec does: a ``commandExecution`` item with its ``exitCode`` and
+        ``aggregatedOutput`` (stdout and stderr), ``failed`` when it exits
+        non-zero. It gets the agent's environment, without its tool credential.
     ``{"reportHistory": true}``
         Say how many earlier turns the thread holds, and, when the client
         injected context (a handoff) into this turn, how long it is.
@@ -720,6 +730,35 @@ class Turn:
                 await trio.sleep_forever()
             await trio.sleep(seconds)
 
+    async def _command(self, step: dict, parent: str | None) -> None:
+        spec = _expect(step["command"], dict, "command needs an object with argv")
+        argv = spec.get("argv")
+        if not isinstance(argv, list) or not argv or not all(isinstance(arg, str) for arg in argv):
+            raise TurnFailed("command argv must be a non-empty list of strings")
+        where = _expect(spec.get("cwd", "."), str, "command cwd must be a string")
+        if os.path.isabs(where):
+            raise TurnFailed(f"command cwd {where} is absolute; it must be relative to the thread's cwd")
+        workspace = os.path.realpath(self.thread.cwd)
+        cwd = os.path.realpath(os.path.join(workspace, where))
+        if os.path.commonpath([workspace, cwd]) != workspace:
+            raise TurnFailed(f"command cwd {where} escapes the thread's cwd")
+        # A command gets the agent's environment, as a runtime's shell does —
+        # but not its tool credential, which is agentd mcp's alone.
+        env = {name: value for name, value in os.environ.items() if name != TOOL_CREDENTIAL_ENV}
+        fields = {"command": shlex.join(argv), "cwd": cwd}
+        async with self._item(parent, "commandExecution", **fields, status="inProgress") as item:
+            try:
+                done = await trio.run_process(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_stdout=True,
+                                              stderr=subprocess.STDOUT, check=False)
+            except OSError as exc:
+                item.update(status="failed", error=f"{argv[0]}: {exc.strerror or exc}")
+                return
+            output = done.stdout.decode("utf-8", errors="replace")
+            if len(output) > MAX_COMMAND_OUTPUT:
+                output = output[:MAX_COMMAND_OUTPUT] + f"… [{len(output) - MAX_COMMAND_OUTPUT} more characters]"
+            item.update(exitCode=done.returncode, aggregatedOutput=output,
+                        status="completed" if done.returncode == 0 else "failed")
+
     async def _report_history(self, step: dict, parent: str | None) -> None:
         count = len(self.thread.turns)
         text = f"history: {count} turn{'' if count == 1 else 's'}"
@@ -841,6 +880,7 @@ class Turn:
         "crash": _crash,
         "fail": _fail,
         "tool": _tool,
+        "command": _command,
         "reportHistory": _report_history,
         "recall": _recall,
         "approval": _approval,
