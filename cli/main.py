@@ -203,7 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_web_command(sub, results)
     p = sub.add_parser("mcp", help="agentd's MCP server on stdio (delegate_task, task_result) for agents (SPEC F9)")
     p.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default: $AGENTD_SOCKET)")
-    p.add_argument("--session", metavar="SESSION", help="the provider session that delegates (default: $AGENTD_SESSION_ID)")
+    p.add_argument("--session", metavar="SESSION",
+                   help="the provider session that delegates (default: $AGENTD_SESSION_ID; its credential comes from "
+                        "the file $AGENTD_TOOL_CREDENTIAL names)")
     p.add_argument("--thread", metavar="THREAD", type=non_empty("thread"),
                    help="delegate from this thread (for an MCP client agentd did not start)")
     p.set_defaults(fn=cmd_mcp)

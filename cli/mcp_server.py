@@ -6,7 +6,9 @@ starts, and the scripted agent's ``delegate`` step starts it as an MCP
 client, so every agent takes the same path. It is a client of the daemon's
 socket (``protocol.client``); the session it was started for
 (``AGENTD_SESSION_ID``) names the delegating thread, whose running turn
-receives the result.
+receives the result, and the session's tool credential (in the file
+``AGENTD_TOOL_CREDENTIAL`` names) proves it: the daemon refuses a session's
+tool calls without it.
 
 Tools:
 
@@ -31,6 +33,7 @@ from typing import Any, Literal
 
 import trio
 
+from agentd.actors.providers.tool_credentials import read_credential
 from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError
 
@@ -53,14 +56,22 @@ RESULT_DESCRIPTION = "Where a delegated task stands (by the taskId delegate_task
 class Delegator:
     """The daemon calls behind the tools, for one session (or thread)."""
 
-    def __init__(self, socket: str, *, session_id: str | None, thread_id: str | None) -> None:
+    def __init__(self, socket: str, *, session_id: str | None, thread_id: str | None,
+                 credential: str | None = None) -> None:
         self.socket = socket
         self.session_id = session_id
         self.thread_id = thread_id
+        self.credential = credential
+
+    def _session(self) -> dict[str, str]:
+        """The session that asks, with its credential (empty: not started for a session)."""
+        if not self.session_id:
+            return {}
+        return {"sessionId": self.session_id, **({"credential": self.credential} if self.credential else {})}
 
     def _who(self) -> dict[str, str]:
         if self.session_id:
-            return {"sessionId": self.session_id}
+            return self._session()
         if self.thread_id:
             return {"parentThreadId": self.thread_id}
         raise AgentdError("agentd mcp was started without AGENTD_SESSION_ID or --thread: it does not know who delegates")
@@ -73,14 +84,12 @@ class Delegator:
             task = await client.call("task.delegate", **params)
             if not wait:
                 return task
-            result = await client.call("task.result", taskId=task["taskId"], wait=True,
-                                       **({"sessionId": self.session_id} if self.session_id else {}))
+            result = await client.call("task.result", taskId=task["taskId"], wait=True, **self._session())
             return {**task, **result}
 
     async def result(self, task_id: str) -> dict[str, Any]:
         async with Client.connect(self.socket) as client:
-            return await client.call("task.result", taskId=task_id,
-                                     **({"sessionId": self.session_id} if self.session_id else {}))
+            return await client.call("task.result", taskId=task_id, **self._session())
 
 
 def describe(answer: dict[str, Any]) -> str:
@@ -131,7 +140,7 @@ def serve(socket: str | None, session_id: str | None, thread_id: str | None) -> 
     if not socket:
         raise SystemExit("agentd mcp: no daemon socket (AGENTD_SOCKET or --socket)")
     delegator = Delegator(socket, session_id=session_id or os.environ.get("AGENTD_SESSION_ID") or None,
-                          thread_id=thread_id)
+                          thread_id=thread_id, credential=read_credential())
     app = build_server(delegator)
     trio.run(app.run_stdio_async)
     return 0

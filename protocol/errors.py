@@ -102,6 +102,14 @@ class LimitExceeded(AgentdError):
     kind = "limit_exceeded"
 
 
+class Forbidden(AgentdError):
+    """The caller may not do this: a control method asked by an agent's own
+    process (or a descendant of it), or a tool method without its session's
+    credential."""
+
+    kind = "forbidden"
+
+
 class InternalError(AgentdError):
     """agentd failed; nothing half-written was kept."""
 
@@ -131,6 +139,7 @@ ERROR_KINDS = {
         Overloaded,
         RestoreIncomplete,
         LimitExceeded,
+        Forbidden,
         InternalError,
     )
 }

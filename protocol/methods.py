@@ -21,6 +21,11 @@ from .errors import InvalidParams
 from .wire import Params
 
 Owner = Literal["daemon", "thread"]
+#: who may call a method (see "What an agent's processes may call" in
+#: protocol/README.md): ``open`` — every client; ``tool`` — agentd's MCP tool:
+#: an agent's process only with its session's credential; ``control`` — never
+#: a process of an agent (its runtime or anything it started), only the person's
+Access = Literal["open", "tool", "control"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,10 @@ class Method:
             params, connection)`` returns the result, a ``Later`` (the server
             answers when it is resolved, e.g. a queued durable batch) or
             ``SLOW`` (this call needs the handler: it may block).
+        access: who may call it (``Access``), or a function of the decoded
+            params that says so (``thread.create`` is open only as an
+            agent's). A method declared without one is ``control``: a new
+            method is closed to agents until someone decides otherwise.
     """
 
     name: str
@@ -48,6 +57,11 @@ class Method:
     handler: Callable[..., Awaitable[Any]]
     route: Callable[[Any, Any], str] | None = None
     quick: Callable[..., Any] | None = None
+    access: Access | Callable[[Any], Access] = "control"
+
+    def access_for(self, params: Params) -> Access:
+        """Who may make this call, with these params."""
+        return self.access(params) if callable(self.access) else self.access
 
     def __post_init__(self) -> None:
         if (self.owner == "thread") != (self.route is not None):

@@ -18,7 +18,11 @@ it whole; only the rest wakes the connection's write task. Everything else
 runs in a task of its own.
 
 Security: the socket is created 0600 inside a 0700 directory, and a peer
-whose uid (SO_PEERCRED) differs from the daemon's is refused.
+whose uid (SO_PEERCRED) differs from the daemon's is refused. Agents run as
+the same uid, so a method is also checked against who asks (its ``access``):
+``control`` methods are refused (``forbidden``) to a peer that is an agent's
+process or its descendant, which the router tells from the peer's pid
+(``Router.identify_peer``, asked once per connection; see ``peers.py``).
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ import msgspec
 import trio
 
 from . import framing
-from .errors import AgentdError, InternalError, InvalidRequest, MethodNotFound, Overloaded, ParseError
+from .errors import AgentdError, Forbidden, InternalError, InvalidRequest, MethodNotFound, Overloaded, ParseError
 from .limits import ServerLimits
 from .methods import SLOW, Later, Method
+from .peers import UNKNOWN_TRANSPORT_PEER, Peer
 from .poller import ReadPoller
 from .wire import Params
 
@@ -58,8 +63,10 @@ class Then:
 
 
 class Router(Protocol):
-    """What the server needs from the daemon: its method table, and a way to
-    run a method with its decoded params."""
+    """What the server needs from the daemon: its method table, a way to
+    run a method with its decoded params, and — optionally — a way to tell
+    who a Unix-socket peer is (``identify_peer(pid, pidfd) -> Peer``; a
+    router without it sees every peer as the person's)."""
 
     methods: Mapping[str, Method]
 
@@ -84,9 +91,11 @@ class Connection:
 
     def __init__(
         self, sender: Sender, nursery: trio.Nursery, *, limits: ServerLimits, peer_pid: int | None = None,
-        try_write: TryWrite | None = None,
+        try_write: TryWrite | None = None, identify: Callable[[], Peer] | None = None,
     ) -> None:
         self._sender = sender
+        self._identify = identify
+        self._peer: Peer | None = None
         self._try_write = try_write
         self._writing = False  # the write task is in the middle of a write
         self.nursery = nursery
@@ -104,6 +113,15 @@ class Connection:
         #: subscription id -> cancel scope of its streaming task
         self.subscriptions: dict[str, trio.CancelScope] = {}
         self.closed = trio.Event()
+
+    @property
+    def peer(self) -> Peer:
+        """Who this client is (an agent's process or not), found out once: at
+        the first call that needs to know, while the client waits for its
+        answer (so it is alive to be looked at)."""
+        if self._peer is None:
+            self._peer = self._identify() if self._identify is not None else UNKNOWN_TRANSPORT_PEER
+        return self._peer
 
     def _queue(self, line: bytes, *, event: bool) -> None:
         if not event and self._try_write is not None and not self._pending and not self._writing:
@@ -239,11 +257,13 @@ async def serve_messages(
 
 @asynccontextmanager
 async def _open_connection(sender: Sender, *, limits: ServerLimits, peer_pid: int | None,
-                           try_write: TryWrite | None) -> AsyncIterator[Connection]:
+                           try_write: TryWrite | None,
+                           identify: Callable[[], Peer] | None = None) -> AsyncIterator[Connection]:
     """A connection with its write task, for the block; when the block ends
     (the input is over), nothing more is sent and its tasks are cancelled."""
     async with trio.open_nursery() as nursery:
-        connection = Connection(sender, nursery, limits=limits, peer_pid=peer_pid, try_write=try_write)
+        connection = Connection(sender, nursery, limits=limits, peer_pid=peer_pid, try_write=try_write,
+                                identify=identify)
         nursery.start_soon(connection._write_loop)
         try:
             yield connection
@@ -404,6 +424,8 @@ class _Request:
         if method is None:
             raise MethodNotFound(f"unknown method {name!r}; the methods are listed in protocol/README.md", method=name)
         self.params = method.decode(message.get("params"))
+        if method.access != "open" and method.access_for(self.params) == "control":
+            _refuse_to_agents(method, self.connection)
         self.method = method
 
     def serve_quickly(self, router: Router, line: bytes) -> bool:
@@ -499,6 +521,55 @@ class _Request:
             self.limiter.release()
 
 
+def _refuse_to_agents(method: Method, connection: Connection) -> None:
+    """A control method from an agent's process (or its descendant) is
+    ``forbidden``: an agent must not answer its own approvals, roll back,
+    stop or steer — the person does (see protocol/README.md)."""
+    peer = connection.peer
+    if peer.agent_process:
+        raise Forbidden(
+            f"{method.name} is refused: this connection comes from {peer.why}, and an agent's processes may "
+            "not control agentd (only read it, and use agentd's tool); the person answers, stops or rolls back "
+            "from a client agentd did not start",
+            method=method.name, pid=peer.pid, sessionId=peer.session_id,
+        )
+
+
+#: getsockopt option for a pidfd of the peer as it connected (Linux 6.5+; not in every Python's socket module)
+SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
+
+
+def peer_pidfd(sock: trio.socket.SocketType) -> int | None:
+    """A pidfd of the process that connected (the caller closes it), or None
+    where the kernel has no SO_PEERPIDFD. Unlike the pid, it cannot come to
+    name another process that reuses the pid."""
+    try:
+        return sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except OSError:
+        return None
+
+
+def _peer_identifier(router: Router, pid: int | None, sock: trio.socket.SocketType) -> Callable[[], Peer] | None:
+    """How a Unix-socket connection finds out who its peer is (None: the
+    router cannot tell, and every peer is the person's)."""
+    identify_peer = getattr(router, "identify_peer", None)
+    if identify_peer is None:
+        return None
+
+    def identify() -> Peer:
+        if pid is None:
+            # SO_PEERCRED failed: nothing says whose it is.
+            return Peer(pid=None, agent_process=True, why="a process agentd could not identify")
+        pidfd = peer_pidfd(sock)
+        try:
+            return identify_peer(pid, pidfd)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    return identify
+
+
 def peer_credentials(sock: trio.socket.SocketType) -> tuple[int, int, int]:
     """``(pid, uid, gid)`` of a Unix-socket peer."""
     data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -549,7 +620,8 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
 
     lines = framing.LineReader(budget=limits.inbound)
     try:
-        async with _open_connection(send_lines, limits=limits, peer_pid=pid, try_write=try_write) as connection:
+        async with _open_connection(send_lines, limits=limits, peer_pid=pid, try_write=try_write,
+                                    identify=_peer_identifier(router, pid, stream.socket)) as connection:
             polled = _PolledInput(fd, poller, router, connection, lines)
             poller.add(fd, polled.on_readable)
             try:

@@ -18,6 +18,8 @@ import msgspec
 MAX_TEXT = 1 << 20  # characters (Unicode code points) of message text: 1 Mi, not bytes
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 CommandId = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+#: a session's tool credential (what ``agentd mcp`` reads from its credential file)
+Credential = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
 class Params(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
@@ -108,11 +110,12 @@ TaskWorkspace = Literal["same", "fork", "new"]
 class TaskDelegateParams(Params):
     """``task.delegate`` (SPEC F9): the delegating thread is named by
     ``parentThreadId``, or by ``sessionId`` — the provider session an
-    ``agentd mcp`` process was started for."""
+    ``agentd mcp`` process was started for, proven by its ``credential``."""
 
     instructions: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
     parent_thread_id: Id | None = None
     session_id: Id | None = None
+    credential: Credential | None = None
     provider: Id | None = None
     workspace: TaskWorkspace = "same"
     wait: bool = False
@@ -125,6 +128,8 @@ class TaskResultParams(Params):
     wait: bool = False
     #: the asking provider session: the result is then delivered to (consumed by) its thread's running turn
     session_id: Id | None = None
+    #: that session's tool credential
+    credential: Credential | None = None
 
 
 class HandoffGetParams(Params):

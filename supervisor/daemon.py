@@ -38,6 +38,7 @@ from agentd.actors.checkpoints import CheckpointEngine
 from agentd.actors.checkpoints.compaction import Compactor
 from agentd.actors.config import DaemonConfig, ProviderConfig
 from agentd.actors.providers.agentd_tool import AgentdTool
+from agentd.actors.providers.tool_credentials import ToolCredentials
 from agentd.actors.providers.scripted import ScriptedAdapter
 from agentd.actors.registry import ThreadRegistry
 from agentd.protocol.limits import ServerLimits, return_freed_memory_promptly
@@ -226,11 +227,15 @@ class Daemon:
         async def deliver(thread_id: str, event: Any) -> None:
             await registry_box[0].deliver(thread_id, event)
 
+        # agentd mcp's own credential per session: the tool methods take no
+        # guessable session id for proof (hostile-round item 11).
+        credentials = ToolCredentials(self.paths.tool_credentials)
+        credentials.reset()
         sessions = self.sessions = ProviderSessionManager(
             store, build_adapters(opts.config, self.paths.providers, request_timeout=opts.request_timeout,
-                                  agentd_tool=AgentdTool(socket=str(self.paths.socket))),
+                                  agentd_tool=AgentdTool(socket=str(self.paths.socket), credentials=credentials)),
             deliver=deliver, wall_clock=opts.wall_clock, idle_timeouts=self._idle_timeouts(),
-            restart_intensity=opts.restart_intensity,
+            restart_intensity=opts.restart_intensity, credentials=credentials,
         )
         # One checkpoint engine per daemon; $AGENTD_CHECKPOINT_GIT names the git
         # executable (default: git on PATH), so tests can make it missing or slow.
@@ -246,7 +251,8 @@ class Daemon:
             wall_clock=opts.wall_clock, actor_idle_timeout=opts.actor_idle_timeout, checkpoints=checkpoints,
         )
         registry_box.append(registry)
-        router = self.router = DaemonRouter(store, hub, registry, sessions, socket_path=str(self.paths.socket))
+        router = self.router = DaemonRouter(store, hub, registry, sessions, socket_path=str(self.paths.socket),
+                                            credentials=credentials)
         # One set of bounds for every transport: connections, buffered bytes, subscriptions.
         return_freed_memory_promptly()
         limits = ServerLimits.for_this_process()

@@ -1,6 +1,8 @@
 """The method table: every protocol method, declared once.
 
-An entry names the method, its params Struct, who owns it and its handler.
+An entry names the method, its params Struct, who owns it, its handler and
+who may call it (``access``: reads are open to every client, agentd's tool
+methods need an agent session's credential, commands are the person's).
 The server decodes params with it, the router dispatches with it, thread
 actors run the handlers they are given, and a test checks that
 ``protocol/README.md`` documents exactly these methods. Adding a method
@@ -19,7 +21,7 @@ from typing import Any
 from agentd.actors import artifacts, checkpointing, requests, rollback, run_control, steering, transfers
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
-from agentd.protocol.methods import Method, MethodTable, run_now
+from agentd.protocol.methods import Access, Method, MethodTable, run_now
 from agentd.store.db import Store
 from agentd.store.records import Checkpoint, ConversationMessage, ExecutionNode, PlanArtifact, Run, RuntimeRequest
 
@@ -61,22 +63,32 @@ def by_checkpoint(store: Store, params: Any) -> str:
     return _owner_thread(store, Checkpoint, params.checkpoint_id, "checkpoint")
 
 
-def _daemon(name: str, params: type[wire.Params], handler: Any, *, quick: Any = None) -> Method:
-    return Method(name, params, "daemon", handler, quick=quick)
+def _daemon(name: str, params: type[wire.Params], handler: Any, *, access: Access | Any, quick: Any = None) -> Method:
+    return Method(name, params, "daemon", handler, quick=quick, access=access)
 
 
 def _read(name: str, params: type[wire.Params], handler: Any) -> Method:
-    """A daemon-owned method that never blocks: answered where the request is read, with no task."""
-    return _daemon(name, params, handler, quick=run_now(handler))
+    """A daemon-owned method that never blocks: answered where the request is read, with no task.
+    Every such method is a read, open to every client."""
+    return _daemon(name, params, handler, access="open", quick=run_now(handler))
 
 
 def _thread(name: str, params: type[wire.Params], handler: Any, route: Any) -> Method:
-    return Method(name, params, "thread", handler, route)
+    """A thread-owned method: a command of the person's, closed to agents' processes."""
+    return Method(name, params, "thread", handler, route, access="control")
+
+
+def thread_create_access(params: wire.ThreadCreateParams) -> Access:
+    """An agent's process may make a thread only as an agent's (``createdBy:
+    agent``): a thread by itself runs nothing, and one marked as the
+    person's or the system's would speak for them."""
+    return "open" if params.created_by == "agent" else "control"
 
 
 METHODS = MethodTable([
     # commands
-    _daemon("thread.create", wire.ThreadCreateParams, queries.thread_create, quick=queries.thread_create_quick),
+    _daemon("thread.create", wire.ThreadCreateParams, queries.thread_create, quick=queries.thread_create_quick,
+            access=thread_create_access),
     _thread("thread.message.send", wire.MessageSendParams, steering.message_send, by_thread),
     _thread("run.interrupt", wire.RunInterruptParams, run_control.run_interrupt, by_run),
     _thread("thread.stop", wire.ThreadStopParams, run_control.thread_stop, by_thread),
@@ -90,7 +102,7 @@ METHODS = MethodTable([
     _thread("plan.implement", wire.PlanImplementParams, artifacts.plan_implement, by_plan),
     _thread("thread.fork", wire.ThreadForkParams, transfers.thread_fork, by_thread),
     _read("run.resume", wire.RunResumeParams, queries.run_resume),
-    _daemon("task.delegate", wire.TaskDelegateParams, tasks.task_delegate),
+    _daemon("task.delegate", wire.TaskDelegateParams, tasks.task_delegate, access="tool"),
     _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
     _thread("rollback.toRun", wire.RollbackToRunParams, rollback.rollback_to_run, by_thread),
     _thread("rollback.node", wire.RollbackNodeParams, rollback.rollback_node, by_node),
@@ -99,14 +111,14 @@ METHODS = MethodTable([
     _read("thread.get", wire.ThreadGetParams, queries.thread_get),
     _read("run.get", wire.RunGetParams, queries.run_get),
     _read("thread.requests", wire.ThreadRequestsParams, tasks.thread_requests),
-    _daemon("task.result", wire.TaskResultParams, tasks.task_result),
+    _daemon("task.result", wire.TaskResultParams, tasks.task_result, access="tool"),
     _read("thread.transfers", wire.ThreadIdParams, queries.thread_transfers),
     _read("handoff.get", wire.HandoffGetParams, queries.handoff_get),
     _read("daemon.status", wire.NoParams, queries.daemon_status),
-    _daemon("providers.list", wire.NoParams, queries.providers_list),
+    _daemon("providers.list", wire.NoParams, queries.providers_list, access="open"),
     _read("checkpoint.list", wire.ThreadIdParams, queries.checkpoint_list),
-    _daemon("checkpoint.diff", wire.CheckpointDiffParams, queries.checkpoint_diff),
+    _daemon("checkpoint.diff", wire.CheckpointDiffParams, queries.checkpoint_diff, access="open"),
     # events
-    _daemon("events.subscribe", wire.SubscribeParams, subscriptions.subscribe),
+    _daemon("events.subscribe", wire.SubscribeParams, subscriptions.subscribe, access="open"),
     _read("events.unsubscribe", wire.UnsubscribeParams, subscriptions.unsubscribe),
 ])

@@ -68,6 +68,11 @@ class Paths:
     def providers(self) -> Path:
         return self.data_dir / "providers"
 
+    @property
+    def tool_credentials(self) -> Path:
+        """The sessions' tool credentials (0700; emptied at every start)."""
+        return self.data_dir / "run" / "tool-credentials"
+
     def check_socket(self) -> None:
         """Raise ValueError if the socket path is too long for AF_UNIX."""
         if len(os.fsencode(self.socket)) > MAX_SOCKET_PATH:

@@ -1,6 +1,8 @@
 """The router: the one small interface through which the protocol servers
 reach the daemon. It reads the method table: daemon-owned methods run here,
-thread-owned ones go to the actor of the thread their route names."""
+thread-owned ones go to the actor of the thread their route names. It also
+tells the socket server who a peer is (an agent's process or the person's,
+``peers.py``) and holds the sessions' tool credentials."""
 
 from __future__ import annotations
 
@@ -8,14 +10,17 @@ from typing import Any
 
 import trio
 
+from agentd.actors.providers.tool_credentials import ToolCredentials
 from agentd.actors.registry import ThreadRegistry
 from agentd.protocol.methods import Method, MethodTable
+from agentd.protocol.peers import Peer
 from agentd.protocol.server import Connection
 from agentd.protocol.wire import Params
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
 
 from .methods import METHODS
+from .peers import AgentProcesses
 from .sessions import ProviderSessionManager
 
 
@@ -31,6 +36,7 @@ class DaemonRouter:
         *,
         socket_path: str,
         methods: MethodTable = METHODS,
+        credentials: ToolCredentials | None = None,
     ) -> None:
         self.store = store
         self.hub = hub
@@ -42,6 +48,13 @@ class DaemonRouter:
         #: the web console's URL (``agentd serve --web``), None when it is off
         self.web_url: str | None = None
         self.started_at = trio.current_time()
+        #: the sessions' tool credentials (None: every tool call from an agent is refused)
+        self.credentials = credentials
+        self.agent_processes = AgentProcesses(sessions.runtime_processes)
+
+    def identify_peer(self, pid: int, pidfd: int | None) -> Peer:
+        """Who the Unix-socket peer ``pid`` is (the server asks once per connection)."""
+        return self.agent_processes.identify(pid, pidfd)
 
     async def dispatch(self, method: Method, params: Params, connection: Connection) -> Any:
         if method.owner == "daemon":

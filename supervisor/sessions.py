@@ -32,6 +32,7 @@ from agentd.store.ids import new_id
 from agentd.store.records import ProviderSession, to_wire
 
 from agentd.actors.providers.procinfo import process_start_ticks
+from agentd.actors.providers.tool_credentials import ToolCredentials
 from .tree import RestartIntensity, unwrap
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,9 @@ class ProviderSessionManager(SessionHost):
         idle_timeouts: seconds an idle session of each provider may live.
         restart_intensity: ``(max_restarts, period)`` of crash recoveries per
             thread before a crash loop is declared.
+        credentials: the tool credentials of sessions whose adapter offers
+            agentd's MCP tool: issued before the runtime starts, revoked when
+            the session ends (None: none is issued).
     """
 
     def __init__(
@@ -72,8 +76,10 @@ class ProviderSessionManager(SessionHost):
         wall_clock: Callable[[], float] = time.time,
         idle_timeouts: dict[str, float] | None = None,
         restart_intensity: tuple[int, float] = (3, 60.0),
+        credentials: ToolCredentials | None = None,
     ) -> None:
         self.store = store
+        self.credentials = credentials
         self.adapters = adapters
         self._deliver = deliver
         self.now = wall_clock
@@ -207,11 +213,16 @@ class ProviderSessionManager(SessionHost):
         try:
             if self._nursery is None:
                 raise ProviderRuntimeError("the provider-session manager stopped; no provider is started")
+            if self.credentials is not None and getattr(adapter, "agentd_tool", None) is not None:
+                await self.credentials.issue(record.id)
             conn = await self._nursery.start(self._run_session, live)
         except BaseException as group:
             exc = unwrap(group)
             if self._live.get(thread_id) is live:
                 del self._live[thread_id]
+            if self.credentials is not None:
+                with trio.CancelScope(shield=True):
+                    await self.credentials.revoke(record.id)
             reason = f"start_failed: {exc}"
             with trio.CancelScope(shield=True):
                 await self._save(struct_copy(live.record, status="error", reason=reason, stopped_at=self.now()), "session.error")
@@ -260,6 +271,8 @@ class ProviderSessionManager(SessionHost):
     async def _on_exit(self, live: _LiveSession, thread_id: str) -> None:
         if self._live.get(thread_id) is live:
             del self._live[thread_id]
+        if self.credentials is not None:
+            await self.credentials.revoke(live.record.id)
         code, sig = live.conn.exit_status if live.conn is not None else (None, None)
         requested = live.stop_reason is not None
         if requested:
@@ -315,6 +328,15 @@ class ProviderSessionManager(SessionHost):
         batch.put(record)
         batch.event(event_type, thread_id=record.thread_id, at=self.now(), session=to_wire(record), **payload)
         await self.store.commit(batch)
+
+    def runtime_processes(self) -> list[tuple[str, int, int]]:
+        """``(session id, pid, start ticks)`` of every live runtime process:
+        the roots of agents' process trees (``peers.AgentProcesses``)."""
+        return [
+            (live.record.id, live.record.pid, live.record.process_start_ticks)
+            for live in self._live.values()
+            if live.record.pid and live.record.process_start_ticks is not None
+        ]
 
     # -- status ---------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ running turn (``delegation.consume_result``).
 
 ``agentd mcp`` (cli/mcp_server.py) is the usual caller: it names the
 delegating thread by ``sessionId``, the provider session it was started
-for, so an agent cannot speak for a thread it does not run in.
+for, and proves it with that session's ``credential`` (``authorize_tool_call``),
+so an agent cannot speak for a thread it does not run in.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import trio
 from agentd.actors import delegation
 from agentd.actors.delegation import ConsumeResult, DelegateCommand
 from agentd.protocol import wire
-from agentd.protocol.errors import InvalidParams, NotFound
+from agentd.protocol.errors import Forbidden, InvalidParams, NotFound
 from agentd.protocol.server import Connection
 from agentd.store.db import Store
 from agentd.store.hub import Resync
@@ -60,6 +61,50 @@ def delegating_thread(router: DaemonRouter, session_id: str | None, thread_id: s
     return thread
 
 
+def authorize_tool_call(router: DaemonRouter, connection: Connection, method: str, session_id: str | None,
+                        credential: str | None) -> None:
+    """Who may call agentd's tool methods (``access: tool``).
+
+    A ``sessionId`` counts only with that session's live credential (a
+    session id alone is no proof: it is in ``daemon.status`` and in the
+    environment of the agent's commands). A peer that is an agent's process
+    must name its session that way, and be a process of that session's own
+    runtime: the ``agentd mcp`` an agent started, not another agent's, nor
+    a command that read another session's credential. The person's clients
+    may also delegate for a thread by ``parentThreadId`` alone
+    (``agentd mcp --thread``).
+
+    Raises:
+        InvalidParams: a credential without the session it belongs to.
+        Forbidden: any other call this does not allow.
+    """
+    if credential is not None and session_id is None:
+        raise InvalidParams(f"{method}: a credential comes with the sessionId it belongs to", field="sessionId")
+    if session_id is not None:
+        credentials = router.credentials
+        if credentials is None or not credentials.check(session_id, credential):
+            raise Forbidden(
+                f"{method} for session {session_id} needs that session's tool credential (agentd mcp reads it from "
+                "the file AGENTD_TOOL_CREDENTIAL names); a session id is no proof",
+                method=method, sessionId=session_id,
+            )
+    peer = connection.peer
+    if not peer.agent_process:
+        return
+    if session_id is None:
+        raise Forbidden(
+            f"{method} is refused: this connection comes from {peer.why}, and an agent's processes reach agentd's "
+            "tool only through the agentd mcp agentd configured for their session (with its credential)",
+            method=method, pid=peer.pid,
+        )
+    if peer.session_id != session_id:
+        raise Forbidden(
+            f"{method} is refused: the credential of session {session_id} came from {peer.why}, not from a process "
+            "of that session's runtime",
+            method=method, pid=peer.pid, sessionId=session_id,
+        )
+
+
 async def _copy_workspace(source: str, target: Path) -> None:
     """A delegated task's ``fork`` workspace: a copy of its parent's (in a worker thread)."""
     def copy() -> None:
@@ -74,6 +119,7 @@ async def _copy_workspace(source: str, target: Path) -> None:
 async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _conn: Connection) -> dict[str, Any]:
     """``task.delegate``: a child thread and its first run, with the task's
     instructions as a stored ``subagent_spawn`` handoff."""
+    authorize_tool_call(router, _conn, "task.delegate", params.session_id, params.credential)
     registry = router.registry
     config = registry.config
     parent = delegating_thread(router, params.session_id, params.parent_thread_id)
@@ -155,6 +201,7 @@ async def task_result(router: DaemonRouter, params: wire.TaskResultParams, _conn
     """``task.result``: where a delegated task stands; its result once it
     ended (with ``wait``, once it ends). Asked from the parent's session, the
     result is delivered to (``consumed`` by) the parent's running turn."""
+    authorize_tool_call(router, _conn, "task.result", params.session_id, params.credential)
     store = router.store
     registry = router.registry
     task = store.thread(params.task_id)

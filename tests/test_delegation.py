@@ -378,12 +378,13 @@ def test_f9_the_runtimes_get_agentd_mcp_with_the_sessions_identity():
     assert json.loads(tool.scripted_env("pss_3")["AGENTD_MCP_COMMAND"]) == tool.command
 
 
-async def test_f9_a_delegation_that_arrives_before_its_tool_call_node_waits_for_it(daemon, client):
+async def test_f9_a_delegation_that_arrives_before_its_tool_call_node_waits_for_it(daemon, client, tmp_path):
     """F9: the provider reports its tool call on its own pipe while the call
     comes through ``agentd mcp`` and the socket, so the call can arrive
     first. A ``task.delegate`` from the running turn's session that finds no
     tool-call node yet waits for it: the spawn's source point is the node of
-    the call, not the run's root node."""
+    the call, not the run's root node. (The test speaks for the session as
+    its ``agentd mcp`` would, with the session's credential from its file.)"""
     parent = (await client.call("thread.create", title="lead"))["threadId"]
     sent = await client.call("thread.message.send", threadId=parent, text=script(
         {"approval": {"kind": "command", "command": "go"}}, {"tool": {"name": "delegate_task", "seconds": 3}}))
@@ -392,8 +393,9 @@ async def test_f9_a_delegation_that_arrives_before_its_tool_call_node_waits_for_
     delegated: dict = {}
     async with Client.connect(daemon.socket) as other, trio.open_nursery() as nursery:
         async def delegate_from_the_session() -> None:
+            credential = (tmp_path / "data" / "run" / "tool-credentials" / request["sessionId"]).read_text()
             delegated.update(await other.call("task.delegate", sessionId=request["sessionId"], provider="basic",
-                                              instructions=script({"say": "done"})))
+                                              credential=credential, instructions=script({"say": "done"})))
 
         nursery.start_soon(delegate_from_the_session)
         await trio.testing.wait_all_tasks_blocked()  # the delegation is sent

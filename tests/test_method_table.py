@@ -74,3 +74,38 @@ def test_thread_methods_need_a_route():
     else:  # pragma: no cover
         raise AssertionError("a thread-owned method without a route was accepted")
     assert msgspec.structs.fields(METHODS["thread.get"].params)
+
+
+def documented_access() -> dict[str, set[str]]:
+    """Method names per access, from the contract's "Who may call what" table."""
+    text = CONTRACT.read_text(encoding="utf-8")
+    section = text.split("\n## Who may call what", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, set[str]] = {}
+    for access, methods in re.findall(r"^\| `(open|tool|control)` \|[^|]*\| (.*) \|$", section, flags=re.MULTILINE):
+        rows[access] = set(re.findall(r"`([a-z][a-zA-Z.-]*[a-zA-Z])`", methods))
+    return rows
+
+
+def test_contract_says_who_may_call_each_method():
+    """Hostile-round item 11 (SPEC F20): every method's access — open to an
+    agent's processes, agentd's tool, or the person's control — is the one
+    the contract lists; ``thread.create`` is open only as an agent's."""
+    documented = documented_access()
+    assert set(documented) == {"open", "tool", "control"}
+    for name, method in METHODS.items():
+        rows = {access for access, names in documented.items() if name in names}
+        if callable(method.access):
+            assert rows == {"open", "control"}, name
+            continue
+        assert rows == {method.access}, f"{name} is {method.access} but documented as {rows}"
+    create = METHODS["thread.create"]
+    assert create.access_for(create.decode({})) == "control"
+    assert create.access_for(create.decode({"createdBy": "system"})) == "control"
+    assert create.access_for(create.decode({"createdBy": "agent"})) == "open"
+
+
+def test_a_method_declared_without_access_is_control():
+    async def handler(*_args):
+        return {}
+
+    assert Method("x.y", Params, "daemon", handler).access == "control"

@@ -6,7 +6,10 @@ environment, so the daemon knows which thread delegates:
 
 - ``AGENTD_SOCKET``: the daemon's Unix socket (the server is a client of it);
 - ``AGENTD_SESSION_ID``: the ProviderSession the runtime belongs to (the
-  daemon maps it to the thread, and to that thread's running turn).
+  daemon maps it to the thread, and to that thread's running turn);
+- ``AGENTD_TOOL_CREDENTIAL``: the path of the session's credential file
+  (``tool_credentials.py``): the tool methods refuse a call without the
+  secret in it. Only the path is in any argv, never the secret.
 
 Each runtime takes it its own way: Codex as ``-c mcp_servers.agentd.*``
 overrides on ``codex app-server``; Claude Code as ``--mcp-config`` JSON
@@ -20,6 +23,8 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
+
+from .tool_credentials import CREDENTIAL_ENV, ToolCredentials
 
 #: the MCP server's name in the runtimes (Claude names its tools ``mcp__agentd__…``)
 SERVER_NAME = "agentd"
@@ -46,14 +51,21 @@ class AgentdTool:
     Args:
         socket: the daemon's socket path.
         command: argv of ``agentd mcp``.
+        credentials: the sessions' tool credentials (None: none is issued,
+            and the daemon's tool methods refuse the server's calls).
     """
 
     socket: str
     command: list[str] = field(default_factory=default_command)
+    credentials: ToolCredentials | None = None
 
     def env(self, session_id: str) -> dict[str, str]:
-        """The server's environment: where the daemon is, and who asks."""
-        return {"AGENTD_SOCKET": self.socket, "AGENTD_SESSION_ID": session_id}
+        """The server's environment: where the daemon is, who asks, and
+        where that session's credential is."""
+        env = {"AGENTD_SOCKET": self.socket, "AGENTD_SESSION_ID": session_id}
+        if self.credentials is not None:
+            env[CREDENTIAL_ENV] = str(self.credentials.path(session_id))
+        return env
 
     def scripted_env(self, session_id: str) -> dict[str, str]:
         """For the scripted agent: the same, and how to start the server."""

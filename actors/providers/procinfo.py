@@ -5,18 +5,36 @@ from __future__ import annotations
 import os
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat
-    field 22), or None if there is no such process."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """/proc/PID/stat from field 3 (state) on, or None if there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    rest = data[data.rfind(b")") + 2 :].split()
+    return data[data.rfind(b")") + 2 :].split()
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat
+    field 22), or None if there is no such process."""
+    rest = _stat_fields(pid)
     try:
-        return int(rest[19])  # fields 3.. start at index 0, so field 22 is index 19
+        return int(rest[19]) if rest is not None else None  # field 22 is index 19
+    except (IndexError, ValueError):
+        return None
+
+
+def process_parent_and_start(pid: int) -> tuple[int, int] | None:
+    """``(parent pid, start ticks)`` of a live process (/proc/PID/stat fields
+    4 and 22), or None if there is no such process or it is a zombie (whose
+    parent no longer says where it came from)."""
+    rest = _stat_fields(pid)
+    try:
+        if rest is None or rest[0] == b"Z":
+            return None
+        return int(rest[1]), int(rest[19])
     except (IndexError, ValueError):
         return None
 

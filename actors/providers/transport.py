@@ -31,6 +31,7 @@ import msgspec
 import trio
 
 from .guard import watch_spawned
+from .subreaper import subreaper_command
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
@@ -64,12 +65,14 @@ Spawn = Callable[..., Awaitable[ProcessLike]]
 async def spawn_process(args: list[str], *, env: dict[str, str], cwd: str | None, stderr_path: Path) -> ProcessLike:
     """Start a real runtime process in its own session (a Ctrl-C at the
     daemon's terminal is the daemon's to handle), stderr to a private log
-    file, and under the daemon's process guard (it dies with the daemon)."""
+    file, as a child subreaper (what it starts stays in its tree, so agentd
+    knows an agent's processes: ``subreaper.py``) and under the daemon's
+    process guard (it dies with the daemon)."""
     stderr_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     with open(fd, "ab") as stderr:
         process = await trio.lowlevel.open_process(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, cwd=cwd,
+            subreaper_command(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, cwd=cwd,
             start_new_session=True,
         )
     watch_spawned(process.pid)
