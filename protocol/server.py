@@ -44,7 +44,7 @@ from . import framing
 from .errors import AgentdError, Forbidden, InternalError, InvalidRequest, MethodNotFound, Overloaded, ParseError
 from .limits import ServerLimits
 from .methods import SLOW, Later, Method
-from .peers import UNKNOWN_TRANSPORT_PEER, Peer
+from .peers import UNIDENTIFIED_PEER, Peer
 from .poller import ReadPoller
 from .wire import Params
 
@@ -120,7 +120,7 @@ class Connection:
         the first call that needs to know, while the client waits for its
         answer (so it is alive to be looked at)."""
         if self._peer is None:
-            self._peer = self._identify() if self._identify is not None else UNKNOWN_TRANSPORT_PEER
+            self._peer = self._identify() if self._identify is not None else UNIDENTIFIED_PEER
         return self._peer
 
     def _queue(self, line: bytes, *, event: bool) -> None:
@@ -244,11 +244,14 @@ async def serve_messages(
     limits: ServerLimits,
     peer_pid: int | None = None,
     try_write: TryWrite | None = None,
+    identify: Callable[[], Peer] | None = None,
 ) -> None:
     """Serve JSON-RPC requests from ``messages`` until they end, answering
-    through ``sender`` (and ``try_write``, when the transport has it). The
-    WebSocket transport's way; the Unix socket's is ``_PolledInput``."""
-    async with _open_connection(sender, limits=limits, peer_pid=peer_pid, try_write=try_write) as connection:
+    through ``sender`` (and ``try_write``, when the transport has it), with
+    ``identify`` saying who the client is. The WebSocket transport's way;
+    the Unix socket's is ``_PolledInput``."""
+    async with _open_connection(sender, limits=limits, peer_pid=peer_pid, try_write=try_write,
+                                identify=identify) as connection:
         limiter = trio.Semaphore(MAX_INFLIGHT)
         async for message in messages:
             if not await _take(router, connection, limiter, message):

@@ -9,7 +9,11 @@ process — and any web page the person opens — can reach a loopback port:
   (a 0600 file), as ``Authorization: Bearer TOKEN`` or ``?token=TOKEN``;
 * a request with an ``Origin`` header (a browser) is refused unless that
   origin is explicitly allowed — or, with the web console on (``--web``),
-  is the console's own origin.
+  is the console's own origin;
+* an agent's process may have read the token (it runs as the person's uid):
+  the processes holding the client's end of the loopback connection are
+  found in /proc (``loopback_peer.py``) and told apart as a Unix-socket peer
+  is, so ``control`` methods are ``forbidden`` to an agent's here too.
 
 The port's HTTP front (protocol/http.py) hands upgrades to trio-websocket and
 answers other requests with the console's files, or 404 when it is off.
@@ -32,6 +36,8 @@ import trio_websocket
 
 from . import framing, http
 from .limits import ServerLimits
+from .loopback_peer import loopback_peers
+from .peers import UNIDENTIFIED_PEER, Peer
 from .server import Router, serve_messages
 
 log = logging.getLogger(__name__)
@@ -92,6 +98,30 @@ def _origin(request: trio_websocket.WebSocketRequest) -> str | None:
     return None
 
 
+async def websocket_peer(router: Router, stream: trio.SocketStream) -> Peer:
+    """Who a WebSocket client is: its connection's client end is looked up
+    in /proc (in a worker thread: it reads every process's descriptors) and
+    each process holding it is identified as a Unix-socket peer would be.
+    An agent's process among them makes the connection an agent's; none
+    found (it closed, it is another uid's) is refused like one."""
+    identify_peer = getattr(router, "identify_peer", None)
+    if identify_peer is None:
+        return UNIDENTIFIED_PEER
+    try:
+        client, server = stream.socket.getpeername(), stream.socket.getsockname()
+    except OSError:
+        client = server = None
+    holders = await trio.to_thread.run_sync(loopback_peers, client, server) if client else []
+    try:
+        peers = [identify_peer(pid, pidfd) for pid, pidfd in holders]
+    finally:
+        for _pid, pidfd in holders:
+            os.close(pidfd)
+    if not peers:
+        return Peer(pid=None, agent_process=True, why="a WebSocket client whose process agentd could not find")
+    return next((peer for peer in peers if peer.agent_process), peers[0])
+
+
 async def serve_websocket(
     router: Router,
     *,
@@ -119,7 +149,7 @@ async def serve_websocket(
     allowed = frozenset(allowed_origins) | (
         frozenset(f"http://{h}" for h in pages.hosts) if console else frozenset())
 
-    async def handle_websocket(request: trio_websocket.WebSocketRequest) -> None:
+    async def handle_websocket(request: trio_websocket.WebSocketRequest, stream: trio.SocketStream) -> None:
         origin = _origin(request)
         if origin is not None and origin not in allowed:
             await request.reject(403, body=f"origin {origin} is not allowed".encode())
@@ -131,6 +161,7 @@ async def serve_websocket(
         if limits.connections >= limits.max_connections:
             await request.reject(503, body=f"agentd is serving its maximum of {limits.max_connections} connections".encode())
             return
+        peer = await websocket_peer(router, stream)
         ws = await request.accept()
 
         async def messages() -> AsyncIterator[bytes]:
@@ -150,7 +181,7 @@ async def serve_websocket(
 
         limits.connections += 1
         try:
-            await serve_messages(router, messages(), send_frames, limits=limits)
+            await serve_messages(router, messages(), send_frames, limits=limits, identify=lambda: peer)
         finally:
             limits.connections -= 1
             with trio.CancelScope(shield=True), trio.move_on_after(1.0):
@@ -181,7 +212,7 @@ async def serve_websocket(
                     request = await trio_websocket.wrap_server_stream(
                         nursery, http.ReplayStream(stream, head_bytes), max_message_size=framing.MAX_LINE)
                 if request is not None:
-                    await handle_websocket(request)
+                    await handle_websocket(request, stream)
                 nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio_websocket.ConnectionClosed):
             pass

@@ -11,7 +11,9 @@ with another session's (which it may not). It reports what each call got
 the Unix socket ``--report`` names when given (the test or probe listening
 there needs no polling).
 
-``--detach`` first daemonises it the classic way — fork, ``setsid``, fork
+``--websocket PORT TOKEN_FILE`` goes through the daemon's WebSocket instead,
+with the token read from its file (the agent runs as the person's uid, so it
+can read it). ``--detach`` first daemonises it the classic way — fork, ``setsid``, fork
 again, the middle process exits — so the process that connects has been
 reparented away from the command that started it; the report says to which
 pid (``ppid``). Used by ``tests/test_control_plane.py`` and
@@ -21,10 +23,12 @@ pid (``ppid``). Used by ``tests/test_control_plane.py`` and
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import select
 import socket
+import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,11 +58,14 @@ class Daemon:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
 
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+
     def call(self, method: str, **params: Any) -> dict[str, Any]:
         """The whole response to one request (notifications on the way are skipped)."""
         self.next_id += 1
         request = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params}
-        self.sock.sendall(json.dumps(request).encode() + b"\n")
+        self.send(request)
         while True:
             message = self.read()
             if message.get("id") == self.next_id:
@@ -73,6 +80,60 @@ class Daemon:
             params = message.get("params") or {}
             if message.get("method") == "event" and params.get("type") == "approval.requested":
                 return params["payload"]["request"]["id"], params["runId"]
+
+
+class WebSocketDaemon(Daemon):
+    """The same over agentd's WebSocket (one JSON-RPC message per text
+    frame), with the token an agent's process can read from the data dir."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        self.next_id = 0
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET /?token={token} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            data = self.sock.recv(1)
+            if not data:
+                raise EOFError("the daemon closed the connection during the handshake")
+            head += data
+        if not head.startswith(b"HTTP/1.1 101"):
+            raise ConnectionError(f"the WebSocket handshake was refused: {head.splitlines()[0]!r}")
+
+    def _exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                raise EOFError("the daemon closed the connection")
+            data += chunk
+        return data
+
+    def read(self) -> dict[str, Any]:
+        payload = b""
+        while True:
+            first, second = self._exactly(2)
+            size = second & 0x7F
+            if size == 126:
+                size = struct.unpack(">H", self._exactly(2))[0]
+            elif size == 127:
+                size = struct.unpack(">Q", self._exactly(8))[0]
+            data = self._exactly(size)
+            if first & 0x0F in (0x8, 0x9, 0xA):  # close, ping, pong: nothing this client needs
+                if first & 0x0F == 0x8:
+                    raise EOFError("the daemon closed the WebSocket")
+                continue
+            payload += data
+            if first & 0x80:
+                return json.loads(payload)
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message).encode()
+        mask = os.urandom(4)
+        size = len(data)
+        header = bytes([0x81]) + (bytes([0x80 | size]) if size < 126 else bytes([0x80 | 126]) + struct.pack(">H", size))
+        self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
 
 
 def outcome(response: dict[str, Any]) -> str:
@@ -106,10 +167,14 @@ def detach() -> None:
     os.close(pidfd)
 
 
-def attack(thread_id: str, calls: list[str], steal: tuple[str, Path] | None) -> dict[str, Any]:
-    socket_path = os.environ["AGENTD_SOCKET"]
+def attack(thread_id: str, calls: list[str], steal: tuple[str, Path] | None,
+           websocket: tuple[int, Path] | None = None) -> dict[str, Any]:
     session_id = os.environ.get("AGENTD_SESSION_ID")
-    daemon = Daemon(socket_path)
+    if websocket is not None:
+        port, token_file = websocket
+        daemon: Daemon = WebSocketDaemon(port, token_file.read_text().strip())
+    else:
+        daemon = Daemon(os.environ["AGENTD_SOCKET"])
     request_id, run_id = daemon.pending_approval(thread_id)
     results: dict[str, str] = {}
     attempts = {
@@ -145,12 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", help="a Unix socket to send the report to")
     parser.add_argument("--steal", nargs=2, metavar=("SESSION", "CREDENTIAL_DIR"),
                         help="also call task.delegate with that session's credential, read from its file")
+    parser.add_argument("--websocket", nargs=2, metavar=("PORT", "TOKEN_FILE"),
+                        help="go through the daemon's WebSocket on 127.0.0.1:PORT, with the token read from its file")
     args = parser.parse_args(argv)
     if args.detach:
         detach()
     try:
         steal = (args.steal[0], Path(args.steal[1])) if args.steal else None
-        report: dict[str, Any] = attack(args.thread, args.calls.split(","), steal)
+        websocket = (int(args.websocket[0]), Path(args.websocket[1])) if args.websocket else None
+        report: dict[str, Any] = attack(args.thread, args.calls.split(","), steal, websocket)
     except Exception as exc:  # noqa: BLE001 - whatever happened is the report
         report = {"pid": os.getpid(), "ppid": os.getppid(), "error": f"{type(exc).__name__}: {exc}"}
     line = json.dumps(report)

@@ -8,7 +8,8 @@ scripted agent) and attacks it from inside agents, as their real commands
    approval, ``--rounds`` times (one command step each);
 2. a raw socket client (``scripts/agent_peer.py``) run by an agent against
    that approval: approve, stop, interrupt, rollback, send, a read, and
-   ``task.delegate`` without a credential;
+   ``task.delegate`` without a credential — and the same over the daemon's
+   WebSocket, with the token read from its file;
 3. the same client daemonised by a double fork (fork, setsid, fork), against
    its own agent's pending approval;
 4. a command that reads another session's credential file and delegates
@@ -92,6 +93,14 @@ async def probe(client: Client, work: Path, rounds: int) -> dict[str, Any]:
     [node] = await commands_of(client, run["id"])
     figures["rawClient"] = json.loads(node["detail"]["aggregatedOutput"])["results"]
 
+    # 2b. the same over the WebSocket, with the token read from its file
+    url = (await client.call("daemon.status"))["websocket"]
+    run = await run_to_end(client, attacker, script(
+        {"command": {"argv": [sys.executable, PEER, "--thread", victim, "--websocket", url.rsplit(":", 1)[1].strip("/"),
+                              str(work / "data" / "websocket.token"), "--calls", ",".join((*CONTROL, "read"))]}}))
+    [node] = await commands_of(client, run["id"])
+    figures["webSocketClient"] = json.loads(node["detail"]["aggregatedOutput"])["results"]
+
     # 4. another session's credential, read from its file
     run = await run_to_end(client, attacker, script(
         {"command": {"argv": [sys.executable, PEER, "--thread", victim, "--calls", "steal",
@@ -146,7 +155,7 @@ async def probe(client: Client, work: Path, rounds: int) -> dict[str, Any]:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="pcp-"))
-    daemon = await start_daemon(work / "data", work / "agentd.sock", timeout=60)
+    daemon = await start_daemon(work / "data", work / "agentd.sock", timeout=60, extra_args=["--websocket-port", "0"])
     try:
         with trio.fail_after(args.timeout):
             async with Client.connect(daemon.socket) as client:
@@ -168,6 +177,8 @@ def table(f: dict[str, Any]) -> str:
         f"approve from an agent's command (agentd CLI): refused {cli['refused']}/{cli['of']}; "
         f"approval still pending: {cli['stillPending']}",
         f"raw client in an agent's command: {count(raw)} ({', '.join(f'{k}={v}' for k, v in raw.items())})",
+        f"WebSocket client in an agent's command (token read from its file): {count(f['webSocketClient'])} "
+        f"(read={f['webSocketClient'].get('read')})",
         f"double fork (daemonised grandchild, own agent's approval): {count(fork['results'] or {})}; "
         f"reparented to the runtime: {fork['reparentedToRuntime']}; still pending: {fork['stillPending']}",
         f"another session's credential from an agent's command: {f['stolenCredential']}",

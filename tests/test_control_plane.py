@@ -254,3 +254,43 @@ def test_a_process_tree_walk_finds_the_runtime_of_a_daemonised_grandchild():
     finally:
         os.close(pidfd)
     assert gone.agent_process and gone.session_id is None, gone
+
+
+async def test_over_the_websocket_an_agents_command_with_the_token_is_refused_too(tmp_path, short_dir):
+    """Item 11 (SPEC F20): the WebSocket's token is a file of the person's,
+    which an agent's command can read. Its client end is found in /proc and
+    told apart like a Unix-socket peer: ``forbidden`` for control, a read
+    is fine; the person's own WebSocket client (this test) approves."""
+    import trio_websocket
+
+    from agentd.launch import start_daemon
+
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", extra_args=["--websocket-port", "0"])
+    try:
+        async with Client.connect(daemon.socket) as client:
+            url = (await client.call("daemon.status"))["websocket"]
+            port = int(url.rsplit(":", 1)[1].strip("/"))
+            token_file = tmp_path / "data" / "websocket.token"
+            victim = (await client.call("thread.create", title="victim"))["threadId"]
+            sent = await client.call("thread.message.send", threadId=victim, text=script(APPROVAL, {"say": "went on"}))
+            request = await pending_approval(client, victim)
+            attacker = (await client.call("thread.create", title="attacker"))["threadId"]
+            attack = await client.call("thread.message.send", threadId=attacker, text=script(
+                {"command": {"argv": [sys.executable, PEER, "--thread", victim, "--websocket", str(port),
+                                      str(token_file), "--calls", ",".join((*CONTROL, "read"))]}}))
+            run = await wait_run_terminal(client, attacker, attack["runId"], timeout=TIMEOUT)
+            [node] = await command_nodes(client, run["id"])
+            report = json.loads(node["detail"]["aggregatedOutput"])
+            assert report["results"] == {**{name: "forbidden" for name in CONTROL}, "read": "ok"}, report
+            assert await still_pending(client, victim, request["id"])
+            token = token_file.read_text().strip()
+            with trio.fail_after(TIMEOUT):
+                async with trio_websocket.open_websocket("127.0.0.1", port, f"/?token={token}", use_ssl=False) as ws:
+                    await ws.send_message(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "approval.respond", "params": {
+                        "requestId": request["id"], "decision": "accept"}}))
+                    answer = json.loads(await ws.get_message())
+            assert answer["result"]["status"] == "resolved", answer
+            run = await wait_run_terminal(client, victim, sent["runId"], timeout=TIMEOUT)
+            assert run["status"] == "completed", run
+    finally:
+        await daemon.terminate()
