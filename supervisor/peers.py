@@ -83,6 +83,9 @@ class AgentProcesses:
                 return Peer(pid=pid, agent_process=True, session_id=session_id,
                             why=f"{what}, agent session {session_id} (pid {pid})")
             if current == self.daemon_pid and ticks == self.daemon_ticks:
+                if current == pid:
+                    # The daemon's own process (a daemon run inside a program that is also its client).
+                    return Peer(pid=pid, why="agentd's own process")
                 return Peer(pid=pid, agent_process=True, why=f"a process agentd itself started (pid {pid})")
             if ticks < self.daemon_ticks or current <= 1:
                 return Peer(pid=pid, why=_PERSON)
