@@ -15,6 +15,8 @@ handoff_max_bridges = 3       # delta handoffs in a row before a fresh provider 
 handoff_max_runs_behind = 20  # runs a returning provider thread may miss before a fresh one
 delegate_max_depth = 3        # how deep delegated tasks may nest
 delegate_max_fanout = 8       # delegated tasks one thread may have working at once
+thread_failure_limit = 3      # a thread whose actor fails this often within
+thread_failure_period = 60    # this many seconds is quarantined (thread.unquarantine)
 
 [checkpoints]
 max_file_bytes = 10485760     # larger files are neither stored nor restored (reported as too_large)
@@ -115,6 +117,11 @@ class DaemonSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     delegate_max_depth: Annotated[int, msgspec.Meta(ge=1, le=64)] = 3
     #: a thread has at most this many delegated tasks working at once (SPEC F9)
     delegate_max_fanout: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8
+    #: a thread whose actor fails this many times within ``thread_failure_period``
+    #: seconds is quarantined: reads work, commands are refused until
+    #: ``thread.unquarantine`` or a daemon restart
+    thread_failure_limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
+    thread_failure_period: Seconds = 60.0
 
 
 #: the checkpoint engine's size cap unless configured (actors/checkpoints DEFAULT_MAX_FILE_BYTES)

@@ -94,6 +94,7 @@ METHODS = MethodTable([
     _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
     _thread("rollback.toRun", wire.RollbackToRunParams, rollback.rollback_to_run, by_thread),
     _thread("rollback.node", wire.RollbackNodeParams, rollback.rollback_node, by_node),
+    _daemon("thread.unquarantine", wire.ThreadIdParams, queries.thread_unquarantine),
     # reads
     _read("thread.list", wire.ThreadListParams, queries.thread_list),
     _read("thread.get", wire.ThreadGetParams, queries.thread_get),
