@@ -257,6 +257,30 @@ async def test_agentd_doctor_lists_torn_records_without_changing_them(live, data
     assert (stored(data_dir, "runs", run["id"]), stored(data_dir, "threads", thread_id)) == before, "nothing changed"
 
 
+async def test_the_cli_shows_what_it_can_read_and_names_the_rest(live, data_dir, socket_path):
+    """Issue 20: ``agentd threads`` lists a torn thread as CORRUPT among the
+    others, and ``agentd show`` shows a thread with a torn message and names
+    it; ``agentd unquarantine`` on a thread that is not quarantined says so."""
+    async with Client.connect(live.socket) as client:
+        torn = (await client.call("thread.create", title="torn"))["threadId"]
+        kept = (await client.call("thread.create", title="kept"))["threadId"]
+        await send_and_wait(client, kept, "hello")
+        message = (await client.call("thread.get", threadId=kept))["messages"][0]["id"]
+    tear(data_dir, "threads", torn)
+    tear(data_dir, "messages", message)
+    where = ("--data-dir", str(data_dir), "--socket", str(socket_path))
+    listed = await trio.to_thread.run_sync(run_cli, "threads", *where)
+    assert listed.returncode == 0, listed.stderr
+    (torn_line,) = [line for line in listed.stdout.splitlines() if line.startswith(torn)]
+    assert "CORRUPT" in torn_line and "unreadable record" in torn_line
+    assert any(line.startswith(kept) and line.endswith("kept") for line in listed.stdout.splitlines())
+    shown = await trio.to_thread.run_sync(run_cli, "show", kept, *where)
+    assert shown.returncode == 0, shown.stderr
+    assert f"unreadable messages record {message}" in shown.stdout and "You said: hello" in shown.stdout
+    lifted = await trio.to_thread.run_sync(run_cli, "unquarantine", kept, *where)
+    assert lifted.returncode == 0 and "was not quarantined" in lifted.stdout
+
+
 # -- in process: faults in an actor's own handler ------------------------------------------
 
 
@@ -318,12 +342,92 @@ async def test_the_registry_survives_an_actor_that_fails_while_it_starts(tmp_pat
 
     async with virtual_daemon(tmp_path) as (daemon, client):
         thread_id = (await client.call("thread.create"))["threadId"]
-        restarts = daemon.supervisor.restarts if hasattr(daemon.supervisor, "restarts") else None
+        restarts = (daemon.supervisor.restarts, daemon.core.restarts)
         for _ in range(4):  # past any intensity the tree has
             with pytest.raises(AgentdError) as info:
                 await daemon.registry.call(thread_id, raise_injected, None, method="test.fault")
             assert info.value.kind == "thread_failed"
             daemon.registry.failures.release(thread_id)
         assert (await client.call("daemon.status"))["lastSeq"] > 0, "the same connection still answers"
-        if restarts is not None:
-            assert daemon.supervisor.restarts == restarts
+        assert (daemon.supervisor.restarts, daemon.core.restarts) == restarts == (0, 0), "nothing restarted"
+
+
+# -- property: random faults in random threads ---------------------------------------------
+
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+THREADS = 3
+HANG = script({"tool": {"name": "build", "hang": True}})
+operations = st.lists(
+    st.tuples(st.sampled_from(["hang", "fault", "message"]), st.integers(0, THREADS - 1)), min_size=1, max_size=7,
+)
+
+
+async def fault_example(tmp: Path, ops: list[tuple[str, int]]) -> None:
+    """Apply ``ops`` to THREADS threads of one in-process daemon; after each,
+    every thread the op did not touch is as it was — its actor the same
+    object, its hanging run still running — and the one connection answers."""
+    from tests.test_supervision import virtual_daemon
+
+    async with virtual_daemon(tmp) as (daemon, client):
+        registry = daemon.registry
+        threads = [(await client.call("thread.create"))["threadId"] for _ in range(THREADS)]
+        hanging: dict[int, str] = {}  # thread index -> its running run
+        faults = [0] * THREADS
+        for op, index in ops:
+            thread_id = threads[index]
+            quarantined = faults[index] >= 3
+            before = {j: registry._actors.get(t) for j, t in enumerate(threads) if j != index}
+            if op == "hang" and index not in hanging and not quarantined:
+                sent = await client.call("thread.message.send", threadId=thread_id, text=HANG)
+                await wait_event(client, lambda e: e["type"] == "tool.started" and e.get("runId") == sent["runId"],
+                                 thread_id=thread_id, timeout=WAIT)
+                hanging[index] = sent["runId"]
+            elif op == "fault":
+                with pytest.raises(AgentdError) as info:
+                    await registry.call(thread_id, raise_injected, None, method="test.fault")
+                assert info.value.kind == "thread_failed"
+                if not quarantined:
+                    faults[index] += 1
+                    assert info.value.data["quarantined"] is (faults[index] >= 3)
+                    if index in hanging:
+                        run = await wait_run_terminal(client, thread_id, hanging.pop(index), timeout=WAIT)
+                        assert run["status"] == "interrupted" and run["reason"].startswith("thread_failed: RuntimeError")
+                else:
+                    assert info.value.data["quarantined"] is True
+            elif op == "message" and index not in hanging:
+                if quarantined:
+                    with pytest.raises(AgentdError) as info:
+                        await client.call("thread.message.send", threadId=thread_id, text="hello")
+                    assert info.value.kind == "thread_failed" and info.value.data["quarantined"] is True
+                else:
+                    assert (await send_and_wait(client, thread_id, "hello"))["status"] == "completed"
+            # Every other thread is unaffected.
+            for j, actor in before.items():
+                if actor is not None and j in hanging:
+                    assert registry._actors.get(threads[j]) is actor, f"thread {j}'s actor was replaced"
+            for j, run_id in hanging.items():
+                assert (await client.call("run.get", runId=run_id))["run"]["status"] == "running", f"thread {j}"
+            assert sorted((await client.call("daemon.status"))["quarantined"]) == sorted(
+                threads[j] for j in range(THREADS) if faults[j] >= 3)
+        # In the end every thread still works (a quarantined one once lifted).
+        for j, run_id in hanging.items():
+            await client.call("run.interrupt", runId=run_id)
+            await wait_run_terminal(client, threads[j], run_id, timeout=WAIT)
+        for j, thread_id in enumerate(threads):
+            if faults[j] >= 3:
+                await client.call("thread.unquarantine", threadId=thread_id)
+            assert (await send_and_wait(client, thread_id, "still there?"))["status"] == "completed"
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ops=operations)
+@example(ops=[("hang", 0), ("hang", 1), ("fault", 0), ("fault", 0), ("hang", 0), ("fault", 0), ("message", 0),
+              ("fault", 0), ("message", 1), ("fault", 1), ("message", 1)])
+def test_random_faults_in_random_threads_leave_every_other_thread_unaffected(tmp_path_factory, ops):
+    """Issue 20 (SPEC F18): a property over random sequences of hanging runs,
+    faults in an actor's handler and plain messages across three threads."""
+    # Sync on purpose: hypothesis calls this once per example (real clock, real agents).
+    trio.run(fault_example, tmp_path_factory.mktemp("faults"), ops)

@@ -279,6 +279,48 @@ async def test_supervisor_gives_up_past_the_restart_intensity(autojump_clock):
     assert trio.current_time() >= 3, "it restarted the child before giving up"
 
 
+async def test_a_polite_stop_that_hangs_is_cut_off_after_its_shutdown_time(autojump_clock):
+    """Issue 20: every child spec has a bounded shutdown: a polite stop that
+    never returns is given ``shutdown`` seconds, then the child is cancelled."""
+    log: list[str] = []
+
+    async def hangs():
+        log.append("polite stop begins")
+        await trio.sleep_forever()
+
+    sup = Supervisor([ChildSpec("stubborn", recording_child(log, "stubborn"), stop=hangs, shutdown=7.0)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        began = trio.current_time()
+        sup.request_stop()
+    assert log == ["start stubborn", "ready stubborn", "polite stop begins", "stop stubborn"]
+    assert trio.current_time() - began == pytest.approx(7.0), "cut off after its shutdown time, not before"
+
+
+async def test_a_nested_supervisor_keeps_its_restarts_and_its_children_to_itself(autojump_clock):
+    """Issue 20: a crash loop in a nested branch counts against the branch's
+    own intensity; the branch gives up as one exit of it, and as a temporary
+    child of the root it is dropped while the root's other branch runs on
+    untouched (the checkpoint compactor's place in the daemon)."""
+    log: list[str] = []
+    crashes = {"compactor": 10}
+    core = Supervisor([ChildSpec("writer", recording_child(log, "writer")),
+                       ChildSpec("socket", recording_child(log, "socket"))], strategy=Strategy.REST_FOR_ONE,
+                      intensity=RestartIntensity(3, 60.0))
+    maintenance = Supervisor([ChildSpec("compactor", recording_child(log, "compactor", crashes=crashes))],
+                             intensity=RestartIntensity(3, 60.0))
+    root = Supervisor([core.child_spec("core"), maintenance.child_spec("maintenance", restart=Restart.TEMPORARY)],
+                      intensity=RestartIntensity(0, 60.0))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(root.serve)
+        await trio.sleep(30)
+        assert log.count("start compactor") == 4, "restarted 3 times by its own branch, then given up"
+        assert (core.restarts, maintenance.restarts, root.restarts) == (0, 3, 0)
+        root.request_stop()
+    assert log.count("start writer") == log.count("start socket") == 1, "the core was never touched"
+    assert log[-2:] == ["stop socket", "stop writer"], "the core stopped in order, politely"
+
+
 # -- rest_for_one -------------------------------------------------------------------
 
 
