@@ -142,7 +142,15 @@ class ThreadRegistry:
         if thread is None:
             raise NotFound(f"no thread {thread_id}; list threads with thread.list", threadId=thread_id)
         queued = [r for r in self.store.thread_runs(thread_id) if r.status == "queued"]
-        provider_thread = self.store.get(ProviderThread, thread.provider_thread_id) if thread.provider_thread_id else None
+        provider_thread = None
+        if thread.provider_thread_id:
+            try:
+                provider_thread = self.store.get(ProviderThread, thread.provider_thread_id)
+            except AgentdError as exc:
+                # As a provider thread that cannot be resumed: the next run
+                # starts a new one, given the thread's history as a handoff.
+                log.warning("thread %s: its provider thread cannot be read (%s); the next run starts a new one",
+                            thread_id, exc)
         actor = ThreadActor(self, thread, queued, provider_thread)
         self._actors[thread_id] = actor
         assert self._nursery is not None, "registry is not serving"

@@ -53,5 +53,5 @@ def add_doctor_commands(sub: Any, results: argparse.ArgumentParser, thread_id: A
     p.set_defaults(fn=cmd_doctor)
     p = sub.add_parser("unquarantine", parents=[results],
                        help="let commands reach a thread whose actor failed too often again")
-    p.add_argument("thread", type=thread_id, metavar="THREAD")
+    p.add_argument("thread", type=thread_id, metavar="THREAD", help="the quarantined thread")
     p.set_defaults(fn=cmd_unquarantine)

@@ -311,7 +311,7 @@ class Daemon:
             strategy=Strategy.REST_FOR_ONE,
             intensity=RestartIntensity(3, 60.0),
         )
-        maintenance = Supervisor([ChildSpec("checkpoint-compactor", compactor.serve)],
+        maintenance = self.maintenance = Supervisor([ChildSpec("checkpoint-compactor", compactor.serve)],
                                  strategy=Strategy.ONE_FOR_ONE, intensity=RestartIntensity(3, 60.0))
         # The root restarts nothing itself: a core that gave up ends the
         # daemon (as a crash loop should), a maintenance branch that gave up

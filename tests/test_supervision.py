@@ -642,3 +642,41 @@ async def test_a_session_manager_fault_during_a_turn_ends_the_run_without_a_retr
             assert after["status"] == "completed"
             (new_session,) = (await again.call("daemon.status"))["sessions"]
             assert new_session["pid"] != session["pid"]
+
+
+async def test_a_compactor_crash_loop_costs_only_the_compactor(tmp_path, autojump_clock, monkeypatch):
+    """Issue 20: the checkpoint compactor is supervised in a branch of its
+    own: its crashes restart it alone, and past its branch's intensity (3 in
+    60 s) the branch is dropped — the daemon goes on: the client's
+    connection, the running turn and its provider session are untouched, and
+    the core counts no restart (in one shared intensity, four compactor
+    crashes used to end the daemon)."""
+    from agentd.actors.checkpoints.compaction import Compactor
+
+    crashes: list[float] = []
+    looped = trio.Event()
+
+    async def crashing(self, *, task_status=trio.TASK_STATUS_IGNORED):
+        task_status.started()
+        await trio.sleep(1)
+        crashes.append(trio.current_time())
+        if len(crashes) == 4:
+            looped.set()
+        raise RuntimeError("injected compactor fault")
+
+    monkeypatch.setattr(Compactor, "serve", crashing)
+    async with virtual_daemon(tmp_path) as (daemon, client):
+        thread_id = (await client.call("thread.create"))["threadId"]
+        sent = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True}))
+        await next_event(client, thread_id, lambda e: e["type"] == "run.started")
+        (session,) = (await client.call("daemon.status"))["sessions"]
+        await looped.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(crashes) == 4, "restarted three times, then given up"
+        assert daemon.maintenance.restarts == 3
+        status = await client.call("daemon.status")  # the same connection
+        assert [s["id"] for s in status["sessions"]] == [session["id"]]
+        assert (await client.call("run.get", runId=sent["runId"]))["run"]["status"] == "running"
+        assert daemon.core.restarts == 0 and daemon.supervisor.restarts == 0
+        await client.call("run.interrupt", runId=sent["runId"])
+        await next_event(client, thread_id, lambda e: e["type"] == "run.interrupted")
