@@ -28,6 +28,7 @@ CONFIG = """
 [daemon]
 delegate_max_depth = {depth}
 delegate_max_fanout = {fanout}
+{extra}
 
 [providers.basic]
 kind = "scripted"
@@ -35,9 +36,9 @@ capabilities = {{ nativeFork = false }}
 """
 
 
-async def _start(tmp_path, short_dir, *, depth: int = 3, fanout: int = 8):
+async def _start(tmp_path, short_dir, *, depth: int = 3, fanout: int = 8, extra: str = ""):
     config = tmp_path / "config.toml"
-    config.write_text(CONFIG.format(depth=depth, fanout=fanout))
+    config.write_text(CONFIG.format(depth=depth, fanout=fanout, extra=extra))
     return await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
 
 
@@ -407,3 +408,76 @@ async def test_f9_a_delegation_that_arrives_before_its_tool_call_node_waits_for_
     [tool] = [n for n in nodes if n["kind"] == "tool" and n["title"] == "delegate_task"]
     [spawn] = [t for t in await transfers(client, delegated["threadId"]) if t["type"] == "subagent_spawn"]
     assert spawn["sourcePoint"]["nodeId"] == tool["id"], (spawn["sourcePoint"], run["rootNodeId"])
+
+
+def task_copies(tmp_path) -> list[str]:
+    """The ``fork`` copies made under the data dir's workspaces."""
+    where = tmp_path / "data" / "workspaces"
+    return sorted(str(p) for p in where.iterdir() if p.name.startswith("task-")) if where.exists() else []
+
+
+async def test_f9_concurrent_fork_delegations_past_the_fan_out_leave_no_copy(tmp_path, short_dir):
+    """Hostile-round issue item 8, SPEC F9: eight concurrent ``task.delegate
+    {workspace: fork}`` against a fan-out of 3. The slot is taken before the
+    copy, so exactly 3 pass (concurrent calls cannot all pass the check
+    before any is counted), the other 5 are ``limit_exceeded`` — and only the
+    3 tasks' copies exist: a refused delegation copies nothing."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "big.bin").write_bytes(os.urandom(256 * 1024))
+    daemon = await _start(tmp_path, short_dir, fanout=3)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", title="lead", workspace=str(workspace)))["threadId"]
+            made: list[dict] = []
+            refused: list[LimitExceeded] = []
+
+            async def one() -> None:
+                try:
+                    made.append(await client.call("task.delegate", parentThreadId=parent, provider="basic",
+                                                  workspace="fork", instructions=script({"hang": True})))
+                except LimitExceeded as exc:
+                    refused.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(8):
+                    nursery.start_soon(one)
+            assert (len(made), len(refused)) == (3, 5)
+            assert {exc.data["limit"] for exc in refused} == {"delegate_max_fanout"}
+            workspaces = sorted([(await client.call("thread.get", threadId=m["taskId"]))["thread"]["workspace"]
+                                 for m in made])
+            assert task_copies(tmp_path) == workspaces, "a copy for every task, and none for a refusal"
+            await client.call("thread.stop", threadId=parent)
+    finally:
+        assert await daemon.terminate() == 0
+
+
+async def test_f9_a_fork_larger_than_the_copy_limit_is_refused_and_nothing_is_left(tmp_path, short_dir):
+    """Hostile-round issue item 8, SPEC F9: ``[daemon] delegate_max_copy_bytes``
+    bounds a ``fork`` copy. A workspace over it is ``limit_exceeded`` with
+    the size named, no task is made, no partial copy is left; a workspace
+    under it is copied."""
+    workspace = tmp_path / "project"
+    (workspace / "deep").mkdir(parents=True)
+    (workspace / "small.txt").write_text("small")
+    (workspace / "deep" / "big.bin").write_bytes(b"x" * 300_000)
+    daemon = await _start(tmp_path, short_dir, extra="delegate_max_copy_bytes = 200000")
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", title="lead", workspace=str(workspace)))["threadId"]
+            with pytest.raises(LimitExceeded) as info:
+                await client.call("task.delegate", parentThreadId=parent, provider="basic", workspace="fork",
+                                  instructions=script({"say": "never"}))
+            assert info.value.data["limit"] == "delegate_max_copy_bytes" and info.value.data["value"] == 200_000
+            assert "delegate_max_copy_bytes" in str(info.value) and "200000" in str(info.value)
+            assert task_copies(tmp_path) == []
+            assert [t for t in (await client.call("thread.list"))["threads"] if t["parentThreadId"] == parent] == []
+
+            (workspace / "deep" / "big.bin").unlink()
+            made = await client.call("task.delegate", parentThreadId=parent, provider="basic", workspace="fork",
+                                     instructions=script({"say": "copied"}))
+            task = (await client.call("thread.get", threadId=made["taskId"]))["thread"]
+            assert task_copies(tmp_path) == [task["workspace"]]
+            assert open(f"{task['workspace']}/small.txt").read() == "small"
+    finally:
+        assert await daemon.terminate() == 0
