@@ -55,6 +55,7 @@ from .messages import Command
 from .state import ActiveRun, ThreadState
 
 if TYPE_CHECKING:
+    from .providers.base import SessionClaim
     from .task_slots import TaskSlot
     from .thread_actor import ThreadActor
 
@@ -238,6 +239,8 @@ class DelegateCommand:
     max_fanout: int
     #: the fan-out slot ``task.delegate`` took for it (None: not taken through task.delegate)
     slot: TaskSlot | None = None
+    #: the place among ``[daemon] max_sessions`` held for the task's session
+    session_claim: SessionClaim | None = None
 
 
 def check_limits(
@@ -320,6 +323,8 @@ async def delegate(actor: ThreadActor, command: Command) -> dict[str, Any]:
                                threadId=parent.id)
         # From here the child counts as this slot's (no await since the check above).
         slot.child_id = child.id
+    if params.session_claim is not None:
+        params.session_claim.thread_id = child.id  # held until the child's run starts
     batch = actor.batch()
     now = batch.now
     point = SourcePoint(type="node" if node is not None else "run", thread_id=parent.id,
@@ -449,6 +454,20 @@ def result_on_run_end(actor: ThreadActor, batch: ThreadBatch, run: Run) -> bool:
     build_result(batch, task, run, messages.values(), nodes.values(), spawn_transfer(store, task.id),
                  parent.provider if parent else None)
     return True
+
+
+#: why a delegated task's session is stopped when its run ends
+TASK_ENDED = "task_ended"
+
+
+def release_task_session(actor: ThreadActor) -> None:
+    """A delegated task's run ended (completed, failed, or stopped by its
+    parent's Stop): its provider session is stopped now rather than at its
+    idle timeout — no one sends the task more work unless its parent messages
+    it again, and that message resumes it as after an idle reap. Kept when a
+    run of the thread waits to start."""
+    if actor.state.next_queued() is None and actor.sessions.live_session(actor.thread_id) is not None:
+        actor.spawn_effect(actor.sessions.stop_session, actor.thread_id, TASK_ENDED)
 
 
 # -- taking stored context in at a run start ----------------------------------------------------

@@ -25,6 +25,7 @@ import trio
 
 from agentd.actors import delegation
 from agentd.actors.delegation import ConsumeResult, DelegateCommand
+from agentd.actors.providers.base import SessionClaim
 from agentd.actors.task_slots import TaskSlot
 from agentd.protocol import wire
 from agentd.protocol.errors import InvalidParams, NotFound
@@ -69,7 +70,8 @@ async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _
 
     The limits come first and nothing is made past them: depth and fan-out
     with a slot taken in the same step (task_slots.py), so concurrent calls
-    cannot all pass; then a ``fork`` copy, bounded in bytes. A copy whose
+    cannot all pass; a place among ``[daemon] max_sessions`` for the task's
+    session; then a ``fork`` copy, bounded in bytes. A copy whose
     task is not made — refused by the parent's actor, failed, or the call
     cancelled — is removed."""
     registry = router.registry
@@ -86,7 +88,11 @@ async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _
     slot = router.task_slots.take(router.store, parent, max_depth=config.delegate_max_depth,
                                   max_fanout=config.delegate_max_fanout)
     copy: Path | None = None
+    claim: SessionClaim | None = None
     try:
+        # The task's session, within [daemon] max_sessions (idle sessions are
+        # stopped to make room): refused here, before anything is made.
+        claim = await router.sessions.claim_session(None)
         workspace: str | None = None
         if params.workspace == "same":
             workspace = parent.workspace
@@ -100,12 +106,14 @@ async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _
         command = DelegateCommand(
             parent_thread_id=parent.id, instructions=params.instructions, provider=provider, workspace=workspace,
             workspace_mode=params.workspace, wait=params.wait, max_depth=config.delegate_max_depth,
-            max_fanout=config.delegate_max_fanout, slot=slot,
+            max_fanout=config.delegate_max_fanout, slot=slot, session_claim=claim,
         )
         return await registry.call(parent.id, delegation.delegate, command, params.command_id, method="task.delegate")
     except BaseException as exc:
         if _task_not_made(router.store, slot, exc):
             slot.abandoned = True  # the parent's actor, if it still holds the command, makes nothing
+            if claim is not None:
+                router.sessions.release_claim(claim)
             if copy is not None:
                 await workspace_copy.remove_copy(copy)
         raise

@@ -127,6 +127,8 @@ def test_the_error_names_the_provider_that_is_wrong(tmp_path):
     ('[checkpoints]\ncompact_after = -1\n', 2, ["[checkpoints] compact_after", ">= 0"]),
     ('[checkpoints]\nmax_size = 5\n', 2, ["unknown key 'max_size' in [checkpoints]", "max_file_bytes"]),
     ('[daemon]\ndelegate_max_copy_bytes = 0\n', 2, ["[daemon] delegate_max_copy_bytes", ">= 1"]),
+    ('[daemon]\nmax_sessions = 0\n', 2, ["[daemon] max_sessions", ">= 1"]),
+    ('[daemon]\nmax_sessions = 1.5\n', 2, ["[daemon] max_sessions", "int"]),
     ('[daemon]\ndelegate_max_copy_bytes = "1G"\n', 2, ["[daemon] delegate_max_copy_bytes", "int"]),
 ])
 def test_a_bad_value_is_refused_with_its_line_and_reason(tmp_path, text, line, words):
@@ -141,6 +143,13 @@ def test_the_delegation_copy_limit(tmp_path):
     bounds a ``workspace: fork`` copy; 512 MiB unless configured."""
     assert load_config(write(tmp_path, "[daemon]\ndelegate_max_copy_bytes = 4096\n")).delegate_max_copy_bytes == 4096
     assert load_config(None).delegate_max_copy_bytes == 512 * 1024 * 1024
+
+
+def test_the_bound_on_provider_sessions(tmp_path):
+    """Hostile-round issue item 9, SPEC F19: ``[daemon] max_sessions`` bounds
+    the provider sessions of the whole daemon; 16 unless configured."""
+    assert load_config(write(tmp_path, "[daemon]\nmax_sessions = 3\n")).max_sessions == 3
+    assert load_config(None).max_sessions == 16
 
 
 def test_a_missing_file_is_an_error_unless_it_is_the_optional_default(tmp_path):

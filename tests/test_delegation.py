@@ -481,3 +481,58 @@ async def test_f9_a_fork_larger_than_the_copy_limit_is_refused_and_nothing_is_le
             assert open(f"{task['workspace']}/small.txt").read() == "small"
     finally:
         assert await daemon.terminate() == 0
+
+
+async def session_stopped(client: Client, thread_id: str, reason: str) -> dict:
+    """The ``session.stopped`` of ``thread_id``'s provider session with ``reason``."""
+    return await wait_event(client, lambda e: e["type"] == "session.stopped"
+                            and e["payload"]["session"]["reason"] == reason, thread_id=thread_id)
+
+
+async def test_f19_f9_max_sessions_bounds_agents_daemon_wide(tmp_path, short_dir):
+    """Hostile-round issue item 9, SPEC F19 + F9 + F10: ``[daemon] max_sessions``
+    bounds the provider sessions of the whole daemon. With 2 working, a
+    delegated task is refused at ``task.delegate`` and a message that needs
+    a new session is refused at ``thread.message.send`` (``limit_exceeded``,
+    nothing stored). A task's session is stopped as soon as its run ends
+    (here through the parent's Stop), and an idle session is stopped to make
+    room before anything is refused."""
+    daemon = await _start(tmp_path, short_dir, extra="max_sessions = 2")
+    try:
+        async with Client.connect(daemon.socket) as client:
+            a = (await client.call("thread.create", title="a"))["threadId"]
+            a_run = (await client.call("thread.message.send", threadId=a, text=script({"hang": True})))["runId"]
+            task = await client.call("task.delegate", parentThreadId=a, provider="basic",
+                                     instructions=script({"say": "working"}, {"hang": True}))
+            await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=task["taskId"])
+
+            c = (await client.call("thread.create", title="c"))["threadId"]
+            with pytest.raises(LimitExceeded) as refused:
+                await client.call("thread.message.send", threadId=c, text=script({"say": "hello"}))
+            assert (refused.value.data["limit"], refused.value.data["value"]) == ("max_sessions", 2)
+            assert "[daemon] max_sessions" in str(refused.value)
+            assert sorted(refused.value.data["threadIds"]) == sorted([a, task["taskId"]])
+            assert (await client.call("thread.get", threadId=c))["runs"] == [], "nothing stored"
+            with pytest.raises(LimitExceeded) as refused:
+                await client.call("task.delegate", parentThreadId=a, provider="basic", instructions="more")
+            assert refused.value.data["limit"] == "max_sessions"
+            assert (await only_child(client, a))["id"] == task["taskId"], "no second task"
+
+            # The parent's Stop ends the task's run: its session is released at once.
+            await client.call("thread.stop", threadId=a)
+            assert (await wait_run_terminal(client, task["taskId"], task["runId"]))["status"] == "interrupted"
+            await session_stopped(client, task["taskId"], "task_ended")
+            await wait_run_terminal(client, a, a_run)
+
+            # a's session is idle now: it makes room for c's, which is no work refused.
+            b = (await client.call("thread.create", title="b"))["threadId"]
+            b_run = (await client.call("thread.message.send", threadId=b, text=script({"hang": True})))["runId"]
+            run = await send_and_wait(client, c, script({"say": "hello"}))
+            assert run["status"] == "completed", run
+            await session_stopped(client, a, "session_limit")
+            live = {s["threadId"] for s in (await client.call("daemon.status"))["sessions"]}
+            assert live == {b, c}
+            await client.call("thread.stop", threadId=b)
+            await wait_run_terminal(client, b, b_run)
+    finally:
+        assert await daemon.terminate() == 0
