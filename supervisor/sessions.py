@@ -216,10 +216,12 @@ class ProviderSessionManager(SessionHost):
                 await self.stop_session(thread_id, "provider_switched")
             return await self._start(thread_id, self.adapters[provider])
 
-    async def claim_session(self, thread_id: str | None) -> SessionClaim | None:
-        if thread_id is not None and thread_id in self._holders()[0]:
-            return None
-        victims = self._make_room(thread_id)
+    async def claim_session(self, thread_id: str | None) -> SessionClaim:
+        # A thread that holds a place already (an idle session of its own)
+        # needs no room; its claim keeps that session from being stopped to
+        # make room for another until its run has started.
+        held = thread_id is not None and thread_id in self._holders()[0]
+        victims = [] if held else self._make_room(thread_id)
         claim = SessionClaim(thread_id=thread_id, expires=trio.current_time() + CLAIM_LEASE)
         self._claims.append(claim)
         try:

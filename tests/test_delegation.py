@@ -536,3 +536,36 @@ async def test_f19_f9_max_sessions_bounds_agents_daemon_wide(tmp_path, short_dir
             await wait_run_terminal(client, b, b_run)
     finally:
         assert await daemon.terminate() == 0
+
+
+async def test_f19_concurrent_messages_cannot_all_pass_max_sessions(tmp_path, short_dir):
+    """Hostile-round issue item 9, SPEC F19: eight messages sent at once to
+    eight idle threads under ``max_sessions = 3``: the place is taken in the
+    same step as the check, so exactly 3 runs start and 5 messages are
+    ``limit_exceeded`` with nothing stored."""
+    daemon = await _start(tmp_path, short_dir, extra="max_sessions = 3")
+    try:
+        async with Client.connect(daemon.socket) as client:
+            threads = [(await client.call("thread.create", title=f"t{i}"))["threadId"] for i in range(8)]
+            started: dict[str, str] = {}
+            refused: list[str] = []
+
+            async def send(thread_id: str) -> None:
+                try:
+                    sent = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True}))
+                    started[thread_id] = sent["runId"]
+                except LimitExceeded as exc:
+                    assert exc.data["limit"] == "max_sessions"
+                    refused.append(thread_id)
+
+            async with trio.open_nursery() as nursery:
+                for thread_id in threads:
+                    nursery.start_soon(send, thread_id)
+            assert (len(started), len(refused)) == (3, 5)
+            for thread_id in refused:
+                assert (await client.call("thread.get", threadId=thread_id))["runs"] == []
+            for thread_id, run_id in started.items():
+                await client.call("thread.stop", threadId=thread_id)
+                await wait_run_terminal(client, thread_id, run_id)
+    finally:
+        assert await daemon.terminate() == 0

@@ -308,11 +308,12 @@ class SessionHost(abc.ABC):
         """Stop the thread's session through the production stop path."""
 
     @abc.abstractmethod
-    async def claim_session(self, thread_id: str | None) -> SessionClaim | None:
-        """Hold a place for a new provider session of ``thread_id`` (None: a
+    async def claim_session(self, thread_id: str | None) -> SessionClaim:
+        """Hold a place for a provider session of ``thread_id`` (None: a
         thread not made yet) within ``[daemon] max_sessions``, stopping idle
-        sessions to make room; None when the thread holds one already (a live
-        session, or a run in flight).
+        sessions of other threads to make room unless the thread holds a
+        place already (a live session, or a run in flight); a claimed
+        thread's own idle session is not stopped to make room for others.
 
         Raises:
             LimitExceeded: every place is held by work in flight.
