@@ -479,6 +479,8 @@ async def test_f9_a_fork_larger_than_the_copy_limit_is_refused_and_nothing_is_le
             task = (await client.call("thread.get", threadId=made["taskId"]))["thread"]
             assert task_copies(tmp_path) == [task["workspace"]]
             assert open(f"{task['workspace']}/small.txt").read() == "small"
+            # Item 9: a task that completed gives its session back at once.
+            await session_stopped(client, made["taskId"], "task_ended")
     finally:
         assert await daemon.terminate() == 0
 
@@ -569,3 +571,23 @@ async def test_f19_concurrent_messages_cannot_all_pass_max_sessions(tmp_path, sh
                 await wait_run_terminal(client, thread_id, run_id)
     finally:
         assert await daemon.terminate() == 0
+
+
+async def test_f9_a_copy_that_grows_past_the_limit_while_copied_leaves_nothing(tmp_path, monkeypatch):
+    """Hostile-round issue item 8, SPEC F9: files may grow between the
+    measure and the copy; the copy counts again while it writes and, past
+    the limit, removes what it wrote (``limit_exceeded``, no partial copy)."""
+    from agentd.supervisor import workspace_copy
+
+    source = tmp_path / "project"
+    for name in ("a", "b", "c"):
+        (source / name).mkdir(parents=True)
+        (source / name / "file.bin").write_bytes(b"x" * 1000)
+    monkeypatch.setattr(workspace_copy, "measure", lambda _source, _limit: 0)  # as if it had grown since
+    target = tmp_path / "copy"
+    with pytest.raises(LimitExceeded) as info:
+        await workspace_copy.copy_workspace(str(source), target, limit=2500)
+    assert info.value.data["limit"] == "delegate_max_copy_bytes" and info.value.data["size"] > 2500
+    assert not target.exists()
+    assert await workspace_copy.copy_workspace(str(source), target, limit=3000) == 3000
+    assert (target / "c" / "file.bin").read_bytes() == b"x" * 1000
