@@ -225,10 +225,10 @@ async def message_send(actor: ThreadActor, command: Command) -> dict[str, Any]:
         files = await merge_back.fork_files(actor, merge, state.thread.workspace)
     # A run that starts now needs a provider session: past [daemon]
     # max_sessions (idle sessions are stopped first to make room) the message
-    # is refused before anything is stored, rather than failing its run.
+    # is refused before anything is stored, rather than failing its run. A
+    # thread whose idle session is still live needs no room: its claim only
+    # keeps that session from being stopped for another until its run starts.
     claim = await actor.sessions.claim_session(state.thread_id) if not has_open else None
-    # (A thread whose idle session is still live needs no room: its claim only
-    # keeps that session from being stopped for another until its run starts.)
     try:
         batch = actor.batch()
         run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode,

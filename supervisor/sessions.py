@@ -114,11 +114,13 @@ class ProviderSessionManager(SessionHost):
 
         A restart (the daemon root is ``rest_for_one``) starts clean: every
         session of the earlier life ran in its nursery and left ``_live`` as it
-        ended, sessions may start again after ``stop_all``, and no busy mark
-        survives (the actors that set them are gone, or re-mark their next run).
+        ended, sessions may start again after ``stop_all``, and no busy mark or
+        claim survives (the actors and calls that made them are gone, or
+        re-mark their next run).
         """
         self._closing = False
         self._busy.clear()
+        self._claims.clear()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
