@@ -34,7 +34,6 @@ from agentd.store.reconcile import CHECKPOINT_CAPTURE
 from agentd.store.records import NODE_TERMINAL, Checkpoint, Effect, to_wire
 
 from .checkpoints import CheckpointEngine, CheckpointError, checkpoint_ref
-from . import workspace_guard
 from .graph import settle_effect
 
 if TYPE_CHECKING:
@@ -266,7 +265,6 @@ async def checkpoint_restore(actor: ThreadActor, command: Command) -> dict[str, 
     ``pre_rollback`` safety capture of the workspace as it is now. Refused
     while a run is active or waiting; changes no run and no agent memory."""
     params = command.params
-    await workspace_guard.refuse_if_shared(actor, command.method, checkpoint_id=params.checkpoint_id)
     state = actor.state
     if engine_of(actor) is None:
         raise InvalidState("checkpoints are off in this agentd")

@@ -35,7 +35,7 @@ from agentd.store.ids import new_id
 from agentd.store.reconcile import ROLLBACK
 from agentd.store.records import Checkpoint, Effect, ExecutionNode, Run, to_wire
 
-from . import checkpointing, graph, lineage, provider_memory, run_control, workspace_guard
+from . import checkpointing, graph, lineage, provider_memory, run_control
 from .checkpoints import CheckpointError
 from .messages import Command
 
@@ -91,7 +91,6 @@ def later_runs(actor: ThreadActor, ordinal: int) -> list[Run]:
 async def rollback_to_run(actor: ThreadActor, command: Command) -> dict[str, Any]:
     """``rollback.toRun {threadId, targetOrdinal}``: see the module docstring."""
     params: wire.RollbackToRunParams = command.params
-    await workspace_guard.refuse_if_shared(actor, command.method)
     state = actor.state
     thread_id = actor.thread_id
     if checkpointing.engine_of(actor) is None:
@@ -193,7 +192,6 @@ async def rollback_node(actor: ThreadActor, command: Command) -> dict[str, Any]:
     parent (or anything after the child) had changed since, which are now
     back as the child left them."""
     params: wire.RollbackNodeParams = command.params
-    await workspace_guard.refuse_if_shared(actor, command.method, checkpoint_id=params.checkpoint_id)
     store = actor.store
     state = actor.state
     thread_id = actor.thread_id

@@ -7,13 +7,16 @@ already refuses while a run of its own thread is active; ``refuse_if_shared``,
 called at their entry, also refuses while a run of *another* thread is active
 in the same folder — the same resolved path, or one inside the other (a
 delegated task with ``workspace: same``, a second thread a person opened on
-the project, a thread on a subfolder).
+the project, a thread on a subfolder). The method table wraps the three
+handlers with it (``refusing_while_shared``), so the restore code itself is
+untouched.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -21,6 +24,7 @@ from agentd.protocol.errors import InvalidState
 from agentd.store.records import Checkpoint
 
 if TYPE_CHECKING:
+    from .messages import Command, Handler
     from .thread_actor import ThreadActor
 
 
@@ -65,3 +69,16 @@ async def refuse_if_shared(actor: ThreadActor, method: str, *, checkpoint_id: st
         threadId=actor.thread_id, workspace=workspace,
         activeRuns=[{"threadId": t, "runId": r, "status": s, "workspace": w} for t, r, s, w in busy],
     )
+
+
+def refusing_while_shared(handler: Handler) -> Handler:
+    """``handler`` (a method that restores a checkpoint's files; its params
+    may name the checkpoint, ``checkpointId``) with ``refuse_if_shared`` at
+    its entry."""
+
+    @functools.wraps(handler)
+    async def guarded(actor: ThreadActor, command: Command) -> dict[str, Any]:
+        await refuse_if_shared(actor, command.method, checkpoint_id=getattr(command.params, "checkpoint_id", None))
+        return await handler(actor, command)
+
+    return guarded
