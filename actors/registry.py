@@ -486,6 +486,20 @@ class ThreadRegistry:
             thread_id, message_send, MessageSendParams(thread_id=thread_id, text=text), method="thread.message.send",
         )
 
+    # -- who is running where ---------------------------------------------------------
+
+    def active_runs(self) -> list[tuple[str, str, str, str]]:
+        """``(thread id, run id, run status, workspace)`` of every thread with
+        a run starting, running or waiting, as the live actors hold them (a
+        thread with an active run always has its actor loaded). In memory
+        only: the workspaces are as the threads name them, not resolved."""
+        out = []
+        for actor in list(self._actors.values()):
+            active = actor.state.active
+            if active is not None:
+                out.append((actor.thread_id, active.run.id, active.run.status, actor.state.thread.workspace))
+        return out
+
 
 def _lone(group: BaseExceptionGroup) -> BaseException:
     """The error an actor failed with: the first leaf of trio's nested groups."""

@@ -387,6 +387,7 @@ class ThreadActor:
         self.sessions.mark_busy(self.thread_id, False)
         if task_ended:
             self.registry.tasks.ended(self.thread_id)
+            delegation.release_task_session(self)
         self.start_next()
 
     async def retry(

@@ -239,7 +239,7 @@ class Daemon:
             store, build_adapters(opts.config, self.paths.providers, request_timeout=opts.request_timeout,
                                   agentd_tool=AgentdTool(socket=str(self.paths.socket))),
             deliver=deliver, wall_clock=opts.wall_clock, idle_timeouts=self._idle_timeouts(),
-            restart_intensity=opts.restart_intensity,
+            restart_intensity=opts.restart_intensity, max_sessions=opts.config.max_sessions,
         )
         # One checkpoint engine per daemon; $AGENTD_CHECKPOINT_GIT names the git
         # executable (default: git on PATH), so tests can make it missing or slow.

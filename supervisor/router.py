@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 from agentd.actors.registry import ThreadRegistry
+from agentd.actors.task_slots import TaskSlots
 from agentd.protocol.methods import Method, MethodTable
 from agentd.protocol.server import Connection
 from agentd.protocol.wire import Params
@@ -42,6 +43,8 @@ class DaemonRouter:
         #: the web console's URL (``agentd serve --web``), None when it is off
         self.web_url: str | None = None
         self.started_at = trio.current_time()
+        #: fan-out slots of ``task.delegate`` calls under way (SPEC F9)
+        self.task_slots = TaskSlots()
 
     async def dispatch(self, method: Method, params: Params, connection: Connection) -> Any:
         if method.owner == "daemon":
