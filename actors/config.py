@@ -15,6 +15,10 @@ handoff_max_bridges = 3       # delta handoffs in a row before a fresh provider 
 handoff_max_runs_behind = 20  # runs a returning provider thread may miss before a fresh one
 delegate_max_depth = 3        # how deep delegated tasks may nest
 delegate_max_fanout = 8       # delegated tasks one thread may have working at once
+delegate_max_copy_bytes = 536870912  # a workspace: fork copy may hold at most this many bytes
+max_sessions = 16             # provider sessions (agent runtimes) the daemon runs at once
+thread_failure_limit = 3      # a thread whose actor fails this often within
+thread_failure_period = 60    # this many seconds is quarantined (thread.unquarantine)
 
 [checkpoints]
 max_file_bytes = 10485760     # larger files are neither stored nor restored (reported as too_large)
@@ -47,6 +51,14 @@ import msgspec
 from .providers.base import Capabilities
 
 DEFAULT_IDLE_TIMEOUT = 600.0
+#: a fork copy's cap unless configured: 512 MiB — a project with its
+#: dependencies installed, not a home folder
+DEFAULT_DELEGATE_MAX_COPY_BYTES = 512 * 1024 * 1024
+#: provider sessions at once unless configured: a fixed, modest number — a
+#: Codex or Claude session is a few processes and ~150 MB (a 3 x 3 delegation
+#: tree, 13 sessions, measured 41 processes and 1.9 GB), so 16 stay within a
+#: laptop's memory while depth x fan-out alone would allow 584
+DEFAULT_MAX_SESSIONS = 16
 
 #: a duration in seconds, greater than zero
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
@@ -115,6 +127,18 @@ class DaemonSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     delegate_max_depth: Annotated[int, msgspec.Meta(ge=1, le=64)] = 3
     #: a thread has at most this many delegated tasks working at once (SPEC F9)
     delegate_max_fanout: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8
+    #: bytes a delegated task's ``workspace: fork`` copy may hold; a larger
+    #: workspace is refused before (or, if it grows, while) it is copied (SPEC F9)
+    delegate_max_copy_bytes: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_DELEGATE_MAX_COPY_BYTES
+    #: provider sessions (agent runtime processes, each with its own helpers)
+    #: the daemon runs at once; past it idle ones are stopped to make room,
+    #: else a new one is refused with limit_exceeded (SPEC F19)
+    max_sessions: Annotated[int, msgspec.Meta(ge=1, le=4096)] = DEFAULT_MAX_SESSIONS
+    #: a thread whose actor fails this many times within ``thread_failure_period``
+    #: seconds is quarantined: reads work, commands are refused until
+    #: ``thread.unquarantine`` or a daemon restart
+    thread_failure_limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
+    thread_failure_period: Seconds = 60.0
 
 
 #: the checkpoint engine's size cap unless configured (actors/checkpoints DEFAULT_MAX_FILE_BYTES)

@@ -55,6 +55,8 @@ from .messages import Command
 from .state import ActiveRun, ThreadState
 
 if TYPE_CHECKING:
+    from .providers.base import SessionClaim
+    from .task_slots import TaskSlot
     from .thread_actor import ThreadActor
 
 #: the relationship of a thread an agent delegated a task to
@@ -235,10 +237,18 @@ class DelegateCommand:
     wait: bool
     max_depth: int
     max_fanout: int
+    #: the fan-out slot ``task.delegate`` took for it (None: not taken through task.delegate)
+    slot: TaskSlot | None = None
+    #: the place among ``[daemon] max_sessions`` held for the task's session
+    session_claim: SessionClaim | None = None
 
 
-def check_limits(store: Store, parent: AppThread, *, max_depth: int, max_fanout: int) -> None:
-    """Refuse a delegation past the configured depth or fan-out.
+def check_limits(
+    store: Store, parent: AppThread, *, max_depth: int, max_fanout: int, in_flight: Iterable[TaskSlot] = (),
+) -> None:
+    """Refuse a delegation past the configured depth or fan-out. ``in_flight``:
+    other delegations from ``parent`` under way (task_slots.py), each a
+    working task — once, when its child is already stored.
 
     Raises:
         LimitExceeded: with which limit, where, and the config key that sets it.
@@ -250,13 +260,16 @@ def check_limits(store: Store, parent: AppThread, *, max_depth: int, max_fanout:
             f"over the limit of {max_depth} ([daemon] delegate_max_depth); do this part of the work yourself",
             limit="delegate_max_depth", value=max_depth, threadId=parent.id,
         )
-    working = working_tasks(store, parent.id)
-    if len(working) >= max_fanout:
+    working = [t.id for t in working_tasks(store, parent.id)]
+    pending = [slot for slot in in_flight if slot.child_id is None or slot.child_id not in working]
+    count = len(working) + len(pending)
+    if count >= max_fanout:
+        starting = f" ({len(pending)} of them being made now)" if pending else ""
         raise LimitExceeded(
-            f"delegation fan-out limit: thread {parent.id} already has {len(working)} delegated tasks working, "
+            f"delegation fan-out limit: thread {parent.id} already has {count} delegated tasks working{starting}, "
             f"the limit is {max_fanout} ([daemon] delegate_max_fanout); wait for one to end (task_result) first",
             limit="delegate_max_fanout", value=max_fanout, threadId=parent.id,
-            workingTaskIds=[t.id for t in working],
+            workingTaskIds=working + [slot.child_id for slot in pending if slot.child_id],
         )
 
 
@@ -303,6 +316,15 @@ async def delegate(actor: ThreadActor, command: Command) -> dict[str, Any]:
         title=title, provider=params.provider, workspace=params.workspace, parent=parent,
         relationship=DELEGATED_TASK, created_by="agent",
     )
+    slot = params.slot
+    if slot is not None:
+        if slot.abandoned:
+            raise InvalidState(f"the task.delegate call for thread {parent.id} was given up before its task was made",
+                               threadId=parent.id)
+        # From here the child counts as this slot's (no await since the check above).
+        slot.child_id = child.id
+    if params.session_claim is not None:
+        params.session_claim.thread_id = child.id  # held until the child's run starts
     batch = actor.batch()
     now = batch.now
     point = SourcePoint(type="node" if node is not None else "run", thread_id=parent.id,
@@ -432,6 +454,20 @@ def result_on_run_end(actor: ThreadActor, batch: ThreadBatch, run: Run) -> bool:
     build_result(batch, task, run, messages.values(), nodes.values(), spawn_transfer(store, task.id),
                  parent.provider if parent else None)
     return True
+
+
+#: why a delegated task's session is stopped when its run ends
+TASK_ENDED = "task_ended"
+
+
+def release_task_session(actor: ThreadActor) -> None:
+    """A delegated task's run ended (completed, failed, or stopped by its
+    parent's Stop): its provider session is stopped now rather than at its
+    idle timeout — no one sends the task more work unless its parent messages
+    it again, and that message resumes it as after an idle reap. Kept when a
+    run of the thread waits to start."""
+    if actor.state.next_queued() is None and actor.sessions.live_session(actor.thread_id) is not None:
+        actor.spawn_effect(actor.sessions.stop_session, actor.thread_id, TASK_ENDED)
 
 
 # -- taking stored context in at a run start ----------------------------------------------------

@@ -16,16 +16,18 @@ from typing import Any, AsyncIterator, Callable
 
 import trio
 
-from agentd.protocol.errors import Conflict, InvalidParams, NotFound, Overloaded
+from agentd.protocol.errors import AgentdError, Conflict, InvalidParams, NotFound, Overloaded
 from agentd.protocol.methods import SLOW, Later
 from agentd.store.batch import WriteBatch
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
 from agentd.store.ids import new_id
+from agentd.store.reconcile import plan_reconciliation
 from agentd.store.records import AppThread, CommandReceipt, ProviderThread, to_wire
 
+from .failures import FailureBook, Incident, failed_error, reason_of
 from .messages import Command, Handler
-from .providers.base import ProviderEvent, SessionHost
+from .providers.base import ProviderEvent, SessionExited, SessionHost
 from .checkpoints import CheckpointEngine
 from .config import DaemonConfig
 from .delegation import TaskWatch
@@ -112,6 +114,10 @@ class ThreadRegistry:
         #: commandIds whose command is being carried out now, daemon-wide (see ``_reserve``)
         self._commands_in_flight: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
+        #: failed actors' incidents and the quarantined threads (memory only: a restart lifts them)
+        self.failures = FailureBook(config.thread_failure_limit, config.thread_failure_period)
+        #: threads whose failed actor is being reconciled: set when it is done
+        self._recovering: dict[str, trio.Event] = {}
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Host actors until cancelled."""
@@ -138,7 +144,15 @@ class ThreadRegistry:
         if thread is None:
             raise NotFound(f"no thread {thread_id}; list threads with thread.list", threadId=thread_id)
         queued = [r for r in self.store.thread_runs(thread_id) if r.status == "queued"]
-        provider_thread = self.store.get(ProviderThread, thread.provider_thread_id) if thread.provider_thread_id else None
+        provider_thread = None
+        if thread.provider_thread_id:
+            try:
+                provider_thread = self.store.get(ProviderThread, thread.provider_thread_id)
+            except AgentdError as exc:
+                # As a provider thread that cannot be resumed: the next run
+                # starts a new one, given the thread's history as a handoff.
+                log.warning("thread %s: its provider thread cannot be read (%s); the next run starts a new one",
+                            thread_id, exc)
         actor = ThreadActor(self, thread, queued, provider_thread)
         self._actors[thread_id] = actor
         assert self._nursery is not None, "registry is not serving"
@@ -147,16 +161,123 @@ class ThreadRegistry:
 
     def wake(self, thread_id: str) -> None:
         """Load the thread's actor, which starts its queued runs (a delegated
-        task's first run, committed by its parent's actor)."""
+        task's first run, committed by its parent's actor). A thread being
+        recovered or quarantined is left as it is: its run stays queued."""
+        if thread_id in self._recovering or thread_id in self.failures.quarantined:
+            log.warning("thread %s not woken: it is %s", thread_id,
+                        "quarantined" if thread_id in self.failures.quarantined else "being recovered")
+            return
         self._actor(thread_id)
 
     async def _run_actor(self, actor: ThreadActor) -> None:
+        # A temporary child: whatever it raises ends it alone (its thread is
+        # reconciled below); only a cancellation of the registry goes on up.
         try:
             await actor.run(idle_timeout=self.actor_idle_timeout)
+        except* Exception as group:
+            try:
+                await self._actor_failed(actor, _lone(group))
+            except Exception:  # noqa: BLE001 - never the registry's failure
+                log.exception("thread %s: handling the failure of its actor failed", actor.thread_id)
         finally:
             if self._actors.get(actor.thread_id) is actor:
                 del self._actors[actor.thread_id]
             actor.send_channel.close()
+
+    # -- failed actors (fault isolation) --------------------------------------------
+
+    async def _actor_failed(self, actor: ThreadActor, error: BaseException) -> None:
+        """An actor failed on an unexpected error: only its thread pays.
+
+        At once (no await, so no command slips in): the actor leaves the
+        table, every command it was handling or had waiting is answered
+        ``thread_failed``, and the thread is marked recovering, which holds
+        later commands until the recovery below is durable. Then the
+        thread's provider session is stopped and its work reconciled through
+        the same path a restart uses (``plan_reconciliation``, scoped to the
+        thread): its active run ends ``interrupted`` with reason
+        ``thread_failed: …``; its queued runs stay queued."""
+        thread_id = actor.thread_id
+        incident = Incident(id=new_id("inc"), thread_id=thread_id, reason=reason_of(error),
+                            at=trio.current_time(), wall_at=self.wall_clock())
+        log.error("thread %s failed (incident %s): %s", thread_id, incident.id, incident.reason, exc_info=error)
+        if self._actors.get(thread_id) is actor:
+            del self._actors[thread_id]
+        done = self._recovering[thread_id] = trio.Event()
+        quarantine = self.failures.record(incident)
+        reply = failed_error(incident, quarantined=quarantine is not None)
+        for command in actor.close_mailbox():
+            command.reply.fail(reply)
+        if quarantine is not None:
+            log.error("thread %s quarantined after %d failures (first incident %s)",
+                      thread_id, len(quarantine.incidents), quarantine.first.id)
+        try:
+            recovered = await self._recover(thread_id, incident, quarantined=quarantine is not None)
+            if not recovered:
+                self._quarantine_unrecovered(incident)
+        finally:
+            del self._recovering[thread_id]
+            done.set()
+
+    async def _recover(self, thread_id: str, incident: Incident, *, quarantined: bool) -> bool:
+        """Stop the thread's session and reconcile its work; whether that is durable."""
+        reason = f"thread_failed: {incident.reason} (incident {incident.id})"
+        try:
+            await self.sessions.stop_session(thread_id, "thread_failed")
+            self.sessions.mark_busy(thread_id, False)
+            now = self.wall_clock()
+            batch, report = plan_reconciliation(self.store, now, reason=reason, thread_id=thread_id)
+            batch.event("thread.failed", thread_id=thread_id, at=now, incidentId=incident.id,
+                        reason=incident.reason, quarantined=quarantined, **report.as_dict())
+            await self.store.commit(batch)
+        except Exception:  # noqa: BLE001 - a failed recovery quarantines the thread, nothing more
+            log.exception("thread %s: recovery after incident %s failed", thread_id, incident.id)
+            return False
+        # A delegated task that ended this way has a result to read now.
+        self.tasks.ended(thread_id)
+        return True
+
+    def _quarantine_unrecovered(self, incident: Incident) -> None:
+        """The store could not take the recovery: the thread is refused
+        commands (it still shows a run as active) until unquarantined."""
+        quarantine = self.failures.quarantined.get(incident.thread_id)
+        if quarantine is None:
+            quarantine = self.failures.quarantine(incident)
+        quarantine.recovery_pending = True
+
+    def quarantine_of(self, thread_id: str) -> dict[str, Any] | None:
+        """The thread's quarantine as clients see it, or None."""
+        quarantine = self.failures.quarantined.get(thread_id)
+        return None if quarantine is None else quarantine.to_wire()
+
+    async def unquarantine(self, thread_id: str) -> dict[str, Any]:
+        """``thread.unquarantine``: lift a quarantine (a recovery that could
+        not be recorded is tried again first)."""
+        await self._settled(thread_id)
+        if self.store.thread(thread_id) is None:
+            raise NotFound(f"no thread {thread_id}; list threads with thread.list", threadId=thread_id)
+        quarantine = self.failures.quarantined.get(thread_id)
+        if quarantine is not None and quarantine.recovery_pending:
+            last = quarantine.incidents[-1]
+            if not await self._recover(thread_id, last, quarantined=True):
+                raise failed_error(last, quarantined=True)
+            quarantine.recovery_pending = False
+        released = self.failures.release(thread_id)
+        batch = WriteBatch()
+        batch.event("thread.unquarantined", thread_id=thread_id, at=self.wall_clock(),
+                    firstIncidentId=released.first.id if released else None)
+        committed = await self.store.commit(batch)
+        return {"threadId": thread_id, "wasQuarantined": released is not None, "seq": committed.seq}
+
+    async def _settled(self, thread_id: str) -> None:
+        """Wait while the thread's failed actor is being reconciled."""
+        while (recovering := self._recovering.get(thread_id)) is not None:
+            await recovering.wait()
+
+    def _refuse_if_quarantined(self, thread_id: str) -> None:
+        refusal = self.failures.refusal(thread_id)
+        if refusal is not None:
+            raise refusal
 
     def _retire(self, actor: ThreadActor) -> bool:
         """Drop an idle actor, unless something reached its mailbox meanwhile.
@@ -210,7 +331,9 @@ class ThreadRegistry:
 
     async def _send(self, thread_id: str, command: Command) -> Any:
         """Put ``command`` into the thread's mailbox and wait for its answer."""
-        for _ in range(2):
+        for _ in range(3):
+            await self._settled(thread_id)
+            self._refuse_if_quarantined(thread_id)
             actor = self._actor(thread_id)
             try:
                 # A full mailbox (an agent streaming fast) is backpressure, not
@@ -227,12 +350,25 @@ class ThreadRegistry:
         return await command.reply.wait()
 
     async def deliver(self, thread_id: str, event: ProviderEvent) -> None:
-        """Hand a provider event to its thread's actor (waits if the mailbox is full)."""
+        """Hand a provider event to its thread's actor (waits if the mailbox is full).
+
+        Dropped: events of a thread being recovered or quarantined (its
+        session is stopped; nothing it says can change the reconciled
+        state), and a session's exit when the thread has no actor (an actor
+        retires only when nothing runs, so there is no run to end)."""
         for _ in range(2):
+            if thread_id in self._recovering or thread_id in self.failures.quarantined:
+                log.debug("%s of thread %s dropped: the thread failed", type(event).__name__, thread_id)
+                return
+            if isinstance(event, SessionExited) and thread_id not in self._actors:
+                return
             try:
                 actor = self._actor(thread_id)
             except NotFound:
                 log.warning("provider event for unknown thread %s dropped", thread_id)
+                return
+            except AgentdError as exc:  # its record cannot be read: the event has no thread to go to
+                log.warning("provider event for thread %s dropped: %s", thread_id, exc)
                 return
             try:
                 try:
@@ -372,3 +508,25 @@ class ThreadRegistry:
         return await self.call(
             thread_id, message_send, MessageSendParams(thread_id=thread_id, text=text), method="thread.message.send",
         )
+
+    # -- who is running where ---------------------------------------------------------
+
+    def active_runs(self) -> list[tuple[str, str, str, str]]:
+        """``(thread id, run id, run status, workspace)`` of every thread with
+        a run starting, running or waiting, as the live actors hold them (a
+        thread with an active run always has its actor loaded). In memory
+        only: the workspaces are as the threads name them, not resolved."""
+        out = []
+        for actor in list(self._actors.values()):
+            active = actor.state.active
+            if active is not None:
+                out.append((actor.thread_id, active.run.id, active.run.status, actor.state.thread.workspace))
+        return out
+
+
+def _lone(group: BaseExceptionGroup) -> BaseException:
+    """The error an actor failed with: the first leaf of trio's nested groups."""
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error

@@ -16,10 +16,11 @@ Handlers (one per method): ``run_interrupt``, ``thread_stop``,
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
+from agentd.protocol.errors import CorruptRecord, InvalidParams, InvalidState, NotFound, ThreadFailed
 from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import ConversationMessage, Effect, ExecutionNode, MessageStatus, Run, RunAttempt, to_wire
@@ -33,6 +34,8 @@ from .state import ActiveRun, ThreadState
 if TYPE_CHECKING:
     from .registry import ThreadRegistry
     from .thread_actor import ThreadActor
+
+log = logging.getLogger(__name__)
 
 #: relationships of child threads that belong to (and stop with) their parent
 DELEGATED = frozenset({"delegated_task", "subagent"})
@@ -228,6 +231,10 @@ async def stop_delegated_children(registry: ThreadRegistry, thread_id: str) -> N
             await registry.call(child.id, thread_stop, InternalStop(child.id), method="thread.stop")
         except NotFound:
             continue
+        except (ThreadFailed, CorruptRecord) as exc:
+            # A child that failed has no run going (its recovery ended it);
+            # its own tasks are still stopped.
+            log.warning("stop of delegated task %s: %s", child.id, exc)
         stack.extend(c for c in reversed(store.thread_children(child.id)) if c.relationship_to_parent in DELEGATED)
 
 

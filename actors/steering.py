@@ -223,20 +223,30 @@ async def message_send(actor: ThreadActor, command: Command) -> dict[str, Any]:
         # Checked before anything is stored; the delta itself is built when the run starts.
         merge = merge_back.prepare(actor.store, state.thread_id, params.merge_back.fork_thread_id)
         files = await merge_back.fork_files(actor, merge, state.thread.workspace)
-    batch = actor.batch()
-    run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode,
-                                       clean_context=params.clean_context)
-    result = {"runId": run.id, "messageId": message.id, "queueHeld": state.thread.queue_held,
-              "heldRunIds": [r.id for r in state.held_runs()]}
-    if merge is not None and files is not None:
-        transfer = merge_back.record_request(batch, state.thread_id, merge, run)
-        result["mergeBack"] = {
-            "transferId": transfer.id, "forkThreadId": merge.fork.id, "runIds": list(merge.run_ids),
-            "forkWorkspace": files.fork_workspace, "filesDiffer": list(files.differ) if files.differ is not None else None,
-        }
-    batch.record_receipt(command.command_id, command.method, result)
-    committed = await actor.commit(batch)
-    actor.start_next()
+    # A run that starts now needs a provider session: past [daemon]
+    # max_sessions (idle sessions are stopped first to make room) the message
+    # is refused before anything is stored, rather than failing its run. A
+    # thread whose idle session is still live needs no room: its claim only
+    # keeps that session from being stopped for another until its run starts.
+    claim = await actor.sessions.claim_session(state.thread_id) if not has_open else None
+    try:
+        batch = actor.batch()
+        run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode,
+                                           clean_context=params.clean_context)
+        result = {"runId": run.id, "messageId": message.id, "queueHeld": state.thread.queue_held,
+                  "heldRunIds": [r.id for r in state.held_runs()]}
+        if merge is not None and files is not None:
+            transfer = merge_back.record_request(batch, state.thread_id, merge, run)
+            result["mergeBack"] = {
+                "transferId": transfer.id, "forkThreadId": merge.fork.id, "runIds": list(merge.run_ids),
+                "forkWorkspace": files.fork_workspace, "filesDiffer": list(files.differ) if files.differ is not None else None,
+            }
+        batch.record_receipt(command.command_id, command.method, result)
+        committed = await actor.commit(batch)
+        actor.start_next()
+    finally:
+        if claim is not None:
+            actor.sessions.release_claim(claim)  # the run is started (its busy thread holds the place), or failed
     return {**result, "seq": committed.seq}
 
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
 
-from agentd.protocol.errors import AgentdError, InternalError, NotFound
+from agentd.protocol.errors import AgentdError, CorruptRecord, NotFound, SchemaTooNew
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
 from agentd.store.records import (
@@ -124,6 +124,8 @@ class ThreadActor:
         self._nursery: trio.Nursery | None = None
         #: cancels the active attempt's starter when the attempt is closed first
         self._starter_scope: trio.CancelScope | None = None
+        #: the mailbox item being handled (answered by the registry if the actor fails)
+        self.handling: MailboxItem | None = None
 
     @property
     def thread_id(self) -> str:
@@ -181,17 +183,38 @@ class ThreadActor:
                 idle_since = trio.current_time()
 
     async def _handle(self, item: MailboxItem) -> None:
+        """Handle one item. An AgentdError a command raises is its answer; an
+        AgentdError of another item is logged. Anything else — and a record
+        that cannot be decoded while handling a provider's event — is not
+        the item's answer but a failure of this actor: it ends the actor,
+        and the registry answers the item and reconciles the thread."""
+        self.handling = item
         try:
             await self._dispatch(item)
         except AgentdError as exc:
             if isinstance(item, Command):
                 item.reply.fail(exc)
+            elif isinstance(exc, (CorruptRecord, SchemaTooNew)):
+                raise  # the event would be lost, and its run might never end
             else:
                 log.warning("thread %s: %s while handling %s", self.thread_id, exc, type(item).__name__)
-        except Exception as exc:
-            log.exception("thread %s: handler failed on %s", self.thread_id, type(item).__name__)
+        # Left set when the handler raised: the registry answers that command.
+        self.handling = None
+
+    def close_mailbox(self) -> list[Command]:
+        """Close the mailbox and take out every command the actor did not
+        answer: the one it was handling, then those waiting, in order (the
+        registry answers them when the actor failed)."""
+        self.send_channel.close()
+        commands = [self.handling] if isinstance(self.handling, Command) else []
+        while True:
+            try:
+                item = self._receive_channel.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
             if isinstance(item, Command):
-                item.reply.fail(InternalError(f"agentd failed handling {item.method}: {exc}"))
+                commands.append(item)
+        return commands
 
     async def _dispatch(self, item: MailboxItem) -> None:
         match item:
@@ -265,10 +288,12 @@ class ThreadActor:
         self._effects += 1
 
         async def run() -> None:
+            # Another thread's refusal (it failed, is quarantined, is gone)
+            # is logged; an unexpected error is this actor's failure.
             try:
                 await fn(*args)
-            except Exception:  # noqa: BLE001 - an effect must not take the actor down
-                log.exception("thread %s: effect %s failed", self.thread_id, getattr(fn, "__name__", fn))
+            except AgentdError as exc:
+                log.warning("thread %s: effect %s: %s", self.thread_id, getattr(fn, "__name__", fn), exc)
             finally:
                 self._effects -= 1
 
@@ -362,6 +387,7 @@ class ThreadActor:
         self.sessions.mark_busy(self.thread_id, False)
         if task_ended:
             self.registry.tasks.ended(self.thread_id)
+            delegation.release_task_session(self)
         self.start_next()
 
     async def retry(

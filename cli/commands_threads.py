@@ -37,6 +37,9 @@ def cmd_threads(args: argparse.Namespace) -> int:
             return 0
         print(f"{'THREAD':30} {'STATUS':8} {'PROVIDER':10} {'RUNS':>4}  {'ACTIVE RUN':30} {'QUEUED':12} TITLE")
         for t in threads:
+            if t.get("corrupt"):  # its stored record cannot be decoded (agentd doctor lists it)
+                print(f"{t['id']:30} {'CORRUPT':8} {'-':10} {'-':>4}  {'-':30} {'-':12} unreadable record: {t['reason']}")
+                continue
             queued = ""
             if t["status"] != "idle" or t["queueHeld"]:
                 # Only a busy or held thread can have runs waiting.
@@ -69,6 +72,13 @@ def cmd_show(args: argparse.Namespace) -> int:
             lines += ["lineage:", *lineage]
         lines += message_lines(detail["messages"], detail["runs"])
         lines += plan_lines([a for run in runs for a in run["artifacts"]])
+        if detail.get("quarantine"):
+            q = detail["quarantine"]
+            lines.append(f"QUARANTINED after failures (first incident {q['firstIncidentId']}: {q['reason']}); "
+                         f"`agentd unquarantine {thread['id']}` lifts it")
+        unreadable = detail.get("unreadable", []) + [u for run in runs for u in run.get("unreadable", [])]
+        lines += [f"unreadable {u['kind']} record {u['id']}: {u['reason']} (left out above; `agentd doctor` lists all)"
+                  for u in unreadable]
         print("\n".join(lines))
         return 0
 

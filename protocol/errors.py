@@ -102,14 +102,6 @@ class LimitExceeded(AgentdError):
     kind = "limit_exceeded"
 
 
-class Forbidden(AgentdError):
-    """The caller may not do this: a control method asked by an agent's own
-    process (or a descendant of it), or a tool method without its session's
-    credential."""
-
-    kind = "forbidden"
-
-
 class InternalError(AgentdError):
     """agentd failed; nothing half-written was kept."""
 
@@ -122,6 +114,59 @@ class RestoreIncomplete(AgentdError):
     files restored, those not restored and the safety checkpoint that undoes it)."""
 
     kind = "restore_incomplete"
+
+
+class CorruptRecord(AgentdError):
+    """A stored record cannot be decoded: it is torn or not agentd's
+    (``data``: ``recordKind``, ``recordId``, ``reason``). Nothing was changed;
+    ``agentd doctor`` lists every such record."""
+
+    kind = "corrupt_record"
+
+    @classmethod
+    def of(cls, record_kind: str, record_id: str, reason: str) -> CorruptRecord:
+        """The error for record ``record_id`` of ``record_kind`` (a sub-database's name)."""
+        return cls(
+            f"the stored {record_kind} record {record_id} is corrupt ({reason}); agentd left it as it is "
+            "(agentd doctor lists every corrupt record)",
+            recordKind=record_kind, recordId=record_id, reason=reason,
+        )
+
+    @property
+    def record_kind(self) -> str:
+        return str(self.data.get("recordKind", ""))
+
+    @property
+    def record_id(self) -> str:
+        return str(self.data.get("recordId", ""))
+
+    @property
+    def reason(self) -> str:
+        return str(self.data.get("reason", ""))
+
+
+class SchemaTooNew(AgentdError):
+    """A stored record was written by a newer agentd (its schema version is
+    above what this one reads, and it does not decode as this version)."""
+
+    kind = "schema_too_new"
+
+
+class ThreadFailed(AgentdError):
+    """The thread's actor failed on an unexpected error and was ended; only
+    this thread is affected (``data``: ``threadId``, ``reason``,
+    ``incidentId`` — the daemon log has its traceback under that id —, and
+    ``quarantined`` with ``firstIncidentId`` once it failed too often)."""
+
+    kind = "thread_failed"
+
+
+class Forbidden(AgentdError):
+    """The caller may not do this: a control method asked by an agent's own
+    process (or a descendant of it), or a tool method without its session's
+    credential."""
+
+    kind = "forbidden"
 
 
 ERROR_KINDS = {
@@ -139,6 +184,9 @@ ERROR_KINDS = {
         Overloaded,
         RestoreIncomplete,
         LimitExceeded,
+        CorruptRecord,
+        SchemaTooNew,
+        ThreadFailed,
         Forbidden,
         InternalError,
     )

@@ -13,7 +13,7 @@ import time
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
 
 #: the kinds of ID agentd makes; a new kind of record gets its prefix here
-PREFIXES = frozenset({"thr", "msg", "run", "att", "nod", "pss", "pth", "ptu", "eff", "req", "art", "sub", "hof", "ckp", "xfr"})
+PREFIXES = frozenset({"thr", "msg", "run", "att", "nod", "pss", "pth", "ptu", "eff", "req", "art", "sub", "hof", "ckp", "xfr", "inc"})
 
 _lock = threading.Lock()
 _last_ms = 0

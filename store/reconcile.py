@@ -15,11 +15,14 @@ nothing external is rewritten as success or failure, and no text is lost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .batch import WriteBatch
 from .db import Store, struct_copy
 from .ids import new_id
-from .records import NODE_TERMINAL, Checkpoint, ConversationMessage, Effect, ProviderThread, to_wire
+from agentd.protocol.errors import AgentdError
+
+from .records import NODE_TERMINAL, AppThread, Checkpoint, ConversationMessage, Effect, ProviderThread, Run, to_wire
 
 RESTART_REASON = "daemon_restart"
 TOOL_NOT_RESUMED = "incomplete history: no tool result recorded; execution not resumed"
@@ -50,25 +53,39 @@ class ReconcileReport:
         return {name: len(value) for name, value in self.__dict__.items()}
 
 
-def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASON) -> tuple[WriteBatch, ReconcileReport]:
+def plan_reconciliation(
+    store: Store, now: float, *, reason: str = RESTART_REASON, thread_id: str | None = None,
+) -> tuple[WriteBatch, ReconcileReport]:
     """Build the batch that closes everything left open by owners that are
     gone: a previous instance (``daemon_restart``), or, inside one instance,
     the actors and sessions a supervisor restart ended (``reason`` names it,
     e.g. ``store_writer_restart``). Callers must make sure no live actor or
-    session still owns any of it."""
+    session still owns any of it.
+
+    With ``thread_id``, only that thread's work, after its actor alone failed
+    (``thread_failed: …``): the same states, except that its queued runs stay
+    queued with their messages (the daemon lives on and runs them when the
+    thread is next loaded), and no ``daemon.reconciled`` event is added (the
+    caller reports the thread's failure). Records that cannot be decoded are
+    skipped and left as they are."""
     batch = WriteBatch()
     report = ReconcileReport()
     threads = {}
 
-    def thread(thread_id: str):
-        if thread_id not in threads:
-            threads[thread_id] = store.thread(thread_id)
-        return threads[thread_id]
+    def ours(owner: str | None) -> bool:
+        return thread_id is None or owner == thread_id
+
+    def thread(owner: str):
+        if owner not in threads:
+            threads[owner] = _readable(store, AppThread, owner)
+        return threads[owner]
 
     # Captures cut off by the restart: recorded as missing (SPEC F12), never
     # captured later from whatever is on disk by then.
     missing: dict[str, Checkpoint] = {}
     for effect in store.open_effects():
+        if not ours(effect.thread_id):
+            continue
         if effect.kind == CHECKPOINT_CAPTURE and effect.status == "pending":
             checkpoint = missing_checkpoint(effect, now, reason)
             batch.put(checkpoint)
@@ -80,6 +97,8 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
                 missing[checkpoint.run_id] = checkpoint
 
     for run in store.open_runs():
+        if not ours(run.thread_id) or (thread_id is not None and run.status == "queued"):
+            continue
         started = run.status != "queued"
         if started:
             status, why = "interrupted", reason
@@ -116,22 +135,24 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
             threads[run.thread_id] = t = struct_copy(t, status="idle", active_run_id=None, updated_at=now)
             batch.put(t)
 
-    for message in store.queued_messages():
+    for message in store.queued_messages() if thread_id is None else []:
         message = struct_copy(message, status="not_sent")
         batch.put(message)
-        run = store.run(message.run_id) if message.run_id else None
+        run = _readable(store, Run, message.run_id) if message.run_id else None
         batch.event("message.not_sent", thread_id=message.thread_id, run_id=message.run_id,
                     node_id=run.root_node_id if run else None, at=now, messageId=message.id, reason=reason)
         report.messages_not_sent.append(message.id)
 
     for message_id, thread_id in _streaming_messages(store, report):
-        message = store.get(ConversationMessage, message_id)
+        message = _readable(store, ConversationMessage, message_id)
+        if message is None:
+            continue
         message = struct_copy(message, status="interrupted", completed_at=now)
         batch.put(message)
         batch.event("message.completed", thread_id=thread_id, run_id=message.run_id, node_id=message.node_id, at=now,
                     messageId=message.id, status="interrupted", length=len(message.text))
 
-    for request in store.pending_requests():
+    for request in store.pending_requests(thread_id):
         request = struct_copy(request, status="not_resumable", reason=f"{reason}: the provider callback is gone", resolved_at=now)
         batch.put(request)
         prefix = "approval" if request.kind == "approval" else "user_input"
@@ -140,12 +161,16 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
         report.requests_not_resumable.append(request.id)
 
     for session in store.live_sessions():
+        if not ours(session.thread_id):
+            continue
         session = struct_copy(session, status="stopped", reason=reason, stopped_at=now)
         batch.put(session)
         batch.event("session.stopped", thread_id=session.thread_id, at=now, session=to_wire(session))
         report.sessions_stopped.append(session.id)
 
     for effect in store.open_effects():
+        if not ours(effect.thread_id):
+            continue
         if effect.kind == ROLLBACK and effect.status == "pending":
             _rollback_cut_off(store, batch, effect, now, reason, report)
             continue
@@ -155,6 +180,8 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
         report.effects_retired.append(effect.id)
 
     for transfer in store.inflight_transfers():
+        if not ours(transfer.target_thread_id):
+            continue
         # Resolved, but no provider turn took it in: never half-consumed. The
         # thread's next message resolves it again (a fork: portably).
         transfer = struct_copy(transfer, status="failed", error=f"{reason}: resolved but not taken in by a provider turn")
@@ -163,9 +190,18 @@ def plan_reconciliation(store: Store, now: float, *, reason: str = RESTART_REASO
                     transfer=to_wire(transfer))
         report.transfers_failed.append(transfer.id)
 
-    if batch:
+    if batch and thread_id is None:
         batch.event("daemon.reconciled", at=now, reason=reason, **report.as_dict())
     return batch, report
+
+
+def _readable(store: Store, cls: type, record_id: str) -> Any:
+    """``store.get``, or None where the record cannot be decoded: what is
+    corrupt is left as it is and the rest is still reconciled."""
+    try:
+        return store.get(cls, record_id)
+    except AgentdError:
+        return None
 
 
 def _rollback_cut_off(store: Store, batch: WriteBatch, effect: Effect, now: float, reason: str,
@@ -179,9 +215,9 @@ def _rollback_cut_off(store: Store, batch: WriteBatch, effect: Effect, now: floa
     thread_id = effect.thread_id or ""
     why = f"rolled_back: a rollback was cut off by {reason}; its memory is not trusted"
     backing = {pt.id: pt for pt in store.thread_provider_threads(thread_id)}
-    app_thread = store.thread(thread_id)
+    app_thread = _readable(store, AppThread, thread_id)
     if app_thread is not None and app_thread.provider_thread_id and app_thread.provider_thread_id not in backing:
-        current = store.get(ProviderThread, app_thread.provider_thread_id)
+        current = _readable(store, ProviderThread, app_thread.provider_thread_id)
         if current is not None:
             backing[current.id] = current
     for pt in backing.values():
@@ -210,7 +246,7 @@ def _streaming_messages(store: Store, report: ReconcileReport) -> list[tuple[str
     """Assistant messages left ``streaming`` by the runs being closed."""
     out = []
     for run_id in report.runs_interrupted:
-        run = store.run(run_id)
+        run = _readable(store, Run, run_id)
         if run is None:
             continue
         for message in store.thread_messages(run.thread_id):

@@ -459,7 +459,11 @@ _decoders = {name: msgspec.msgpack.Decoder(cls) for name, (cls, _v) in RECORD_KI
 
 
 class RecordDecodeError(Exception):
-    """A stored value could not be decoded as its kind."""
+    """A stored value could not be decoded as its kind (corrupt)."""
+
+
+class RecordTooNew(RecordDecodeError):
+    """A stored value is a record of a schema version newer than this agentd reads."""
 
 
 #: schema version of a stored ConversationMessage whose text is not inline
@@ -479,19 +483,34 @@ def encode_record(kind: str, record: msgspec.Struct) -> bytes:
 
 
 def decode_record(kind: str, data: bytes | memoryview) -> Any:
-    """Decode a stored value of ``kind``; raise RecordDecodeError if it is not one."""
+    """Decode a stored value of ``kind``.
+
+    Raises:
+        RecordTooNew: its schema version is above what this agentd reads and
+            the rest is a well-formed record (a newer agentd wrote it).
+        RecordDecodeError: it is not a record of ``kind`` (torn, empty, or
+            not agentd's) — the message says what is wrong with it.
+    """
     data = bytes(data)
     if not data:
-        raise RecordDecodeError(f"empty value in {kind}")
+        raise RecordDecodeError("empty value")
     version = data[0]
     if version > _READABLE_VERSION.get(kind, RECORD_KINDS[kind][1]):
-        raise RecordDecodeError(
-            f"{kind} record has schema version {version}, newer than this agentd understands"
-        )
+        # Newer only if the rest is a record at all: a torn or foreign value
+        # with a high first byte is corrupt, not from the future.
+        try:
+            body = msgspec.msgpack.decode(data[1:])
+        except msgspec.DecodeError as exc:
+            raise RecordDecodeError(f"schema version byte {version} and a body that is not msgpack ({exc})") from None
+        if not isinstance(body, dict) or not isinstance(body.get("id", body.get("seq")), (str, int)):
+            raise RecordDecodeError(f"schema version byte {version} and a body that is not a record")
+        raise RecordTooNew(f"{kind} record has schema version {version}, newer than this agentd understands")
+    if version == 0:
+        raise RecordDecodeError("schema version byte 0")
     try:
         return _decoders[kind].decode(data[1:])
     except msgspec.DecodeError as exc:
-        raise RecordDecodeError(f"cannot decode {kind} record: {exc}") from exc
+        raise RecordDecodeError(str(exc)) from exc
 
 
 def encode_message_head(message: ConversationMessage) -> bytes:

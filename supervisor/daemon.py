@@ -1,8 +1,14 @@
-"""The daemon root: one trio nursery tree of children supervised
-``rest_for_one`` (supervisor/tree.py), started in this order and stopped in
-reverse:
+"""The daemon root: one trio nursery tree of supervisors (supervisor/tree.py):
 
-    store writer  →  thread registry  →  provider-session manager  →  socket server(s)
+    root (one_for_one; a core that gives up ends the daemon)
+    ├── core (rest_for_one): store writer → thread registry → provider-session manager → socket server(s)
+    └── maintenance (one_for_one, temporary): checkpoint compactor
+
+The core's children start in this order and stop in reverse. The thread
+registry is itself a dynamic supervisor of per-thread actors (actors/registry.py):
+an actor's failure ends that actor only and never reaches this tree. The
+compactor depends on nothing after it: its crashes restart only it, and if
+it keeps crashing the daemon goes on without compaction.
 
 Startup: lock the data dir, open the store, start the writer; the registry's
 start ends provider processes a previous instance left behind and reconciles
@@ -51,12 +57,15 @@ from .paths import Paths
 from agentd.actors.providers.procinfo import is_same_process, process_group_members
 from .router import DaemonRouter
 from .sessions import ProviderSessionManager
-from .tree import ChildSpec, RestartIntensity, Strategy, Supervisor
+from .tree import ChildSpec, Restart, RestartIntensity, Strategy, Supervisor
 
 log = logging.getLogger(__name__)
 
 #: the WebSocket port of ``--web`` when none is given, so the console's URL stays the same
 DEFAULT_WEB_PORT = 7311
+#: seconds the provider sessions may take to stop politely (each runtime's
+#: own shutdown ladder is shorter) before they are cancelled
+SESSIONS_SHUTDOWN = 60.0
 
 
 class DaemonAlreadyRunning(RuntimeError):
@@ -235,7 +244,8 @@ class Daemon:
             store, build_adapters(opts.config, self.paths.providers, request_timeout=opts.request_timeout,
                                   agentd_tool=AgentdTool(socket=str(self.paths.socket), credentials=credentials)),
             deliver=deliver, wall_clock=opts.wall_clock, idle_timeouts=self._idle_timeouts(),
-            restart_intensity=opts.restart_intensity, credentials=credentials,
+            restart_intensity=opts.restart_intensity, max_sessions=opts.config.max_sessions,
+            credentials=credentials,
         )
         # One checkpoint engine per daemon; $AGENTD_CHECKPOINT_GIT names the git
         # executable (default: git on PATH), so tests can make it missing or slow.
@@ -297,16 +307,27 @@ class Daemon:
         # Stopping runs backwards: the socket closes first, the provider
         # sessions stop while their actors can still record how the runs ended,
         # the actors retire, and the writer commits last.
-        self.supervisor = Supervisor(
+        self.core = Supervisor(
             [
                 ChildSpec("store-writer", store.writer.serve),
                 ChildSpec("thread-registry", serve_registry),
-                ChildSpec("provider-sessions", sessions.serve, stop=partial(self._stop_sessions, registry, sessions)),
+                ChildSpec("provider-sessions", sessions.serve, stop=partial(self._stop_sessions, registry, sessions),
+                          shutdown=SESSIONS_SHUTDOWN),
                 *children_tail,
-                ChildSpec("checkpoint-compactor", compactor.serve),
             ],
             strategy=Strategy.REST_FOR_ONE,
             intensity=RestartIntensity(3, 60.0),
+        )
+        maintenance = self.maintenance = Supervisor([ChildSpec("checkpoint-compactor", compactor.serve)],
+                                 strategy=Strategy.ONE_FOR_ONE, intensity=RestartIntensity(3, 60.0))
+        # The root restarts nothing itself: a core that gave up ends the
+        # daemon (as a crash loop should), a maintenance branch that gave up
+        # is dropped with its error logged.
+        self.supervisor = Supervisor(
+            [self.core.child_spec("core", shutdown=SESSIONS_SHUTDOWN + 60.0),
+             maintenance.child_spec("maintenance", restart=Restart.TEMPORARY)],
+            strategy=Strategy.ONE_FOR_ONE,
+            intensity=RestartIntensity(0, 60.0),
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -323,13 +344,13 @@ class Daemon:
         # hand its turn to the next queued one), then the runtimes stop. The
         # registry's next start, if any, lets runs start again.
         registry.shutting_down = True
-        cause = self.supervisor.restart_cause
+        cause = self.core.restart_cause
         await sessions.stop_all("daemon_shutdown" if cause is None else restart_reason(cause))
 
     def _reconcile_reason(self) -> str:
         """``daemon_restart`` on the first start (a previous instance left the
         work), ``<child>_restart`` when a restart inside this one did."""
-        cause = self.supervisor.restart_cause
+        cause = self.core.restart_cause
         return RESTART_REASON if cause is None else restart_reason(cause)
 
     def _idle_timeouts(self) -> dict[str, float]:

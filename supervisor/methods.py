@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentd.actors import artifacts, checkpointing, requests, rollback, run_control, steering, transfers
+from agentd.actors.workspace_guard import refusing_while_shared
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
 from agentd.protocol.methods import Access, Method, MethodTable, run_now
@@ -103,9 +104,12 @@ METHODS = MethodTable([
     _thread("thread.fork", wire.ThreadForkParams, transfers.thread_fork, by_thread),
     _read("run.resume", wire.RunResumeParams, queries.run_resume),
     _daemon("task.delegate", wire.TaskDelegateParams, tasks.task_delegate, access="tool"),
-    _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
-    _thread("rollback.toRun", wire.RollbackToRunParams, rollback.rollback_to_run, by_thread),
-    _thread("rollback.node", wire.RollbackNodeParams, rollback.rollback_node, by_node),
+    # Restores refuse while another thread runs in the folder they write (workspace_guard).
+    _thread("checkpoint.restore", wire.CheckpointRestoreParams, refusing_while_shared(checkpointing.checkpoint_restore),
+            by_checkpoint),
+    _thread("rollback.toRun", wire.RollbackToRunParams, refusing_while_shared(rollback.rollback_to_run), by_thread),
+    _thread("rollback.node", wire.RollbackNodeParams, refusing_while_shared(rollback.rollback_node), by_node),
+    _daemon("thread.unquarantine", wire.ThreadIdParams, queries.thread_unquarantine, access="control"),
     # reads
     _read("thread.list", wire.ThreadListParams, queries.thread_list),
     _read("thread.get", wire.ThreadGetParams, queries.thread_get),

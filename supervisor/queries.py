@@ -12,9 +12,9 @@ import trio
 from agentd.actors.checkpointing import captured_checkpoint
 from agentd.actors.checkpoints import DEFAULT_MAX_PATCH_BYTES, CheckpointError
 from agentd.protocol import wire
-from agentd.protocol.errors import InvalidState, NotFound, Unsupported
+from agentd.protocol.errors import AgentdError, InvalidState, NotFound, Unsupported
 from agentd.protocol.server import Connection
-from agentd.store.records import ContextHandoff, to_wire
+from agentd.store.records import AppThread, ContextHandoff, to_wire
 
 if TYPE_CHECKING:
     from .router import DaemonRouter
@@ -49,25 +49,52 @@ async def run_resume(router: DaemonRouter, params: wire.RunResumeParams, _conn: 
     )
 
 
+def unreadable_wire(errors: list[AgentdError]) -> list[dict[str, Any]]:
+    """What a read could not decode, as clients see it: ``{kind, id, reason}``."""
+    return [{"kind": e.data.get("recordKind"), "id": e.data.get("recordId"), "reason": e.data.get("reason", e.message)}
+            for e in errors]
+
+
+def _thread_entry(item: AppThread | AgentdError) -> dict[str, Any]:
+    """A thread in a list, or ``{id, corrupt: true, reason}`` where its record cannot be decoded."""
+    if isinstance(item, AgentdError):
+        return {"id": item.data.get("recordId"), "corrupt": True, "reason": item.data.get("reason", item.message)}
+    return to_wire(item)
+
+
 async def thread_list(router: DaemonRouter, params: wire.ThreadListParams, _conn: Connection) -> dict[str, Any]:
     """Every thread, oldest first; with ``limit``, one page, newest first,
-    and ``next`` (the ``before`` of the next page; null on the last)."""
+    and ``next`` (the ``before`` of the next page; null on the last). A
+    thread whose record cannot be decoded is listed as ``{id, corrupt, reason}``."""
     if params.limit is None:
-        return {"threads": [to_wire(t) for t in router.store.list_threads()]}
+        return {"threads": [_thread_entry(t) for t in router.store.list_threads_keeping_unreadable()]}
     threads, more = router.store.list_threads_page(params.limit, params.before)
-    return {"threads": [to_wire(t) for t in threads], "next": threads[-1].id if more and threads else None}
+    last = threads[-1] if threads else None
+    last_id = (last.id if isinstance(last, AppThread) else last.data.get("recordId")) if last is not None else None
+    return {"threads": [_thread_entry(t) for t in threads], "next": last_id if more else None}
 
 
 async def thread_get(router: DaemonRouter, params: wire.ThreadGetParams, _conn: Connection) -> dict[str, Any]:
+    """The thread, its runs and messages; records that cannot be decoded are
+    left out and named in ``unreadable`` (the rest is still answered)."""
     store = router.store
     thread = store.thread(params.thread_id)
     if thread is None:
         raise NotFound(f"no thread {params.thread_id}; list threads with thread.list", threadId=params.thread_id)
-    return {
+    unreadable: list[AgentdError] = []
+    result = {
         "thread": to_wire(thread),
-        "runs": [to_wire(r) for r in store.thread_runs(thread.id)],
-        "messages": [to_wire(m) for m in store.thread_messages(thread.id)],
+        "runs": [to_wire(r) for r in store.thread_runs(thread.id, unreadable=unreadable)],
+        "messages": [to_wire(m) for m in store.thread_messages(thread.id, unreadable=unreadable)],
+        "quarantine": router.registry.quarantine_of(thread.id),
     }
+    result["unreadable"] = unreadable_wire(unreadable)
+    return result
+
+
+async def thread_unquarantine(router: DaemonRouter, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
+    """Lift a thread's quarantine (its actor failed too often): commands reach it again."""
+    return await router.registry.unquarantine(params.thread_id)
 
 
 async def run_get(router: DaemonRouter, params: wire.RunGetParams, _conn: Connection) -> dict[str, Any]:
@@ -75,11 +102,13 @@ async def run_get(router: DaemonRouter, params: wire.RunGetParams, _conn: Connec
     run = store.run(params.run_id)
     if run is None:
         raise NotFound(f"no run {params.run_id}", runId=params.run_id)
+    unreadable: list[AgentdError] = []
     return {
         "run": to_wire(run),
-        "attempts": [to_wire(a) for a in store.run_attempts(run.id)],
-        "nodes": [to_wire(n) for n in store.run_nodes(run.id)],
-        "artifacts": [to_wire(a) for a in store.run_artifacts(run.id)],
+        "attempts": [to_wire(a) for a in store.run_attempts(run.id, unreadable=unreadable)],
+        "nodes": [to_wire(n) for n in store.run_nodes(run.id, unreadable=unreadable)],
+        "artifacts": [to_wire(a) for a in store.run_artifacts(run.id, unreadable=unreadable)],
+        "unreadable": unreadable_wire(unreadable),
     }
 
 
@@ -87,7 +116,9 @@ async def checkpoint_list(router: DaemonRouter, params: wire.ThreadIdParams, _co
     """A thread's checkpoints (root, child and safety ones) by ordinal, then creation."""
     if router.store.thread(params.thread_id) is None:
         raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
-    return {"checkpoints": [to_wire(c) for c in router.store.thread_checkpoints(params.thread_id)]}
+    unreadable: list[AgentdError] = []
+    checkpoints = router.store.thread_checkpoints(params.thread_id, unreadable=unreadable)
+    return {"checkpoints": [to_wire(c) for c in checkpoints], "unreadable": unreadable_wire(unreadable)}
 
 
 async def checkpoint_diff(router: DaemonRouter, params: wire.CheckpointDiffParams, _conn: Connection) -> dict[str, Any]:
@@ -155,6 +186,7 @@ async def daemon_status(router: DaemonRouter, _params: wire.NoParams, _conn: Con
         "dataDir": str(store.path.parent),
         "lastSeq": store.last_seq,
         "loadedActors": router.registry.loaded,
+        "quarantined": sorted(router.registry.failures.quarantined),
         "sessions": router.sessions.status(),
         "subscribers": router.hub.subscriber_count,
         "commits": {"batches": store.writer.batches_committed, "transactions": store.writer.transactions},

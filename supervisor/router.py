@@ -12,6 +12,7 @@ import trio
 
 from agentd.actors.providers.tool_credentials import ToolCredentials
 from agentd.actors.registry import ThreadRegistry
+from agentd.actors.task_slots import TaskSlots
 from agentd.protocol.methods import Method, MethodTable
 from agentd.protocol.peers import Peer
 from agentd.protocol.server import Connection
@@ -48,6 +49,8 @@ class DaemonRouter:
         #: the web console's URL (``agentd serve --web``), None when it is off
         self.web_url: str | None = None
         self.started_at = trio.current_time()
+        #: fan-out slots of ``task.delegate`` calls under way (SPEC F9)
+        self.task_slots = TaskSlots()
         #: the sessions' tool credentials (None: every tool call from an agent is refused)
         self.credentials = credentials
         self.agent_processes = AgentProcesses(sessions.runtime_processes)

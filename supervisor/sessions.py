@@ -23,9 +23,11 @@ from agentd.actors.providers.base import (
     ProviderEvent,
     ProviderRuntimeError,
     RecoveryDecision,
+    SessionClaim,
     SessionExited,
     SessionHost,
 )
+from agentd.protocol.errors import LimitExceeded
 from agentd.store.batch import WriteBatch
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
@@ -38,6 +40,13 @@ from .tree import RestartIntensity, unwrap
 log = logging.getLogger(__name__)
 
 Deliver = Callable[[str, ProviderEvent], Awaitable[None]]
+
+#: seconds a claimed place waits for its run to start before it lapses (a
+#: delegated task's run starts within moments of its commit; this only keeps
+#: a place from leaking when a run never starts, e.g. at shutdown)
+CLAIM_LEASE = 60.0
+#: why a session stopped to make room for another under ``[daemon] max_sessions``
+MAKE_ROOM = "session_limit"
 
 
 @dataclass
@@ -65,6 +74,15 @@ class ProviderSessionManager(SessionHost):
         credentials: the tool credentials of sessions whose adapter offers
             agentd's MCP tool: issued before the runtime starts, revoked when
             the session ends (None: none is issued).
+        max_sessions: provider sessions that may exist at once (None: no bound).
+
+    The bound counts *places*: a thread holds one while it has a session
+    that is not stopping, or a run in flight (it is starting its session or
+    will need one again), or a ``SessionClaim`` for a session about to
+    start. A new session past the bound first stops idle sessions, the
+    longest idle first (reason ``session_limit``; an idle session is not
+    work, and its next message resumes it); with none idle it is refused
+    with ``limit_exceeded``.
     """
 
     def __init__(
@@ -77,6 +95,7 @@ class ProviderSessionManager(SessionHost):
         idle_timeouts: dict[str, float] | None = None,
         restart_intensity: tuple[int, float] = (3, 60.0),
         credentials: ToolCredentials | None = None,
+        max_sessions: int | None = None,
     ) -> None:
         self.store = store
         self.credentials = credentials
@@ -89,6 +108,8 @@ class ProviderSessionManager(SessionHost):
         self._live: dict[str, _LiveSession] = {}  # by thread id
         self._busy: set[str] = set()  # threads with work in flight
         self._locks: dict[str, trio.Lock] = {}
+        self.max_sessions = max_sessions
+        self._claims: list[SessionClaim] = []
         self._changed = trio.Event()
         self._closing = False
         self._nursery: trio.Nursery | None = None
@@ -99,11 +120,13 @@ class ProviderSessionManager(SessionHost):
 
         A restart (the daemon root is ``rest_for_one``) starts clean: every
         session of the earlier life ran in its nursery and left ``_live`` as it
-        ended, sessions may start again after ``stop_all``, and no busy mark
-        survives (the actors that set them are gone, or re-mark their next run).
+        ended, sessions may start again after ``stop_all``, and no busy mark or
+        claim survives (the actors and calls that made them are gone, or
+        re-mark their next run).
         """
         self._closing = False
         self._busy.clear()
+        self._claims.clear()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -177,6 +200,8 @@ class ProviderSessionManager(SessionHost):
     def mark_busy(self, thread_id: str, busy: bool) -> None:
         if busy:
             self._busy.add(thread_id)
+            # The run started: the busy thread holds its place from now on.
+            self._claims = [c for c in self._claims if c.thread_id != thread_id]
         else:
             self._busy.discard(thread_id)
         live = self._live.get(thread_id)
@@ -199,17 +224,99 @@ class ProviderSessionManager(SessionHost):
                 await self.stop_session(thread_id, "provider_switched")
             return await self._start(thread_id, self.adapters[provider])
 
+    async def claim_session(self, thread_id: str | None) -> SessionClaim:
+        # A thread that holds a place already (an idle session of its own)
+        # needs no room; its claim keeps that session from being stopped to
+        # make room for another until its run has started.
+        held = thread_id is not None and thread_id in self._holders()[0]
+        victims = [] if held else self._make_room(thread_id)
+        claim = SessionClaim(thread_id=thread_id, expires=trio.current_time() + CLAIM_LEASE)
+        self._claims.append(claim)
+        try:
+            await self._stopped(victims)
+        except BaseException:
+            self.release_claim(claim)
+            raise
+        return claim
+
+    def release_claim(self, claim: SessionClaim) -> None:
+        if claim in self._claims:
+            self._claims.remove(claim)
+
+    # -- the bound on sessions (SPEC F19) ------------------------------------------------
+
+    def _holders(self, besides: str | None = None) -> tuple[set[str], int]:
+        """The threads holding a place, and the claims for threads not made yet."""
+        now = trio.current_time()
+        self._claims = [c for c in self._claims if c.expires > now]
+        threads = {t for t, live in self._live.items() if live.stop_reason is None} | self._busy
+        threads |= {c.thread_id for c in self._claims if c.thread_id is not None}
+        threads.discard(besides)
+        return threads, sum(1 for c in self._claims if c.thread_id is None)
+
+    def _make_room(self, thread_id: str | None) -> list[_LiveSession]:
+        """Make room for one more session (of ``thread_id``): start stopping as
+        many idle sessions as the bound needs, the longest idle first, and
+        return them (their exit is awaited by the caller). Synchronous: the
+        place counts as taken before anything else runs.
+
+        Raises:
+            LimitExceeded: not enough idle sessions to stop.
+        """
+        if self.max_sessions is None:
+            return []
+        threads, unnamed = self._holders(besides=thread_id)
+        excess = len(threads) + unnamed + 1 - self.max_sessions
+        if excess <= 0:
+            return []
+        claimed = {c.thread_id for c in self._claims}
+        idle = sorted(
+            (live for t, live in self._live.items()
+             if live.conn is not None and live.stop_reason is None and t not in self._busy and t not in claimed),
+            key=lambda live: live.last_active,
+        )
+        if len(idle) < excess:
+            working = sorted(threads)
+            raise LimitExceeded(
+                f"agent session limit: {len(threads) + unnamed} provider sessions are in use by work in flight "
+                f"and none is idle, the limit is {self.max_sessions} ([daemon] max_sessions); wait for a run "
+                "to end, stop one (thread.stop), or raise the limit",
+                limit="max_sessions", value=self.max_sessions, threadIds=working,
+            )
+        victims = idle[:excess]
+        for live in victims:
+            log.info("stopping idle session of thread %s to make room (max_sessions)", live.record.thread_id)
+            live.stop_reason = MAKE_ROOM
+            live.cancel_scope.cancel()
+        self._touch()
+        return victims
+
+    @staticmethod
+    async def _stopped(victims: list[_LiveSession]) -> None:
+        for live in victims:
+            await live.exited.wait()
+
     # -- lifecycle ----------------------------------------------------------------
 
     async def _start(self, thread_id: str, adapter: ProviderAdapter) -> tuple[str, ProviderConnection]:
+        # The bound is checked and the place taken in one step (no await in
+        # between): the new session is in _live before anything else runs.
+        victims = self._make_room(thread_id)
         now = self.now()
         record = ProviderSession(
             id=new_id("pss"), provider=adapter.name, kind=adapter.kind, thread_id=thread_id,
             status="starting", started_at=now, last_active_at=now,
         )
-        await self._save(record, "session.starting")
         live = _LiveSession(record=record, adapter=adapter, last_active=trio.current_time())
         self._live[thread_id] = live
+        try:
+            await self._stopped(victims)
+            await self._save(record, "session.starting")
+        except BaseException:
+            if self._live.get(thread_id) is live:
+                del self._live[thread_id]
+            live.exited.set()  # a stop_session waiting on it is released
+            raise
         try:
             if self._nursery is None:
                 raise ProviderRuntimeError("the provider-session manager stopped; no provider is started")

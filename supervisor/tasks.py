@@ -17,7 +17,7 @@ so an agent cannot speak for a thread it does not run in.
 
 from __future__ import annotations
 
-import shutil
+import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,12 +26,16 @@ import trio
 
 from agentd.actors import delegation
 from agentd.actors.delegation import ConsumeResult, DelegateCommand
+from agentd.actors.providers.base import SessionClaim
+from agentd.actors.task_slots import TaskSlot
 from agentd.protocol import wire
 from agentd.protocol.errors import Forbidden, InvalidParams, NotFound
 from agentd.protocol.server import Connection
 from agentd.store.db import Store
 from agentd.store.hub import Resync
 from agentd.store.records import RUN_TERMINAL, AppThread, ContextHandoff, ContextTransfer, ProviderSession, to_wire
+
+from . import workspace_copy
 
 if TYPE_CHECKING:
     from .router import DaemonRouter
@@ -105,20 +109,16 @@ def authorize_tool_call(router: DaemonRouter, connection: Connection, method: st
         )
 
 
-async def _copy_workspace(source: str, target: Path) -> None:
-    """A delegated task's ``fork`` workspace: a copy of its parent's (in a worker thread)."""
-    def copy() -> None:
-        shutil.copytree(source, target, symlinks=True)
-
-    try:
-        await trio.to_thread.run_sync(copy)
-    except (OSError, shutil.Error) as exc:
-        raise InvalidParams(f"could not copy workspace {source} for the task: {exc}", field="workspace") from None
-
-
 async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _conn: Connection) -> dict[str, Any]:
     """``task.delegate``: a child thread and its first run, with the task's
-    instructions as a stored ``subagent_spawn`` handoff."""
+    instructions as a stored ``subagent_spawn`` handoff.
+
+    The limits come first and nothing is made past them: depth and fan-out
+    with a slot taken in the same step (task_slots.py), so concurrent calls
+    cannot all pass; a place among ``[daemon] max_sessions`` for the task's
+    session; then a ``fork`` copy, bounded in bytes. A copy whose
+    task is not made — refused by the parent's actor, failed, or the call
+    cancelled — is removed."""
     authorize_tool_call(router, _conn, "task.delegate", params.session_id, params.credential)
     registry = router.registry
     config = registry.config
@@ -131,24 +131,52 @@ async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _
         )
     if params.command_id is not None and (receipt := router.store.receipt(params.command_id)) is not None:
         return registry.check_receipt(receipt, "task.delegate")
-    # Checked here too, before a workspace is copied for nothing.
-    delegation.check_limits(router.store, parent, max_depth=config.delegate_max_depth,
-                            max_fanout=config.delegate_max_fanout)
-    workspace: str | None = None
-    if params.workspace == "same":
-        workspace = parent.workspace
-    elif params.workspace == "fork":
-        target = registry.workspaces_dir / f"task-{uuid.uuid4().hex}"
-        if Path(parent.workspace).is_dir():
-            await _copy_workspace(parent.workspace, target)
-        workspace = str(target)
-    await _tool_call_recorded(router, params.session_id, parent.id)
-    command = DelegateCommand(
-        parent_thread_id=parent.id, instructions=params.instructions, provider=provider, workspace=workspace,
-        workspace_mode=params.workspace, wait=params.wait, max_depth=config.delegate_max_depth,
-        max_fanout=config.delegate_max_fanout,
-    )
-    return await registry.call(parent.id, delegation.delegate, command, params.command_id, method="task.delegate")
+    slot = router.task_slots.take(router.store, parent, max_depth=config.delegate_max_depth,
+                                  max_fanout=config.delegate_max_fanout)
+    copy: Path | None = None
+    claim: SessionClaim | None = None
+    try:
+        # The task's session, within [daemon] max_sessions (idle sessions are
+        # stopped to make room): refused here, before anything is made.
+        claim = await router.sessions.claim_session(None)
+        workspace: str | None = None
+        if params.workspace == "same":
+            workspace = parent.workspace
+        elif params.workspace == "fork":
+            target = registry.workspaces_dir / f"task-{uuid.uuid4().hex}"
+            if await trio.to_thread.run_sync(os.path.isdir, parent.workspace):
+                await workspace_copy.copy_workspace(parent.workspace, target, limit=config.delegate_max_copy_bytes)
+                copy = target
+            workspace = str(target)
+        await _tool_call_recorded(router, params.session_id, parent.id)
+        command = DelegateCommand(
+            parent_thread_id=parent.id, instructions=params.instructions, provider=provider, workspace=workspace,
+            workspace_mode=params.workspace, wait=params.wait, max_depth=config.delegate_max_depth,
+            max_fanout=config.delegate_max_fanout, slot=slot, session_claim=claim,
+        )
+        return await registry.call(parent.id, delegation.delegate, command, params.command_id, method="task.delegate")
+    except BaseException as exc:
+        if _task_not_made(router.store, slot, exc):
+            slot.abandoned = True  # the parent's actor, if it still holds the command, makes nothing
+            if claim is not None:
+                router.sessions.release_claim(claim)
+            if copy is not None:
+                await workspace_copy.remove_copy(copy)
+        raise
+    finally:
+        router.task_slots.release(slot)
+
+
+def _task_not_made(store: Store, slot: TaskSlot, exc: BaseException) -> bool:
+    """Whether a ``task.delegate`` that raised ``exc`` made no child, nor
+    will: its parent's actor never named one, or named one whose commit
+    failed. A call cancelled after the actor named the child may be
+    committing it just now: that child keeps its copy."""
+    if slot.child_id is None:
+        return True
+    cancelled = isinstance(exc, trio.Cancelled) or (
+        isinstance(exc, BaseExceptionGroup) and exc.subgroup(trio.Cancelled) is not None)
+    return not cancelled and store.thread(slot.child_id) is None
 
 
 #: how long a delegation from a running turn waits for that turn's tool-call node

@@ -19,6 +19,12 @@
   said it is ready (a restart too), and stop in reverse list order, each after
   the one started later has finished. What that order means for the daemon
   is spelled out in ``supervisor/daemon.py``.
+* **Bounded shutdown** (OTP's ``shutdown``): stopping a child awaits its
+  polite ``stop`` for at most ``shutdown`` seconds, then cancels it.
+* **Nesting**: a Supervisor is itself a child (``Supervisor.child_spec``):
+  its polite stop stops its own children in order, its restarts count
+  against its own intensity only, and giving up is one exit of it, judged
+  by its parent's strategy and intensity.
 """
 
 from __future__ import annotations
@@ -81,6 +87,8 @@ class ChildSpec:
     #: restart of an earlier child), for children that want a polite stop first;
     #: ``Supervisor.restart_cause`` tells the two apart
     stop: Callable[[], Awaitable[None]] | None = None
+    #: seconds the polite ``stop`` may take before the child is cancelled anyway
+    shutdown: float = 30.0
 
 
 @dataclass(eq=False)
@@ -125,14 +133,32 @@ class Supervisor:
         self._exits_send, self._exits = trio.open_memory_channel[tuple[_Child, BaseException | None] | None](math.inf)
         self._failure: BaseException | None = None
         self._nursery: trio.Nursery | None = None
+        #: set once ``serve`` has stopped every child (for a parent's polite stop)
+        self._stopped = trio.Event()
+        #: restarts this supervisor made (not those of supervisors under it)
+        self.restarts = 0
 
     def request_stop(self) -> None:
         """Begin the orderly shutdown."""
         self._exits_send.send_nowait(None)
 
+    async def stop(self) -> None:
+        """Stop every child in order and wait until they have (a parent's polite stop)."""
+        self.request_stop()
+        await self._stopped.wait()
+
+    def child_spec(self, name: str, *, restart: Restart = Restart.PERMANENT, shutdown: float = 120.0) -> ChildSpec:
+        """This supervisor as a child of another one."""
+        return ChildSpec(name, self.serve, restart=restart, stop=self.stop, shutdown=shutdown)
+
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Start every child, report ready, supervise until ``request_stop``
         (or escalation), then stop the children in reverse order."""
+        self._stopped = trio.Event()
+        self._exits_send, self._exits = trio.open_memory_channel[tuple[_Child, BaseException | None] | None](math.inf)
+        self._running = [None] * len(self.children)
+        self._gone = set()
+        self._failure = None
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             for index in range(len(self.children)):
@@ -147,6 +173,7 @@ class Supervisor:
                 if self._failure is not None:
                     break
             await self._stop_from(0)
+            self._stopped.set()
         if self._failure is not None:
             raise SupervisorGaveUp(f"gave up on a child after too many restarts: {self._failure}") from self._failure
 
@@ -166,6 +193,7 @@ class Supervisor:
                 self._failure = error or RuntimeError(f"{spec.name} kept exiting")
                 return
             log.warning("restarting %s (%s)", spec.name, self.strategy.value)
+            self.restarts += 1
             self.restart_cause = spec.name
             try:
                 if self.strategy is Strategy.REST_FOR_ONE:
@@ -227,10 +255,13 @@ class Supervisor:
             child.stopping = True
             if child.spec.stop is not None and not child.finished.is_set():
                 with trio.CancelScope(shield=True):
-                    try:
-                        await child.spec.stop()
-                    except Exception:  # noqa: BLE001 - stopping goes on
-                        log.exception("polite stop of %s failed", child.spec.name)
+                    with trio.move_on_after(child.spec.shutdown) as polite:
+                        try:
+                            await child.spec.stop()
+                        except Exception:  # noqa: BLE001 - stopping goes on
+                            log.exception("polite stop of %s failed", child.spec.name)
+                    if polite.cancelled_caught:
+                        log.error("%s did not stop within %gs; cancelling it", child.spec.name, child.spec.shutdown)
             child.scope.cancel()
             with trio.CancelScope(shield=True):
                 await child.finished.wait()

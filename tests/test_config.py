@@ -126,12 +126,30 @@ def test_the_error_names_the_provider_that_is_wrong(tmp_path):
     ('[checkpoints]\nmax_file_bytes = "10M"\n', 2, ["[checkpoints] max_file_bytes", "int"]),
     ('[checkpoints]\ncompact_after = -1\n', 2, ["[checkpoints] compact_after", ">= 0"]),
     ('[checkpoints]\nmax_size = 5\n', 2, ["unknown key 'max_size' in [checkpoints]", "max_file_bytes"]),
+    ('[daemon]\ndelegate_max_copy_bytes = 0\n', 2, ["[daemon] delegate_max_copy_bytes", ">= 1"]),
+    ('[daemon]\nmax_sessions = 0\n', 2, ["[daemon] max_sessions", ">= 1"]),
+    ('[daemon]\nmax_sessions = 1.5\n', 2, ["[daemon] max_sessions", "int"]),
+    ('[daemon]\ndelegate_max_copy_bytes = "1G"\n', 2, ["[daemon] delegate_max_copy_bytes", "int"]),
 ])
 def test_a_bad_value_is_refused_with_its_line_and_reason(tmp_path, text, line, words):
     message = error_of(tmp_path, text)
     assert message.startswith(f"{line}: "), message
     for word in words:
         assert word in message, (word, message)
+
+
+def test_the_delegation_copy_limit(tmp_path):
+    """Hostile-round issue item 8, SPEC F9: ``[daemon] delegate_max_copy_bytes``
+    bounds a ``workspace: fork`` copy; 512 MiB unless configured."""
+    assert load_config(write(tmp_path, "[daemon]\ndelegate_max_copy_bytes = 4096\n")).delegate_max_copy_bytes == 4096
+    assert load_config(None).delegate_max_copy_bytes == 512 * 1024 * 1024
+
+
+def test_the_bound_on_provider_sessions(tmp_path):
+    """Hostile-round issue item 9, SPEC F19: ``[daemon] max_sessions`` bounds
+    the provider sessions of the whole daemon; 16 unless configured."""
+    assert load_config(write(tmp_path, "[daemon]\nmax_sessions = 3\n")).max_sessions == 3
+    assert load_config(None).max_sessions == 16
 
 
 def test_a_missing_file_is_an_error_unless_it_is_the_optional_default(tmp_path):

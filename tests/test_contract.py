@@ -260,6 +260,10 @@ EMITTED_ELSEWHERE = {
     "task.delegated": ("test_delegation", "test_f9_f10_stopping_the_parent_stops_its_task_and_the_result_waits_for_the_next_run"),
     "task.ended": ("test_delegation", "test_f9_delegate_without_waiting_the_result_reaches_the_next_run_as_a_stored_handoff"),
     "subagent.thread_created": ("test_delegation", "test_f9_f6_a_native_subagent_with_a_thread_of_its_own_is_a_child_thread"),
+    # Faults in one thread's actor, and torn records (issue 20).
+    "thread.failed": ("test_fault_isolation", "test_a_failed_actor_costs_its_thread_only_and_the_thread_runs_again"),
+    "thread.unquarantined": ("test_fault_isolation", "test_three_failures_quarantine_the_thread_until_unquarantined"),
+    "event.corrupt": ("test_fault_isolation", "test_a_torn_event_is_replayed_as_a_placeholder_without_a_gap"),
 }
 
 

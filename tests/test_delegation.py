@@ -28,6 +28,7 @@ CONFIG = """
 [daemon]
 delegate_max_depth = {depth}
 delegate_max_fanout = {fanout}
+{extra}
 
 [providers.basic]
 kind = "scripted"
@@ -35,9 +36,9 @@ capabilities = {{ nativeFork = false }}
 """
 
 
-async def _start(tmp_path, short_dir, *, depth: int = 3, fanout: int = 8):
+async def _start(tmp_path, short_dir, *, depth: int = 3, fanout: int = 8, extra: str = ""):
     config = tmp_path / "config.toml"
-    config.write_text(CONFIG.format(depth=depth, fanout=fanout))
+    config.write_text(CONFIG.format(depth=depth, fanout=fanout, extra=extra))
     return await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
 
 
@@ -409,3 +410,186 @@ async def test_f9_a_delegation_that_arrives_before_its_tool_call_node_waits_for_
     [tool] = [n for n in nodes if n["kind"] == "tool" and n["title"] == "delegate_task"]
     [spawn] = [t for t in await transfers(client, delegated["threadId"]) if t["type"] == "subagent_spawn"]
     assert spawn["sourcePoint"]["nodeId"] == tool["id"], (spawn["sourcePoint"], run["rootNodeId"])
+
+
+def task_copies(tmp_path) -> list[str]:
+    """The ``fork`` copies made under the data dir's workspaces."""
+    where = tmp_path / "data" / "workspaces"
+    return sorted(str(p) for p in where.iterdir() if p.name.startswith("task-")) if where.exists() else []
+
+
+async def test_f9_concurrent_fork_delegations_past_the_fan_out_leave_no_copy(tmp_path, short_dir):
+    """Hostile-round issue item 8, SPEC F9: eight concurrent ``task.delegate
+    {workspace: fork}`` against a fan-out of 3. The slot is taken before the
+    copy, so exactly 3 pass (concurrent calls cannot all pass the check
+    before any is counted), the other 5 are ``limit_exceeded`` — and only the
+    3 tasks' copies exist: a refused delegation copies nothing."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "big.bin").write_bytes(os.urandom(256 * 1024))
+    daemon = await _start(tmp_path, short_dir, fanout=3)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", title="lead", workspace=str(workspace)))["threadId"]
+            made: list[dict] = []
+            refused: list[LimitExceeded] = []
+
+            async def one() -> None:
+                try:
+                    made.append(await client.call("task.delegate", parentThreadId=parent, provider="basic",
+                                                  workspace="fork", instructions=script({"hang": True})))
+                except LimitExceeded as exc:
+                    refused.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(8):
+                    nursery.start_soon(one)
+            assert (len(made), len(refused)) == (3, 5)
+            assert {exc.data["limit"] for exc in refused} == {"delegate_max_fanout"}
+            workspaces = sorted([(await client.call("thread.get", threadId=m["taskId"]))["thread"]["workspace"]
+                                 for m in made])
+            assert task_copies(tmp_path) == workspaces, "a copy for every task, and none for a refusal"
+            await client.call("thread.stop", threadId=parent)
+    finally:
+        assert await daemon.terminate() == 0
+
+
+async def test_f9_a_fork_larger_than_the_copy_limit_is_refused_and_nothing_is_left(tmp_path, short_dir):
+    """Hostile-round issue item 8, SPEC F9: ``[daemon] delegate_max_copy_bytes``
+    bounds a ``fork`` copy. A workspace over it is ``limit_exceeded`` with
+    the size named, no task is made, no partial copy is left; a workspace
+    under it is copied."""
+    workspace = tmp_path / "project"
+    (workspace / "deep").mkdir(parents=True)
+    (workspace / "small.txt").write_text("small")
+    (workspace / "deep" / "big.bin").write_bytes(b"x" * 300_000)
+    daemon = await _start(tmp_path, short_dir, extra="delegate_max_copy_bytes = 200000")
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", title="lead", workspace=str(workspace)))["threadId"]
+            with pytest.raises(LimitExceeded) as info:
+                await client.call("task.delegate", parentThreadId=parent, provider="basic", workspace="fork",
+                                  instructions=script({"say": "never"}))
+            assert info.value.data["limit"] == "delegate_max_copy_bytes" and info.value.data["value"] == 200_000
+            assert "delegate_max_copy_bytes" in str(info.value) and "200000" in str(info.value)
+            assert task_copies(tmp_path) == []
+            assert [t for t in (await client.call("thread.list"))["threads"] if t["parentThreadId"] == parent] == []
+
+            (workspace / "deep" / "big.bin").unlink()
+            made = await client.call("task.delegate", parentThreadId=parent, provider="basic", workspace="fork",
+                                     instructions=script({"say": "copied"}))
+            task = (await client.call("thread.get", threadId=made["taskId"]))["thread"]
+            assert task_copies(tmp_path) == [task["workspace"]]
+            assert open(f"{task['workspace']}/small.txt").read() == "small"
+            # Item 9: a task that completed gives its session back at once.
+            await session_stopped(client, made["taskId"], "task_ended")
+    finally:
+        assert await daemon.terminate() == 0
+
+
+async def session_stopped(client: Client, thread_id: str, reason: str) -> dict:
+    """The ``session.stopped`` of ``thread_id``'s provider session with ``reason``."""
+    return await wait_event(client, lambda e: e["type"] == "session.stopped"
+                            and e["payload"]["session"]["reason"] == reason, thread_id=thread_id)
+
+
+async def test_f19_f9_max_sessions_bounds_agents_daemon_wide(tmp_path, short_dir):
+    """Hostile-round issue item 9, SPEC F19 + F9 + F10: ``[daemon] max_sessions``
+    bounds the provider sessions of the whole daemon. With 2 working, a
+    delegated task is refused at ``task.delegate`` and a message that needs
+    a new session is refused at ``thread.message.send`` (``limit_exceeded``,
+    nothing stored). A task's session is stopped as soon as its run ends
+    (here through the parent's Stop), and an idle session is stopped to make
+    room before anything is refused."""
+    daemon = await _start(tmp_path, short_dir, extra="max_sessions = 2")
+    try:
+        async with Client.connect(daemon.socket) as client:
+            a = (await client.call("thread.create", title="a"))["threadId"]
+            a_run = (await client.call("thread.message.send", threadId=a, text=script({"hang": True})))["runId"]
+            task = await client.call("task.delegate", parentThreadId=a, provider="basic",
+                                     instructions=script({"say": "working"}, {"hang": True}))
+            await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=task["taskId"])
+
+            c = (await client.call("thread.create", title="c"))["threadId"]
+            with pytest.raises(LimitExceeded) as refused:
+                await client.call("thread.message.send", threadId=c, text=script({"say": "hello"}))
+            assert (refused.value.data["limit"], refused.value.data["value"]) == ("max_sessions", 2)
+            assert "[daemon] max_sessions" in str(refused.value)
+            assert sorted(refused.value.data["threadIds"]) == sorted([a, task["taskId"]])
+            assert (await client.call("thread.get", threadId=c))["runs"] == [], "nothing stored"
+            with pytest.raises(LimitExceeded) as refused:
+                await client.call("task.delegate", parentThreadId=a, provider="basic", instructions="more")
+            assert refused.value.data["limit"] == "max_sessions"
+            assert (await only_child(client, a))["id"] == task["taskId"], "no second task"
+
+            # The parent's Stop ends the task's run: its session is released at once.
+            await client.call("thread.stop", threadId=a)
+            assert (await wait_run_terminal(client, task["taskId"], task["runId"]))["status"] == "interrupted"
+            await session_stopped(client, task["taskId"], "task_ended")
+            await wait_run_terminal(client, a, a_run)
+
+            # a's session is idle now: it makes room for c's, which is no work refused.
+            b = (await client.call("thread.create", title="b"))["threadId"]
+            b_run = (await client.call("thread.message.send", threadId=b, text=script({"hang": True})))["runId"]
+            run = await send_and_wait(client, c, script({"say": "hello"}))
+            assert run["status"] == "completed", run
+            await session_stopped(client, a, "session_limit")
+            live = {s["threadId"] for s in (await client.call("daemon.status"))["sessions"]}
+            assert live == {b, c}
+            await client.call("thread.stop", threadId=b)
+            await wait_run_terminal(client, b, b_run)
+    finally:
+        assert await daemon.terminate() == 0
+
+
+async def test_f19_concurrent_messages_cannot_all_pass_max_sessions(tmp_path, short_dir):
+    """Hostile-round issue item 9, SPEC F19: eight messages sent at once to
+    eight idle threads under ``max_sessions = 3``: the place is taken in the
+    same step as the check, so exactly 3 runs start and 5 messages are
+    ``limit_exceeded`` with nothing stored."""
+    daemon = await _start(tmp_path, short_dir, extra="max_sessions = 3")
+    try:
+        async with Client.connect(daemon.socket) as client:
+            threads = [(await client.call("thread.create", title=f"t{i}"))["threadId"] for i in range(8)]
+            started: dict[str, str] = {}
+            refused: list[str] = []
+
+            async def send(thread_id: str) -> None:
+                try:
+                    sent = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True}))
+                    started[thread_id] = sent["runId"]
+                except LimitExceeded as exc:
+                    assert exc.data["limit"] == "max_sessions"
+                    refused.append(thread_id)
+
+            async with trio.open_nursery() as nursery:
+                for thread_id in threads:
+                    nursery.start_soon(send, thread_id)
+            assert (len(started), len(refused)) == (3, 5)
+            for thread_id in refused:
+                assert (await client.call("thread.get", threadId=thread_id))["runs"] == []
+            for thread_id, run_id in started.items():
+                await client.call("thread.stop", threadId=thread_id)
+                await wait_run_terminal(client, thread_id, run_id)
+    finally:
+        assert await daemon.terminate() == 0
+
+
+async def test_f9_a_copy_that_grows_past_the_limit_while_copied_leaves_nothing(tmp_path, monkeypatch):
+    """Hostile-round issue item 8, SPEC F9: files may grow between the
+    measure and the copy; the copy counts again while it writes and, past
+    the limit, removes what it wrote (``limit_exceeded``, no partial copy)."""
+    from agentd.supervisor import workspace_copy
+
+    source = tmp_path / "project"
+    for name in ("a", "b", "c"):
+        (source / name).mkdir(parents=True)
+        (source / name / "file.bin").write_bytes(b"x" * 1000)
+    monkeypatch.setattr(workspace_copy, "measure", lambda _source, _limit: 0)  # as if it had grown since
+    target = tmp_path / "copy"
+    with pytest.raises(LimitExceeded) as info:
+        await workspace_copy.copy_workspace(str(source), target, limit=2500)
+    assert info.value.data["limit"] == "delegate_max_copy_bytes" and info.value.data["size"] > 2500
+    assert not target.exists()
+    assert await workspace_copy.copy_workspace(str(source), target, limit=3000) == 3000
+    assert (target / "c" / "file.bin").read_bytes() == b"x" * 1000

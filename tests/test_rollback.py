@@ -361,3 +361,47 @@ async def test_rollback_node_restores_a_child_scope_and_keeps_the_parent_history
     # Undo through the safety checkpoint.
     await client.call("checkpoint.restore", checkpointId=answer["safetyCheckpointId"])
     assert (ws / "child.txt").read_text() == "changed by the parent\n" and (ws / "parent.txt").exists()
+
+
+async def test_a_restore_is_refused_while_another_thread_runs_in_that_workspace(client, tmp_path):
+    """Hostile-round issue item 10, SPEC F14 (+ F13 checkpoint.restore): a
+    rollback of one thread must not delete what another thread is writing.
+    Thread B runs in the same folder as A (named through a symlink, one
+    level down: same resolved path, one inside the other) and has written a
+    new file: rollback.toRun, checkpoint.restore and rollback.node of A are
+    ``invalid_state`` naming B's thread and run, and B's file stays. Once B
+    has stopped, the rollback goes through."""
+    ws = user_repo(tmp_path, repo=False)
+    (ws / "sub").mkdir()
+    (tmp_path / "link").symlink_to(ws)
+    a = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+    run = await send_and_wait(client, a, script(
+        {"subagent": {"steps": [{"write": {"path": "child.txt", "content": "from the child\n"}}]}},
+        {"write": {"path": "a.txt", "content": "from a\n"}}))
+    assert run["status"] == "completed", run
+    [child] = [c for c in (await client.call("checkpoint.list", threadId=a))["checkpoints"] if c["scope"] == "child"]
+
+    b = (await client.call("thread.create", workspace=str(tmp_path / "link" / "sub")))["threadId"]
+    sent = await client.call("thread.message.send", threadId=b, text=script(
+        {"write": {"path": "new.txt", "content": "b is writing this\n"}}, {"hang": True}))
+    await wait_event(client, lambda e: e["type"] == "file_change.completed", thread_id=b)
+    assert (ws / "sub" / "new.txt").exists()
+
+    attempts = {
+        "rollback.toRun": {"threadId": a, "targetOrdinal": 0},
+        "checkpoint.restore": {"checkpointId": run["checkpointId"]},
+        "rollback.node": {"nodeId": child["nodeId"], "checkpointId": child["id"]},
+    }
+    for method, params in attempts.items():
+        with pytest.raises(InvalidState) as refused:
+            await client.call(method, **params)
+        message = str(refused.value)
+        assert b in message and sent["runId"] in message, (method, message)
+        assert [(r["threadId"], r["runId"]) for r in refused.value.data["activeRuns"]] == [(b, sent["runId"])], method
+    assert (ws / "sub" / "new.txt").read_text() == "b is writing this\n"
+    assert (ws / "a.txt").exists(), "nothing of A's was restored either"
+
+    await client.call("thread.stop", threadId=b)
+    assert (await wait_run_terminal(client, b, sent["runId"]))["status"] == "interrupted"
+    answer = await client.call("rollback.toRun", threadId=a, targetOrdinal=0)
+    assert answer["rolledBackRunIds"] == [run["id"]] and not (ws / "a.txt").exists()

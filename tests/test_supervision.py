@@ -279,6 +279,48 @@ async def test_supervisor_gives_up_past_the_restart_intensity(autojump_clock):
     assert trio.current_time() >= 3, "it restarted the child before giving up"
 
 
+async def test_a_polite_stop_that_hangs_is_cut_off_after_its_shutdown_time(autojump_clock):
+    """Issue 20: every child spec has a bounded shutdown: a polite stop that
+    never returns is given ``shutdown`` seconds, then the child is cancelled."""
+    log: list[str] = []
+
+    async def hangs():
+        log.append("polite stop begins")
+        await trio.sleep_forever()
+
+    sup = Supervisor([ChildSpec("stubborn", recording_child(log, "stubborn"), stop=hangs, shutdown=7.0)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.serve)
+        began = trio.current_time()
+        sup.request_stop()
+    assert log == ["start stubborn", "ready stubborn", "polite stop begins", "stop stubborn"]
+    assert trio.current_time() - began == pytest.approx(7.0), "cut off after its shutdown time, not before"
+
+
+async def test_a_nested_supervisor_keeps_its_restarts_and_its_children_to_itself(autojump_clock):
+    """Issue 20: a crash loop in a nested branch counts against the branch's
+    own intensity; the branch gives up as one exit of it, and as a temporary
+    child of the root it is dropped while the root's other branch runs on
+    untouched (the checkpoint compactor's place in the daemon)."""
+    log: list[str] = []
+    crashes = {"compactor": 10}
+    core = Supervisor([ChildSpec("writer", recording_child(log, "writer")),
+                       ChildSpec("socket", recording_child(log, "socket"))], strategy=Strategy.REST_FOR_ONE,
+                      intensity=RestartIntensity(3, 60.0))
+    maintenance = Supervisor([ChildSpec("compactor", recording_child(log, "compactor", crashes=crashes))],
+                             intensity=RestartIntensity(3, 60.0))
+    root = Supervisor([core.child_spec("core"), maintenance.child_spec("maintenance", restart=Restart.TEMPORARY)],
+                      intensity=RestartIntensity(0, 60.0))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(root.serve)
+        await trio.sleep(30)
+        assert log.count("start compactor") == 4, "restarted 3 times by its own branch, then given up"
+        assert (core.restarts, maintenance.restarts, root.restarts) == (0, 3, 0)
+        root.request_stop()
+    assert log.count("start writer") == log.count("start socket") == 1, "the core was never touched"
+    assert log[-2:] == ["stop socket", "stop writer"], "the core stopped in order, politely"
+
+
 # -- rest_for_one -------------------------------------------------------------------
 
 
@@ -600,3 +642,41 @@ async def test_a_session_manager_fault_during_a_turn_ends_the_run_without_a_retr
             assert after["status"] == "completed"
             (new_session,) = (await again.call("daemon.status"))["sessions"]
             assert new_session["pid"] != session["pid"]
+
+
+async def test_a_compactor_crash_loop_costs_only_the_compactor(tmp_path, autojump_clock, monkeypatch):
+    """Issue 20: the checkpoint compactor is supervised in a branch of its
+    own: its crashes restart it alone, and past its branch's intensity (3 in
+    60 s) the branch is dropped — the daemon goes on: the client's
+    connection, the running turn and its provider session are untouched, and
+    the core counts no restart (in one shared intensity, four compactor
+    crashes used to end the daemon)."""
+    from agentd.actors.checkpoints.compaction import Compactor
+
+    crashes: list[float] = []
+    looped = trio.Event()
+
+    async def crashing(self, *, task_status=trio.TASK_STATUS_IGNORED):
+        task_status.started()
+        await trio.sleep(1)
+        crashes.append(trio.current_time())
+        if len(crashes) == 4:
+            looped.set()
+        raise RuntimeError("injected compactor fault")
+
+    monkeypatch.setattr(Compactor, "serve", crashing)
+    async with virtual_daemon(tmp_path) as (daemon, client):
+        thread_id = (await client.call("thread.create"))["threadId"]
+        sent = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True}))
+        await next_event(client, thread_id, lambda e: e["type"] == "run.started")
+        (session,) = (await client.call("daemon.status"))["sessions"]
+        await looped.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(crashes) == 4, "restarted three times, then given up"
+        assert daemon.maintenance.restarts == 3
+        status = await client.call("daemon.status")  # the same connection
+        assert [s["id"] for s in status["sessions"]] == [session["id"]]
+        assert (await client.call("run.get", runId=sent["runId"]))["run"]["status"] == "running"
+        assert daemon.core.restarts == 0 and daemon.supervisor.restarts == 0
+        await client.call("run.interrupt", runId=sent["runId"])
+        await next_event(client, thread_id, lambda e: e["type"] == "run.interrupted")

@@ -265,6 +265,18 @@ class RecoveryDecision:
     reason: str | None = None
 
 
+@dataclass(eq=False)
+class SessionClaim:
+    """A place among ``[daemon] max_sessions`` held for a provider session
+    about to start (``SessionHost.claim_session``): for ``thread_id`` (None
+    until the thread is made, e.g. a delegated task's). It lapses when the
+    thread's run starts (from then the busy thread holds the place), when it
+    is released, or at ``expires`` (trio clock) at the latest."""
+
+    thread_id: str | None
+    expires: float
+
+
 class SessionHost(abc.ABC):
     """What ThreadActors need from the provider-session manager (supervisor/).
 
@@ -294,6 +306,22 @@ class SessionHost(abc.ABC):
     @abc.abstractmethod
     async def stop_session(self, thread_id: str, reason: str) -> None:
         """Stop the thread's session through the production stop path."""
+
+    @abc.abstractmethod
+    async def claim_session(self, thread_id: str | None) -> SessionClaim:
+        """Hold a place for a provider session of ``thread_id`` (None: a
+        thread not made yet) within ``[daemon] max_sessions``, stopping idle
+        sessions of other threads to make room unless the thread holds a
+        place already (a live session, or a run in flight); a claimed
+        thread's own idle session is not stopped to make room for others.
+
+        Raises:
+            LimitExceeded: every place is held by work in flight.
+        """
+
+    @abc.abstractmethod
+    def release_claim(self, claim: SessionClaim) -> None:
+        """Give a place back (the session will not start)."""
 
     @abc.abstractmethod
     def allow_recovery(self, thread_id: str, crash: str) -> RecoveryDecision:

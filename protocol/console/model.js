@@ -109,7 +109,8 @@ export class Model {
   // --- snapshots (answers of reads) ------------------------------------
 
   setThreads(threads) {
-    for (const t of threads) this._putThread(t);
+    // A thread whose stored record cannot be decoded comes as {id, corrupt, reason}: shown, not guessed at.
+    for (const t of threads) this._putThread(t.corrupt ? { id: t.id, title: `unreadable record: ${t.reason}`, status: 'corrupt', provider: '—', corrupt: true, updatedAt: 0 } : t);
     this.dirty.list = this.dirty.listOrder = true;
   }
 

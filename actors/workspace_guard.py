@@ -1,0 +1,84 @@
+"""One thread's restore must not overwrite what another thread is writing
+(hostile-round issue item 10; SPEC F13, F14).
+
+``checkpoint.restore``, ``rollback.toRun`` and ``rollback.node`` put a
+checkpoint's files back: files the checkpoint lacks are removed. Each one
+already refuses while a run of its own thread is active; ``refuse_if_shared``,
+called at their entry, also refuses while a run of *another* thread is active
+in the same folder — the same resolved path, or one inside the other (a
+delegated task with ``workspace: same``, a second thread a person opened on
+the project, a thread on a subfolder). The method table wraps the three
+handlers with it (``refusing_while_shared``), so the restore code itself is
+untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from agentd.protocol.errors import InvalidState
+from agentd.store.records import Checkpoint
+
+if TYPE_CHECKING:
+    from .messages import Command, Handler
+    from .thread_actor import ThreadActor
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Whether resolved folders ``a`` and ``b`` are the same or one holds the other."""
+    return a == b or a.startswith(os.path.join(b, "")) or b.startswith(os.path.join(a, ""))
+
+
+def restored_workspace(actor: ThreadActor, checkpoint_id: str | None) -> str:
+    """The folder a restore of ``checkpoint_id`` writes to (the thread's
+    workspace when none is given or it names nothing; the handler reports that)."""
+    checkpoint = actor.store.get(Checkpoint, checkpoint_id) if checkpoint_id else None
+    if checkpoint is not None and checkpoint.workspace:
+        return checkpoint.workspace
+    return actor.state.thread.workspace
+
+
+async def refuse_if_shared(actor: ThreadActor, method: str, *, checkpoint_id: str | None = None) -> None:
+    """Refuse ``method`` while another thread runs in the folder it restores.
+
+    Raises:
+        InvalidState: naming every other thread and run active there
+            (``data.activeRuns``: ``threadId``, ``runId``, ``status``, ``workspace``).
+    """
+    workspace = restored_workspace(actor, checkpoint_id)
+    others = [run for run in actor.registry.active_runs() if run[0] != actor.thread_id]
+    if not others:
+        return
+
+    def resolve() -> list[tuple[str, str, str, str]]:
+        # realpath touches the disk (symlinks): in a worker thread.
+        mine = os.path.realpath(workspace)
+        return [run for run in others if overlaps(mine, os.path.realpath(run[3]))]
+
+    busy = await trio.to_thread.run_sync(resolve)
+    if not busy:
+        return
+    named = "; ".join(f"thread {thread_id} (run {run_id}, {status}, in {where})" for thread_id, run_id, status, where in busy)
+    raise InvalidState(
+        f"{method} would overwrite files in {workspace} while another thread works there: {named}. "
+        "Wait for its run to end or stop it (thread.stop), then try again",
+        threadId=actor.thread_id, workspace=workspace,
+        activeRuns=[{"threadId": t, "runId": r, "status": s, "workspace": w} for t, r, s, w in busy],
+    )
+
+
+def refusing_while_shared(handler: Handler) -> Handler:
+    """``handler`` (a method that restores a checkpoint's files; its params
+    may name the checkpoint, ``checkpointId``) with ``refuse_if_shared`` at
+    its entry."""
+
+    @functools.wraps(handler)
+    async def guarded(actor: ThreadActor, command: Command) -> dict[str, Any]:
+        await refuse_if_shared(actor, command.method, checkpoint_id=getattr(command.params, "checkpoint_id", None))
+        return await handler(actor, command)
+
+    return guarded
