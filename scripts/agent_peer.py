@@ -4,8 +4,9 @@ Run by an agent (the scripted agent's ``command`` step) with the environment
 an agent's command gets (``AGENTD_SOCKET``, ``AGENTD_SESSION_ID``), it
 connects to the daemon's socket as a raw client and tries, against one
 thread, what only the person may do — answer the thread's pending approval,
-stop it, interrupt its run, roll it back, send it a message — plus a read
-(which an agent may do) and agentd's tool methods without a credential, or
+stop it, interrupt its run, roll it back, send it a message, make a thread as
+the person's — plus a read and a thread made as an agent's (which an agent
+may do) and agentd's tool methods without a credential, or
 with another session's (which it may not). It reports what each call got
 (``ok`` or the error's ``data.kind``) as one JSON object: on stdout, and to
 the Unix socket ``--report`` names when given (the test or probe listening
@@ -36,7 +37,7 @@ from typing import Any
 #: seconds any one read from the daemon may take
 TIMEOUT = 30.0
 
-CALLS = ("approve", "stop", "interrupt", "rollback", "send", "read", "delegate", "steal")
+CALLS = ("approve", "stop", "interrupt", "rollback", "send", "create", "create-as-agent", "read", "delegate", "steal")
 
 
 class Daemon:
@@ -183,6 +184,8 @@ def attack(thread_id: str, calls: list[str], steal: tuple[str, Path] | None,
         "interrupt": lambda: daemon.call("run.interrupt", runId=run_id),
         "rollback": lambda: daemon.call("rollback.toRun", threadId=thread_id, targetOrdinal=0),
         "send": lambda: daemon.call("thread.message.send", threadId=thread_id, text="injected by a command"),
+        "create": lambda: daemon.call("thread.create", title="made by a command"),
+        "create-as-agent": lambda: daemon.call("thread.create", title="made by a command", createdBy="agent"),
         "read": lambda: daemon.call("thread.get", threadId=thread_id),
         "delegate": lambda: daemon.call("task.delegate", instructions="spawned by a command",
                                         **({"sessionId": session_id} if session_id else {"parentThreadId": thread_id})),

@@ -106,7 +106,7 @@ async def test_a_double_forked_daemon_of_the_agents_command_is_refused_at_its_ow
         listener.listen(1)
         sent = await client.call("thread.message.send", threadId=thread_id, text=script(
             {"command": {"argv": [sys.executable, PEER, "--detach", "--thread", thread_id, "--report", str(report_path),
-                                  "--calls", ",".join((*CONTROL, "read", "delegate"))]}},
+                                  "--calls", ",".join((*CONTROL, "create", "create-as-agent", "read", "delegate"))]}},
             APPROVAL,
             {"say": "went on"},
         ))
@@ -122,7 +122,10 @@ async def test_a_double_forked_daemon_of_the_agents_command_is_refused_at_its_ow
     assert "error" not in report, report
     session = await session_of(client, thread_id)
     assert report["ppid"] == session["pid"], "the daemonised process was not reparented to the agent runtime"
-    assert report["results"] == {**{name: "forbidden" for name in CONTROL}, "read": "ok", "delegate": "forbidden"}
+    assert report["results"] == {**{name: "forbidden" for name in CONTROL}, "create": "forbidden",
+                                 "create-as-agent": "ok", "read": "ok", "delegate": "forbidden"}
+    made = [t for t in (await client.call("thread.list"))["threads"] if t["title"] == "made by a command"]
+    assert [t["createdBy"] for t in made] == ["agent"]
     assert report["stillPending"] is True
     assert await still_pending(client, thread_id, report["requestId"])
     assert "approval: accept" in await approve_and_finish(client, thread_id, sent["runId"], report["requestId"])
