@@ -545,9 +545,15 @@ SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)
 def peer_pidfd(sock: trio.socket.SocketType) -> int | None:
     """A pidfd of the process that connected (the caller closes it), or None
     where the kernel has no SO_PEERPIDFD. Unlike the pid, it cannot come to
-    name another process that reuses the pid."""
+    name another process that reuses the pid.
+
+    Raises:
+        ProcessLookupError: that process is gone (its pid may be another's by now).
+    """
     try:
         return sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    except ProcessLookupError:
+        raise
     except OSError:
         return None
 
@@ -563,7 +569,10 @@ def _peer_identifier(router: Router, pid: int | None, sock: trio.socket.SocketTy
         if pid is None:
             # SO_PEERCRED failed: nothing says whose it is.
             return Peer(pid=None, agent_process=True, why="a process agentd could not identify")
-        pidfd = peer_pidfd(sock)
+        try:
+            pidfd = peer_pidfd(sock)
+        except ProcessLookupError:
+            return Peer(pid=pid, agent_process=True, why="a process that exited before agentd could tell whose it was")
         try:
             return identify_peer(pid, pidfd)
         finally:
