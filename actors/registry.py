@@ -25,6 +25,7 @@ from agentd.store.reconcile import plan_reconciliation
 from agentd.store.records import AppThread, CommandReceipt, ProviderThread, to_wire
 
 from .failures import FailureBook, Incident, failed_error, reason_of
+from .workspace_guard import RestoringFolders
 from .messages import Command, Handler
 from .providers.base import ProviderEvent, SessionExited, SessionHost
 from .checkpoints import CheckpointEngine
@@ -116,6 +117,8 @@ class ThreadRegistry:
         self.failures = FailureBook(config.thread_failure_limit, config.thread_failure_period)
         #: threads whose failed actor is being reconciled: set when it is done
         self._recovering: dict[str, trio.Event] = {}
+        #: folders restores are writing: runs of other threads wait to start there
+        self.restoring = RestoringFolders()
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Host actors until cancelled."""
