@@ -350,11 +350,16 @@ class _PolledInput:
             self._end()
 
     async def _take_later(self, message: bytes | framing.LineTooLong | framing.InputOverloaded) -> None:
-        if not await _take(self.router, self.connection, self.limiter, message):
+        try:
+            if not await _take(self.router, self.connection, self.limiter, message):
+                self._end()
+                return
+            self._waiting = False
+            self._take_ready()
+        except Exception:  # noqa: BLE001 - a bug must cost this connection, not the daemon
+            log.exception("serving a connection failed; closing it")
             self._end()
             return
-        self._waiting = False
-        self._take_ready()
         if not self._waiting and not self.ended.is_set():
             self.poller.resume(self.fd)
 
@@ -636,7 +641,18 @@ async def _accept_loop(listener: trio.SocketListener, handler: Callable[[trio.So
                 pause = min(pause * 2, 1.0)
                 continue
             pause = 0.01
-            nursery.start_soon(handler, stream)
+            nursery.start_soon(_contained, handler, stream)
+
+
+async def _contained(handler: Callable[[trio.SocketStream], Awaitable[None]], stream: trio.SocketStream) -> None:
+    """Run one connection's handler so that whatever goes wrong in it ends
+    that connection only: the accept loop (and every other client) goes on."""
+    try:
+        await handler(stream)
+    except Exception:  # noqa: BLE001 - a defect on one connection must not end the server
+        log.exception("a connection's handler failed; that connection is closed")
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
 
 
 async def serve_unix(path: Path, router: Router, *, limits: ServerLimits | None = None,

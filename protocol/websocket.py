@@ -185,6 +185,8 @@ async def serve_websocket(
                 nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio_websocket.ConnectionClosed):
             pass
+        except Exception:  # noqa: BLE001 - a defect on one connection must not end the server
+            log.exception("a WebSocket connection's handler failed; that connection is closed")
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
