@@ -358,3 +358,33 @@ async def test_broad_workspaces_are_allowed_when_the_config_says_so(tmp_path, sh
             assert (await conn.result("thread.create", {"workspace": "/"}))["threadId"]
     finally:
         await proc.terminate()
+
+
+async def test_pseudo_filesystems_are_refused_as_workspaces_even_through_a_symlink(tmp_path, short_dir):
+    """Hostile round item 12d (F1): /proc, /sys, /dev and /proc/self/cwd (a
+    magic link: another directory in every process) are refused with
+    ``invalid_params`` naming the kernel filesystem — judged by the
+    filesystem, so a symlink to one is refused too, even with
+    ``allow_broad_workspaces``; a tmpfs folder (/dev/shm) and a plain one
+    are accepted."""
+    config = tmp_path / "config.toml"
+    config.write_text("[daemon]\nallow_broad_workspaces = true\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (tmp_path / "to-proc-cwd").symlink_to("/proc/self/cwd")
+    (tmp_path / "to-sys").symlink_to("/sys/kernel")
+    proc = await start_daemon(tmp_path / "d", short_dir / "p.sock", config=config)
+    try:
+        async with raw_connection(proc.socket) as conn:
+            for workspace, fstype in [("/proc", "proc"), ("/sys", "sysfs"), ("/proc/self/cwd", "proc"),
+                                      ("/proc/self/cwd/", "proc"), (str(tmp_path / "to-proc-cwd"), "proc"),
+                                      (str(tmp_path / "to-sys"), "sysfs"), ("/dev/pts", "devpts")]:
+                reply = await conn.call("thread.create", {"workspace": workspace})
+                error = assert_error(reply, wire_code("invalid_params"), "invalid_params")
+                assert error["data"]["field"] == "workspace", (workspace, error)
+                assert f"{fstype} pseudo-filesystem" in error["message"], (workspace, error["message"])
+            for workspace in (str(project), *(["/dev/shm"] if os.path.isdir("/dev/shm") else [])):
+                assert (await conn.result("thread.create", {"workspace": workspace}))["threadId"], workspace
+        assert "Traceback" not in proc.log_text()
+    finally:
+        await proc.terminate()
