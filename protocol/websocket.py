@@ -9,7 +9,9 @@ process — and any web page the person opens — can reach a loopback port:
   (a 0600 file), as ``Authorization: Bearer TOKEN`` or ``?token=TOKEN``;
 * a request with an ``Origin`` header (a browser) is refused unless that
   origin is explicitly allowed — or, with the web console on (``--web``),
-  is the console's own origin.
+  is the console's own origin;
+* a request that repeats ``Origin``, ``Host`` or ``Authorization`` is
+  refused (400) before any of them is judged.
 
 The port's HTTP front (protocol/http.py) hands upgrades to trio-websocket and
 answers other requests with the console's files, or 404 when it is off.
@@ -169,6 +171,11 @@ async def serve_websocket(
             if head is None:
                 if head_bytes:
                     await http.send_response(stream, 400, [], b"not an HTTP/1.1 request\n")
+                return
+            if head.repeated:
+                # Refused outright, never judged by one of the copies.
+                names = ", ".join(sorted(head.repeated))
+                await http.send_response(stream, 400, [], f"repeated header: {names}; send each once\n".encode())
                 return
             if not head.is_websocket:
                 await http.send_response(stream, *pages.respond(head))
