@@ -38,7 +38,7 @@ import trio
 
 from . import framing
 from .errors import AgentdError, InternalError, InvalidRequest, MethodNotFound, Overloaded, ParseError
-from .limits import ServerLimits
+from .limits import ReserveDescriptor, ServerLimits, descriptor_limit
 from .methods import SLOW, Later, Method
 from .poller import ReadPoller
 from .wire import Params
@@ -617,11 +617,27 @@ _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, e
 ACCEPT_WARNING_INTERVAL = 60.0
 
 
-async def _accept_loop(listener: trio.SocketListener, handler: Callable[[trio.SocketStream], Awaitable[None]],
-                       *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Accept clients until cancelled. Out of descriptors, it keeps serving
-    the connections it has, says so once a minute (no traceback), and tries
-    again with a growing pause until descriptors free up."""
+def _out_of_descriptors_line(errno_: int) -> bytes:
+    """The one line a client turned away for want of descriptors gets."""
+    limit = descriptor_limit()
+    return framing.encode(framing.error_response(None, Overloaded(
+        f"agentd cannot take another connection now ({os.strerror(errno_)}, descriptor limit {limit}); "
+        "retry shortly", limit=limit,
+    ).to_error()))
+
+
+async def accept_loop(listener: trio.SocketListener, handler: Callable[[trio.SocketStream], Awaitable[None]],
+                      *, reserve: ReserveDescriptor | None = None,
+                      refusal: Callable[[int], bytes] = _out_of_descriptors_line,
+                      task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Accept clients until cancelled, each handled in a task of its own
+    whose failure ends that connection only. Out of descriptors, it keeps
+    serving the connections it has and says so once a minute (no
+    traceback); with a ``reserve`` each client that arrives meanwhile is
+    accepted on the reserve's descriptor, sent ``refusal(errno)`` (by
+    default an ``overloaded`` error line) and closed at once: it does not
+    hang in the backlog. Without one, or when even that fails, it tries
+    again with a growing pause, until descriptors free up."""
     last_warning = -ACCEPT_WARNING_INTERVAL
     pause = 0.01
     async with trio.open_nursery() as nursery:
@@ -635,12 +651,18 @@ async def _accept_loop(listener: trio.SocketListener, handler: Callable[[trio.So
                 now = trio.current_time()
                 if now - last_warning >= ACCEPT_WARNING_INTERVAL:
                     last_warning = now
-                    log.warning("cannot accept new clients: %s; serving the connected ones and retrying",
-                                os.strerror(exc.errno))
+                    log.warning("cannot accept new clients: %s; serving the connected ones, turning new ones "
+                                "away and retrying", os.strerror(exc.errno))
+                if reserve is not None and reserve.turn_away(listener.socket.fileno(), refusal(exc.errno)):
+                    # One client told; the next accept waits for the next one (no spin).
+                    await trio.lowlevel.checkpoint()
+                    continue
                 await trio.sleep(pause)
                 pause = min(pause * 2, 1.0)
                 continue
             pause = 0.01
+            if reserve is not None:
+                reserve.take()  # descriptors came back: hold the reserve again if it was lost
             nursery.start_soon(_contained, handler, stream)
 
 
@@ -670,6 +692,7 @@ async def serve_unix(path: Path, router: Router, *, limits: ServerLimits | None 
     os.chmod(path, 0o600)
     sock.listen(1024)  # many clients may connect at once (a burst of 256 is benchmarked)
     listener = trio.SocketListener(sock)
+    reserve = ReserveDescriptor()  # early: a low number, under any limit set later
     try:
         async with trio.open_nursery() as nursery:
             poller = ReadPoller()
@@ -678,8 +701,9 @@ async def serve_unix(path: Path, router: Router, *, limits: ServerLimits | None 
             async def handler(stream: trio.SocketStream) -> None:
                 await handle_connection(stream, router, limits, poller)
 
-            await _accept_loop(listener, handler, task_status=task_status)
+            await accept_loop(listener, handler, reserve=reserve, task_status=task_status)
     finally:
+        reserve.close()
         with trio.CancelScope(shield=True):
             await listener.aclose()
         try:

@@ -25,6 +25,7 @@ import logging
 import os
 import secrets
 import stat
+from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Iterable
 from urllib.parse import parse_qs, urlsplit
@@ -33,8 +34,8 @@ import trio
 import trio_websocket
 
 from . import framing, http
-from .limits import ServerLimits
-from .server import Router, serve_messages
+from .limits import ReserveDescriptor, ServerLimits
+from .server import Router, accept_loop, serve_messages
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,22 @@ async def serve_websocket(
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, handle_connection, listeners)
-        task_status.started(bound)
+    reserve = ReserveDescriptor()
+    try:
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                await nursery.start(partial(accept_loop, listener, handle_connection, reserve=reserve,
+                                            refusal=_out_of_descriptors_response))
+            task_status.started(bound)
+    finally:
+        reserve.close()
+        with trio.CancelScope(shield=True):
+            for listener in listeners:
+                await listener.aclose()
+
+
+def _out_of_descriptors_response(errno_: int) -> bytes:
+    """What a client turned away for want of descriptors gets: a 503."""
+    body = f"agentd cannot take another connection now ({os.strerror(errno_)}); retry shortly\n".encode()
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)) + body

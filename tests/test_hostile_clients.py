@@ -18,7 +18,7 @@ from agentd.launch import DaemonStartError, start_daemon
 from agentd.protocol import framing
 from agentd.protocol.limits import ByteBudget, ServerLimits
 from agentd.protocol.methods import Method, MethodTable
-from agentd.protocol.server import Connection, _accept_loop, serve_unix
+from agentd.protocol.server import Connection, accept_loop, serve_unix
 from agentd.protocol.websocket import TOKEN_FILE, load_or_create_token
 from agentd.protocol.wire import NoParams
 
@@ -230,7 +230,7 @@ async def test_out_of_descriptors_the_server_waits_and_warns_once_a_minute(caplo
 
     listener = FlakyListener(200, object())
     async with trio.open_nursery() as nursery:
-        await nursery.start(_accept_loop, listener, handler)
+        await nursery.start(accept_loop, listener, handler)
         with trio.fail_after(600):
             await handled.wait()
         nursery.cancel_scope.cancel()
@@ -238,6 +238,55 @@ async def test_out_of_descriptors_the_server_waits_and_warns_once_a_minute(caplo
     # 200 failures with a pause growing to 1 s take a bit over three minutes.
     assert 2 <= len(warnings) <= 5
     assert all(r.exc_info is None for r in warnings), "no traceback for a known condition"
+
+
+def open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def test_past_a_descriptor_limit_lowered_from_outside_clients_are_told_overloaded_not_left_hanging(daemon):
+    """Hostile round item 12b (F20): with ``RLIMIT_NOFILE`` lowered under a
+    running daemon (as ``prlimit --pid`` does), the clients past it get one
+    ``overloaded`` line and are closed at once (they used to wait in the
+    backlog forever); the connected ones are served throughout, and once the
+    limit is raised again new clients are served."""
+    import resource
+
+    soft, hard = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)
+    held: list[trio.SocketStream] = []
+    try:
+        with trio.fail_after(60):
+            limit = open_descriptors(daemon.pid) + 3
+            resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (limit, hard))
+            told: list[dict] = []
+            while len(told) < 5:  # connect until the daemon is out of descriptors, then 5 more
+                stream = await trio.open_unix_socket(str(daemon.socket))
+                await stream.send_all(b'{"jsonrpc":"2.0","id":1,"method":"daemon.status"}\n')
+                buffer = bytearray()
+                reply = await read_line(stream, buffer)
+                if "result" in reply:
+                    held.append(stream)
+                    assert len(held) <= 3, "the limit did not hold"
+                    continue
+                told.append(reply)
+                with pytest.raises((EOFError, trio.BrokenResourceError)):
+                    await read_line(stream, buffer)  # and closed
+                await stream.aclose()
+            assert held, "the connections under the limit were served"
+            for reply in told:
+                error = assert_error(reply, wire_code("overloaded"), "overloaded")
+                assert error["data"]["limit"] == limit and "descriptor limit" in error["message"]
+            for n, stream in enumerate(held):  # the connected clients are still served
+                await stream.send_all(b'{"jsonrpc":"2.0","id":%d,"method":"daemon.status"}\n' % (n + 2))
+                assert "result" in await read_line(stream, bytearray())
+            resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (soft, hard))
+            async with raw_connection(daemon.socket) as conn:
+                await assert_still_serving(conn)
+    finally:
+        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (soft, hard))
+        for stream in held:
+            await stream.aclose()
+    assert "Traceback" not in daemon.log_text()
 
 
 # -- socket paths and private files ---------------------------------------------------------
