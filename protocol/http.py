@@ -6,7 +6,8 @@ the web console's static files (``protocol/console/``, package data) when the
 console is on (``agentd serve --web``), else with 404. The console is the
 protocol's reference client: it talks to the daemon over the same WebSocket
 as every other client, and the files served here hold no secret (the token
-reaches the page in the URL's fragment, which a browser never sends).
+reaches the page through a one-time code, protocol/login.py, or in the URL's
+fragment, which a browser never sends).
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ class Console:
             ("Content-Type", content_type),
             # Nothing from the internet, no inline script; the page connects to
             # this daemon's WebSocket only.
-            ("Content-Security-Policy", f"default-src 'self'; connect-src ws://{host}; img-src 'self' data:; "
+            ("Content-Security-Policy", f"default-src 'self'; connect-src ws://{host} http://{host}; img-src 'self' data:; "
                                         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
             ("Referrer-Policy", "no-referrer"),
             ("X-Content-Type-Options", "nosniff"),

@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 import trio
 import trio_websocket
 
-from . import framing, http
+from . import framing, http, login
 from .limits import ReserveDescriptor, ServerLimits
 from .server import Router, accept_loop, serve_messages
 
@@ -104,6 +104,7 @@ async def serve_websocket(
     allowed_origins: Iterable[str] = (),
     limits: ServerLimits | None = None,
     console: bool = False,
+    login_codes: login.LoginCodes | None = None,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; ``task_status.started(port)`` with the bound port.
@@ -112,7 +113,8 @@ async def serve_websocket(
     With ``console`` the same port serves the web console (``GET /``, see
     protocol/http.py), and the console's own origin (``http://HOST:PORT``,
     ``http://localhost:PORT``) passes the Origin check; every other origin
-    still needs ``allowed_origins``."""
+    still needs ``allowed_origins``. With ``login_codes`` too, the page trades
+    a one-time code for the token at ``POST /login`` (protocol/login.py)."""
     check_loopback(host)
     limits = limits or ServerLimits.for_this_process()
     listeners = await trio.open_tcp_listeners(port, host=host)
@@ -179,6 +181,10 @@ async def serve_websocket(
                 await http.send_response(stream, 400, [], f"repeated header: {names}; send each once\n".encode())
                 return
             if not head.is_websocket:
+                if console and login_codes is not None and head.path.split("?", 1)[0] == login.LOGIN_PATH:
+                    await http.send_response(stream, *await login.exchange(
+                        stream, head, head_bytes, login_codes, hosts=pages.hosts))
+                    return
                 await http.send_response(stream, *pages.respond(head))
                 return
             async with trio.open_nursery() as nursery:

@@ -41,6 +41,8 @@ class DaemonRouter:
         self.websocket_url: str | None = None
         #: the web console's URL (``agentd serve --web``), None when it is off
         self.web_url: str | None = None
+        #: the console's one-time login codes (a ``protocol.login.LoginCodes``), None when it is off
+        self.login_codes: Any = None
         self.started_at = trio.current_time()
 
     async def dispatch(self, method: Method, params: Params, connection: Connection) -> Any:
