@@ -548,7 +548,7 @@ async def test_bad_requests_leave_no_record_and_the_daemon_keeps_serving(daemon,
             {"title": "t" * 501},
             {"titel": "typo"},
             {"commandId": ""},
-            {"commandId": "has space"},
+            {"commandId": "has\ttab"},
         ]
         for params in bad_creates:
             assert_error(await conn.call("thread.create", params), INVALID_PARAMS, "invalid_params")
