@@ -20,6 +20,11 @@ log = logging.getLogger(__name__)
 #: bytes queued for one client (responses and events not yet written); a
 #: message waits for room (one larger than this goes out alone)
 OUTBOUND_BYTES_PER_CONNECTION = 2 << 20
+#: bytes of events queued for one client (being written included): a
+#: subscription's next event waits for room below it (one larger goes out
+#: alone), and is not held encoded meanwhile, so a stalled reader costs about
+#: this much, while a reader that reads gets a write's worth at a time
+EVENT_BYTES_PER_CONNECTION = 1 << 20
 #: bytes of events queued for all clients together; an event past it ends
 #: its subscription with ``events.resync``
 OUTBOUND_BYTES_TOTAL = 64 << 20
@@ -63,6 +68,7 @@ class ServerLimits:
 
     max_connections: int = MAX_CONNECTIONS
     outbound_per_connection: int = OUTBOUND_BYTES_PER_CONNECTION
+    events_per_connection: int = EVENT_BYTES_PER_CONNECTION
     reader_floor: int = READER_FLOOR_BYTES
     subscriptions_per_connection: int = MAX_SUBSCRIPTIONS_PER_CONNECTION
     subscriptions_total: int = MAX_SUBSCRIPTIONS_TOTAL

@@ -146,9 +146,14 @@ class Connection:
         that keeps reading always gets its events: the budget is taken by
         those that stopped, and they are the ones cut off."""
         line = framing.encode(framing.notification(method, params))
-        cap = self.limits.outbound_per_connection
-        while self._pending_bytes and self._pending_bytes + len(line) > cap and not self._broken:
-            await self._room.wait()
+        if not self._event_room(len(line)):
+            # A slow reader: wait for room without holding the line (a
+            # stalled one must not cost a megabyte per event it is behind).
+            size, line = len(line), b""
+            while not self._event_room(size) and not self._broken:
+                await self._room.wait()
+            if not self._broken:
+                line = framing.encode(framing.notification(method, params))
         if self._broken:
             return True  # nothing to keep: the stream ends with the connection
         if not self.limits.outbound.take(len(line)):
@@ -157,6 +162,14 @@ class Connection:
             self.limits.outbound.force(len(line))
         self._queue(line, event=True)
         return True
+
+    def _event_room(self, size: int) -> bool:
+        """Whether an event of ``size`` bytes may be queued now: within the
+        connection's bound, and within its bound for events (either way, one
+        goes out when nothing of its kind is queued)."""
+        limits = self.limits
+        return ((not self._pending_bytes or self._pending_bytes + size <= limits.outbound_per_connection)
+                and (not self._event_bytes or self._event_bytes + size <= limits.events_per_connection))
 
     def has_room(self, size: int) -> bool:
         """Whether a message of ``size`` bytes can be queued without waiting."""
@@ -541,7 +554,9 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
     limits.connections += 1
 
     async def send_lines(batch: list[bytes]) -> None:
-        await stream.send_all(b"".join(batch))
+        data = b"".join(batch)
+        batch.clear()  # the lines are in ``data`` now: not held twice while a slow client reads
+        await stream.send_all(data)
 
     fd = stream.socket.fileno()
 

@@ -188,6 +188,49 @@ async def test_a_stalled_subscriber_of_a_big_answer_is_resynced_and_the_daemon_s
         await assert_still_serving(conn)
 
 
+async def test_a_stalled_subscriber_holds_about_a_megabyte_then_gets_the_resync(daemon, socket_path, client):
+    """Hostile round item 12a (F20): a subscriber that reads nothing while a
+    10 MiB answer streams in 64 KiB deltas is cut off as soon as it falls a
+    buffer behind: what was queued for it before the resync is bounded by
+    the per-connection event bytes (1 MiB) plus the kernel's socket buffer
+    and one line — not 2 MiB and then the rest of a taken batch — and it
+    resubscribes from the resync's ``afterSeq`` to the run's end."""
+    from agentd.protocol.limits import EVENT_BYTES_PER_CONNECTION
+
+    thread_id = (await client.call("thread.create"))["threadId"]
+    stalled = await trio.open_unix_socket(str(socket_path))
+    await stalled.send_all(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "events.subscribe",
+                                       "params": {"threadId": thread_id}}).encode() + b"\n")
+    delta = 1 << 16
+    sent = await client.call("thread.message.send", threadId=thread_id,
+                             text=script({"say": "w" * delta, "repeat": 160, "chunks": 160}))
+    from .helpers import wait_run_terminal
+
+    run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    assert run["status"] == "completed"
+    buffer = bytearray()
+    event_bytes = 0
+    resync = None
+    last_seq = 0
+    with trio.fail_after(30):
+        assert "result" in await read_line(stalled, buffer)
+        while resync is None:
+            message = await read_line(stalled, buffer)
+            if message.get("method") == "event":
+                event_bytes += len(json.dumps(message))
+                last_seq = max(last_seq, message["params"]["seq"])
+            elif message.get("method") == "events.resync":
+                resync = message["params"]
+    with open("/proc/sys/net/core/wmem_default") as f:
+        kernel = 2 * int(f.read())  # a socket's buffer, as the kernel counts it (with overhead)
+    bound = EVENT_BYTES_PER_CONNECTION + kernel + delta + 4096
+    assert event_bytes <= bound, f"{event_bytes} bytes of events were queued for a reader that read nothing (bound {bound})"
+    assert resync["afterSeq"] == last_seq
+    await stalled.aclose()
+    ended = await wait_run_terminal(client, thread_id, sent["runId"], after_seq=resync["afterSeq"], timeout=60)
+    assert ended["status"] == "completed", "resubscribing from afterSeq reaches the run's end"
+
+
 async def test_subscriptions_per_connection_are_bounded(daemon, socket_path):
     async with raw_connection(socket_path) as conn:
         for _ in range(64):
