@@ -45,6 +45,9 @@ PSEUDO_FILESYSTEMS = frozenset({
     "pstore", "bpf", "configfs", "fusectl", "mqueue", "hugetlbfs", "binfmt_misc", "efivarfs",
     "selinuxfs", "rpc_pipefs", "nsfs", "autofs",
 })
+#: the trees of kernel state: a folder of another filesystem mounted inside
+#: one (a tmpfs at /sys/fs/cgroup) is refused too
+KERNEL_TREES = frozenset({"proc", "sysfs"})
 MOUNTINFO = "/proc/self/mountinfo"
 #: symlinks followed while resolving a workspace, as the kernel allows (ELOOP past it)
 MAX_SYMLINKS = 40
@@ -118,7 +121,8 @@ def _symlinks_met(path: Path) -> list[str]:
 
 def _pseudo_filesystem(path: Path, resolved: Path) -> tuple[str, str] | None:
     """``(path, filesystem type)`` of the first kernel pseudo-filesystem that
-    the workspace lies on, or that a symlink on the way to it does; None."""
+    the workspace lies on, that a symlink on the way to it does, or (procfs,
+    sysfs) that it lies inside; None."""
     mounts = _mounts()
     if not mounts:  # no mountinfo (another OS, a locked-down /proc): judge by the usual places
         mounts = [("/", "unknown"), ("/proc", "proc"), ("/sys", "sysfs"), ("/dev", "devtmpfs")]
@@ -126,6 +130,10 @@ def _pseudo_filesystem(path: Path, resolved: Path) -> tuple[str, str] | None:
         fstype = _filesystem_of(where, mounts)
         if fstype in PSEUDO_FILESYSTEMS:
             return where, fstype
+    target = str(resolved)
+    for point, fstype in mounts:
+        if fstype in KERNEL_TREES and point != "/" and target.startswith(point + "/"):
+            return point, fstype
     return None
 
 
@@ -154,7 +162,12 @@ def check_workspace(raw: str, *, allow_broad: bool = False) -> str:
         raise InvalidParams(f"workspace {raw} is not an existing directory", field="workspace")
     if pseudo is not None:
         where, fstype = pseudo
-        on = "is" if where == str(resolved) and where == os.path.normpath(raw) else f"goes through {where}, which is"
+        if where == str(resolved) and where == os.path.normpath(raw):
+            on = "is"
+        elif str(resolved).startswith(where + "/"):
+            on = f"is inside {where}, which is"
+        else:
+            on = f"goes through {where}, which is"
         raise InvalidParams(
             f"workspace {raw} {on} on the kernel's {fstype} pseudo-filesystem, not a folder of files; "
             "choose a project folder",
