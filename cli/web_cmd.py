@@ -70,6 +70,7 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 def add_web_command(sub: argparse._SubParsersAction, results: argparse.ArgumentParser) -> None:
     p = sub.add_parser("web", parents=[results],
-                       help="print the web console's URL with its token; at a desktop, open the console with a one-time login code")
+                       help="print the web console's URL with its token; at a desktop, open the console "
+                            "with a one-time login code")
     p.add_argument("--no-open", action="store_true", help="only print the URL, never open a browser")
     p.set_defaults(fn=cmd_web)

@@ -134,10 +134,6 @@ class ReserveDescriptor:
         self._fd: int | None = None
         self.take()
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def take(self) -> bool:
         """Hold the reserve again (after ``turn_away``, or when it could not
         be taken before); False while no descriptor is free."""

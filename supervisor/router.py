@@ -4,7 +4,7 @@ thread-owned ones go to the actor of the thread their route names."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -17,6 +17,9 @@ from agentd.store.hub import EventHub
 
 from .methods import METHODS
 from .sessions import ProviderSessionManager
+
+if TYPE_CHECKING:  # imported by the daemon only when the console is on (it loads h11)
+    from agentd.protocol.login import LoginCodes
 
 
 class DaemonRouter:
@@ -41,8 +44,8 @@ class DaemonRouter:
         self.websocket_url: str | None = None
         #: the web console's URL (``agentd serve --web``), None when it is off
         self.web_url: str | None = None
-        #: the console's one-time login codes (a ``protocol.login.LoginCodes``), None when it is off
-        self.login_codes: Any = None
+        #: the console's one-time login codes (``agentd web``), None when it is off
+        self.login_codes: LoginCodes | None = None
         self.started_at = trio.current_time()
 
     async def dispatch(self, method: Method, params: Params, connection: Connection) -> Any:
