@@ -118,8 +118,11 @@ async def exchange(stream: trio.SocketStream, head: http.Head, head_bytes: bytes
     except OSError:
         return _text(400, "the connection is gone")
     uid = await trio.to_thread.run_sync(peer_uid.of_loopback_tcp, local, peer)
+    # Checked before the code is spent: another user's attempt leaves it good for its owner.
+    if uid is None:
+        return _text(403, "agentd cannot tell which user this connection comes from (another network "
+                          "namespace?), so it does not trade the code; open the URL `agentd web --no-open` prints")
     if uid != os.getuid():
-        # Checked before the code is spent: another user's attempt leaves it good for its owner.
         return _text(403, "a login code is exchanged only for the user agentd runs as")
     token = codes.redeem(body.decode("utf-8", "replace").strip())
     if token is None:
