@@ -142,3 +142,28 @@ async def test_a_repeated_origin_host_or_authorization_header_is_refused_outrigh
                 assert status.startswith(b"HTTP/1.1 400"), (head, status)
     finally:
         assert await daemon.terminate() == 0
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_the_peer_of_a_loopback_connection_is_found_with_its_uid(host):
+    """Hostile round item 5 (F20): the kernel's socket table names the user
+    holding the other end of a loopback connection (what ``POST /login``
+    checks); a peer that is not there is None, never a guess."""
+    import socket
+
+    from agentd.protocol import peer_uid
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        listener = socket.socket(family)
+        listener.bind((host, 0))
+    except OSError:
+        pytest.skip(f"no {host} here")
+    with listener:
+        listener.listen()
+        with socket.create_connection(listener.getsockname()[:2]) as client:
+            server, _ = listener.accept()
+            with server:
+                assert peer_uid.of_loopback_tcp(server.getsockname(), server.getpeername()) == os.getuid()
+                gone = (server.getpeername()[0], client.getsockname()[1] ^ 1)
+                assert peer_uid.of_loopback_tcp(server.getsockname(), gone) is None
