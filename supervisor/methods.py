@@ -107,6 +107,7 @@ METHODS = MethodTable([
     _read("thread.transfers", wire.ThreadIdParams, queries.thread_transfers),
     _read("handoff.get", wire.HandoffGetParams, queries.handoff_get),
     _read("daemon.status", wire.NoParams, queries.daemon_status),
+    _read("web.loginCode", wire.NoParams, queries.web_login_code),
     _daemon("providers.list", wire.NoParams, queries.providers_list),
     _read("checkpoint.list", wire.ThreadIdParams, queries.checkpoint_list),
     _daemon("checkpoint.diff", wire.CheckpointDiffParams, queries.checkpoint_diff),
