@@ -7,6 +7,7 @@ state to serialize against.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -26,6 +27,7 @@ from agentd.store.reconcile import plan_reconciliation
 from agentd.store.records import AppThread, CommandReceipt, ProviderThread, to_wire
 
 from .failures import FailureBook, Incident, failed_error, reason_of
+from .workspace_guard import RestoringFolders
 from .messages import Command, Handler
 from .providers.base import ProviderEvent, SessionExited, SessionHost
 from .checkpoints import CheckpointEngine
@@ -40,12 +42,115 @@ log = logging.getLogger(__name__)
 COMMAND_ADMISSION_TIMEOUT = 10.0
 
 
+#: kernel filesystems that show kernel state, not files a project keeps: an
+#: agent "working" there reads or pokes the kernel (a workspace of /proc, /sys)
+PSEUDO_FILESYSTEMS = frozenset({
+    "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs",
+    "pstore", "bpf", "configfs", "fusectl", "mqueue", "hugetlbfs", "binfmt_misc", "efivarfs",
+    "selinuxfs", "rpc_pipefs", "nsfs", "autofs",
+})
+#: the trees of kernel state: a folder of another filesystem mounted inside
+#: one (a tmpfs at /sys/fs/cgroup) is refused too
+KERNEL_TREES = frozenset({"proc", "sysfs"})
+MOUNTINFO = "/proc/self/mountinfo"
+#: symlinks followed while resolving a workspace, as the kernel allows (ELOOP past it)
+MAX_SYMLINKS = 40
+
+
+def _mounts(mountinfo: str = MOUNTINFO) -> list[tuple[str, str]]:
+    """``(mount point, filesystem type)`` of this process's mounts, in mount
+    order (a later mount on the same point hides the earlier one)."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    mounts = []
+    for line in lines:
+        fields = line.split(" ")
+        try:
+            separator = fields.index("-")
+            point, fstype = fields[4], fields[separator + 1]
+        except (ValueError, IndexError):
+            continue
+        # mountinfo escapes space, tab, newline and backslash as octal
+        point = point.encode("utf-8", "surrogateescape").decode("unicode_escape").encode("latin-1").decode(
+            "utf-8", "surrogateescape")
+        mounts.append((point, fstype))
+    return mounts
+
+
+def _filesystem_of(path: str, mounts: list[tuple[str, str]]) -> str | None:
+    """The type of the filesystem ``path`` (absolute, resolved) lies on: the
+    mount with the longest mount point above it, the latest of equals."""
+    best, best_len = None, -1
+    for point, fstype in mounts:
+        if path == point or point == "/" or path.startswith(point + "/"):
+            if len(point) >= best_len:
+                best, best_len = fstype, len(point)
+    return best
+
+
+def _symlinks_met(path: Path) -> list[str]:
+    """Every symlink met while resolving ``path`` (absolute), one hop at a
+    time, so that one inside /proc (``/proc/self/cwd``, a magic link to some
+    process's directory) is seen even where its target is not.
+
+    Raises:
+        OSError: a symlink loop, or a component that cannot be read.
+    """
+    met: list[str] = []
+    pending = list(path.parts[1:])
+    current = "/"
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, part)
+        if not os.path.islink(candidate):
+            current = candidate
+            continue
+        met.append(candidate)
+        if len(met) > MAX_SYMLINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+        target = Path(os.readlink(candidate))
+        if target.is_absolute():
+            current = "/"
+        pending[:0] = list(target.parts[1:] if target.is_absolute() else target.parts)
+    return met
+
+
+def _pseudo_filesystem(path: Path, resolved: Path) -> tuple[str, str] | None:
+    """``(path, filesystem type)`` of the first kernel pseudo-filesystem that
+    the workspace lies on, that a symlink on the way to it does, or (procfs,
+    sysfs) that it lies inside; None."""
+    mounts = _mounts()
+    if not mounts:  # no mountinfo (another OS, a locked-down /proc): judge by the usual places
+        mounts = [("/", "unknown"), ("/proc", "proc"), ("/sys", "sysfs"), ("/dev", "devtmpfs")]
+    for where in (*_symlinks_met(path), str(resolved)):
+        fstype = _filesystem_of(where, mounts)
+        if fstype in PSEUDO_FILESYSTEMS:
+            return where, fstype
+    target = str(resolved)
+    for point, fstype in mounts:
+        if fstype in KERNEL_TREES and point != "/" and target.startswith(point + "/"):
+            return point, fstype
+    return None
+
+
 def check_workspace(raw: str, *, allow_broad: bool = False) -> str:
     """The workspace a thread may use, as given, or ``invalid_params`` saying why.
 
     A symlink is followed (the agents work in its target; the thread keeps the
     path as given). The filesystem root and the person's home folder itself
     are refused unless ``allow_broad``: an agent there works on everything.
+    A directory on a kernel pseudo-filesystem (``/proc``, ``/sys``, ``/dev``:
+    procfs, sysfs, devtmpfs, cgroup, ...), or reached through a symlink on
+    one (``/proc/self/cwd``), is always refused: it holds kernel state, not a
+    project, and a magic link means another directory in every process.
     """
     path = Path(raw)
     if not path.is_absolute():
@@ -53,11 +158,25 @@ def check_workspace(raw: str, *, allow_broad: bool = False) -> str:
     try:
         is_dir = path.is_dir()
         resolved = path.resolve()
+        pseudo = _pseudo_filesystem(path, resolved) if is_dir else None
     except (OSError, RuntimeError) as exc:  # a name too long, a symlink loop, no permission
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise InvalidParams(f"workspace {raw!r} cannot be used: {why}", field="workspace") from None
     if not is_dir:
         raise InvalidParams(f"workspace {raw} is not an existing directory", field="workspace")
+    if pseudo is not None:
+        where, fstype = pseudo
+        if where == str(resolved) and where == os.path.normpath(raw):
+            on = "is"
+        elif str(resolved).startswith(where + "/"):
+            on = f"is inside {where}, which is"
+        else:
+            on = f"goes through {where}, which is"
+        raise InvalidParams(
+            f"workspace {raw} {on} on the kernel's {fstype} pseudo-filesystem, not a folder of files; "
+            "choose a project folder",
+            field="workspace",
+        )
     if not allow_broad:
         home = Path.home().resolve()
         if resolved in (Path("/"), home):
@@ -118,6 +237,8 @@ class ThreadRegistry:
         self.failures = FailureBook(config.thread_failure_limit, config.thread_failure_period)
         #: threads whose failed actor is being reconciled: set when it is done
         self._recovering: dict[str, trio.Event] = {}
+        #: folders restores are writing: runs of other threads wait to start there
+        self.restoring = RestoringFolders()
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Host actors until cancelled."""

@@ -28,7 +28,7 @@ import trio
 
 from agentd.protocol.errors import AgentdError
 
-from . import checkpointing, graph, lineage
+from . import checkpointing, graph, lineage, workspace_guard
 from .messages import AttemptStartFailed, ContextNeeded, ProviderThreadReady, StartPlan
 from .providers.base import NativeThreadMissing, ProviderConnection, ProviderRuntimeError
 from .state import ActiveRun
@@ -93,6 +93,8 @@ async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
             return
         cwd = state.thread.workspace
         await trio.to_thread.run_sync(lambda: os.makedirs(cwd, mode=0o700, exist_ok=True))
+        # Another thread's restore writing here: start after it, on what it put back.
+        await workspace_guard.wait_while_restored(actor, cwd)
         # Before the root execution starts: the workspace state this run's
         # checkpoint is diffed against (SPEC F13).
         await checkpointing.ensure_baseline(actor, active)

@@ -1,7 +1,12 @@
 """``agentd web``: the web console's URL, with the WebSocket token in the
 fragment (``http://127.0.0.1:PORT/#token=…``) — a browser never sends a
-fragment to a server, so the token reaches no log and no Referer. At a
-desktop the URL is opened too.
+fragment to a server, so the token reaches no log and no Referer.
+
+At a desktop the console is opened too, but never with that URL: a browser
+keeps the URL it was started with in its command line, which every local
+user can read (``/proc/PID/cmdline``). It is opened with a one-time login
+code instead (``web.loginCode``, protocol/login.py): good once, for a
+minute, and only for this user's browser.
 
 ``add_web_command`` is the one hook in the parser.
 """
@@ -52,7 +57,12 @@ def cmd_web(args: argparse.Namespace) -> int:
         if not args.no_open and at_a_desktop():
             import webbrowser
 
-            await trio.to_thread.run_sync(webbrowser.open, url)
+            login = await client.call("web.loginCode")
+            if not await trio.to_thread.run_sync(webbrowser.open, login["url"]):
+                print("agentd: no browser could be started; open the URL above", file=sys.stderr)
+            else:
+                print(f"opened the console with a one-time login link (good for {login['expiresIn']:.0f} s)",
+                      file=sys.stderr)
         return 0
 
     return run_with_client(args, go)
@@ -60,6 +70,7 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 def add_web_command(sub: argparse._SubParsersAction, results: argparse.ArgumentParser) -> None:
     p = sub.add_parser("web", parents=[results],
-                       help="print (and at a desktop, open) the web console's URL with its token")
+                       help="print the web console's URL with its token; at a desktop, open the console "
+                            "with a one-time login code")
     p.add_argument("--no-open", action="store_true", help="only print the URL, never open a browser")
     p.set_defaults(fn=cmd_web)

@@ -6,7 +6,8 @@ the web console's static files (``protocol/console/``, package data) when the
 console is on (``agentd serve --web``), else with 404. The console is the
 protocol's reference client: it talks to the daemon over the same WebSocket
 as every other client, and the files served here hold no secret (the token
-reaches the page in the URL's fragment, which a browser never sends).
+reaches the page through a one-time code, protocol/login.py, or in the URL's
+fragment, which a browser never sends).
 """
 
 from __future__ import annotations
@@ -57,13 +58,22 @@ async def read_head(stream: trio.abc.ReceiveStream) -> bytes:
     return data
 
 
+#: headers a request may carry once: with two, a check that reads one while
+#: another part of the stack reads the other could be passed with a forged
+#: value (an allowed ``Origin`` first, the real one second)
+SINGLE_HEADERS = frozenset({"host", "origin", "authorization"})
+
+
 @dataclass(frozen=True)
 class Head:
     """The parts of a request head that decide how it is served."""
 
     method: str
     path: str
+    #: each header's value (the last, where one is repeated: see ``repeated``)
     headers: dict[str, str]
+    #: names (lower case) of the ``SINGLE_HEADERS`` the request repeats
+    repeated: frozenset[str] = frozenset()
 
     @property
     def is_websocket(self) -> bool:
@@ -80,8 +90,14 @@ def parse_head(data: bytes) -> Head | None:
         return None
     if not isinstance(event, h11.Request):
         return None
-    headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in event.headers}
-    return Head(event.method.decode("ascii", "replace"), event.target.decode("latin-1"), headers)
+    headers: dict[str, str] = {}
+    repeated = set()
+    for raw_name, raw_value in event.headers:
+        name = raw_name.decode("latin-1").lower()
+        if name in headers and name in SINGLE_HEADERS:
+            repeated.add(name)
+        headers[name] = raw_value.decode("latin-1")
+    return Head(event.method.decode("ascii", "replace"), event.target.decode("latin-1"), headers, frozenset(repeated))
 
 
 class ReplayStream(trio.abc.Stream):
@@ -156,7 +172,7 @@ class Console:
             ("Content-Type", content_type),
             # Nothing from the internet, no inline script; the page connects to
             # this daemon's WebSocket only.
-            ("Content-Security-Policy", f"default-src 'self'; connect-src ws://{host}; img-src 'self' data:; "
+            ("Content-Security-Policy", f"default-src 'self'; connect-src ws://{host} http://{host}; img-src 'self' data:; "
                                         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
             ("Referrer-Policy", "no-referrer"),
             ("X-Content-Type-Options", "nosniff"),

@@ -1,8 +1,8 @@
 """The processes at the other end of a loopback TCP connection (Linux /proc).
 
 A WebSocket client has no SO_PEERCRED, but on loopback its socket is on this
-machine: ``/proc/net/tcp`` names the inode of the client's socket (the row
-whose local address is the client's and whose remote one is ours), and the
+machine: the kernel's socket table (``/proc/net/tcp``, ``tcp6``, read by
+``peer_uid``) names the inode of the client's socket, and the
 processes holding it have a ``socket:[INODE]`` link among their
 ``/proc/PID/fd``. Only the daemon's own uid's processes can be looked into —
 which are the ones that matter: a client of another uid is no agent of the
@@ -13,35 +13,18 @@ in a worker thread, once per connection.
 from __future__ import annotations
 
 import os
-import socket
-import struct
 
-
-def _hex_address(address: tuple) -> str:
-    """An address as ``/proc/net/tcp`` (IPv4) or ``tcp6`` writes it: the
-    address in 32-bit words of host byte order, then the port
-    (``0100007F:1F4B`` is 127.0.0.1:8011)."""
-    host, port = address[0], address[1]
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    packed = socket.inet_pton(family, host)
-    words = "".join(f"{struct.unpack('<I', packed[i:i + 4])[0]:08X}" for i in range(0, len(packed), 4))
-    return f"{words}:{port:04X}"
+from .peer_uid import peer_socket_row
 
 
 def socket_inode(client: tuple, server: tuple) -> int | None:
-    """The inode of the client's end of the connection ``client`` → ``server``."""
-    local, remote = _hex_address(client), _hex_address(server)
-    table_path = "/proc/net/tcp6" if ":" in client[0] else "/proc/net/tcp"
+    """The inode of the client's end of the connection ``client`` → ``server``
+    (its row of the kernel's socket table, ``peer_uid.peer_socket_row``)."""
+    row = peer_socket_row(server, client)
     try:
-        with open(table_path, encoding="ascii") as table:
-            next(table, None)  # the header
-            for row in table:
-                fields = row.split()
-                if len(fields) > 9 and fields[1] == local and fields[2] == remote:
-                    return int(fields[9]) or None
-    except (OSError, ValueError):
+        return (int(row[9]) or None) if row is not None else None
+    except ValueError:
         return None
-    return None
 
 
 def socket_holders(inode: int) -> list[int]:
@@ -75,10 +58,7 @@ def loopback_peers(client: tuple, server: tuple) -> list[tuple[int, int]]:
     or it is not this uid's). A pid is kept only if, once its pidfd is open,
     it still holds the socket: the pidfd names that process, not a later
     one that reuses its pid."""
-    try:
-        inode = socket_inode(client, server)
-    except (OSError, ValueError):  # not an address this can read
-        return []
+    inode = socket_inode(client, server)
     if inode is None:
         return []
     found = []

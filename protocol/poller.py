@@ -54,16 +54,20 @@ class ReadPoller:
         The descriptor leaves the set: epoll reports a hang-up or an error
         of a member whatever it was asked for, so a member with no events
         asked for would still be called back (and, level-triggered, at every
-        pass)."""
-        if fd in self._callbacks:
+        pass).
+
+        Pausing a paused descriptor does nothing: a connection may find,
+        after a wait, that the next request must wait too."""
+        if fd in self._callbacks and fd not in self._paused:
             self._epoll.unregister(fd)
             self._paused.add(fd)
 
     def resume(self, fd: int) -> None:
-        """Watch ``fd`` again."""
+        """Watch ``fd`` again (nothing if it is not paused, or was removed)."""
         if fd in self._paused:
             self._paused.discard(fd)
-            self._epoll.register(fd, select.EPOLLIN)
+            if fd in self._callbacks:
+                self._epoll.register(fd, select.EPOLLIN)
 
     def remove(self, fd: int) -> None:
         """Stop watching ``fd`` for good; call before the descriptor is closed."""

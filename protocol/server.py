@@ -42,7 +42,7 @@ import trio
 
 from . import framing
 from .errors import AgentdError, Forbidden, InternalError, InvalidRequest, MethodNotFound, Overloaded, ParseError
-from .limits import ServerLimits
+from .limits import ReserveDescriptor, ServerLimits, descriptor_limit
 from .methods import SLOW, Later, Method
 from .peers import UNIDENTIFIED_PEER, Peer
 from .poller import ReadPoller
@@ -164,9 +164,14 @@ class Connection:
         that keeps reading always gets its events: the budget is taken by
         those that stopped, and they are the ones cut off."""
         line = framing.encode(framing.notification(method, params))
-        cap = self.limits.outbound_per_connection
-        while self._pending_bytes and self._pending_bytes + len(line) > cap and not self._broken:
-            await self._room.wait()
+        if not self._event_room(len(line)):
+            # A slow reader: wait for room without holding the line (a
+            # stalled one must not cost a megabyte per event it is behind).
+            size, line = len(line), b""
+            while not self._event_room(size) and not self._broken:
+                await self._room.wait()
+            if not self._broken:
+                line = framing.encode(framing.notification(method, params))
         if self._broken:
             return True  # nothing to keep: the stream ends with the connection
         if not self.limits.outbound.take(len(line)):
@@ -175,6 +180,14 @@ class Connection:
             self.limits.outbound.force(len(line))
         self._queue(line, event=True)
         return True
+
+    def _event_room(self, size: int) -> bool:
+        """Whether an event of ``size`` bytes may be queued now: within the
+        connection's bound, and within its bound for events (either way, one
+        goes out when nothing of its kind is queued)."""
+        limits = self.limits
+        return ((not self._pending_bytes or self._pending_bytes + size <= limits.outbound_per_connection)
+                and (not self._event_bytes or self._event_bytes + size <= limits.events_per_connection))
 
     def has_room(self, size: int) -> bool:
         """Whether a message of ``size`` bytes can be queued without waiting."""
@@ -373,11 +386,16 @@ class _PolledInput:
             self._end()
 
     async def _take_later(self, message: bytes | framing.LineTooLong | framing.InputOverloaded) -> None:
-        if not await _take(self.router, self.connection, self.limiter, message):
+        try:
+            if not await _take(self.router, self.connection, self.limiter, message):
+                self._end()
+                return
+            self._waiting = False
+            self._take_ready()
+        except Exception:  # noqa: BLE001 - a bug must cost this connection, not the daemon
+            log.exception("serving a connection failed; closing it")
             self._end()
             return
-        self._waiting = False
-        self._take_ready()
         if not self._waiting and not self.ended.is_set():
             self.poller.resume(self.fd)
 
@@ -619,7 +637,9 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
     limits.connections += 1
 
     async def send_lines(batch: list[bytes]) -> None:
-        await stream.send_all(b"".join(batch))
+        data = b"".join(batch)
+        batch.clear()  # the lines are in ``data`` now: not held twice while a slow client reads
+        await stream.send_all(data)
 
     fd = stream.socket.fileno()
 
@@ -696,11 +716,27 @@ _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, e
 ACCEPT_WARNING_INTERVAL = 60.0
 
 
-async def _accept_loop(listener: trio.SocketListener, handler: Callable[[trio.SocketStream], Awaitable[None]],
-                       *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Accept clients until cancelled. Out of descriptors, it keeps serving
-    the connections it has, says so once a minute (no traceback), and tries
-    again with a growing pause until descriptors free up."""
+def _out_of_descriptors_line(errno_: int) -> bytes:
+    """The one line a client turned away for want of descriptors gets."""
+    limit = descriptor_limit()
+    return framing.encode(framing.error_response(None, Overloaded(
+        f"agentd cannot take another connection now ({os.strerror(errno_)}, descriptor limit {limit}); "
+        "retry shortly", limit=limit,
+    ).to_error()))
+
+
+async def accept_loop(listener: trio.SocketListener, handler: Callable[[trio.SocketStream], Awaitable[None]],
+                      *, reserve: ReserveDescriptor | None = None,
+                      refusal: Callable[[int], bytes] = _out_of_descriptors_line,
+                      task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Accept clients until cancelled, each handled in a task of its own
+    whose failure ends that connection only. Out of descriptors, it keeps
+    serving the connections it has and says so once a minute (no
+    traceback); with a ``reserve`` each client that arrives meanwhile is
+    accepted on the reserve's descriptor, sent ``refusal(errno)`` (by
+    default an ``overloaded`` error line) and closed at once: it does not
+    hang in the backlog. Without one, or when even that fails, it tries
+    again with a growing pause, until descriptors free up."""
     last_warning = -ACCEPT_WARNING_INTERVAL
     pause = 0.01
     async with trio.open_nursery() as nursery:
@@ -714,13 +750,30 @@ async def _accept_loop(listener: trio.SocketListener, handler: Callable[[trio.So
                 now = trio.current_time()
                 if now - last_warning >= ACCEPT_WARNING_INTERVAL:
                     last_warning = now
-                    log.warning("cannot accept new clients: %s; serving the connected ones and retrying",
-                                os.strerror(exc.errno))
+                    log.warning("cannot accept new clients: %s; serving the connected ones, turning new ones "
+                                "away and retrying", os.strerror(exc.errno))
+                if reserve is not None and reserve.turn_away(listener.socket.fileno(), refusal(exc.errno)):
+                    # One client told; the next accept waits for the next one (no spin).
+                    await trio.lowlevel.checkpoint()
+                    continue
                 await trio.sleep(pause)
                 pause = min(pause * 2, 1.0)
                 continue
             pause = 0.01
-            nursery.start_soon(handler, stream)
+            if reserve is not None:
+                reserve.take()  # descriptors came back: hold the reserve again if it was lost
+            nursery.start_soon(_contained, handler, stream)
+
+
+async def _contained(handler: Callable[[trio.SocketStream], Awaitable[None]], stream: trio.SocketStream) -> None:
+    """Run one connection's handler so that whatever goes wrong in it ends
+    that connection only: the accept loop (and every other client) goes on."""
+    try:
+        await handler(stream)
+    except Exception:  # noqa: BLE001 - a defect on one connection must not end the server
+        log.exception("a connection's handler failed; that connection is closed")
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
 
 
 async def serve_unix(path: Path, router: Router, *, limits: ServerLimits | None = None,
@@ -738,6 +791,7 @@ async def serve_unix(path: Path, router: Router, *, limits: ServerLimits | None 
     os.chmod(path, 0o600)
     sock.listen(1024)  # many clients may connect at once (a burst of 256 is benchmarked)
     listener = trio.SocketListener(sock)
+    reserve = ReserveDescriptor()  # early: a low number, under any limit set later
     try:
         async with trio.open_nursery() as nursery:
             poller = ReadPoller()
@@ -746,8 +800,9 @@ async def serve_unix(path: Path, router: Router, *, limits: ServerLimits | None 
             async def handler(stream: trio.SocketStream) -> None:
                 await handle_connection(stream, router, limits, poller)
 
-            await _accept_loop(listener, handler, task_status=task_status)
+            await accept_loop(listener, handler, reserve=reserve, task_status=task_status)
     finally:
+        reserve.close()
         with trio.CancelScope(shield=True):
             await listener.aclose()
         try:

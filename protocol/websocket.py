@@ -10,6 +10,8 @@ process — and any web page the person opens — can reach a loopback port:
 * a request with an ``Origin`` header (a browser) is refused unless that
   origin is explicitly allowed — or, with the web console on (``--web``),
   is the console's own origin;
+* a request that repeats ``Origin``, ``Host`` or ``Authorization`` is
+  refused (400) before any of them is judged;
 * an agent's process may have read the token (it runs as the person's uid):
   the processes holding the client's end of the loopback connection are
   found in /proc (``loopback_peer.py``) and told apart as a Unix-socket peer
@@ -27,6 +29,7 @@ import logging
 import os
 import secrets
 import stat
+from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Iterable
 from urllib.parse import parse_qs, urlsplit
@@ -34,11 +37,11 @@ from urllib.parse import parse_qs, urlsplit
 import trio
 import trio_websocket
 
-from . import framing, http
-from .limits import ServerLimits
+from . import framing, http, login
+from .limits import ReserveDescriptor, ServerLimits
 from .loopback_peer import loopback_peers
 from .peers import UNIDENTIFIED_PEER, Peer
-from .server import Router, serve_messages
+from .server import Router, accept_loop, serve_messages
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +134,7 @@ async def serve_websocket(
     allowed_origins: Iterable[str] = (),
     limits: ServerLimits | None = None,
     console: bool = False,
+    login_codes: login.LoginCodes | None = None,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; ``task_status.started(port)`` with the bound port.
@@ -139,7 +143,8 @@ async def serve_websocket(
     With ``console`` the same port serves the web console (``GET /``, see
     protocol/http.py), and the console's own origin (``http://HOST:PORT``,
     ``http://localhost:PORT``) passes the Origin check; every other origin
-    still needs ``allowed_origins``."""
+    still needs ``allowed_origins``. With ``login_codes`` too, the page trades
+    a one-time code for the token at ``POST /login`` (protocol/login.py)."""
     check_loopback(host)
     limits = limits or ServerLimits.for_this_process()
     listeners = await trio.open_tcp_listeners(port, host=host)
@@ -201,7 +206,16 @@ async def serve_websocket(
                 if head_bytes:
                     await http.send_response(stream, 400, [], b"not an HTTP/1.1 request\n")
                 return
+            if head.repeated:
+                # Refused outright, never judged by one of the copies.
+                names = ", ".join(sorted(head.repeated))
+                await http.send_response(stream, 400, [], f"repeated header: {names}; send each once\n".encode())
+                return
             if not head.is_websocket:
+                if console and login_codes is not None and head.path.split("?", 1)[0] == login.LOGIN_PATH:
+                    await http.send_response(stream, *await login.exchange(
+                        stream, head, head_bytes, login_codes, hosts=pages.hosts))
+                    return
                 await http.send_response(stream, *pages.respond(head))
                 return
             async with trio.open_nursery() as nursery:
@@ -216,10 +230,28 @@ async def serve_websocket(
                 nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio_websocket.ConnectionClosed):
             pass
+        except Exception:  # noqa: BLE001 - a defect on one connection must not end the server
+            log.exception("a WebSocket connection's handler failed; that connection is closed")
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, handle_connection, listeners)
-        task_status.started(bound)
+    reserve = ReserveDescriptor()
+    try:
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                await nursery.start(partial(accept_loop, listener, handle_connection, reserve=reserve,
+                                            refusal=_out_of_descriptors_response))
+            task_status.started(bound)
+    finally:
+        reserve.close()
+        with trio.CancelScope(shield=True):
+            for listener in listeners:
+                await listener.aclose()
+
+
+def _out_of_descriptors_response(errno_: int) -> bytes:
+    """What a client turned away for want of descriptors gets: a 503."""
+    body = f"agentd cannot take another connection now ({os.strerror(errno_)}); retry shortly\n".encode()
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)) + body

@@ -17,7 +17,9 @@ import msgspec
 
 MAX_TEXT = 1 << 20  # characters (Unicode code points) of message text: 1 Mi, not bytes
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-CommandId = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+#: printable ASCII, space to ``~`` (protocol/README.md, "Safe retries"); ``\Z``, not ``$``,
+#: which would let a trailing newline through
+CommandId = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[\x20-\x7e]+\Z")]
 #: a session's tool credential (what ``agentd mcp`` reads from its credential file)
 Credential = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 

@@ -205,7 +205,7 @@ from agentd.protocol.limits import (  # noqa: E402
     DESCRIPTOR_RESERVE, INPUT_BYTES_TOTAL, MAX_CONNECTIONS, OUTBOUND_BYTES_PER_CONNECTION, OUTBOUND_BYTES_TOTAL,
 )
 from agentd.launch import DaemonProcess, DaemonStartError, start_daemon  # noqa: E402
-from agentd.store.hub import DEFAULT_TEXT_CAPACITY  # noqa: E402
+from agentd.store.hub import DEFAULT_BYTE_CAPACITY  # noqa: E402
 
 TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled"})
 OPEN_NODE = frozenset({"running", "pending"})
@@ -983,7 +983,7 @@ class Chaos:
         # What one stalled subscriber can have waiting for it: a hub buffer its
         # stream task took, the one filling, its outbound cap, a line and a
         # socket buffer. An answer past that must end in a resync.
-        can_hold = 2 * DEFAULT_TEXT_CAPACITY + OUTBOUND_BYTES_PER_CONNECTION + line + MiB
+        can_hold = 2 * DEFAULT_BYTE_CAPACITY + OUTBOUND_BYTES_PER_CONNECTION + line + MiB
         where = (f"{stalled_count} stalled and {slow_count} slow subscribers of a {answer / MiB:.1f} MiB answer "
                  f"in {chunks} deltas")
         async with Client.connect(self.socket) as client:

@@ -8,25 +8,32 @@ durable ``seq`` and ``ephemeral: true``, and a text offset that lets a client
 place them against the durable ``message.appended`` records.
 
 A slow subscriber never blocks a publisher: past its bounded buffer (10,000
-events, or 8 MiB of text — one delta can be a megabyte) it is marked
-overflowed, and its stream ends with ``Resync`` so the client can resubscribe
-from its last ``seq``.
+events, or 8 MiB of events counted as their JSON size — one delta can be a
+megabyte, and a record-carrying event can be large too) it is marked
+overflowed, its ``on_overflow`` is called (its stream may be waiting for room
+on a stalled connection: it stops waiting), and its stream ends with
+``Resync`` so the client can resubscribe from its last ``seq``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
+import msgspec
 import trio
 
 from .db import Store
 from .records import Event
 
 DEFAULT_CAPACITY = 10_000
-#: characters of text (deltas, appended text) one subscriber may have waiting
-DEFAULT_TEXT_CAPACITY = 8 << 20
+#: bytes of events (their JSON size) one subscriber may have waiting
+DEFAULT_BYTE_CAPACITY = 8 << 20
+#: bytes an event's envelope adds to its payload on the wire (ids, seq, type, ...)
+EVENT_ENVELOPE_BYTES = 256
 REPLAY_PAGE = 500
+
+_encoder = msgspec.json.Encoder()
 
 
 class Resync(Exception):
@@ -40,27 +47,30 @@ class Resync(Exception):
 class Subscription:
     """A live buffer of events for one subscriber (all threads, or one)."""
 
-    def __init__(self, hub: EventHub, thread_id: str | None, capacity: int, text_capacity: int) -> None:
+    def __init__(self, hub: EventHub, thread_id: str | None, capacity: int, byte_capacity: int,
+                 on_overflow: Callable[[], None] | None = None) -> None:
         self._hub = hub
         self.thread_id = thread_id
         self._capacity = capacity
-        self._text_capacity = text_capacity
+        self._byte_capacity = byte_capacity
+        self._on_overflow = on_overflow
         self._buffer: deque[Event | dict[str, Any]] = deque()
-        self._text = 0  # characters of text in ``_buffer``
+        self._bytes = 0  # wire size of the events in ``_buffer``
         self._wake = trio.Event()
         self.overflowed = False
 
-    def _offer(self, item: Event | dict[str, Any]) -> None:
+    def _offer(self, item: Event | dict[str, Any], size: int) -> None:
         if self.overflowed:
             return
-        text = _text_size(item)
-        if len(self._buffer) >= self._capacity or (self._buffer and self._text + text > self._text_capacity):
+        if len(self._buffer) >= self._capacity or (self._buffer and self._bytes + size > self._byte_capacity):
             self.overflowed = True
             self._buffer.clear()
-            self._text = 0
+            self._bytes = 0
+            if self._on_overflow is not None:
+                self._on_overflow()
         else:
             self._buffer.append(item)
-            self._text += text
+            self._bytes += size
         self._wake.set()
 
     async def take(self) -> list[Event | dict[str, Any]]:
@@ -73,7 +83,7 @@ class Subscription:
             raise Resync(-1)
         items = list(self._buffer)
         self._buffer.clear()
-        self._text = 0
+        self._bytes = 0
         return items
 
     def close(self) -> None:
@@ -89,9 +99,12 @@ class EventHub:
 
     def subscribe(
         self, thread_id: str | None = None, *, capacity: int = DEFAULT_CAPACITY,
-        text_capacity: int = DEFAULT_TEXT_CAPACITY,
+        byte_capacity: int = DEFAULT_BYTE_CAPACITY, on_overflow: Callable[[], None] | None = None,
     ) -> Subscription:
-        sub = Subscription(self, thread_id, capacity, text_capacity)
+        """A buffer of the events published from now on (of ``thread_id``, or
+        all), bounded in events and in bytes; ``on_overflow`` is called, on
+        the loop, when it overflows."""
+        sub = Subscription(self, thread_id, capacity, byte_capacity, on_overflow)
         self._subscriptions.add(sub)
         return sub
 
@@ -104,9 +117,12 @@ class EventHub:
         subs = self._subscriptions
         for event in events:
             self.last_seq = event.seq
+            size = -1  # measured once, for the first subscriber that takes it
             for sub in subs:
                 if sub.thread_id is None or sub.thread_id == event.thread_id:
-                    sub._offer(event)
+                    if size < 0:
+                        size = wire_size(event)
+                    sub._offer(event, size)
 
     def publish_ephemeral(
         self,
@@ -129,16 +145,23 @@ class EventHub:
             "at": at,
             "payload": payload,
         }
+        size = -1
         for sub in self._subscriptions:
             if sub.thread_id is None or sub.thread_id == thread_id:
-                sub._offer(item)
+                if size < 0:
+                    size = wire_size(item)
+                sub._offer(item, size)
 
 
-def _text_size(item: Event | dict[str, Any]) -> int:
-    """The text an event carries (a delta, appended text): what makes it big."""
+def wire_size(item: Event | dict[str, Any]) -> int:
+    """About how many bytes an event takes on the wire: its payload's JSON
+    and the envelope. Every event counts, not only text: a record-carrying
+    one (a run, a checkpoint's summary) can be large too."""
     payload = item.payload if isinstance(item, Event) else item["payload"]
-    text = payload.get("text") if isinstance(payload, dict) else None
-    return len(text) if isinstance(text, str) else 0
+    try:
+        return EVENT_ENVELOPE_BYTES + len(_encoder.encode(payload))
+    except (TypeError, msgspec.EncodeError):  # pragma: no cover - events are built from JSON types
+        return EVENT_ENVELOPE_BYTES
 
 
 def event_to_wire(event: Event) -> dict[str, Any]:
@@ -160,6 +183,7 @@ async def replay_then_live(
     thread_id: str | None,
     after_seq: int,
     capacity: int = DEFAULT_CAPACITY,
+    on_overflow: Callable[[], None] | None = None,
 ) -> AsyncIterator[list[dict[str, Any]]]:
     """Yield lists of wire events: every stored event after ``after_seq``, then
     live ones, with no gap and no duplicate.
@@ -167,11 +191,12 @@ async def replay_then_live(
     The live subscription is registered before the store is read, so an event
     committed during the replay is either in the read or arrives live; live
     durable events at or below the last replayed ``seq`` are dropped.
+    ``on_overflow`` is called when the live buffer overflows (see ``EventHub.subscribe``).
 
     Raises:
         Resync: the consumer fell behind; ``after_seq`` says where to resume.
     """
-    sub = hub.subscribe(thread_id, capacity=capacity)
+    sub = hub.subscribe(thread_id, capacity=capacity, on_overflow=on_overflow)
     last = after_seq
     try:
         while True:

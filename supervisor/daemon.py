@@ -274,15 +274,19 @@ class Daemon:
         if websocket_port is not None:
             # Only here: trio-websocket, wsproto and h11 are a quarter of the
             # daemon's start-up, and most daemons serve the Unix socket alone.
+            from agentd.protocol.login import LoginCodes
             from agentd.protocol.websocket import load_or_create_token, serve_websocket
 
             token = load_or_create_token(self.paths.data_dir)
+            # The console's one-time login codes (`agentd web`), issued over the Unix socket.
+            router.login_codes = LoginCodes(token) if web else None
 
             async def serve_ws(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
                 async with trio.open_nursery() as nursery:
                     port = await nursery.start(partial(
                         serve_websocket, router, host=opts.websocket_host, port=websocket_port, token=token,
                         allowed_origins=opts.config.websocket_origins, limits=limits, console=web,
+                        login_codes=router.login_codes,
                     ))
                     router.websocket_url = f"ws://{opts.websocket_host}:{port}/"
                     router.web_url = f"http://{opts.websocket_host}:{port}/" if web else None

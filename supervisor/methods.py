@@ -68,10 +68,10 @@ def _daemon(name: str, params: type[wire.Params], handler: Any, *, access: Acces
     return Method(name, params, "daemon", handler, quick=quick, access=access)
 
 
-def _read(name: str, params: type[wire.Params], handler: Any) -> Method:
+def _read(name: str, params: type[wire.Params], handler: Any, *, access: Access = "open") -> Method:
     """A daemon-owned method that never blocks: answered where the request is read, with no task.
-    Every such method is a read, open to every client."""
-    return _daemon(name, params, handler, access="open", quick=run_now(handler))
+    A read is open to every client unless ``access`` says otherwise."""
+    return _daemon(name, params, handler, access=access, quick=run_now(handler))
 
 
 def _thread(name: str, params: type[wire.Params], handler: Any, route: Any) -> Method:
@@ -119,6 +119,8 @@ METHODS = MethodTable([
     _read("thread.transfers", wire.ThreadIdParams, queries.thread_transfers),
     _read("handoff.get", wire.HandoffGetParams, queries.handoff_get),
     _read("daemon.status", wire.NoParams, queries.daemon_status),
+    # A login code is a way to the WebSocket's token: the person's, not an agent's.
+    _read("web.loginCode", wire.NoParams, queries.web_login_code, access="control"),
     _daemon("providers.list", wire.NoParams, queries.providers_list, access="open"),
     _read("checkpoint.list", wire.ThreadIdParams, queries.checkpoint_list),
     _daemon("checkpoint.diff", wire.CheckpointDiffParams, queries.checkpoint_diff, access="open"),

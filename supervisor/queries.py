@@ -174,6 +174,16 @@ async def providers_list(router: DaemonRouter, _params: wire.NoParams, _conn: Co
     return {"providers": out}
 
 
+async def web_login_code(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
+    """A one-time code that logs the web console in (``agentd web`` opens
+    ``url``): good once, for ``expiresIn`` seconds (protocol/login.py)."""
+    if router.login_codes is None or router.web_url is None:
+        raise InvalidState("the web console is off; start the daemon with `agentd serve --web` "
+                           "(or `web = true` under [daemon] in config.toml)")
+    code = router.login_codes.issue()
+    return {"code": code, "url": f"{router.web_url}#code={code}", "expiresIn": router.login_codes.ttl}
+
+
 async def daemon_status(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
     store = router.store
     return {

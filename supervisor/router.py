@@ -6,7 +6,7 @@ tells the socket server who a peer is (an agent's process or the person's,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -23,6 +23,9 @@ from agentd.store.hub import EventHub
 from .methods import METHODS
 from .peers import AgentProcesses
 from .sessions import ProviderSessionManager
+
+if TYPE_CHECKING:  # imported by the daemon only when the console is on (it loads h11)
+    from agentd.protocol.login import LoginCodes
 
 
 class DaemonRouter:
@@ -48,6 +51,8 @@ class DaemonRouter:
         self.websocket_url: str | None = None
         #: the web console's URL (``agentd serve --web``), None when it is off
         self.web_url: str | None = None
+        #: the console's one-time login codes (``agentd web``), None when it is off
+        self.login_codes: LoginCodes | None = None
         self.started_at = trio.current_time()
         #: fan-out slots of ``task.delegate`` calls under way (SPEC F9)
         self.task_slots = TaskSlots()

@@ -55,16 +55,31 @@ async def subscribe(router: DaemonRouter, params: wire.SubscribeParams, conn: Co
 
     async def stream() -> None:
         delivered = params.after_seq
+        cut_off = False
+        waiting: trio.CancelScope | None = None  # the send in progress, while it waits for room
+
+        def on_overflow() -> None:
+            # The subscriber fell a buffer behind: whatever it waits for, it is not waited for.
+            nonlocal cut_off
+            cut_off = True
+            if waiting is not None:
+                waiting.cancel()
+
         with scope:
             try:
                 async with aclosing(replay_then_live(
-                    store, hub, thread_id=params.thread_id, after_seq=params.after_seq,
+                    store, hub, thread_id=params.thread_id, after_seq=params.after_seq, on_overflow=on_overflow,
                 )) as batches:
                     async for events in batches:
                         for event in events:
-                            if not await conn.send_event("event", {"subscriptionId": subscription_id, **event}):
+                            sent = False
+                            with trio.CancelScope() as waiting:
+                                sent = await conn.send_event("event", {"subscriptionId": subscription_id, **event})
+                            waiting = None
+                            if sent:
+                                delivered = max(delivered, event["seq"])
+                            if not sent or cut_off:
                                 raise Resync(delivered)
-                            delivered = max(delivered, event["seq"])
             except Resync as exc:
                 conn.notify_now("events.resync", {"subscriptionId": subscription_id, "afterSeq": exc.after_seq})
             finally:

@@ -18,7 +18,7 @@ from agentd.launch import DaemonStartError, start_daemon
 from agentd.protocol import framing
 from agentd.protocol.limits import ByteBudget, ServerLimits
 from agentd.protocol.methods import Method, MethodTable
-from agentd.protocol.server import Connection, _accept_loop, serve_unix
+from agentd.protocol.server import Connection, accept_loop, serve_unix
 from agentd.protocol.websocket import TOKEN_FILE, load_or_create_token
 from agentd.protocol.wire import NoParams
 
@@ -188,6 +188,49 @@ async def test_a_stalled_subscriber_of_a_big_answer_is_resynced_and_the_daemon_s
         await assert_still_serving(conn)
 
 
+async def test_a_stalled_subscriber_holds_about_a_megabyte_then_gets_the_resync(daemon, socket_path, client):
+    """Hostile round item 12a (F20): a subscriber that reads nothing while a
+    10 MiB answer streams in 64 KiB deltas is cut off as soon as it falls a
+    buffer behind: what was queued for it before the resync is bounded by
+    the per-connection event bytes (1 MiB) plus the kernel's socket buffer
+    and one line — not 2 MiB and then the rest of a taken batch — and it
+    resubscribes from the resync's ``afterSeq`` to the run's end."""
+    from agentd.protocol.limits import EVENT_BYTES_PER_CONNECTION
+
+    thread_id = (await client.call("thread.create"))["threadId"]
+    stalled = await trio.open_unix_socket(str(socket_path))
+    await stalled.send_all(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "events.subscribe",
+                                       "params": {"threadId": thread_id}}).encode() + b"\n")
+    delta = 1 << 16
+    sent = await client.call("thread.message.send", threadId=thread_id,
+                             text=script({"say": "w" * delta, "repeat": 160, "chunks": 160}))
+    from .helpers import wait_run_terminal
+
+    run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    assert run["status"] == "completed"
+    buffer = bytearray()
+    event_bytes = 0
+    resync = None
+    last_seq = 0
+    with trio.fail_after(30):
+        assert "result" in await read_line(stalled, buffer)
+        while resync is None:
+            message = await read_line(stalled, buffer)
+            if message.get("method") == "event":
+                event_bytes += len(json.dumps(message))
+                last_seq = max(last_seq, message["params"]["seq"])
+            elif message.get("method") == "events.resync":
+                resync = message["params"]
+    with open("/proc/sys/net/core/wmem_default") as f:
+        kernel = 2 * int(f.read())  # a socket's buffer, as the kernel counts it (with overhead)
+    bound = EVENT_BYTES_PER_CONNECTION + kernel + delta + 4096
+    assert event_bytes <= bound, f"{event_bytes} bytes of events were queued for a reader that read nothing (bound {bound})"
+    assert resync["afterSeq"] == last_seq
+    await stalled.aclose()
+    ended = await wait_run_terminal(client, thread_id, sent["runId"], after_seq=resync["afterSeq"], timeout=60)
+    assert ended["status"] == "completed", "resubscribing from afterSeq reaches the run's end"
+
+
 async def test_subscriptions_per_connection_are_bounded(daemon, socket_path):
     async with raw_connection(socket_path) as conn:
         for _ in range(64):
@@ -230,7 +273,7 @@ async def test_out_of_descriptors_the_server_waits_and_warns_once_a_minute(caplo
 
     listener = FlakyListener(200, object())
     async with trio.open_nursery() as nursery:
-        await nursery.start(_accept_loop, listener, handler)
+        await nursery.start(accept_loop, listener, handler)
         with trio.fail_after(600):
             await handled.wait()
         nursery.cancel_scope.cancel()
@@ -238,6 +281,56 @@ async def test_out_of_descriptors_the_server_waits_and_warns_once_a_minute(caplo
     # 200 failures with a pause growing to 1 s take a bit over three minutes.
     assert 2 <= len(warnings) <= 5
     assert all(r.exc_info is None for r in warnings), "no traceback for a known condition"
+
+
+def open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+async def test_past_a_descriptor_limit_lowered_from_outside_clients_are_told_overloaded_not_left_hanging(daemon):
+    """Hostile round item 12b (F20): with ``RLIMIT_NOFILE`` lowered under a
+    running daemon (as ``prlimit --pid`` does), the clients past it get one
+    ``overloaded`` line and are closed at once (they used to wait in the
+    backlog forever); the connected ones are served throughout, and once the
+    limit is raised again new clients are served."""
+    import resource
+
+    soft, hard = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)
+    held: list[trio.SocketStream] = []
+    try:
+        with trio.fail_after(60):
+            limit = open_descriptors(daemon.pid) + 3
+            resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (limit, hard))
+            told: list[dict] = []
+            while len(told) < 5:  # connect until the daemon is out of descriptors, then 5 more
+                stream = await trio.open_unix_socket(str(daemon.socket))
+                await stream.send_all(b'{"jsonrpc":"2.0","id":1,"method":"daemon.status"}\n')
+                buffer = bytearray()
+                reply = await read_line(stream, buffer)
+                if "result" in reply:
+                    held.append(stream)
+                    # a few: the daemon's own descriptors come and go (none of its figures are asserted)
+                    assert len(held) < 50, "the limit did not hold"
+                    continue
+                told.append(reply)
+                with pytest.raises((EOFError, trio.BrokenResourceError)):
+                    await read_line(stream, buffer)  # and closed
+                await stream.aclose()
+            assert held, "the connections under the limit were served"
+            for reply in told:
+                error = assert_error(reply, wire_code("overloaded"), "overloaded")
+                assert error["data"]["limit"] == limit and "descriptor limit" in error["message"]
+            for n, stream in enumerate(held):  # the connected clients are still served
+                await stream.send_all(b'{"jsonrpc":"2.0","id":%d,"method":"daemon.status"}\n' % (n + 2))
+                assert "result" in await read_line(stream, bytearray())
+            resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (soft, hard))
+            async with raw_connection(daemon.socket) as conn:
+                await assert_still_serving(conn)
+    finally:
+        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (soft, hard))
+        for stream in held:
+            await stream.aclose()
+    assert "Traceback" not in daemon.log_text()
 
 
 # -- socket paths and private files ---------------------------------------------------------
@@ -356,5 +449,36 @@ async def test_broad_workspaces_are_allowed_when_the_config_says_so(tmp_path, sh
     try:
         async with raw_connection(proc.socket) as conn:
             assert (await conn.result("thread.create", {"workspace": "/"}))["threadId"]
+    finally:
+        await proc.terminate()
+
+
+async def test_pseudo_filesystems_are_refused_as_workspaces_even_through_a_symlink(tmp_path, short_dir):
+    """Hostile round item 12d (F1): /proc, /sys, /dev and /proc/self/cwd (a
+    magic link: another directory in every process) are refused with
+    ``invalid_params`` naming the kernel filesystem — judged by the
+    filesystem, so a symlink to one is refused too, even with
+    ``allow_broad_workspaces``; a tmpfs folder (/dev/shm) and a plain one
+    are accepted."""
+    config = tmp_path / "config.toml"
+    config.write_text("[daemon]\nallow_broad_workspaces = true\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (tmp_path / "to-proc-cwd").symlink_to("/proc/self/cwd")
+    (tmp_path / "to-sys").symlink_to("/sys/kernel")
+    proc = await start_daemon(tmp_path / "d", short_dir / "p.sock", config=config)
+    try:
+        async with raw_connection(proc.socket) as conn:
+            for workspace, fstype in [("/proc", "proc"), ("/sys", "sysfs"), ("/proc/self/cwd", "proc"),
+                                      ("/proc/self/cwd/", "proc"), (str(tmp_path / "to-proc-cwd"), "proc"),
+                                      (str(tmp_path / "to-sys"), "sysfs"), ("/dev/pts", "devpts"),
+                                      *([("/sys/fs/cgroup", "")] if os.path.isdir("/sys/fs/cgroup") else [])]:
+                reply = await conn.call("thread.create", {"workspace": workspace})
+                error = assert_error(reply, wire_code("invalid_params"), "invalid_params")
+                assert error["data"]["field"] == "workspace", (workspace, error)
+                assert f"{fstype} pseudo-filesystem" in error["message"], (workspace, error["message"])
+            for workspace in (str(project), *(["/dev/shm"] if os.path.isdir("/dev/shm") else [])):
+                assert (await conn.result("thread.create", {"workspace": workspace}))["threadId"], workspace
+        assert "Traceback" not in proc.log_text()
     finally:
         await proc.terminate()

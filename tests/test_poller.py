@@ -203,3 +203,94 @@ async def test_a_paused_descriptor_is_not_called_back_even_when_its_peer_hangs_u
         poller.remove(fd)
     for sock in (ours, probe_ours, probe_peer):
         sock.close()
+
+
+class TricklingRouter:
+    """``hold`` requests end one at a time, when the test lets one go
+    (``let_one_go``): slots free up one by one, as behind a busy writer."""
+
+    def __init__(self) -> None:
+        self.gate = trio.Semaphore(0)
+        self.started = 0
+
+        async def hold(_router, _params, _conn):
+            self.started += 1
+            await self.gate.acquire()
+            return {"held": True}
+
+        def quick(_router, _params, _conn):
+            return {"started": self.started}
+
+        self.methods = MethodTable([
+            Method("hold", NoParams, "daemon", hold),
+            Method("quick", NoParams, "daemon", hold, quick=quick),
+        ])
+
+    async def dispatch(self, method, params, connection):
+        return await method.handler(self, params, connection)
+
+
+async def test_a_burst_past_the_slots_freed_one_by_one_is_answered_whole(short_dir, nursery):
+    """Hostile round item 1 (F20): 600 requests in one write, whose slots
+    free up one at a time, pause the connection again and again; every one
+    is answered, a second client is served meanwhile, and the server lives
+    (the second pause of a paused descriptor crashed the socket server)."""
+    router = TricklingRouter()
+    path = short_dir / "t.sock"
+    await nursery.start(lambda task_status: serve_unix(path, router, limits=ServerLimits(), task_status=task_status))
+    busy = await trio.open_unix_socket(str(path))
+    other = await trio.open_unix_socket(str(path))
+    total = 600
+    await busy.send_all(b"".join(request(i, "hold") for i in range(total)))
+    busy_buffer, other_buffer = bytearray(), bytearray()
+    answered: list[int] = []
+    for i in range(total):
+        router.gate.release()
+        answered.append((await read_line(busy, busy_buffer))["id"])
+        if i % 100 == 0:  # the other connection is served throughout
+            await other.send_all(request(10_000 + i, "quick"))
+            assert (await read_line(other, other_buffer))["id"] == 10_000 + i
+    assert sorted(answered) == list(range(total))
+    assert router.started == total
+    await busy.send_all(request(total, "quick"))
+    assert (await read_line(busy, busy_buffer))["result"] == {"started": total}
+    await busy.aclose()
+    await other.aclose()
+
+
+async def test_a_defect_in_one_connections_task_closes_that_connection_only(short_dir, nursery):
+    """Hostile round item 1 (F20): a connection task that fails with a bug
+    (here a ``Then`` follow-up, as a subscription's stream is) closes that
+    connection; the server and its other connections go on."""
+    from agentd.protocol.server import Then
+
+    async def buggy(_router, _params, _conn):
+        async def follow_up():
+            raise RuntimeError("a bug in a connection's task")
+        return Then({"ok": True}, follow_up)
+
+    async def echo(_router, _params, _conn):
+        return {"echo": True}
+
+    class BuggyRouter:
+        methods = MethodTable([Method("buggy", NoParams, "daemon", buggy), Method("echo", NoParams, "daemon", echo)])
+
+        async def dispatch(self, method, params, connection):
+            return await method.handler(self, params, connection)
+
+    path = short_dir / "b.sock"
+    await nursery.start(lambda task_status: serve_unix(path, BuggyRouter(), limits=ServerLimits(), task_status=task_status))
+    bystander = await trio.open_unix_socket(str(path))
+    victim = await trio.open_unix_socket(str(path))
+    victim_buffer = bytearray()
+    await victim.send_all(request(1, "buggy"))
+    assert (await read_line(victim, victim_buffer))["result"] == {"ok": True}
+    with pytest.raises(EOFError):
+        await read_line(victim, victim_buffer)  # closed: the defect cost this connection
+    await bystander.send_all(request(2, "echo"))
+    assert (await read_line(bystander, bytearray()))["result"] == {"echo": True}
+    fresh = await trio.open_unix_socket(str(path))
+    await fresh.send_all(request(3, "echo"))
+    assert (await read_line(fresh, bytearray()))["result"] == {"echo": True}
+    for stream in (bystander, victim, fresh):
+        await stream.aclose()

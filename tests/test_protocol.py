@@ -454,6 +454,24 @@ async def test_a_thread_create_command_id_reused_for_message_send_is_a_conflict(
     assert detail["runs"] == [] and detail["messages"] == []
 
 
+async def test_a_command_id_is_any_1_to_128_printable_ascii_characters(daemon, socket_path):
+    """Hostile round item 12c (F1): the contract says printable ASCII, so a
+    space (0x20) and ``~`` (0x7e) are accepted, 0x1f, 0x7f and a trailing
+    newline are not, and the length is 1 to 128."""
+    accepted = ["a b", " ", "~", "".join(chr(c) for c in range(0x20, 0x7f)), "x" * 128]
+    refused = ["a\x1fb", "a\x7fb", "", "x" * 129, "caf\u00e9", "a\n"]
+    async with raw_connection(socket_path) as conn:
+        for n, command_id in enumerate(accepted):
+            reply = await conn.call("thread.create", {"title": f"ok {n}", "commandId": command_id})
+            assert "threadId" in reply.get("result", {}), (command_id, reply)
+            again = await conn.call("thread.create", {"title": f"ok {n}", "commandId": command_id})
+            assert again["result"] == reply["result"], "the receipt answers a repeat"
+        for command_id in refused:
+            reply = await conn.call("thread.create", {"commandId": command_id})
+            error = assert_error(reply, wire_code("invalid_params"), "invalid_params")
+            assert error["data"]["field"] == "commandId", (command_id, error)
+
+
 async def test_repeated_command_id_on_message_send_makes_one_run(client):
     thread_id = (await client.call("thread.create"))["threadId"]
     text = script({"say": "once"})
@@ -579,7 +597,7 @@ async def test_bad_requests_leave_no_record_and_the_daemon_keeps_serving(daemon,
             {"title": "t" * 501},
             {"titel": "typo"},
             {"commandId": ""},
-            {"commandId": "has space"},
+            {"commandId": "has\ttab"},
         ]
         for params in bad_creates:
             assert_error(await conn.call("thread.create", params), INVALID_PARAMS, "invalid_params")

@@ -405,3 +405,64 @@ async def test_a_restore_is_refused_while_another_thread_runs_in_that_workspace(
     assert (await wait_run_terminal(client, b, sent["runId"]))["status"] == "interrupted"
     answer = await client.call("rollback.toRun", threadId=a, targetOrdinal=0)
     assert answer["rolledBackRunIds"] == [run["id"]] and not (ws / "a.txt").exists()
+
+
+async def test_a_run_that_starts_during_another_threads_restore_waits_for_it(tmp_path, autojump_clock, monkeypatch):
+    """Hostile-round issue item 10, SPEC F13/F14: the entry check cannot see a
+    run that becomes active after it, so a restore marks its folder while it
+    writes, and a run of another thread in that folder starts (and takes its
+    baseline) only after the restore ended — never in a half-restored tree."""
+    from functools import partial
+
+    from agentd.actors.workspace_guard import RestoringFolders, overlaps, refusing_while_shared
+    from agentd.protocol.wire import CheckpointRestoreParams
+    from tests.test_supervision import next_event, virtual_daemon
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    release, half_done, b_waits = trio.Event(), trio.Event(), trio.Event()
+    real_wait = RestoringFolders.wait_until_free
+
+    async def watched_wait(self, folder):
+        if any(overlaps(folder, other) for other in self._folders.values()):
+            b_waits.set()
+        await real_wait(self, folder)
+
+    monkeypatch.setattr(RestoringFolders, "wait_until_free", watched_wait)
+
+    async def slow_restore(actor, command):
+        (ws / "half.txt").write_text("restored first\n")
+        half_done.set()
+        await release.wait()
+        (ws / "whole.txt").write_text("restored last\n")
+        return {"restored": True}
+
+    async with virtual_daemon(tmp_path) as (daemon, client):
+        a = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+        b = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(daemon.registry.call, a, refusing_while_shared(slow_restore),
+                                       CheckpointRestoreParams(checkpoint_id=None), method="checkpoint.restore"))
+            await half_done.wait()
+            sent = await client.call("thread.message.send", threadId=b, text="hello")
+            first: list[str] = []
+
+            async def race(name, wait):
+                await wait()
+                first.append(name)
+                race_scope.cancel()
+
+            with trio.CancelScope() as race_scope:
+                async with trio.open_nursery() as racers:
+                    racers.start_soon(race, "waits", b_waits.wait)
+                    racers.start_soon(race, "started", partial(
+                        next_event, client, b, lambda e: e["type"] == "run.started"))
+            assert first == ["waits"], "b's run waited for the restore instead of starting"
+            assert (await client.call("run.get", runId=sent["runId"]))["run"]["status"] == "queued"
+            release.set()
+        run = await next_event(client, b, lambda e: e["type"] == "run.completed")
+        baseline = next(c for c in (await client.call("checkpoint.list", threadId=b))["checkpoints"]
+                        if c["kind"] == "baseline")
+        files = {f["path"] for f in (await client.call("checkpoint.diff", checkpointId=run["payload"]["run"]["checkpointId"],
+                                                       baseCheckpointId=baseline["id"]))["files"]}
+        assert "whole.txt" not in files, "b's baseline was taken after the restore ended"

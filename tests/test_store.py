@@ -211,6 +211,33 @@ async def test_slow_subscriber_is_told_to_resync_instead_of_blocking(store, nurs
     await stream.aclose()
 
 
+async def test_a_subscriber_buffer_is_bounded_in_bytes_of_every_event_not_only_text():
+    """Hostile round item 12a (F20): events that carry no ``text`` (a run
+    record, a checkpoint's summary) count too: a subscriber that takes
+    nothing is cut off past the buffer's bytes (8 MiB), long before its
+    10,000 events, and ``on_overflow`` tells its stream at once."""
+    import msgspec
+
+    from agentd.store.hub import DEFAULT_BYTE_CAPACITY, EventHub
+    from agentd.store.records import Event
+
+    hub = EventHub()
+    told: list[bool] = []
+    sub = hub.subscribe(on_overflow=lambda: told.append(True))
+    summary = {"checkpoint": {"summary": {"skipped": [{"path": "p" * 90, "reason": "too_large"}] * 1000}}}
+    published = 0
+    while not sub.overflowed and published < 1000:
+        published += 1
+        hub.publish([Event(seq=published, type="checkpoint.captured", payload=summary)])
+    size = len(msgspec.json.encode(summary))  # about 120 KB
+    assert sub.overflowed and told == [True]
+    assert published * size >= DEFAULT_BYTE_CAPACITY, "not before the byte bound"
+    assert published <= DEFAULT_BYTE_CAPACITY // size + 1, f"{published} events of {size} bytes were buffered"
+    with pytest.raises(Resync):
+        await sub.take()
+    sub.close()
+
+
 def test_full_disk_note_names_a_full_disk_and_only_then(monkeypatch, tmp_path):
     """Issue 9 item 10: a runtime that died on a full disk is reported as such."""
     import os

@@ -8,7 +8,11 @@ header names."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import re
 import socket
+import sys
 
 import pytest
 import trio
@@ -17,7 +21,7 @@ import trio_websocket
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from tests import browser
-from tests.cli_helpers import run as run_cli
+from tests.cli_helpers import agentd_argv, run as run_cli
 from tests.helpers import script
 
 needs_browser = pytest.mark.skipif(browser.missing() is not None, reason=f"browser tests: {browser.missing()}")
@@ -155,6 +159,110 @@ async def test_f20_agentd_web_prints_the_url_with_the_token_in_the_fragment(web)
     async with Client.connect(web.process.socket) as client:
         status = await client.call("daemon.status")
     assert status["web"] == f"http://127.0.0.1:{web.port}/"
+
+
+def login_request(port: int, code: str, *, origin: str | None = None) -> bytes:
+    """``POST /login`` as the console's page sends it (``origin`` defaults to the page's)."""
+    body = code.encode()
+    origin = origin or f"http://127.0.0.1:{port}"
+    return (f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: {origin}\r\n"
+            f"Content-Type: text/plain;charset=UTF-8\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+async def test_f20_agentd_web_opens_the_console_with_a_one_time_code_never_the_token(web, tmp_path):
+    """Hostile round item 5 (F20): at a desktop, ``agentd web`` used to start
+    the browser with the token in its URL — in the browser's argv, which
+    every local user can read. The browser it starts now gets a URL with a
+    one-time code and no token; the page's own origin trades the code for
+    the token once (a second use, or another origin, gets 403)."""
+    recorded = tmp_path / "browser-argv.json"
+    browser_script = tmp_path / "browser"
+    browser_script.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                              f"open({str(recorded)!r}, 'w').write(json.dumps(sys.argv))\n")
+    browser_script.chmod(0o700)
+    env = {**os.environ, "DISPLAY": ":99", "BROWSER": f"{browser_script} %s"}
+    env.pop("WAYLAND_DISPLAY", None)
+    master, terminal = pty.openpty()  # a person at a terminal: stdout is a tty
+    try:
+        with trio.fail_after(60):
+            done = await trio.run_process(agentd_argv(web.process, "web"), stdin=terminal, stdout=terminal,
+                                          capture_stderr=True, env=env, check=False)
+        assert done.returncode == 0, done.stderr
+        printed = os.read(master, 65536).decode()
+    finally:
+        os.close(master)
+        os.close(terminal)
+    assert web.url in printed, "the URL with the token is still printed, for the person to copy"
+    argv = json.loads(recorded.read_text())
+    assert not any(web.token in arg for arg in argv), f"the token is in the browser's command line: {argv}"
+    assert b"one-time login link" in done.stderr
+    url = argv[-1]
+    match = re.fullmatch(rf"http://127\.0\.0\.1:{web.port}/#code=([A-Za-z0-9_-]+)", url)
+    assert match, url
+    code = match.group(1)
+    with trio.fail_after(30):
+        elsewhere = await raw_exchange(web.port, login_request(web.port, code, origin="http://evil.example"))
+        assert elsewhere.startswith(b"HTTP/1.1 403"), elsewhere
+        answer = await raw_exchange(web.port, login_request(web.port, code))
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        assert b"no-store" in answer.lower()
+        assert json.loads(answer.partition(b"\r\n\r\n")[2]) == {"token": web.token}
+        again = await raw_exchange(web.port, login_request(web.port, code))
+        assert again.startswith(b"HTTP/1.1 403") and b"used already or has expired" in again, again
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not os.path.exists("/usr/bin/python3"),
+                    reason="needs root (and /usr/bin/python3) to connect as another user")
+async def test_f20_a_login_code_is_not_traded_to_another_user(web):
+    """Hostile round item 5 (F20): another local user who read a code (in a
+    browser's argv, before the browser used it) gets 403 from the loopback
+    port, and the code stays good for its owner."""
+    async with Client.connect(web.process.socket) as client:
+        code = (await client.call("web.loginCode"))["code"]
+    sender = ("import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])));"
+              "s.sendall(sys.stdin.buffer.read()); sys.stdout.buffer.write(s.recv(4096))")
+    with trio.fail_after(30):
+        # The system's Python: this test's venv may not be readable by another user (it needs only the stdlib).
+        other = await trio.run_process(["/usr/bin/python3", "-I", "-c", sender, str(web.port)], user=65534,
+                                       stdin=login_request(web.port, code), capture_stdout=True, cwd="/")
+        assert other.stdout.startswith(b"HTTP/1.1 403") and b"the user agentd runs as" in other.stdout, other.stdout
+        mine = await raw_exchange(web.port, login_request(web.port, code))
+        assert mine.startswith(b"HTTP/1.1 200"), mine
+
+
+async def test_f20_a_login_code_works_once_and_expires(autojump_clock):
+    """Hostile round item 5 (F20): a code is good once, only until it
+    expires (virtual time), and issuing many keeps only the newest."""
+    from agentd.protocol.login import CODE_TTL, MAX_CODES, LoginCodes
+
+    codes = LoginCodes("the-token")
+    first = codes.issue()
+    assert codes.redeem("not-a-code") is None
+    assert codes.redeem(first) == "the-token"
+    assert codes.redeem(first) is None, "used once"
+    late = codes.issue()
+    await trio.sleep(CODE_TTL - 1)
+    in_time = codes.issue()
+    await trio.sleep(1)
+    assert codes.redeem(late) is None, "expired"
+    assert codes.redeem(in_time) == "the-token"
+    many = [codes.issue() for _ in range(MAX_CODES + 1)]
+    assert codes.redeem(many[0]) is None and codes.redeem(many[-1]) == "the-token"
+
+
+@needs_browser
+async def test_f20_the_page_logs_in_with_the_one_time_code_agentd_web_opens(web, page):
+    """Hostile round item 5 (F20): the page opened with ``#code=`` trades it
+    for the token and connects; the code is spent after that."""
+    async with Client.connect(web.process.socket) as client:
+        login = await client.call("web.loginCode")
+    assert web.token not in login["url"] and login["expiresIn"] > 0
+    page.open(login["url"])
+    assert page.js("return location.hash") == "", "the code leaves the address bar"
+    page.shot("logged-in")
+    with trio.fail_after(30):
+        again = await raw_exchange(web.port, login_request(web.port, login["code"]))
+    assert again.startswith(b"HTTP/1.1 403"), again
 
 
 async def test_f20_without_web_the_port_serves_no_page_and_no_page_origin(data_dir, socket_path):

@@ -94,3 +94,76 @@ def test_only_loopback_hosts_are_accepted():
     check_loopback("::1")
     with pytest.raises(ValueError, match="loopback only"):
         check_loopback("0.0.0.0")
+
+
+async def raw_http(port: int, head: str) -> bytes:
+    """Send a request head by hand (headers repeated as given) and read the
+    status line of the answer."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(head.replace("\n", "\r\n").encode() + b"\r\n")
+        data = b""
+        while b"\r\n" not in data:
+            chunk = await stream.receive_some(4096)
+            if not chunk:
+                break
+            data += chunk
+    return data.split(b"\r\n", 1)[0]
+
+
+async def test_a_repeated_origin_host_or_authorization_header_is_refused_outright(tmp_path, short_dir):
+    """Hostile round item 12e (F20): only the first of two ``Origin`` headers
+    was checked. A request that repeats ``Origin``, ``Host`` or
+    ``Authorization`` is refused (400) whatever the first one says, on the
+    WebSocket upgrade and on the console's pages; the same requests without
+    the repeat are served."""
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", extra_args=["--websocket-port", "0", "--web"])
+    try:
+        from agentd.protocol.client import Client
+
+        async with Client.connect(daemon.socket) as client:
+            port = port_of((await client.call("daemon.status"))["websocket"])
+        token = (tmp_path / "data" / "websocket.token").read_text().strip()
+        upgrade = ("GET / HTTP/1.1\nHost: 127.0.0.1:{port}\nUpgrade: websocket\nConnection: Upgrade\n"
+                   "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\nSec-WebSocket-Version: 13\n").format(port=port)
+        good_origin, bearer = f"Origin: http://127.0.0.1:{port}\n", f"Authorization: Bearer {token}\n"
+        page = f"GET / HTTP/1.1\nHost: 127.0.0.1:{port}\n"
+        with trio.fail_after(30):
+            assert (await raw_http(port, upgrade + good_origin + bearer)).startswith(b"HTTP/1.1 101")
+            assert (await raw_http(port, page)).startswith(b"HTTP/1.1 200")
+            for head in [
+                upgrade + good_origin + "Origin: http://evil.example\n" + bearer,
+                upgrade + good_origin + bearer + "Authorization: Bearer wrong\n",
+                upgrade + good_origin + bearer + "Host: evil.example\n",
+                page + "Host: evil.example\n",
+                page + good_origin + "Origin: http://evil.example\n",
+            ]:
+                status = await raw_http(port, head)
+                assert status.startswith(b"HTTP/1.1 400"), (head, status)
+    finally:
+        assert await daemon.terminate() == 0
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_the_peer_of_a_loopback_connection_is_found_with_its_uid(host):
+    """Hostile round item 5 (F20): the kernel's socket table names the user
+    holding the other end of a loopback connection (what ``POST /login``
+    checks); a peer that is not there is None, never a guess."""
+    import socket
+
+    from agentd.protocol import peer_uid
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        listener = socket.socket(family)
+        listener.bind((host, 0))
+    except OSError:
+        pytest.skip(f"no {host} here")
+    with listener:
+        listener.listen()
+        with socket.create_connection(listener.getsockname()[:2]) as client:
+            server, _ = listener.accept()
+            with server:
+                assert peer_uid.of_loopback_tcp(server.getsockname(), server.getpeername()) == os.getuid()
+                gone = (server.getpeername()[0], client.getsockname()[1] ^ 1)
+                assert peer_uid.of_loopback_tcp(server.getsockname(), gone) is None

@@ -29,17 +29,30 @@ function markPainted(name, then = () => {}) {
 
 // --- token and connection ---------------------------------------------------
 
+// The token comes in the fragment (the URL `agentd web` prints), or is
+// traded for the one-time code `agentd web` opens the page with (so that no
+// browser command line holds it); either way it is kept for this tab only.
 const fragment = new URLSearchParams(location.hash.slice(1));
 if (fragment.get('token')) sessionStorage.setItem('agentd-token', fragment.get('token'));
-const token = sessionStorage.getItem('agentd-token');
+let token = sessionStorage.getItem('agentd-token');
+const loginCode = fragment.get('code');
 let currentThreadId = fragment.get('thread');
 history.replaceState(null, '', currentThreadId ? `#thread=${currentThreadId}` : location.pathname);
+
+const socketUrl = (t) => `ws://${location.host}/?token=${encodeURIComponent(t ?? '')}`;
+
+/** Trade a one-time login code for the token (POST /login: once, within a minute). */
+async function redeem(code) {
+  const response = await fetch('/login', { method: 'POST', body: code, cache: 'no-store', credentials: 'omit' });
+  if (!response.ok) throw new Error((await response.text()).trim() || `login failed (HTTP ${response.status})`);
+  return (await response.json()).token;
+}
 
 const model = new Model();
 const app = (window.agentdConsole = { model, subscriptionId: null, providers: [], connected: false });
 let started = false;
 
-const conn = new Connection(`ws://${location.host}/?token=${encodeURIComponent(token ?? '')}`, {
+const conn = new Connection(socketUrl(token), {
   onOpen: () => connected(),
   onClose: ({ attempt, delay }) => {
     app.connected = false;
@@ -731,9 +744,26 @@ document.addEventListener('keydown', (e) => {
 
 // --- start ------------------------------------------------------------------
 
-if (!token) {
-  setConn('closed', 'No token: open the URL that `agentd web` prints');
-} else {
-  setConn('connecting', 'Connecting…');
-  conn.open();
+async function start() {
+  if (loginCode) {
+    setConn('connecting', 'Logging in…');
+    try {
+      token = await redeem(loginCode);
+      sessionStorage.setItem('agentd-token', token);
+      conn.url = socketUrl(token);
+    } catch (error) {
+      if (!token) {
+        setConn('closed', `Login failed: ${error.message}`);
+        return;
+      }
+    }
+  }
+  if (!token) {
+    setConn('closed', 'No token: run `agentd web`, or open the URL it prints');
+  } else {
+    setConn('connecting', 'Connecting…');
+    conn.open();
+  }
 }
+
+start();
