@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentd.actors import artifacts, checkpointing, requests, rollback, run_control, steering, transfers
+from agentd.actors import artifacts, checkpointing, requests, restoring, rollback, run_control, steering, transfers
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
 from agentd.protocol.methods import Method, MethodTable, run_now
@@ -91,7 +91,7 @@ METHODS = MethodTable([
     _thread("thread.fork", wire.ThreadForkParams, transfers.thread_fork, by_thread),
     _read("run.resume", wire.RunResumeParams, queries.run_resume),
     _daemon("task.delegate", wire.TaskDelegateParams, tasks.task_delegate),
-    _thread("checkpoint.restore", wire.CheckpointRestoreParams, checkpointing.checkpoint_restore, by_checkpoint),
+    _thread("checkpoint.restore", wire.CheckpointRestoreParams, restoring.checkpoint_restore, by_checkpoint),
     _thread("rollback.toRun", wire.RollbackToRunParams, rollback.rollback_to_run, by_thread),
     _thread("rollback.node", wire.RollbackNodeParams, rollback.rollback_node, by_node),
     # reads

@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 
 import trio
 
-from . import objects
+from . import modes, objects
 from .errors import CheckpointExistsError, GitCommandError, UnknownCheckpointError
+from .modes import Modes
+from .names import exact, exact_map, shown
 from .paths import PathGuard
 from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
@@ -110,6 +112,11 @@ def classify(top: bytes, prefix: bytes, entries: dict[bytes, bool], max_file_byt
     return out
 
 
+def skipped_file(path: bytes, reason: SkipReason, size: int | None = None) -> SkippedFile:
+    """The summary entry of a workspace-relative ``path`` left out of a checkpoint."""
+    return SkippedFile(path=shown(path), reason=reason, size=size, path_bytes=exact(path))
+
+
 def _z(paths: list[bytes]) -> bytes:
     return b"".join(p + b"\0" for p in paths)
 
@@ -152,14 +159,14 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
         state.nested.extend(new_nested)
         fingerprint = shadow.refresh_excludes()
     drop = list(found.drop)
-    skipped = [SkippedFile(path=os.fsdecode(layout.from_top(p)), reason=r, size=s) for p, r, s in found.skipped]
+    skipped = [skipped_file(layout.from_top(p), r, s) for p, r, s in found.skipped]
     if fingerprint != state.excludes_fingerprint or found.ignore_rules_touched:
         # Tracked files the ignore rules now ignore leave the shadow: ignored files are never stored.
         ignored = await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec])
         for path in filter(None, ignored.stdout.split(b"\0")):
             drop.append(path)
             if not _under(path, state.nested):
-                skipped.append(SkippedFile(path=os.fsdecode(layout.from_top(path)), reason="ignored"))
+                skipped.append(skipped_file(layout.from_top(path), "ignored"))
     if drop or found.keep:
         shadow.index_tree = None
     if drop:
@@ -172,18 +179,42 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
     elif new_nested:
         shadow.save_state()
 
-    tree, files = await tree_and_changes(shadow, base)
+    found_modes: list[Modes] = []
+    found_tree: list[tuple[str, list[FileChange]]] = []
+
+    async def tree_step() -> None:
+        found_tree.append(await tree_and_changes(shadow, base))
+
+    async def modes_step() -> None:
+        found_modes.append(await modes_now(shadow))
+
+    await both(tree_step, modes_step)
+    (tree, files), (now_modes,) = found_tree[0], found_modes
     shadow.remember_index_tree(tree)
     changed = base is None or bool(files)
     if base is not None and not files:
         shadow.trees[base] = tree  # nothing changed: the base's commit is this checkpoint's
-    commit = await _commit_and_ref(shadow, ref, tree, base, message or ref, reuse=None if changed else base)
+    # Nothing changed, modes included: the base's commit is this checkpoint's.
+    reuse = base if not changed and await shadow.commit_modes(base) == now_modes else None
+    body = (message or ref).rstrip("\n") + "\n\n" + now_modes.encode().decode("ascii")
+    commit = await _commit_and_ref(shadow, ref, tree, base, body, reuse=reuse)
+    shadow.modes[commit] = now_modes
+    nested = [layout.from_top(p) + b"/" for p in state.nested]
     summary = CheckpointSummary(
         files_changed=len(files), insertions=sum(f.insertions for f in files),
         deletions=sum(f.deletions for f in files), skipped=skipped,
-        nested_repos=[os.fsdecode(layout.from_top(p)) + "/" for p in state.nested],
+        nested_repos=[shown(p) for p in nested], path_bytes=exact_map(nested),
     )
     return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=changed, summary=summary, files=files)
+
+
+async def modes_now(shadow: Shadow) -> Modes:
+    """The modes of the files the index holds for the workspace (its tracked
+    files, as just updated) and of their folders, read from disk now."""
+    layout = shadow.layout
+    listed = await shadow.run(["ls-files", "-z", "-c", "--", *layout.pathspec()])
+    paths = [layout.from_top(p) for p in listed.stdout.split(b"\0") if p]
+    return await trio.to_thread.run_sync(modes.scan, layout.workspace, paths)
 
 
 async def tree_and_changes(shadow: Shadow, base: str | None) -> tuple[str, list[FileChange]]:

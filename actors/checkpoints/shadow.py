@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from .errors import ShadowMismatchError, WorkspaceError
 from .gitproc import Arg, Git, GitResult, scrubbed_env, shadow_env
 from .layout import Layout
+from .modes import Modes
 
 #: settings of every shadow, appended to the config ``git init`` writes
 SHADOW_CONFIG = b"""\
@@ -135,6 +136,8 @@ class Shadow:
         self._index_stat: tuple[int, int, int] | None = None
         #: commit -> tree of the checkpoints this process made or read
         self.trees: dict[str, str] = {}
+        #: commit -> the file modes it records (commits never change, so this is never stale)
+        self.modes: dict[str, Modes] = {}
 
     @staticmethod
     def folder(root: bytes, real: bytes) -> bytes:
@@ -255,6 +258,14 @@ class Shadow:
             for depth in range(len(parts)):
                 digest.update(b"\0" + _read(os.path.join(self.layout.top, *parts[:depth], b".gitignore")))
         return digest.hexdigest()
+
+    async def commit_modes(self, commit: str) -> Modes:
+        """The file and folder modes checkpoint ``commit`` records (``modes``)."""
+        found = self.modes.get(commit)
+        if found is None:
+            found = Modes.parse((await self.run(["cat-file", "commit", commit])).stdout)
+            self.modes[commit] = found
+        return found
 
     async def run(self, args: Sequence[Arg], *, stdin: bytes | None = None, ok: Sequence[int] = (0,)) -> GitResult:
         """Run git on the shadow (work tree = ``layout.top``, cwd there).
