@@ -21,6 +21,7 @@ items 2, 3, 4, 7 and 12; SPEC F13, F14, F12).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import stat
@@ -345,13 +346,15 @@ async def test_sigkill_during_a_restore_keeps_the_way_back_listed_and_restorable
 # -- item 12: a folder the agent made a nested repository -------------------------------------------
 
 
-async def test_a_nested_repository_the_agent_made_is_reported_truthfully_and_restorable_on_request(client, tmp_path):
+async def test_a_nested_repository_the_agent_made_is_reported_truthfully_and_restorable_on_request(daemon, client,
+                                                                                                  tmp_path):
     """Item 12 (F14): run 2 writes ``sub/.git``, deletes ``sub/b.txt`` and
     changes ``top.txt``. rollback.toRun 1 puts ``top.txt`` back and fails with
     a restore_incomplete that says so — 1 of 3 paths put back, which were
     not and why, the safety checkpoint that undoes it — and never says
     "None" or "nothing else was changed". checkpoint.restore with ``include:
-    ["sub"]`` then brings ``sub/b.txt`` back; ``sub/.git`` is left alone."""
+    ["sub"]`` (``agentd restore --include sub``) then brings ``sub/b.txt``
+    back; ``sub/.git`` is left alone."""
     ws = tmp_path / "ws"
     ws.mkdir()
     thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
@@ -381,7 +384,8 @@ async def test_a_nested_repository_the_agent_made_is_reported_truthfully_and_res
     got = await client.call("thread.get", threadId=thread_id)
     assert [r["status"] for r in got["runs"]] == ["completed", "completed"]
 
-    restored = await client.call("checkpoint.restore", checkpointId=run1["checkpointId"], include=["sub"])
+    cli = await run_cli(daemon, "restore", run1["checkpointId"], "--include", "sub", "--json")
+    restored = json.loads(cli.stdout)
     assert restored["complete"], restored
     assert set(restored["restored"]) == {"sub/a.txt", "sub/b.txt"}
     assert (ws / "sub" / "b.txt").read_text() == "b\n"
