@@ -390,3 +390,44 @@ async def test_a_nested_repository_the_agent_made_is_reported_truthfully_and_res
     assert set(restored["restored"]) == {"sub/a.txt", "sub/b.txt"}
     assert (ws / "sub" / "b.txt").read_text() == "b\n"
     assert (ws / "sub" / ".git").read_text() == "gitdir: elsewhere\n"
+
+
+async def test_a_chmod_alone_is_recorded_and_restored_and_a_restore_never_widens(tmp_path):
+    """Item 4 (F13/F14), against the engine: a ``chmod 600`` with no content
+    change is in the next checkpoint (git's own status does not show it); a
+    deleted file comes back with the recorded mode, a folder too; a file that
+    exists with a narrower mode keeps it; a content-unchanged file whose
+    recorded mode is narrower than now is narrowed."""
+    ws = tmp_path / "ws"
+    (ws / "conf").mkdir(parents=True)
+    for name in ("a.env", "b.env", "c.env", "d.env"):
+        (ws / "conf" / name).write_text(f"{name}\n")
+        (ws / "conf" / name).chmod(0o644)
+    engine = CheckpointEngine(tmp_path / "checkpoints", refused=())
+    first = await engine.capture(ws, checkpoint_ref("t", "root", 0))
+    for name in ("a.env", "b.env", "d.env"):
+        (ws / "conf" / name).chmod(0o600)
+    (ws / "conf").chmod(0o700)
+    private = await engine.capture(ws, checkpoint_ref("t", "root", 1), base=first.commit)
+    assert not private.changed  # the same tree: only modes differ
+    assert private.commit != first.commit  # …so a commit of its own records them
+
+    (ws / "conf" / "a.env").unlink()
+    (ws / "conf" / "b.env").write_text("edited\n")  # exists, 0600 now and then
+    (ws / "conf" / "c.env").chmod(0o640)  # exists, narrower than the 0644 of `first`
+    shutil_rmtree_keep = ws / "conf" / "d.env"
+    shutil_rmtree_keep.chmod(0o644)  # content unchanged, recorded narrower: narrowed back
+    result = await engine.restore(ws, private.commit, safety_ref=checkpoint_ref("t", "pre_rollback", 1))
+    assert result.complete, result.not_restored
+    assert mode(ws / "conf" / "a.env") == 0o600 and (ws / "conf" / "a.env").read_text() == "a.env\n"
+    assert mode(ws / "conf" / "b.env") == 0o600 and (ws / "conf" / "b.env").read_text() == "b.env\n"
+    assert mode(ws / "conf" / "c.env") == 0o640  # never widened to the recorded 0644
+    assert mode(ws / "conf" / "d.env") == 0o600
+    assert mode(ws / "conf") == 0o700
+
+    # A fresh engine (a restarted daemon) reads the modes from the checkpoint itself.
+    (ws / "conf" / "a.env").unlink()
+    (ws / "conf").rmdir() if not any((ws / "conf").iterdir()) else None
+    again = await CheckpointEngine(tmp_path / "checkpoints", refused=()).restore(
+        ws, private.commit, safety_ref=checkpoint_ref("t", "pre_rollback", 2))
+    assert again.complete and mode(ws / "conf" / "a.env") == 0o600

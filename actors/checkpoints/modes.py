@@ -11,9 +11,9 @@ the modes live and die with it, compaction included)::
     f 600 c2VjcmV0LmVudg==        each file (f) or folder (d) that differs, its
     d 700 cHJpdmF0ZQ==            name in base64 (any bytes, newlines included)
 
-Only what differs from the defaults is listed, and the defaults are the most
-common modes of this checkpoint, so a workspace made under ``umask 077`` (all
-``0600``) costs one line. A checkpoint written before this has no section: its
+Only the files that differ from the defaults are listed (the defaults are
+the most common modes of this checkpoint, so a workspace made under ``umask
+077`` costs one line), and every folder that holds a stored file. A checkpoint written before this has no section: its
 files are restored with the old defaults (0666/0777 under the umask).
 """
 
@@ -40,7 +40,9 @@ class Modes:
     file_default: int | None = None
     exec_default: int | None = None
     folder_default: int | None = None
+    #: files whose mode is not their default
     files: dict[bytes, int] = field(default_factory=dict)
+    #: every folder that holds a stored file
     folders: dict[bytes, int] = field(default_factory=dict)
 
     @property
@@ -59,6 +61,23 @@ class Modes:
         """The recorded mode of the folder ``path``."""
         found = self.folders.get(path)
         return found if found is not None else self.folder_default
+
+    def copy(self) -> Modes:
+        """An independent copy (to update for the next checkpoint)."""
+        return Modes(self.file_default, self.exec_default, self.folder_default, dict(self.files), dict(self.folders))
+
+    def set_file(self, path: bytes, st_mode: int) -> None:
+        """Record the file ``path`` with the mode ``st_mode`` (from lstat)."""
+        mode = st_mode & PERMISSIONS
+        default = self.exec_default if st_mode & 0o100 else self.file_default
+        if mode == default:
+            self.files.pop(path, None)
+        else:
+            self.files[path] = mode
+
+    def forget(self, path: bytes) -> None:
+        """``path`` is no longer stored."""
+        self.files.pop(path, None)
 
     def encode(self) -> bytes:
         """The commit message section (empty when nothing was recorded)."""
@@ -94,13 +113,71 @@ def _common(counter: Counter[int], fallback: int) -> int:
     return counter.most_common(1)[0][0] if counter else fallback
 
 
-def scan(root: bytes, paths: Iterable[bytes]) -> Modes:
+def folder_modes(root: bytes, folders: Iterable[bytes]) -> dict[bytes, int]:
+    """The modes of ``folders`` (workspace-relative) that are folders now (blocking)."""
+    out: dict[bytes, int] = {}
+    for folder in folders:
+        try:
+            st = os.lstat(os.path.join(root, folder))
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            out[folder] = st.st_mode & PERMISSIONS
+    return out
+
+
+def parents(paths: Iterable[bytes]) -> set[bytes]:
+    """Every folder (below the root) that holds one of ``paths``."""
+    out: set[bytes] = set()
+    for path in paths:
+        folder = os.path.dirname(path)
+        while folder and folder not in out:
+            out.add(folder)
+            folder = os.path.dirname(folder)
+    return out
+
+
+def update(previous: Modes, root: bytes, changed: dict[bytes, int], removed: Iterable[bytes],
+           recheck: Iterable[bytes], since: float) -> tuple[Modes, set[bytes]]:
+    """``previous`` with what changed since (blocking): ``changed`` maps the
+    files lstat-ed anew to their ``st_mode``, ``removed`` the paths no longer
+    stored, ``recheck`` the files read again anyway (see ``recent``); every
+    folder is read again (folders are few, and a ``chmod`` of one shows in no
+    file's status). Returns the modes and the files whose status changed at
+    or after ``since``: git compares a file's ctime to its index entry's only
+    to the second, so a ``chmod`` in the same second as the capture that last
+    read a file shows in no later ``diff-files`` — the next capture reads
+    those files again (its ``recheck``)."""
+    out = previous.copy()
+    for path in removed:
+        out.forget(path)
+    for path, st_mode in changed.items():
+        out.set_file(path, st_mode)
+    recent: set[bytes] = set()
+    for path in recheck:
+        if path in changed:
+            continue
+        try:
+            st = os.lstat(os.path.join(root, path))
+        except OSError:
+            out.forget(path)
+            continue
+        if stat.S_ISREG(st.st_mode):
+            out.set_file(path, st.st_mode)
+            if st.st_ctime >= since:
+                recent.add(path)
+    out.folders = folder_modes(root, set(previous.folders) | parents(changed))
+    return out, recent
+
+
+def scan(root: bytes, paths: Iterable[bytes], since: float = float("inf")) -> tuple[Modes, set[bytes]]:
     """The modes of the files ``paths`` (workspace-relative) and of every
-    folder that holds one, as they are on disk now (blocking: lstat calls).
+    folder that holds one, as they are on disk now (blocking: lstat calls),
+    and the files whose status changed at or after ``since`` (see ``update``).
     Symlinks and files gone meanwhile are left out."""
     files: dict[bytes, int] = {}
     executables: set[bytes] = set()
-    folders: set[bytes] = set()
+    fresh: set[bytes] = set()
     for path in paths:
         try:
             st = os.lstat(os.path.join(root, path))
@@ -111,26 +188,17 @@ def scan(root: bytes, paths: Iterable[bytes]) -> Modes:
         files[path] = st.st_mode & PERMISSIONS
         if st.st_mode & 0o100:
             executables.add(path)
-        folder = os.path.dirname(path)
-        while folder and folder not in folders:
-            folders.add(folder)
-            folder = os.path.dirname(folder)
-    folder_modes: dict[bytes, int] = {}
-    for folder in folders:
-        try:
-            st = os.lstat(os.path.join(root, folder))
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            folder_modes[folder] = st.st_mode & PERMISSIONS
+        if st.st_ctime >= since:
+            fresh.add(path)
+    folders = folder_modes(root, parents(files))
     file_default = _common(Counter(m for p, m in files.items() if p not in executables), 0o644)
     exec_default = _common(Counter(files[p] for p in executables), 0o755)
-    folder_default = _common(Counter(folder_modes.values()), 0o755)
+    folder_default = _common(Counter(folders.values()), 0o755)
     return Modes(
         file_default=file_default, exec_default=exec_default, folder_default=folder_default,
         files={p: m for p, m in files.items() if m != (exec_default if p in executables else file_default)},
-        folders={p: m for p, m in folder_modes.items() if m != folder_default},
-    )
+        folders=folders,
+    ), fresh
 
 
 def narrowed(current: int, wanted: int) -> int:
