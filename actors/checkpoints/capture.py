@@ -238,7 +238,7 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
     body = (message or ref).rstrip("\n") + "\n\n" + now_modes.encode().decode("ascii")
     commit = await _commit_and_ref(shadow, ref, tree, base, body, reuse=reuse)
     shadow.modes[commit] = now_modes
-    shadow.remember_modes(commit)
+    shadow.remember_modes(now_modes)
     nested = [layout.from_top(p) + b"/" for p in state.nested]
     summary = CheckpointSummary(
         files_changed=len(files), insertions=sum(f.insertions for f in files),
@@ -252,13 +252,14 @@ async def modes_after(shadow: Shadow, found: Sorted, drop: list[bytes],
                       index_before: tuple[int, int, int] | None) -> Modes:
     """Step 6: the modes of what the index now holds. The previous capture's
     modes updated with this capture's listing when the index is still the one
-    it left (its ``diff-files`` lists every file whose status changed since,
-    a ``chmod`` included); else every stored file is read (``modes_now``)."""
+    it (or a restore since) left (its ``diff-files`` lists every file whose
+    status changed since, a ``chmod`` included); else every stored file is
+    read (``modes_now``)."""
     layout = shadow.layout
     since = found.started - 1.0  # git's seconds, and a margin for clocks that tick apart
     previous = None
-    if shadow.modes_commit is not None and shadow.modes_index_stat == index_before is not None:
-        previous = shadow.modes.get(shadow.modes_commit)
+    if shadow.modes_index_stat == index_before is not None:
+        previous = shadow.modes_current
     if previous is None or not previous.recorded:
         now, shadow.modes_recent = await modes_now(shadow, since)
         return now

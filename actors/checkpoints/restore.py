@@ -48,7 +48,7 @@ from .capture import capture
 from .catfile import stream_blobs
 from .diff import resolve
 from .errors import CheckpointError, GitCommandError
-from .modes import PERMISSIONS, Modes, narrowed
+from .modes import PERMISSIONS, Modes, folder_modes, narrowed, parents
 from .names import clean, exact, exact_map, shown
 from .paths import PathGuard
 from .rawdiff import RawEntry, parse_raw_numstat
@@ -118,6 +118,8 @@ def sweep_interrupted(shadow: Shadow) -> int:
 class _Progress:
     written: list[bytes] = field(default_factory=list)
     deleted: list[bytes] = field(default_factory=list)
+    #: the ``st_mode`` each written regular file has now
+    modes: dict[bytes, int] = field(default_factory=dict)
     not_restored: list[tuple[bytes, NotRestoredReason, str | None]] = field(default_factory=list)
 
     def refused(self, rel: bytes, status: tuple[str, bytes]) -> None:
@@ -226,6 +228,7 @@ def plan_writes(ws: Workspace, guard: PathGuard, entries: list[RawEntry], progre
             if stat.S_ISREG(st.st_mode) and (st.st_mode & 0o100 != 0) == (entry.new_mode == EXECUTABLE) \
                     and _same_blob(ws, rel, entry, st.st_size):
                 progress.written.append(rel)  # already as the checkpoint has it
+                progress.modes[rel] = st.st_mode
             else:
                 progress.not_restored.append((rel, "exists_unstored",
                                               f"{st.st_size} bytes on disk are in no checkpoint"))
@@ -255,7 +258,7 @@ def write_files(ws: Workspace, batch: list[tuple[bytes, str, bytes]], modes: Mod
                         continue
                     st = None
                 try:
-                    _write_one(fd, tmp, name, rel, mode, content, modes, st, fsync)
+                    written_mode = _write_one(fd, tmp, name, rel, mode, content, modes, st, fsync)
                 except OSError:
                     try:
                         os.unlink(tmp, dir_fd=fd)
@@ -269,11 +272,15 @@ def write_files(ws: Workspace, batch: list[tuple[bytes, str, bytes]], modes: Mod
             progress.not_restored.append((rel, "write_failed", clean(exc.strerror or str(exc))))
             continue
         progress.written.append(rel)
+        if written_mode is not None:
+            progress.modes[rel] = stat.S_IFREG | written_mode
 
 
 def _write_one(fd: int, tmp: bytes, name: bytes, rel: bytes, mode: str, content: bytes, modes: Modes,
-               st: os.stat_result | None, fsync: bool) -> None:
-    """Write one file as ``tmp`` in the folder ``fd`` and rename it over ``name``."""
+               st: os.stat_result | None, fsync: bool) -> int | None:
+    """Write one file as ``tmp`` in the folder ``fd`` and rename it over
+    ``name``; returns the permission bits it got (None for a symlink)."""
+    wanted = None
     if mode == SYMLINK:
         os.symlink(content, tmp, dir_fd=fd)
     else:
@@ -295,6 +302,7 @@ def _write_one(fd: int, tmp: bytes, name: bytes, rel: bytes, mode: str, content:
         finally:
             os.close(out)
     os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    return wanted
 
 
 def narrow_modes(ws: Workspace, guard: PathGuard, before: Modes, target: Modes, skip: set[bytes],
@@ -334,6 +342,19 @@ def narrow_modes(ws: Workspace, guard: PathGuard, before: Modes, target: Modes, 
             continue
         if not is_folder:
             progress.written.append(path)
+            progress.modes[path] = stat.S_IFREG | new
+
+
+def modes_after_restore(root: bytes, before: Modes, progress: _Progress) -> Modes:
+    """``before`` (the safety capture's modes) with the files a restore wrote
+    or removed."""
+    out = before.copy()
+    for path in progress.deleted:
+        out.forget(path)
+    for path, st_mode in progress.modes.items():
+        out.set_file(path, st_mode)
+    out.folders = {**out.folders, **folder_modes(root, parents(progress.modes))}
+    return out
 
 
 async def prepare(shadow: Shadow, target: str, *, safety_ref: str, safety_base: str | None,
@@ -436,6 +457,11 @@ async def apply(shadow: Shadow, plan: Plan, *, fsync: bool = False, include: Ite
                                      stdin=b"".join(p + b"\0" for p in touched))
                 except GitCommandError:
                     pass  # the index is a cache: the next capture compares the files again
+                else:
+                    # What the index holds now: the safety capture's, with what this restore wrote and
+                    # removed (so the next capture need not read every file's mode again).
+                    shadow.remember_modes(modes_after_restore(root, safety_modes, progress))
+                    shadow.modes_recent |= set(progress.modes)
     written = list(dict.fromkeys(progress.written))
     return RestoreResult(
         target=plan.target, safety=plan.safety,

@@ -138,8 +138,8 @@ class Shadow:
         self.trees: dict[str, str] = {}
         #: commit -> the file modes it records (commits never change, so this is never stale)
         self.modes: dict[str, Modes] = {}
-        #: the last capture's commit, whose modes describe the index as that capture left it
-        self.modes_commit: str | None = None
+        #: the modes of what the index holds, as the last capture (or restore) left it
+        self.modes_current: Modes | None = None
         #: the index's (inode, size, mtime) right after that capture
         self.modes_index_stat: tuple[int, int, int] | None = None
         #: files that capture read within git's one-second blind spot (``modes.recent``)
@@ -219,9 +219,9 @@ class Shadow:
         _write_atomic(os.path.join(tmp, b"info", b"attributes"), ATTRIBUTES)
         os.rename(tmp, git_dir)
 
-    def remember_modes(self, commit: str) -> None:
-        """Record ``commit`` as the capture whose modes match the index now."""
-        self.modes_commit, self.modes_index_stat = commit, self._stat_index()
+    def remember_modes(self, modes: Modes) -> None:
+        """Record ``modes`` as those of what the index holds now."""
+        self.modes_current, self.modes_index_stat = modes, self._stat_index()
 
     def index_stat(self) -> tuple[int, int, int] | None:
         """The index file's (inode, size, mtime), None when there is none."""
