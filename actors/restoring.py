@@ -80,6 +80,10 @@ def include_paths(include: list[str] | None) -> list[bytes]:
     return out
 
 
+def _paths(n: int) -> str:
+    return f"{n} path" if n == 1 else f"{n} paths"
+
+
 def incomplete_message(target: Checkpoint, safety: Checkpoint, result: RestoreResult, *, rollback: bool) -> str:
     """What a restore that left paths as they were did, truthfully: how many
     paths it put back, which it did not and why, what stopped it (if
@@ -89,15 +93,16 @@ def incomplete_message(target: Checkpoint, safety: Checkpoint, result: RestoreRe
     why = Counter(n.reason for n in left)
     named = ", ".join(f"{n.path} ({n.reason})" for n in left[:NAMED_IN_MESSAGE])
     more = f" and {len(left) - NAMED_IN_MESSAGE} more" if len(left) > NAMED_IN_MESSAGE else ""
-    text = (f"restoring checkpoint {target.id} put {put_back} of {put_back + len(left)} paths back and left "
-            f"{len(left)} as they are ({', '.join(f'{k}: {v}' for k, v in sorted(why.items()))}): {named}{more}")
+    text = (f"restoring checkpoint {target.id} put {put_back} of {_paths(put_back + len(left))} back and left "
+            f"{len(left)} as {'it is' if len(left) == 1 else 'they are'} "
+            f"({', '.join(f'{k}: {v}' for k, v in sorted(why.items()))}): {named}{more}")
     if result.error:
         text += f"; it stopped early: {result.error}"
     if why.get("nested_repository"):
         text += ("; a nested repository (a folder with a .git) is never restored by itself: restore it with "
                  "checkpoint.restore and include naming the folder")
     if put_back:
-        text += f". Restore checkpoint {safety.id} to take back the {put_back} paths it did put back"
+        text += f". Restore checkpoint {safety.id} to take back the {_paths(put_back)} it did put back"
     else:
         text += f". No file was changed (checkpoint {safety.id} holds the files as they are)"
     if rollback:
