@@ -11,9 +11,8 @@ checkpoint engine (``actors/checkpoints``).
   is announced first by a ``checkpoint.capture`` outbox entry, so a daemon
   killed mid-capture leaves a trace that the next start's reconciliation turns
   into a ``missing`` checkpoint (``daemon_restart``), never a late capture.
-- ``checkpoint.restore`` (thread-owned) puts a captured checkpoint's files
-  back after a ``pre_rollback`` safety capture; it changes no run and no
-  agent memory.
+- ``checkpoint.restore`` and the file step of a rollback are in
+  ``restoring.py``.
 
 Every engine call is an awaited git subprocess: nothing blocks the loop. An
 engine failure (git missing, a refused workspace, …) becomes a Checkpoint with
@@ -23,18 +22,16 @@ status ``error`` and the engine's reason; the run still ends normally.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agentd.protocol.errors import InvalidState, NotFound, RestoreIncomplete
+from agentd.protocol.errors import InvalidState, NotFound
 from agentd.store.ids import new_id
 from agentd.store.reconcile import CHECKPOINT_CAPTURE
 from agentd.store.records import NODE_TERMINAL, Checkpoint, Effect, to_wire
 
 from .checkpoints import CheckpointEngine, CheckpointError, checkpoint_ref
-from .graph import settle_effect
 
 if TYPE_CHECKING:
     from agentd.store.db import Store
@@ -198,102 +195,3 @@ def captured_checkpoint(store: Store, checkpoint_id: str) -> Checkpoint:
             + ": it holds no files", checkpointId=checkpoint.id, status=checkpoint.status,
         )
     return checkpoint
-
-
-@dataclass
-class Restored:
-    """Files put back by ``restore_files``: the safety checkpoint (to commit
-    with the caller's batch), the restore's outcome and the paths it wrote or
-    removed."""
-
-    safety: Checkpoint
-    result: Any
-    paths: list[str]
-
-
-async def restore_files(actor: ThreadActor, target: Checkpoint, *, effect: Effect | None = None,
-                        fail_incomplete: bool = True) -> Restored:
-    """Put ``target``'s files back, after a ``pre_rollback`` safety capture of
-    the workspace as it is now (restoring that one undoes this).
-
-    With ``fail_incomplete``, a restore that stops part-way commits the
-    safety checkpoint (and settles ``effect``) and raises RestoreIncomplete
-    naming the files that were and were not restored; without, the caller
-    reports it. A restore that touched nothing raises InvalidState.
-    """
-    engine = engine_of(actor)
-    if engine is None:
-        raise InvalidState("checkpoints are off in this agentd")
-    workspace = target.workspace or actor.state.thread.workspace
-    safety_n = 1 + sum(1 for c in actor.store.thread_checkpoints(actor.thread_id) if c.kind == "pre_rollback")
-    safety_id = new_id("ckp")
-    # The id makes the ref unique even if a crash lost an earlier record.
-    safety_ref = checkpoint_ref(actor.thread_id, "pre_rollback", f"{safety_n}-{safety_id}")
-    try:
-        result = await engine.restore(workspace, target.commit, safety_ref=safety_ref)
-    except CheckpointError as exc:
-        if effect is not None:
-            batch = actor.batch()
-            settle_effect(batch, effect, "done", reason=f"nothing restored: {exc}")
-            await actor.commit(batch)
-        raise InvalidState(f"cannot restore checkpoint {target.id}: {exc}", checkpointId=target.id,
-                           reason=exc.reason) from None
-    safety = Checkpoint(
-        id=safety_id, thread_id=actor.thread_id, scope="pre_rollback", kind="pre_rollback", ordinal=safety_n,
-        commit=result.safety.commit, ref=safety_ref, base_checkpoint_id=target.id,
-        summary=_summary(result.safety), workspace=workspace, created_at=actor.now(),
-    )
-    restored = Restored(safety=safety, result=result, paths=sorted(result.written + result.deleted))
-    if fail_incomplete and not result.complete:
-        batch = actor.batch()
-        batch.put(safety)
-        batch.emit("checkpoint.captured", checkpoint=to_wire(safety))
-        if effect is not None:
-            settle_effect(batch, effect, "done", reason=f"restore incomplete: {result.error}")
-        await actor.commit(batch)
-        raise RestoreIncomplete(
-            f"restoring checkpoint {target.id} stopped part-way ({result.error}); nothing else was changed. "
-            f"Restore checkpoint {safety.id} to go back to the files as they were",
-            checkpointId=target.id, safetyCheckpointId=safety.id, restored=restored.paths,
-            notRestored=msgspec.to_builtins(result.not_restored), error=result.error,
-        )
-    return restored
-
-
-async def checkpoint_restore(actor: ThreadActor, command: Command) -> dict[str, Any]:
-    """``checkpoint.restore``: put a captured checkpoint's files back, after a
-    ``pre_rollback`` safety capture of the workspace as it is now. Refused
-    while a run is active or waiting; changes no run and no agent memory."""
-    params = command.params
-    state = actor.state
-    if engine_of(actor) is None:
-        raise InvalidState("checkpoints are off in this agentd")
-    target = captured_checkpoint(actor.store, params.checkpoint_id)
-    if target.thread_id != actor.thread_id:  # pragma: no cover - routed by the checkpoint's thread
-        raise NotFound(f"no checkpoint {target.id} in thread {actor.thread_id}", checkpointId=target.id)
-    if state.active is not None:
-        raise InvalidState(
-            f"thread {actor.thread_id} has run {state.active.run.id} {state.active.run.status}: "
-            "stop it (thread.stop) before restoring a checkpoint",
-            threadId=actor.thread_id, runId=state.active.run.id,
-        )
-    restored = await restore_files(actor, target, fail_incomplete=False)
-    result = restored.result
-    safety = restored.safety
-    batch = actor.batch()
-    batch.put(safety)
-    batch.emit("checkpoint.captured", checkpoint=to_wire(safety))
-    answer = {
-        "checkpointId": target.id,
-        "safetyCheckpointId": safety.id,
-        "restored": restored.paths,
-        "written": result.written,
-        "deleted": result.deleted,
-        "notRestored": msgspec.to_builtins(result.not_restored),
-        "complete": result.complete,
-        "error": result.error,
-    }
-    batch.emit("checkpoint.restored", run_id=target.run_id, node_id=target.node_id, **answer)
-    batch.record_receipt(command.command_id, command.method, answer)
-    committed = await actor.commit(batch)
-    return {**answer, "seq": committed.seq}

@@ -5,11 +5,13 @@ In the thread's actor, holding its lock, in this order:
 
 1. Refused while a run is active or waiting; queued runs are cancelled first
    (their messages were written against a state that is going away).
-2. A ``pre_rollback`` safety checkpoint of the workspace as it is now, then
-   the target checkpoint's files put back (checkpointing.restore_files). A
-   restore that stops part-way fails the rollback with exactly which files
-   were and were not restored; the safety checkpoint is recorded, so nothing
-   the person had is lost, and no run or agent memory has changed.
+2. A ``pre_rollback`` safety checkpoint of the workspace as it is now,
+   committed (with the outbox entry naming it) before any file is touched,
+   then the target checkpoint's files put back (restoring.restore_files). A
+   restore that leaves paths as they were fails the rollback saying which
+   files were and were not restored and why; the safety checkpoint is
+   recorded, so nothing the person had is lost, and no run or agent memory
+   has changed.
 3. The agent's memory (``provider_memory.py``): reverted natively where the
    runtime can (Codex ``thread/revert``, the scripted agent
    ``thread/rollback``), else its provider thread is retired and the next
@@ -21,7 +23,9 @@ In the thread's actor, holding its lock, in this order:
 A daemon killed between 2 and 4 leaves a pending ``rollback`` outbox entry;
 the next start's reconciliation retires the thread's provider threads (their
 memory may or may not have been reverted) so the next run rebuilds the
-agent's context from the graph, which still shows every run.
+agent's context from the graph, which still shows every run, and names the
+safety checkpoint (listed since before the files were touched) that takes
+the files back.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from agentd.store.ids import new_id
 from agentd.store.reconcile import ROLLBACK
 from agentd.store.records import Checkpoint, Effect, ExecutionNode, Run, to_wire
 
-from . import checkpointing, graph, lineage, provider_memory, run_control
+from . import checkpointing, graph, lineage, provider_memory, restoring, run_control
 from .checkpoints import CheckpointError
 from .messages import Command
 
@@ -112,7 +116,7 @@ async def rollback_to_run(actor: ThreadActor, command: Command) -> dict[str, Any
     marker.put(effect)
     await actor.commit(marker)
 
-    restored = await checkpointing.restore_files(actor, target, effect=effect)
+    restored = await restoring.restore_files(actor, target, effect=effect)
     memory = await provider_memory.roll_back(actor, {run.id for run in undone})
 
     batch = actor.batch()
@@ -137,10 +141,8 @@ async def rollback_to_run(actor: ThreadActor, command: Command) -> dict[str, Any
         batch.put(checkpoint)
         batch.emit("checkpoint.stale", run_id=checkpoint.run_id, node_id=checkpoint.node_id, checkpoint=to_wire(checkpoint))
     memory.apply(batch, state)
-    safety = restored.safety
-    batch.put(safety)
-    batch.emit("checkpoint.captured", checkpoint=to_wire(safety))
-    graph.settle_effect(batch, effect, "done")
+    safety = restored.safety  # committed before the files were touched
+    graph.settle_effect(batch, restored.effect, "done")
     graph.set_thread(batch, state)
     answer = {
         "threadId": thread_id,
@@ -148,6 +150,7 @@ async def rollback_to_run(actor: ThreadActor, command: Command) -> dict[str, Any
         "checkpointId": target.id,
         "rolledBackRunIds": [run.id for run in undone],
         "restoredFiles": restored.paths,
+        "pathBytes": restored.path_bytes,
         "providerRollback": memory.kind,
         "providerRollbackReason": memory.reason,
         "retiredProviderThreadIds": memory.retired_ids,
@@ -216,15 +219,17 @@ async def rollback_node(actor: ThreadActor, command: Command) -> dict[str, Any]:
     run = store.get(Run, node.run_id)
     engine = checkpointing.engine_of(actor)
     parent_changed: list[str] = []
+    parent_bytes: dict[str, str] = {}
     parent_checkpoint = store.get(Checkpoint, run.checkpoint_id) if run is not None and run.checkpoint_id else None
     if engine is not None and parent_checkpoint is not None and parent_checkpoint.commit and target.commit:
         try:
             diff = await engine.diff(target.workspace or state.thread.workspace, parent_checkpoint.commit, target.commit,
                                      max_bytes=0)
             parent_changed = sorted(change.path for change in diff.files)
+            parent_bytes = {c.path: c.path_bytes for c in diff.files if c.path_bytes is not None}
         except CheckpointError:
             parent_changed = []
-    restored = await checkpointing.restore_files(actor, target)
+    restored = await restoring.restore_files(actor, target)
 
     batch = actor.batch()
     nested = _descendants(store, node.run_id, node.id)
@@ -235,9 +240,8 @@ async def rollback_node(actor: ThreadActor, command: Command) -> dict[str, Any]:
                                  detail=f"node {node.id} was rolled back to its checkpoint {target.id}")
         batch.put(checkpoint)
         batch.emit("checkpoint.stale", run_id=checkpoint.run_id, node_id=checkpoint.node_id, checkpoint=to_wire(checkpoint))
-    safety = restored.safety
-    batch.put(safety)
-    batch.emit("checkpoint.captured", checkpoint=to_wire(safety))
+    safety = restored.safety  # committed before the files were touched
+    graph.settle_effect(batch, restored.effect, "done")
     child_thread = next((t.target_thread_id for t in store.thread_transfers(thread_id)
                          if t.type == "subagent_spawn" and t.source_point.node_id == node.id), None)
     shared = (target.workspace or state.thread.workspace) == state.thread.workspace
@@ -257,6 +261,7 @@ async def rollback_node(actor: ThreadActor, command: Command) -> dict[str, Any]:
         "childThreadId": child_thread,
         "sharedWorkspace": shared,
         "parentChangedFiles": parent_changed,
+        "pathBytes": {**restored.path_bytes, **parent_bytes},
     }
     batch.emit("node.rolled_back", run_id=node.run_id, node_id=node.id, **answer)
     batch.record_receipt(command.command_id, command.method, answer)

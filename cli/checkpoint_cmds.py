@@ -119,12 +119,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    result = _run(args, "checkpoint.restore", checkpointId=args.checkpoint)
+    params: dict[str, Any] = {"checkpointId": args.checkpoint}
+    if args.include:
+        params["include"] = args.include
+    result = _run(args, "checkpoint.restore", **params)
     if not args.json:
         print(f"restored {len(result['restored'])} files from {result['checkpointId']}; "
               f"undo with `agentd restore {result['safetyCheckpointId']}`")
         for item in result["notRestored"]:
-            print(f"  not restored: {item['path']} ({item['reason']})")
+            detail = f": {item['detail']}" if item.get("detail") else ""
+            print(f"  not restored: {item['path']} ({item['reason']}{detail})")
     return 0 if result["complete"] else 1
 
 
@@ -145,4 +149,7 @@ def add_checkpoint_commands(sub: Any, results: argparse.ArgumentParser) -> None:
     p = sub.add_parser("restore", parents=[results],
                        help="put a checkpoint's files back (after a safety checkpoint that undoes it)")
     p.add_argument("checkpoint", help="the checkpoint whose files to put back")
+    p.add_argument("--include", action="append", metavar="FOLDER",
+                   help="also restore the files of this folder although it is a nested repository now "
+                        "(its .git is never touched; repeat for more)")
     p.set_defaults(fn=cmd_restore)

@@ -231,9 +231,15 @@ class CheckpointDiffParams(Params):
     max_bytes: Annotated[int, msgspec.Meta(ge=0, le=16 << 20)] | None = None
 
 
+#: a workspace-relative folder a restore is to include although it is a nested repository now
+IncludePath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+
+
 class CheckpointRestoreParams(Params):
     checkpoint_id: Id
     command_id: CommandId | None = None
+    #: nested repositories (folders holding a ``.git``) whose files are restored too
+    include: Annotated[list[IncludePath], msgspec.Meta(max_length=1000)] | None = None
 
 
 class RollbackToRunParams(Params):

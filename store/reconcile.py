@@ -34,6 +34,9 @@ CHECKPOINT_CAPTURE = "checkpoint.capture"
 #: the outbox entry a rollback commits before it touches files or an agent's
 #: memory (actors/rollback.py): still pending at a start, it was cut off
 ROLLBACK = "rollback"
+#: the outbox entry ``checkpoint.restore`` and ``rollback.node`` commit with the
+#: safety checkpoint before they touch files (actors/restoring.py)
+RESTORE = "restore"
 
 
 @dataclass
@@ -47,6 +50,7 @@ class ReconcileReport:
     effects_retired: list[str] = field(default_factory=list)
     checkpoints_missing: list[str] = field(default_factory=list)
     rollbacks_interrupted: list[str] = field(default_factory=list)
+    restores_interrupted: list[str] = field(default_factory=list)
     transfers_failed: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
@@ -174,6 +178,9 @@ def plan_reconciliation(
         if effect.kind == ROLLBACK and effect.status == "pending":
             _rollback_cut_off(store, batch, effect, now, reason, report)
             continue
+        if effect.kind == RESTORE and effect.status == "pending":
+            _restore_cut_off(batch, effect, now, reason, report)
+            continue
         if effect.replay_safe or effect.kind == CHECKPOINT_CAPTURE:
             continue  # re-queued by the effect runner / settled above
         batch.put(struct_copy(effect, status="retired", reason=f"{reason}: bound to the previous process"))
@@ -225,9 +232,35 @@ def _rollback_cut_off(store: Store, batch: WriteBatch, effect: Effect, now: floa
             batch.put(struct_copy(pt, status="unusable", reason=why, updated_at=now))
             batch.event("provider_thread.unusable", thread_id=thread_id, at=now, providerThreadId=pt.id, reason=why)
     batch.put(struct_copy(effect, status="done", reason=f"{reason}: cut off; provider threads retired"))
+    safety = effect.payload.get("safetyCheckpointId")
     batch.event("thread.rollback_interrupted", thread_id=thread_id, at=now, reason=reason,
-                targetOrdinal=effect.payload.get("targetOrdinal"), runIds=effect.payload.get("runIds", []))
+                targetOrdinal=effect.payload.get("targetOrdinal"), runIds=effect.payload.get("runIds", []),
+                checkpointId=effect.payload.get("checkpointId"), safetyCheckpointId=safety,
+                message=cut_off_message("a rollback", effect.payload.get("checkpointId"), safety, reason))
     report.rollbacks_interrupted.append(effect.id)
+
+
+def cut_off_message(what: str, checkpoint_id: str | None, safety_id: str | None, reason: str) -> str:
+    """What a person reads about a restore a restart cut off: how far it may
+    have got and the checkpoint that takes the files back."""
+    if safety_id is None:
+        return (f"{what} to checkpoint {checkpoint_id} was cut off by {reason} before it touched any file "
+                "(its safety capture had not been recorded): the files are as they were")
+    return (f"{what} to checkpoint {checkpoint_id} was cut off by {reason} while it put files back: some may be "
+            f"restored, others not. Restore checkpoint {safety_id} (agentd restore {safety_id}) to go back to the "
+            "files as they were before it, or restore the target again")
+
+
+def _restore_cut_off(batch: WriteBatch, effect: Effect, now: float, reason: str, report: ReconcileReport) -> None:
+    """A ``checkpoint.restore`` (or ``rollback.node``) a restart cut off while
+    it put files back: no run or memory was involved, so the event names the
+    safety checkpoint (recorded before any file was touched) that undoes it."""
+    p = effect.payload
+    batch.put(struct_copy(effect, status="done", reason=f"{reason}: cut off part-way"))
+    batch.event("checkpoint.restore_interrupted", thread_id=effect.thread_id, at=now, reason=reason,
+                checkpointId=p.get("checkpointId"), safetyCheckpointId=p.get("safetyCheckpointId"),
+                message=cut_off_message("a restore", p.get("checkpointId"), p.get("safetyCheckpointId"), reason))
+    report.restores_interrupted.append(effect.id)
 
 
 def missing_checkpoint(effect: Effect, now: float, reason: str) -> Checkpoint:

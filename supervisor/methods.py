@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentd.actors import artifacts, checkpointing, requests, rollback, run_control, steering, transfers
+from agentd.actors import artifacts, requests, restoring, rollback, run_control, steering, transfers
 from agentd.actors.workspace_guard import refusing_while_shared
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
@@ -105,7 +105,7 @@ METHODS = MethodTable([
     _read("run.resume", wire.RunResumeParams, queries.run_resume),
     _daemon("task.delegate", wire.TaskDelegateParams, tasks.task_delegate, access="tool"),
     # Restores refuse while another thread runs in the folder they write (workspace_guard).
-    _thread("checkpoint.restore", wire.CheckpointRestoreParams, refusing_while_shared(checkpointing.checkpoint_restore),
+    _thread("checkpoint.restore", wire.CheckpointRestoreParams, refusing_while_shared(restoring.checkpoint_restore),
             by_checkpoint),
     _thread("rollback.toRun", wire.RollbackToRunParams, refusing_while_shared(rollback.rollback_to_run), by_thread),
     _thread("rollback.node", wire.RollbackNodeParams, refusing_while_shared(rollback.rollback_node), by_node),

@@ -184,7 +184,7 @@ async def test_the_configured_size_cap_skips_and_reports_larger_files_and_a_rest
                 {"write": {"path": "big.log", "content": "b" * 1001}}))
             listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
             summary = next(c for c in listed if c["id"] == run1["checkpointId"])["summary"]
-            assert summary["skipped"] == [{"path": "big.log", "reason": "too_large", "size": 1001}]
+            assert summary["skipped"] == [{"path": "big.log", "reason": "too_large", "size": 1001, "pathBytes": None}]
             assert summary["filesChanged"] == 1
             run2 = await send_and_wait(client, thread_id, script(
                 {"write": {"path": "small.txt", "content": "changed"}},

@@ -437,10 +437,14 @@ async def test_files_a_new_ignore_rule_covers_leave_the_checkpoints(tmp_path):
     assert {(s.path, s.reason) for s in c2.summary.skipped} == {("out.cache", "ignored"), ("gen/x.txt", "ignored")}
     assert {f.path: f.change for f in c2.files} == {".gitignore": "added", "out.cache": "deleted",
                                                     "gen/x.txt": "deleted"}
-    # a restore to before the rule writes nothing over them and removes nothing
+    # a restore to before the rule writes nothing over them and removes nothing: files with
+    # other bytes than the checkpoint's are left alone, files already as it has them count as restored
+    write(ws / "out.cache", "generated again, in no checkpoint\n")
+    before = (ws / "gen" / "x.txt").stat().st_mtime_ns
     result = await engine.restore(ws, c1.commit, safety_ref=ref("pre_rollback"))
-    assert {(n.path, n.reason) for n in result.not_restored} == {("out.cache", "exists_unstored"),
-                                                                 ("gen/x.txt", "exists_unstored")}
+    assert {(n.path, n.reason) for n in result.not_restored} == {("out.cache", "exists_unstored")}
+    assert result.written == ["gen/x.txt"] and (ws / "gen" / "x.txt").stat().st_mtime_ns == before
+    assert (ws / "out.cache").read_text() == "generated again, in no checkpoint\n"
     assert result.deleted == [".gitignore"]
 
 

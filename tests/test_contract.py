@@ -256,6 +256,8 @@ EMITTED_ELSEWHERE = {
     "checkpoint.missing": ("test_checkpoints_daemon", "test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptured"),
     "context_transfer.failed": ("test_lineage", "test_a_failed_native_fork_says_why_and_the_retry_resolves_portably"),
     "thread.rollback_interrupted": ("test_rollback", "test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust"),
+    "checkpoint.restore_interrupted": ("test_checkpoints_hostile",
+                                       "test_sigkill_during_a_restore_keeps_the_way_back_listed_and_restorable"),
     # Delegation needs agentd mcp's start (seconds of imports): its own tests (SPEC F9).
     "task.delegated": ("test_delegation", "test_f9_f10_stopping_the_parent_stops_its_task_and_the_result_waits_for_the_next_run"),
     "task.ended": ("test_delegation", "test_f9_delegate_without_waiting_the_result_reaches_the_next_run_as_a_stored_handoff"),

@@ -1,8 +1,10 @@
 """Capture: the workspace as it is now, as a shadow commit under a create-only
 ref (CHECKPOINTS.md recipe b8).
 
-1. ``ls-files -z -t -m -d -o --exclude-standard`` lists what differs from the
-   shadow's persistent index (and ``path/`` for each nested repository).
+1. ``diff-files --name-only`` (tracked files whose status changed, content
+   or not: a ``chmod`` shows there) beside ``ls-files -z -t -o
+   --exclude-standard`` (new files, and ``path/`` for each nested
+   repository) list what differs from the shadow's persistent index.
 2. Python sorts it (``classify``): nested repositories are excluded and
    reported; files over the size cap, unreadable or special files are skipped
    and reported (and dropped from the index if they were in it); tracked paths
@@ -14,12 +16,18 @@ ref (CHECKPOINTS.md recipe b8).
    -M`` from the base: at the same time when the index changed (``--cached``:
    the base against the index), else only when the tree differs from the
    base's.
-6. The commit object and the create-only ref ``REF``, written by Python in a
-   worker thread (``objects``: two git spawns fewer): no change reuses the
-   base's commit.
+6. The modes of the stored files and folders (``modes``): the previous
+   capture's, updated with the files step 2 lstat-ed, while the index is the
+   one that capture left; otherwise (a first capture in this process, a
+   restore or another process changed the index) read from disk for every
+   stored file.
+7. The commit object (its message ends with the modes) and the create-only
+   ref ``REF``, written by Python in a worker thread (``objects``: two git
+   spawns fewer): no change, modes included, reuses the base's commit.
 
-At a run end with changes that is four git spawns, three in a row
-(``ls-files``, ``update-index``, then ``write-tree`` beside ``diff``).
+At a run end with changes that is five git spawns, three in a row
+(``diff-files`` beside ``ls-files``, ``update-index``, then ``write-tree``
+beside ``diff``).
 
 Nested repositories are never modified: git runs with optional locks off and
 never looks inside them (their ``.git/index`` keeps its mtime).
@@ -29,13 +37,16 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
 
-from . import objects
+from . import modes, objects
 from .errors import CheckpointExistsError, GitCommandError, UnknownCheckpointError
+from .modes import Modes
+from .names import exact, exact_map, shown
 from .paths import PathGuard
 from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
@@ -55,21 +66,45 @@ class Sorted:
     nested: list[bytes] = field(default_factory=list)
     #: a ``.gitignore`` is among the changes
     ignore_rules_touched: bool = False
+    #: ``st_mode`` of each kept regular file (work-tree-relative)
+    modes: dict[bytes, int] = field(default_factory=dict)
+    #: listed paths that are gone from disk
+    gone: list[bytes] = field(default_factory=list)
+    #: kept regular files whose status changed at or after ``started`` − 1 s (see ``modes.recent``)
+    recent: list[bytes] = field(default_factory=list)
+    #: when the listing began (``time.time()``)
+    started: float = 0.0
 
 
-def parse_listing(out: bytes) -> dict[bytes, bool]:
-    """``ls-files -z -t`` output as {path: tracked}; a path both modified and
-    deleted appears once."""
-    entries: dict[bytes, bool] = {}
+def parse_listing(out: bytes, tracked: bytes = b"") -> dict[bytes, bool]:
+    """``ls-files -z -t`` output as {path: tracked}, with the tracked paths
+    of ``diff-files --name-only -z`` output (``tracked``); a path listed
+    twice appears once."""
+    entries: dict[bytes, bool] = dict.fromkeys(filter(None, tracked.split(b"\0")), True)
     for token in out.split(b"\0"):
         if token:
             entries[token[2:]] = entries.get(token[2:], False) or token[:1] != b"?"
     return entries
 
 
-def classify(top: bytes, prefix: bytes, entries: dict[bytes, bool], max_file_bytes: int) -> Sorted:
+async def list_changes(shadow: Shadow) -> dict[bytes, bool]:
+    """Step 1: the changed paths, {path: tracked} (two git spawns at once)."""
+    spec = shadow.layout.pathspec()
+    out: dict[str, bytes] = {}
+
+    async def tracked() -> None:
+        out["tracked"] = (await shadow.run(["diff-files", "--name-only", "-z", "--", *spec])).stdout
+
+    async def others() -> None:
+        out["others"] = (await shadow.run(["ls-files", "-z", "-t", "-o", "--exclude-standard", "--", *spec])).stdout
+
+    await both(tracked, others)
+    return parse_listing(out["others"], out["tracked"])
+
+
+def classify(top: bytes, prefix: bytes, entries: dict[bytes, bool], max_file_bytes: int, started: float = 0.0) -> Sorted:
     """Step 2 (blocking: lstat calls; run it in a worker thread)."""
-    out = Sorted()
+    out = Sorted(started=started)
     guard = PathGuard(top, prefix)
     for path, tracked in entries.items():
         if os.path.basename(path.rstrip(b"/")) == b".gitignore":
@@ -88,6 +123,7 @@ def classify(top: bytes, prefix: bytes, entries: dict[bytes, bool], max_file_byt
             st = os.lstat(os.path.join(top, path))
         except (FileNotFoundError, NotADirectoryError):
             out.keep.append(path)  # deleted: --remove takes it out of the index
+            out.gone.append(path)
             continue
         reason: SkipReason | None = None
         if stat.S_ISDIR(st.st_mode):
@@ -103,11 +139,20 @@ def classify(top: bytes, prefix: bytes, entries: dict[bytes, bool], max_file_byt
             reason = "unsupported_type"
         if reason is None:
             out.keep.append(path)
+            if stat.S_ISREG(st.st_mode):
+                out.modes[path] = st.st_mode
+                if st.st_ctime >= out.started - 1.0:
+                    out.recent.append(path)
         else:
             out.skipped.append((path, reason, st.st_size if reason == "too_large" else None))
             if tracked:
                 out.drop.append(path)
     return out
+
+
+def skipped_file(path: bytes, reason: SkipReason, size: int | None = None) -> SkippedFile:
+    """The summary entry of a workspace-relative ``path`` left out of a checkpoint."""
+    return SkippedFile(path=shown(path), reason=reason, size=size, path_bytes=exact(path))
 
 
 def _z(paths: list[bytes]) -> bytes:
@@ -144,22 +189,23 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
     state.nested = [p for p in state.nested if os.path.lexists(os.path.join(layout.top, p, b".git"))]
     fingerprint = shadow.refresh_excludes()
     spec = layout.pathspec()
-    listing = await shadow.run(["ls-files", "-z", "-t", "-m", "-d", "-o", "--exclude-standard", "--", *spec])
-    entries = parse_listing(listing.stdout)
-    found = await trio.to_thread.run_sync(classify, layout.top, layout.prefix, entries, max_file_bytes)
+    index_before = shadow.index_stat()
+    started = time.time()
+    entries = await list_changes(shadow)
+    found = await trio.to_thread.run_sync(classify, layout.top, layout.prefix, entries, max_file_bytes, started)
     new_nested = [p for p in found.nested if p not in state.nested]
     if new_nested:
         state.nested.extend(new_nested)
         fingerprint = shadow.refresh_excludes()
     drop = list(found.drop)
-    skipped = [SkippedFile(path=os.fsdecode(layout.from_top(p)), reason=r, size=s) for p, r, s in found.skipped]
+    skipped = [skipped_file(layout.from_top(p), r, s) for p, r, s in found.skipped]
     if fingerprint != state.excludes_fingerprint or found.ignore_rules_touched:
         # Tracked files the ignore rules now ignore leave the shadow: ignored files are never stored.
         ignored = await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec])
         for path in filter(None, ignored.stdout.split(b"\0")):
             drop.append(path)
             if not _under(path, state.nested):
-                skipped.append(SkippedFile(path=os.fsdecode(layout.from_top(path)), reason="ignored"))
+                skipped.append(skipped_file(layout.from_top(path), "ignored"))
     if drop or found.keep:
         shadow.index_tree = None
     if drop:
@@ -172,18 +218,67 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
     elif new_nested:
         shadow.save_state()
 
-    tree, files = await tree_and_changes(shadow, base)
+    found_modes: list[Modes] = []
+    found_tree: list[tuple[str, list[FileChange]]] = []
+
+    async def tree_step() -> None:
+        found_tree.append(await tree_and_changes(shadow, base))
+
+    async def modes_step() -> None:
+        found_modes.append(await modes_after(shadow, found, drop, index_before))
+
+    await both(tree_step, modes_step)
+    (tree, files), (now_modes,) = found_tree[0], found_modes
     shadow.remember_index_tree(tree)
     changed = base is None or bool(files)
     if base is not None and not files:
         shadow.trees[base] = tree  # nothing changed: the base's commit is this checkpoint's
-    commit = await _commit_and_ref(shadow, ref, tree, base, message or ref, reuse=None if changed else base)
+    # Nothing changed, modes included: the base's commit is this checkpoint's.
+    reuse = base if not changed and await shadow.commit_modes(base) == now_modes else None
+    body = (message or ref).rstrip("\n") + "\n\n" + now_modes.encode().decode("ascii")
+    commit = await _commit_and_ref(shadow, ref, tree, base, body, reuse=reuse)
+    shadow.modes[commit] = now_modes
+    shadow.remember_modes(now_modes)
+    nested = [layout.from_top(p) + b"/" for p in state.nested]
     summary = CheckpointSummary(
         files_changed=len(files), insertions=sum(f.insertions for f in files),
         deletions=sum(f.deletions for f in files), skipped=skipped,
-        nested_repos=[os.fsdecode(layout.from_top(p)) + "/" for p in state.nested],
+        nested_repos=[shown(p) for p in nested], path_bytes=exact_map(nested),
     )
     return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=changed, summary=summary, files=files)
+
+
+async def modes_after(shadow: Shadow, found: Sorted, drop: list[bytes],
+                      index_before: tuple[int, int, int] | None) -> Modes:
+    """Step 6: the modes of what the index now holds. The previous capture's
+    modes updated with this capture's listing when the index is still the one
+    it (or a restore since) left (its ``diff-files`` lists every file whose
+    status changed since, a ``chmod`` included); else every stored file is
+    read (``modes_now``)."""
+    layout = shadow.layout
+    since = found.started - 1.0  # git's seconds, and a margin for clocks that tick apart
+    previous = None
+    if shadow.modes_index_stat == index_before is not None:
+        previous = shadow.modes_current
+    if previous is None or not previous.recorded:
+        now, shadow.modes_recent = await modes_now(shadow, since)
+        return now
+    changed = {layout.from_top(p): m for p, m in found.modes.items()}
+    removed = [layout.from_top(p) for p in (*drop, *found.gone)]
+    updated, recent = await trio.to_thread.run_sync(modes.update, previous, layout.workspace, changed, removed,
+                                                    shadow.modes_recent, since)
+    shadow.modes_recent = recent | {layout.from_top(p) for p in found.recent}
+    return updated
+
+
+async def modes_now(shadow: Shadow, since: float) -> tuple[Modes, set[bytes]]:
+    """The modes of the files the index holds for the workspace (its tracked
+    files, as just updated) and of their folders, read from disk now, and the
+    files whose status changed since ``since``."""
+    layout = shadow.layout
+    listed = await shadow.run(["ls-files", "-z", "-c", "--", *layout.pathspec()])
+    paths = [layout.from_top(p) for p in listed.stdout.split(b"\0") if p]
+    return await trio.to_thread.run_sync(modes.scan, layout.workspace, paths, since)
 
 
 async def tree_and_changes(shadow: Shadow, base: str | None) -> tuple[str, list[FileChange]]:

@@ -5,7 +5,7 @@ under ``root`` and serialized on that workspace only."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
 from . import capture as _capture
@@ -129,7 +129,8 @@ class CheckpointEngine:
         return await _diff.diff(shadow, target, base, max_bytes)
 
     async def restore(self, workspace: PathLike, target: str, *, safety_ref: str,
-                      safety_base: str | None = None) -> RestoreResult:
+                      safety_base: str | None = None, include: Iterable[bytes] = (),
+                      before_files: Callable[[CaptureResult], Awaitable[None]] | None = None) -> RestoreResult:
         """Put the files of checkpoint ``target`` back, after a safety capture
         ``safety_ref`` of the workspace as it is now (restoring that one
         undoes this). Paths the restore leaves alone are reported with the
@@ -140,6 +141,12 @@ class CheckpointEngine:
             target: a checkpoint commit or ref of this workspace.
             safety_ref: the create-only ref of the safety checkpoint.
             safety_base: the safety checkpoint's base (default: ``target``).
+            include: workspace-relative folders that are nested repositories
+                now whose files are restored anyway (their ``.git`` is never touched).
+            before_files: awaited with the safety capture, under the lock,
+                before any file is touched: the caller records it durably
+                there, so that a restore cut off part-way (a killed daemon)
+                still has its way back. If it raises, nothing is touched.
 
         Raises:
             UnknownCheckpointError: ``target`` is not a checkpoint of this workspace.
@@ -147,7 +154,8 @@ class CheckpointEngine:
         """
         check_ref(safety_ref)
         async with self.locked(workspace) as locked:
-            return await locked.restore(target, safety_ref=safety_ref, safety_base=safety_base)
+            return await locked.restore(target, safety_ref=safety_ref, safety_base=safety_base, include=include,
+                                        before_files=before_files)
 
     async def refs(self, workspace: PathLike, under: str = PREFIX) -> dict[str, str]:
         """The checkpoint refs under ``under`` (e.g. ``refs/agentd/<thread>/``) and their commits."""
@@ -210,12 +218,16 @@ class LockedWorkspace:
         self._captured()
         return result
 
-    async def restore(self, target: str, *, safety_ref: str, safety_base: str | None = None) -> RestoreResult:
+    async def restore(self, target: str, *, safety_ref: str, safety_base: str | None = None,
+                      include: Iterable[bytes] = (),
+                      before_files: Callable[[CaptureResult], Awaitable[None]] | None = None) -> RestoreResult:
         """See ``CheckpointEngine.restore``."""
-        result = await _restore.restore(self.shadow, target, safety_ref=check_ref(safety_ref), safety_base=safety_base,
-                                        max_file_bytes=self.engine.max_file_bytes, fsync=self.engine.fsync)
+        plan = await _restore.prepare(self.shadow, target, safety_ref=check_ref(safety_ref), safety_base=safety_base,
+                                      max_file_bytes=self.engine.max_file_bytes)
         self._captured()  # its safety capture
-        return result
+        if before_files is not None:
+            await before_files(plan.safety)
+        return await _restore.apply(self.shadow, plan, fsync=self.engine.fsync, include=include)
 
     async def diff(self, target: str, base: str | None = None, *,
                    max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> DiffResult:

@@ -22,12 +22,20 @@ class PathGuard:
         root: an absolute directory (the shadow's work tree, or the workspace).
         start: the directory (relative to ``root``, ``b""`` for itself) below
             which paths are checked; it is trusted.
+        allow_nested: directories (relative to ``root``) that are not
+            "nested" even when they hold a ``.git`` (a restore the person
+            asked to include them in).
     """
 
-    def __init__(self, root: bytes, start: bytes = b"") -> None:
+    def __init__(self, root: bytes, start: bytes = b"", *, allow_nested: set[bytes] | frozenset[bytes] = frozenset()) -> None:
         self.root = root
         self.start = start
+        self.allow_nested = allow_nested
         self._dirs: dict[bytes, Status] = {start: None}
+
+    def inside_allowed_nested(self, path: bytes) -> bool:
+        """Whether ``path`` is inside one of ``allow_nested`` (or is one)."""
+        return any(path == d or path.startswith(d + b"/") for d in self.allow_nested)
 
     def status(self, directory: bytes) -> Status:
         """The status of ``directory`` (relative to ``root``): the first
@@ -49,11 +57,14 @@ class PathGuard:
             else:
                 if not stat.S_ISDIR(st.st_mode):
                     result = ("blocked", directory)
-                elif os.path.lexists(os.path.join(full, b".git")):
+                elif directory not in self.allow_nested and os.path.lexists(os.path.join(full, b".git")):
                     result = ("nested", directory)
         self._dirs[directory] = result
         return result
 
     def of(self, path: bytes) -> Status:
-        """The status of the directory holding ``path``."""
+        """The status of the directory holding ``path`` (a ``.git`` component
+        itself is always inside a nested repository, or is the user's own)."""
+        if b".git" in path.split(b"/"):
+            return ("nested", os.path.dirname(path))
         return self.status(os.path.dirname(path))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from .names import exact, shown
 from .results import Change, FileChange
 
 #: git's empty tree, valid in every SHA-1 repository without being stored
@@ -64,8 +64,9 @@ def file_changes(out: bytes) -> list[FileChange]:
     for raw, (added, deleted) in zip(raws, stats):
         binary = added is None or deleted is None
         files.append(FileChange(
-            path=os.fsdecode(raw.path), change=_CHANGES.get(raw.status, "modified"),
+            path=shown(raw.path), change=_CHANGES.get(raw.status, "modified"),
             insertions=added or 0, deletions=deleted or 0, binary=binary,
-            old_path=os.fsdecode(raw.old_path) if raw.old_path is not None else None,
+            old_path=shown(raw.old_path) if raw.old_path is not None else None,
+            path_bytes=exact(raw.path), old_path_bytes=exact(raw.old_path) if raw.old_path is not None else None,
         ))
     return files

@@ -1,9 +1,11 @@
 """What the engine returns: msgspec Structs that encode to the protocol's
 camelCase JSON as they are.
 
-Paths are workspace-relative ``str`` decoded with ``os.fsdecode`` (a name that
-is not UTF-8 keeps its bytes as surrogate escapes; ``os.fsencode`` gives them
-back).
+Paths are workspace-relative ``str`` as ``names.shown`` gives them: valid
+Unicode always (they go into LMDB records and onto the JSON wire), with each
+byte of a name that is not UTF-8 as ``\\xNN``; such a name also carries its
+bytes in base64 (``path_bytes`` on an entry, or a ``path_bytes`` map from the
+shown string for lists of plain paths). ``names.raw`` gives the bytes back.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class FileChange(_Struct):
     deletions: int = 0
     binary: bool = False
     old_path: str | None = None
+    #: the name's bytes (base64) when it is not UTF-8 (``path`` then shows it with ``\\xNN``)
+    path_bytes: str | None = None
+    old_path_bytes: str | None = None
 
 
 class SkippedFile(_Struct):
@@ -58,6 +63,8 @@ class SkippedFile(_Struct):
     reason: SkipReason
     #: the file's size, for ``too_large``
     size: int | None = None
+    #: the name's bytes (base64) when it is not UTF-8
+    path_bytes: str | None = None
 
 
 class CheckpointSummary(_Struct):
@@ -69,6 +76,8 @@ class CheckpointSummary(_Struct):
     skipped: list[SkippedFile] = []
     #: nested repositories (``path/``), neither stored nor modified
     nested_repos: list[str] = []
+    #: the bytes (base64) of each name in ``nested_repos`` that is not UTF-8, by its shown string
+    path_bytes: dict[str, str] = {}
 
 
 class CaptureResult(_Struct):
@@ -111,6 +120,8 @@ class NotRestored(_Struct):
     path: str
     reason: NotRestoredReason
     detail: str | None = None
+    #: the name's bytes (base64) when it is not UTF-8
+    path_bytes: str | None = None
 
 
 class RestoreResult(_Struct):
@@ -124,6 +135,8 @@ class RestoreResult(_Struct):
         not_restored: paths left as they were, each with the reason.
         complete: every path was restored.
         error: what ended the restore early, if something did.
+        path_bytes: the bytes (base64) of each name in ``written`` and
+            ``deleted`` that is not UTF-8, by its shown string.
     """
 
     target: str
@@ -133,6 +146,7 @@ class RestoreResult(_Struct):
     not_restored: list[NotRestored] = []
     complete: bool = True
     error: str | None = None
+    path_bytes: dict[str, str] = {}
 
     @property
     def restored_files(self) -> int:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from .errors import ShadowMismatchError, WorkspaceError
 from .gitproc import Arg, Git, GitResult, scrubbed_env, shadow_env
 from .layout import Layout
+from .modes import Modes
 
 #: settings of every shadow, appended to the config ``git init`` writes
 SHADOW_CONFIG = b"""\
@@ -135,6 +136,14 @@ class Shadow:
         self._index_stat: tuple[int, int, int] | None = None
         #: commit -> tree of the checkpoints this process made or read
         self.trees: dict[str, str] = {}
+        #: commit -> the file modes it records (commits never change, so this is never stale)
+        self.modes: dict[str, Modes] = {}
+        #: the modes of what the index holds, as the last capture (or restore) left it
+        self.modes_current: Modes | None = None
+        #: the index's (inode, size, mtime) right after that capture
+        self.modes_index_stat: tuple[int, int, int] | None = None
+        #: files that capture read within git's one-second blind spot (``modes.recent``)
+        self.modes_recent: set[bytes] = set()
 
     @staticmethod
     def folder(root: bytes, real: bytes) -> bytes:
@@ -210,6 +219,14 @@ class Shadow:
         _write_atomic(os.path.join(tmp, b"info", b"attributes"), ATTRIBUTES)
         os.rename(tmp, git_dir)
 
+    def remember_modes(self, modes: Modes) -> None:
+        """Record ``modes`` as those of what the index holds now."""
+        self.modes_current, self.modes_index_stat = modes, self._stat_index()
+
+    def index_stat(self) -> tuple[int, int, int] | None:
+        """The index file's (inode, size, mtime), None when there is none."""
+        return self._stat_index()
+
     def _stat_index(self) -> tuple[int, int, int] | None:
         try:
             st = os.stat(os.path.join(self.git_dir, b"index"))
@@ -255,6 +272,14 @@ class Shadow:
             for depth in range(len(parts)):
                 digest.update(b"\0" + _read(os.path.join(self.layout.top, *parts[:depth], b".gitignore")))
         return digest.hexdigest()
+
+    async def commit_modes(self, commit: str) -> Modes:
+        """The file and folder modes checkpoint ``commit`` records (``modes``)."""
+        found = self.modes.get(commit)
+        if found is None:
+            found = Modes.parse((await self.run(["cat-file", "commit", commit])).stdout)
+            self.modes[commit] = found
+        return found
 
     async def run(self, args: Sequence[Arg], *, stdin: bytes | None = None, ok: Sequence[int] = (0,)) -> GitResult:
         """Run git on the shadow (work tree = ``layout.top``, cwd there).
