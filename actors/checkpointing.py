@@ -36,7 +36,6 @@ from .checkpoints import CheckpointEngine, CheckpointError, checkpoint_ref
 if TYPE_CHECKING:
     from agentd.store.db import Store
 
-    from .messages import Command
     from .state import ActiveRun
     from .thread_actor import ThreadActor
 

@@ -187,17 +187,18 @@ async def test_list_diff_restore_and_undo_through_the_safety_checkpoint(client, 
 
 
 class StalledGit:
-    """A git wrapper for the daemon (``env``) that stalls a checkpoint capture
-    once ``stall()`` was called: at its ``update-index`` it writes its pid
-    (that of the ``sleep`` it becomes) and sleeps, so the daemon can be
-    killed in the middle of a capture without racing it."""
+    """A git wrapper for the daemon (``env``) that stalls git once ``stall()``
+    was called: at its ``at`` subcommand (``update-index``: in the middle of a
+    capture; ``cat-file --batch``: a restore between its deletes and its
+    writes) it writes its pid (that of the ``sleep`` it becomes) and sleeps,
+    so the daemon can be killed part-way without racing it."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, at: str = "update-index") -> None:
         self.flag, self.mark, self.wrapper = tmp_path / "stall.flag", tmp_path / "stall.pid", tmp_path / "git-wrapper"
         real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
         self.wrapper.write_text(
             "#!/bin/sh\n"
-            f'if [ -e "{self.flag}" ]; then case " $* " in *" update-index "*) echo $$ > "{self.mark}.tmp"; '
+            f'if [ -e "{self.flag}" ]; then case " $* " in *" {at} "*) echo $$ > "{self.mark}.tmp"; '
             f'mv "{self.mark}.tmp" "{self.mark}"; exec sleep 60;; esac; fi\n'
             f'exec "{real}" "$@"\n'
         )

@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from agentd.protocol.client import Client
 from agentd.protocol.errors import RestoreIncomplete
 from tests.cli_helpers import run as run_cli
 from tests.helpers import script, send_and_wait, stored_events
+from tests.test_checkpoints_daemon import StalledGit
 
 # -- helpers --------------------------------------------------------------------------------------
 
@@ -60,47 +60,10 @@ def mode(path: Path | bytes) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-class CatFileStall:
-    """A git wrapper for the daemon that, once ``stall()`` was called, stops
-    a restore between its deletes and its writes: its ``cat-file --batch``
-    writes its pid and becomes a ``sleep``, so the daemon can be killed
-    part-way through a restore without racing it."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.flag, self.mark, self.wrapper = tmp_path / "stall.flag", tmp_path / "stall.pid", tmp_path / "git-wrapper"
-        real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
-        self.wrapper.write_text(
-            "#!/bin/sh\n"
-            f'if [ -e "{self.flag}" ]; then case " $* " in *" cat-file --batch "*) echo $$ > "{self.mark}.tmp"; '
-            f'mv "{self.mark}.tmp" "{self.mark}"; exec sleep 60;; esac; fi\n'
-            f'exec "{real}" "$@"\n'
-        )
-        self.wrapper.chmod(0o755)
-        self.pid: int | None = None
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {**os.environ, "AGENTD_CHECKPOINT_GIT": str(self.wrapper)}
-
-    def stall(self) -> None:
-        self.flag.touch()
-
-    async def stalled(self) -> None:
-        with trio.fail_after(30):
-            while not self.mark.exists():  # an external process's state: polled
-                await trio.sleep(0.05)
-        self.pid = int(self.mark.read_text())
-
-    def release(self) -> None:
-        """Stop stalling and end the stalled ``sleep`` — only it, by its pid."""
-        self.flag.unlink(missing_ok=True)
-        if self.pid is None:
-            return
-        try:
-            if Path(f"/proc/{self.pid}/cmdline").read_bytes().startswith(b"sleep\0"):
-                os.kill(self.pid, signal.SIGKILL)
-        except (FileNotFoundError, ProcessLookupError):
-            pass
+def CatFileStall(tmp_path: Path) -> StalledGit:
+    """A git wrapper that, once ``stall()`` was called, stops a restore
+    between its deletes and its writes (at its ``cat-file --batch``)."""
+    return StalledGit(tmp_path, at="cat-file --batch")
 
 
 # -- item 3: a folder swapped for a symlink between check and write ------------------------------
