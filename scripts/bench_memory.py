@@ -29,7 +29,6 @@ asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -242,10 +241,7 @@ def cli() -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds to wait for memory to come back")
     parser.add_argument("--json", action="store_true", help="print the JSON line only")
     args = parser.parse_args()
-    result = trio.run(main, args)
-    if not args.json:
-        print(table(result))
-    print(json.dumps(result))
+    hostile.report(trio.run(main, args), table, json_only=args.json)
 
 
 if __name__ == "__main__":

@@ -319,3 +319,24 @@ class PrivateTmpfs:
             if self.holder.returncode is None:
                 self.holder.kill()
                 await self.holder.wait()
+
+
+# -- what every probe shares ------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A loopback TCP port free right now (for a daemon's WebSocket)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def report(result: dict[str, Any], table: Callable[[dict[str, Any]], str], *, json_only: bool) -> None:
+    """Print a probe's figures: its table for a person (unless ``json_only``), then one JSON line."""
+    import json
+
+    if not json_only:
+        print(table(result))
+    print(json.dumps(result))

@@ -25,11 +25,9 @@ asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -45,12 +43,6 @@ import hostile  # noqa: E402
 from agentd.launch import start_daemon  # noqa: E402
 
 STATUS = {"jsonrpc": "2.0", "id": 1, "method": "daemon.status", "params": {}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -95,7 +87,7 @@ async def websocket_status(port: int, wait: float) -> str:
 
 async def main(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="probe-fd-"))
-    port = free_port()
+    port = hostile.free_port()
     daemon = await start_daemon(work / "data", work / "agentd.sock", extra_args=["--websocket-port", str(port)])
     held: list[hostile.RawConnection] = []
     soft, hard = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)
@@ -157,10 +149,7 @@ def cli() -> None:
     parser.add_argument("--wait", type=float, default=5.0, help="seconds a client waits for its answer")
     parser.add_argument("--json", action="store_true", help="print the JSON line only")
     args = parser.parse_args()
-    result = trio.run(main, args)
-    if not args.json:
-        print(table(result))
-    print(json.dumps(result))
+    hostile.report(trio.run(main, args), table, json_only=args.json)
 
 
 if __name__ == "__main__":

@@ -171,10 +171,7 @@ def cli() -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds each burst may take")
     parser.add_argument("--json", action="store_true", help="print the JSON line only")
     args = parser.parse_args()
-    result = trio.run(main, args)
-    if not args.json:
-        print(table(result))
-    print(json.dumps(result))
+    hostile.report(trio.run(main, args), table, json_only=args.json)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,8 @@ It prints figures and asserts nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -43,12 +41,6 @@ import trio  # noqa: E402
 
 import hostile  # noqa: E402
 from agentd.launch import start_daemon  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def create(conn: hostile.RawConnection, params: dict, request_id: int) -> dict:
@@ -140,7 +132,7 @@ async def repeated_headers(port: int, token: str) -> dict:
 
 async def main(_args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="probe-ref-"))
-    port = free_port()
+    port = hostile.free_port()
     config = work / "config.toml"
     config.write_text("[daemon]\nallow_broad_workspaces = true\n")
     daemon = await start_daemon(work / "data", work / "agentd.sock", config=config,
@@ -177,10 +169,7 @@ def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the JSON line only")
     args = parser.parse_args()
-    result = trio.run(main, args)
-    if not args.json:
-        print(table(result))
-    print(json.dumps(result))
+    hostile.report(trio.run(main, args), table, json_only=args.json)
 
 
 if __name__ == "__main__":

@@ -26,26 +26,22 @@ import os
 import pty
 import re
 import shutil
-import socket
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "scripts"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import trio  # noqa: E402
+
+import hostile  # noqa: E402
 
 from agentd.launch import start_daemon  # noqa: E402
 from agentd.protocol.client import Client  # noqa: E402
 from agentd.protocol.login import CODE_TTL  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def login_request(port: int, code: str, origin: str | None = None) -> bytes:
@@ -121,7 +117,7 @@ async def other_user_status(port: int, code: str) -> int | None:
 
 async def main(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="probe-web-"))
-    port = free_port()
+    port = hostile.free_port()
     daemon = await start_daemon(work / "data", work / "agentd.sock", extra_args=["--web", "--websocket-port", str(port)])
     try:
         token = (daemon.data_dir / "websocket.token").read_text().strip()
@@ -168,10 +164,7 @@ def cli() -> None:
                         help=f"skip waiting {CODE_TTL:.0f} s for a code to expire")
     parser.add_argument("--json", action="store_true", help="print the JSON line only")
     args = parser.parse_args()
-    result = trio.run(main, args)
-    if not args.json:
-        print(table(result))
-    print(json.dumps(result))
+    hostile.report(trio.run(main, args), table, json_only=args.json)
 
 
 if __name__ == "__main__":
