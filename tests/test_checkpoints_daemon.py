@@ -220,6 +220,21 @@ class StalledGit:
                 await trio.sleep(0.05)
         self.pid = int(self.mark.read_text())
 
+    async def kill_during(self, daemon, call) -> None:
+        """Stall git, await ``call()`` and SIGKILL ``daemon`` once git has
+        stalled under it (the call's own failure is expected: its daemon dies)."""
+        self.stall()
+        async with trio.open_nursery() as nursery:
+            async def run() -> None:
+                try:
+                    await call()
+                except Exception:  # noqa: BLE001 - the daemon is killed under it
+                    pass
+            nursery.start_soon(run)
+            await self.stalled()
+            await daemon.kill()
+            nursery.cancel_scope.cancel()
+
     def release(self) -> None:
         """Stop stalling, and end the stalled ``sleep`` — only it, never a reused pid."""
         self.flag.unlink(missing_ok=True)

@@ -26,10 +26,10 @@ import os
 import stat
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
-import trio
 
 from agentd.actors.checkpoints import CheckpointEngine, checkpoint_ref
 from agentd.actors.checkpoints import paths as paths_module
@@ -265,20 +265,10 @@ async def test_sigkill_during_a_restore_keeps_the_way_back_listed_and_restorable
                 *({"write": {"path": f"new/n{i}.py", "content": f"new {i}\n"}} for i in range(10))))
             assert (run1["status"], run2["status"]) == ("completed", "completed")
             before = files_of(ws)
-            git.stall()
-            async with trio.open_nursery() as nursery:
-                async def restore():
-                    try:
-                        if method == "checkpoint.restore":
-                            await client.call(method, checkpointId=run1["checkpointId"])
-                        else:
-                            await client.call(method, threadId=thread_id, targetOrdinal=1)
-                    except Exception:  # noqa: BLE001 - the daemon is killed under it
-                        pass
-                nursery.start_soon(restore)
-                await git.stalled()
-                await daemon.kill()
-                nursery.cancel_scope.cancel()
+            if method == "checkpoint.restore":
+                await git.kill_during(daemon, partial(client.call, method, checkpointId=run1["checkpointId"]))
+            else:
+                await git.kill_during(daemon, partial(client.call, method, threadId=thread_id, targetOrdinal=1))
     finally:
         git.release()
         await daemon.terminate()

@@ -11,6 +11,7 @@ stored handoff (``context``), or not at all (``absent``).
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -218,17 +219,8 @@ async def test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust(t
     try:
         async with Client.connect(daemon.socket) as client:
             thread_id, runs, _states = await three_runs(client, ws)
-            git.stall()  # the rollback's safety capture stalls
-            async with trio.open_nursery() as nursery:
-                async def rollback():
-                    try:
-                        await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
-                    except Exception:  # noqa: BLE001 - the daemon is killed under it
-                        pass
-                nursery.start_soon(rollback)
-                await git.stalled()
-                await daemon.kill()
-                nursery.cancel_scope.cancel()
+            # The rollback's safety capture stalls.
+            await git.kill_during(daemon, partial(client.call, "rollback.toRun", threadId=thread_id, targetOrdinal=1))
     finally:
         git.release()
         await daemon.terminate()
