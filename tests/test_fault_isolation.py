@@ -335,9 +335,10 @@ async def test_commands_waiting_in_a_failed_actor_get_thread_failed(tmp_path, au
         assert await registry.call(thread_id, answer_ok, None, method="test.ok") == {"ok": True}
 
 
-async def test_the_registry_survives_an_actor_that_fails_while_it_starts(tmp_path, autojump_clock):
-    """Issue 20: a failure in an actor's own start (a queued run whose
-    user message is torn) is that actor's failure; no supervisor child restarts."""
+async def test_actor_failures_past_any_intensity_restart_no_part_of_the_daemon(tmp_path, autojump_clock):
+    """Issue 20: four actor failures in a row (more than the root's, the
+    core's or any supervisor's intensity allows) restart nothing: each is
+    its thread's ``thread_failed``, and the same connection answers on."""
     from tests.test_supervision import virtual_daemon
 
     async with virtual_daemon(tmp_path) as (daemon, client):
