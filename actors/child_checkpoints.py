@@ -74,7 +74,7 @@ def child_base(store: Store, active: ActiveRun, node: ExecutionNode) -> Checkpoi
         if siblings:
             return max(siblings, key=lambda c: (c.created_at, c.id))
         parent = nodes.get(node.parent_node_id or "")
-        if not is_checkpointable(parent):
+        if parent is None or not is_checkpointable(parent):
             return previous_root(store, run.thread_id, run.ordinal)
         node = parent
 

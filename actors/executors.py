@@ -134,7 +134,8 @@ class Executor:
         try:
             if live is None:
                 raise ProviderRuntimeError("the provider session is gone")
-            await live[1].interrupt_turn(effect.native_thread_id, effect.native_turn_id)
+            # A turn the provider never named is asked about as None, as before.
+            await live[1].interrupt_turn(effect.native_thread_id, effect.native_turn_id)  # type: ignore[arg-type]
         except ProviderRuntimeError as exc:
             await self.post(InterruptRefused(effect.attempt_id, f"the provider refused the interrupt: {exc}"))
 

@@ -38,8 +38,10 @@ class ActorHost(Protocol):
     checkpoints: CheckpointEngine | None
     wall_clock: Callable[[], float]
     shutting_down: bool
-    tasks: TaskWaiters
     restoring: RestoringFolders
+
+    @property
+    def tasks(self) -> TaskWaiters: ...
 
     @property
     def workspaces_folder(self) -> str: ...

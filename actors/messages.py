@@ -15,15 +15,21 @@ handled in mailbox order, one at a time, with ``match`` (thread_actor.py):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeAlias
+from typing import Any, Callable, Protocol, TypeAlias
 
 from agentd.protocol.errors import AgentdError
 from agentd.store.records import ConversationMessage, ProviderThread
 
 from .providers.base import ProviderEvent
 
-if TYPE_CHECKING:
-    from .reply import Reply
+
+
+class Reply(Protocol):
+    """Where the answer to an item goes, once (reply.py makes them)."""
+
+    def set(self, value: Any) -> None: ...
+
+    def fail(self, error: BaseException) -> None: ...
 
 
 #: a thread-owned method's handler: a transition (effects.py) the actor runs,

@@ -275,8 +275,9 @@ def _node_native_thread(node: ExecutionNode) -> str | None:
     """The native thread a (subagent) node ran in, when the provider said."""
     detail = node.detail
     for key in ("nativeThreadId", "threadId", "newThreadId"):
-        if isinstance(detail.get(key), str) and detail[key]:
-            return detail[key]
+        value = detail.get(key)
+        if isinstance(value, str) and value:
+            return value
     receivers = detail.get("receiverThreadIds")
     if isinstance(receivers, list) and receivers and isinstance(receivers[0], str):
         return receivers[0]

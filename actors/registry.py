@@ -240,7 +240,7 @@ class ThreadRegistry:
         #: folders restores are writing: runs of other threads wait to start there
         self.restoring = RestoringFolders()
 
-    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Host actors until cancelled."""
         # A supervisor restart starts with no actors: an actor made while the
         # registry was down never ran, and must not swallow commands now.
@@ -348,8 +348,9 @@ class ThreadRegistry:
             self.sessions.mark_busy(thread_id, False)
             now = self.wall_clock()
             batch, report = plan_reconciliation(self.store, now, reason=reason, thread_id=thread_id)
+            counts: dict[str, Any] = report.as_dict()
             batch.event("thread.failed", thread_id=thread_id, at=now, incidentId=incident.id,
-                        reason=incident.reason, quarantined=quarantined, **report.as_dict())
+                        reason=incident.reason, quarantined=quarantined, **counts)
             await self.store.commit(batch)
         except Exception:  # noqa: BLE001 - a failed recovery quarantines the thread, nothing more
             log.exception("thread %s: recovery after incident %s failed", thread_id, incident.id)
@@ -427,9 +428,9 @@ class ThreadRegistry:
             Overloaded: the thread's mailbox is full.
         """
         if command_id is None:
-            return await self._send(thread_id, Command(method, handler, params, Reply()))
+            return await self._send(thread_id, Command(method, handler, params, reply := Reply()), reply)
         async with self._reserve(command_id):
-            return await self._send(thread_id, Command(method, handler, params, Reply(), command_id))
+            return await self._send(thread_id, Command(method, handler, params, reply := Reply(), command_id), reply)
 
     @asynccontextmanager
     async def _reserve(self, command_id: str) -> AsyncIterator[None]:
@@ -450,7 +451,7 @@ class ThreadRegistry:
             del self._commands_in_flight[command_id]
             done.set()
 
-    async def _send(self, thread_id: str, command: Command) -> Any:
+    async def _send(self, thread_id: str, command: Command, reply: Reply) -> Any:
         """Put ``command`` into the thread's mailbox and wait for its answer."""
         for _ in range(3):
             await self._settled(thread_id)
@@ -468,7 +469,7 @@ class ThreadRegistry:
                 )
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 continue  # retired between lookup and send; a new actor takes it
-        return await command.reply.wait()
+        return await reply.wait()
 
     async def deliver(self, thread_id: str, event: ProviderEvent) -> None:
         """Hand a provider event to its thread's actor (waits if the mailbox is full).
@@ -579,7 +580,9 @@ class ThreadRegistry:
                 fork = ThreadForkParams(thread_id=parent.id, title=params.title, workspace=params.workspace,
                                         created_by=params.created_by)
                 # Straight to the parent's actor: this create already holds the commandId.
-                return await self._send(parent.id, Command("thread.create", thread_fork, fork, Reply(), command_id))
+                forked: dict[str, Any] = await self._send(
+                    parent.id, Command("thread.create", thread_fork, fork, reply := Reply(), command_id), reply)
+                return forked
         thread = self.new_thread_record(
             title=params.title or "", provider=provider, workspace=workspace, parent=parent,
             relationship=params.relationship if parent is not None else None,
@@ -633,7 +636,7 @@ class ThreadRegistry:
         a run starting, running or waiting, as the live actors hold them (a
         thread with an active run always has its actor loaded). In memory
         only: the workspaces are as the threads name them, not resolved."""
-        out = []
+        out: list[tuple[str, str, str, str]] = []
         for actor in list(self._actors.values()):
             active = actor.state.active
             if active is not None:

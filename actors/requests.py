@@ -185,7 +185,7 @@ def approval_respond(ctx: ThreadContext, command: Command) -> Transition:
     params = command.params
     request = _pending_request(ctx, params.request_id, "approval")
     yield from _answer(ctx, request, {"decision": params.decision})
-    node_status = "completed" if params.decision == "accept" else "cancelled"
+    node_status: NodeStatus = "completed" if params.decision == "accept" else "cancelled"
     return _resolve(ctx, command, request, {"decision": params.decision}, node_status, "approval.resolved")
 
 

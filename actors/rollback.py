@@ -175,7 +175,7 @@ def _undo_runs(store: Store, batch: ThreadBatch, thread_id: str, undone: list[Ru
 # -- rollback.node --------------------------------------------------------------------------
 
 
-def _descendants(store, run_id: str, node_id: str) -> set[str]:
+def _descendants(store: Store, run_id: str, node_id: str) -> set[str]:
     """The nodes of the run nested under ``node_id`` (at any depth)."""
     parents = {node.id: node.parent_node_id for node in store.run_nodes(run_id)}
     out: set[str] = set()

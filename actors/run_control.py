@@ -289,8 +289,9 @@ def cancel_queued_run(
     store = ctx.store
     cancel_queued(
         batch, ctx.state, run, reason,
-        attempt=store.get(RunAttempt, run.selected_attempt_id), root=store.get(ExecutionNode, run.root_node_id),
-        message=store.get(ConversationMessage, run.user_message_id),
+        attempt=store.get(RunAttempt, run.selected_attempt_id) if run.selected_attempt_id else None,
+        root=store.get(ExecutionNode, run.root_node_id) if run.root_node_id else None,
+        message=store.get(ConversationMessage, run.user_message_id) if run.user_message_id else None,
         turn_start_effect=store.get(Effect, graph.turn_start_effect_id(run.id)), message_status=message_status,
     )
 

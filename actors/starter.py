@@ -71,10 +71,11 @@ class StarterHandle:
 async def _context(actor: StarterHandle, attempt_id: str, lost: tuple[str, str] | None = None) -> StartPlan | None:
     """Ask the actor for the attempt's context; None: the run ends instead
     (the actor ended it, or resolving failed and is reported here)."""
-    request = ContextNeeded(attempt_id, Reply(), lost)
-    await actor.post(request)
+    reply = Reply()
+    await actor.post(ContextNeeded(attempt_id, reply, lost))
     try:
-        return await request.reply.wait()
+        plan: StartPlan | None = await reply.wait()
+        return plan
     except AgentdError as exc:
         await actor.post(AttemptStartFailed(attempt_id, "context_failed", exc))
         return None

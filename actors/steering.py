@@ -186,9 +186,10 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
     if mode in ("steer_active", "restart_active"):
         if params.merge_back is not None:
             raise InvalidParams(f"a merge-back comes with a run of its own; send it without {mode}", field="mergeBack")
-        return _steer_command(ctx, command, mode, params.dispatch_mode.target_run_id, params.text)
+        return _steer_command(ctx, command, mode, params.dispatch_mode.target_run_id, params.text)  # type: ignore[arg-type]
     if mode == "start_immediately" and has_open:
         busy = state.active.run if state.active is not None else state.next_queued()
+        assert busy is not None
         raise InvalidState(
             f"thread {state.thread_id} already has run {busy.id} ({busy.status}); "
             "send with dispatchMode queue_after_active to run after it, or steer_active to change it",

@@ -423,9 +423,9 @@ class ThreadActor:
         if self.registry.shutting_down:
             return  # left queued: the next start reconciles it (cancelled, message not_sent)
         state.queued.remove(run)
-        attempt = self.store.get(RunAttempt, run.selected_attempt_id)
-        root = self.store.get(ExecutionNode, run.root_node_id)
-        message = self.store.get(ConversationMessage, run.user_message_id)
+        attempt = self.store.get(RunAttempt, run.selected_attempt_id) if run.selected_attempt_id else None
+        root = self.store.get(ExecutionNode, run.root_node_id) if run.root_node_id else None
+        message = self.store.get(ConversationMessage, run.user_message_id) if run.user_message_id else None
         if attempt is None or root is None or message is None:  # pragma: no cover - store corruption
             log.error("run %s is missing its attempt, root node or message; skipped", run.id)
             self.start_next()

@@ -17,6 +17,7 @@ from . import artifacts, child_checkpoints, delegation, graph, lineage, run_cont
 from .context import ThreadContext
 from .effects import AllowRecovery, CancelTimer, Commit, Decision, PublishDelta, StartTimer, Transition
 from .ending import end_run, retry
+from .graph import Ending
 from .messages import FlushTimer
 from .providers.base import ItemCompleted, ItemStarted, RuntimeWarning_, SessionExited, TextDelta, TurnCompleted, TurnStarted
 from .state import ActiveRun
@@ -85,6 +86,7 @@ def on_text_delta(ctx: ThreadContext, event: TextDelta) -> Transition:
     if open_message is None:
         # A delta before its item: open the message implicitly.
         opened = on_item_started(ctx, ItemStarted(attempt_id=event.attempt_id, item_id=event.item_id, item_type="agent_message"))
+        assert opened.batch is not None
         yield Commit(opened.batch)
         open_message = active.messages[event.item_id]
     offset = open_message.buffer(event.delta)
@@ -117,7 +119,7 @@ def on_turn_completed(ctx: ThreadContext, event: TurnCompleted) -> Transition:
     if active.pending_restart is not None:
         yield from steering.apply_restart(ctx, active, batch)
         return
-    status = event.status if event.status in ("completed", "failed", "interrupted") else "failed"
+    status: Ending = event.status if event.status in ("completed", "failed", "interrupted") else "failed"  # type: ignore[assignment]
     reason = None
     if status == "failed":
         reason = f"provider_error: {event.error}" if event.error else "provider_error"

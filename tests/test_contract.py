@@ -23,7 +23,6 @@ import trio
 
 from agentd.actors import turns
 from agentd.actors.context import ThreadContext
-from agentd.actors.graph import ThreadBatch
 from agentd.actors.providers.base import RuntimeWarning_
 from agentd.actors.state import ActiveRun, ThreadState
 from agentd.launch import start_daemon
