@@ -441,6 +441,35 @@ def retry(
     return ActiveRun(run=run, attempt=attempt, root=root, user_message=message or active.user_message)
 
 
+def retry_ended(batch: ThreadBatch, state: ThreadState, run: Run, *, why: str) -> Run:
+    """A user retry (SPEC F2, RunAttempt reason ``retry``): attempt N+1 of
+    the ended ``run``, with a new root node, on the provider thread of the
+    attempt it replaces; the run is queued again (its turn-start outbox
+    entry pending again) and put first in the queue. Its input is the run's
+    own message. Returns the queued run."""
+    now = batch.now
+    previous = run.selected_attempt_id
+    number = run.attempt_count + 1
+    attempt_id, root_id = new_id("att"), new_id("nod")
+    root = ExecutionNode(
+        id=root_id, thread_id=state.thread_id, run_id=run.id, attempt_id=attempt_id, kind="root_turn",
+        counts_for_run=True, title=f"run {run.ordinal} attempt {number}", created_at=now,
+    )
+    attempt = RunAttempt(
+        id=attempt_id, run_id=run.id, thread_id=state.thread_id, number=number, reason="retry",
+        root_node_id=root_id, created_at=now,
+    )
+    queued = struct_copy(run, status="queued", reason=None, ended_at=None, root_node_id=root_id,
+                         selected_attempt_id=attempt_id, attempt_count=number)
+    batch.put_all(root, attempt, queued)
+    batch.put(Effect(id=turn_start_effect_id(run.id), kind="provider.turn_start", thread_id=state.thread_id,
+                     payload={"runId": run.id}, replay_safe=False, created_at=now))
+    batch.emit("run.retrying", run_id=run.id, node_id=root_id, run=to_wire(queued), attempt=to_wire(attempt), why=why,
+               previousAttemptId=previous)
+    state.queued.insert(0, queued)
+    return queued
+
+
 def provider_thread_failed(batch: ThreadBatch, state: ThreadState, reason: str) -> None:
     """The provider thread keeps crashing its runtime: mark it ``error``."""
     if state.provider_thread is None:
