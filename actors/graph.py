@@ -24,6 +24,7 @@ from agentd.store.ids import new_id
 from agentd.store.records import (
     NODE_TERMINAL,
     Checkpoint,
+    ContextTransfer,
     ConversationMessage,
     Effect,
     EffectStatus,
@@ -468,6 +469,27 @@ def retry_ended(batch: ThreadBatch, state: ThreadState, run: Run, *, why: str) -
                previousAttemptId=previous)
     state.queued.insert(0, queued)
     return queued
+
+
+#: transfers a run carries in that are meant for that run only (a merge-back's
+#: delta is built for the message it came with)
+RUN_BOUND_TRANSFERS = frozenset({"merge_back"})
+
+
+def supersede_transfers(batch: ThreadBatch, transfers: Iterable[ContextTransfer], run_ids: set[str], reason: str) -> list[ContextTransfer]:
+    """Transfers bound to a run in ``run_ids`` that no turn took in (still
+    ``pending``, or ``failed`` and owed again) end ``superseded`` with
+    ``reason``: the run that was to carry them will not (it was cancelled,
+    dropped or rolled back), so they never wait forever."""
+    out = []
+    for transfer in transfers:
+        if (transfer.type in RUN_BOUND_TRANSFERS and transfer.run_id in run_ids
+                and transfer.status in ("pending", "failed")):
+            ended = struct_copy(transfer, status="superseded", error=reason)
+            batch.put(ended)
+            batch.emit("context_transfer.superseded", run_id=transfer.run_id, transfer=to_wire(ended))
+            out.append(ended)
+    return out
 
 
 def provider_thread_failed(batch: ThreadBatch, state: ThreadState, reason: str) -> None:

@@ -325,6 +325,8 @@ def cancel_queued_run(
         message=store.get(ConversationMessage, run.user_message_id) if run.user_message_id else None,
         turn_start_effect=store.get(Effect, graph.turn_start_effect_id(run.id)), message_status=message_status,
     )
+    graph.supersede_transfers(batch, store.thread_transfers(ctx.thread_id), {run.id},
+                              f"its run {run.id} was cancelled ({reason}) before it started")
 
 
 def queued_run_cancel(ctx: ThreadContext, command: Command) -> Decision:
