@@ -155,6 +155,11 @@ def fork_files(ctx: ThreadContext, found: MergeDelta, workspace: str) -> Transit
     target = store.get(Checkpoint, runs[-1].checkpoint_id) if runs and runs[-1].checkpoint_id else None
     first = store.get(Checkpoint, runs[0].checkpoint_id) if runs and runs[0].checkpoint_id else None
     base = store.get(Checkpoint, first.base_checkpoint_id) if first and first.base_checkpoint_id else None
+    if base is None and found.base.checkpoint_id:
+        # No baseline of the fork's own (e.g. checkpoints came on later): the
+        # fork point's checkpoint — for a fork from a subagent node, the
+        # files as that child left them.
+        base = store.get(Checkpoint, found.base.checkpoint_id)
     if (ctx.checkpoints_on and target is not None and base is not None and target.commit and base.commit
             and target.status == "captured" and base.status == "captured" and target.workspace == base.workspace):
         try:

@@ -281,6 +281,10 @@ async def test_fork_from_a_completed_subagent_node_and_from_a_provider_turn(clie
     forked = await client.call("thread.fork", threadId=thread_id, sourcePoint={"type": "node", "nodeId": node["id"]})
     (transfer,) = await transfers(client, forked["threadId"])
     assert (transfer["sourcePoint"]["nodeId"], transfer["sourcePoint"]["runId"]) == (node["id"], first["id"])
+    # Issue 23 item 8: the child's own checkpoint is the fork's baseline.
+    (child,) = [c for c in (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+                if c["scope"] == "child" and c["nodeId"] == node["id"]]
+    assert transfer["sourcePoint"]["checkpointId"] == child["id"]
     assert await recall(client, forked["threadId"], "alpha", "bravo") == {"alpha": "native", "bravo": "absent"}
 
     attempt = (await client.call("run.get", runId=first["id"]))["attempts"][0]
