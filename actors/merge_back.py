@@ -168,7 +168,7 @@ def fork_files(ctx: ThreadContext, found: MergeDelta, workspace: str) -> Transit
             result = None
         if result is not None:
             source, checkpoints = "checkpoint", (base.id, target.id)
-            files = tuple(_describe(f) for f in result.files)
+            files = tuple(describe_change(f) for f in result.files)
             paths = [f.path for f in result.files]
     if source == "nodes":
         paths = list(dict.fromkeys(path for run in runs for node in store.run_nodes(run.id)
@@ -183,7 +183,8 @@ def fork_files(ctx: ThreadContext, found: MergeDelta, workspace: str) -> Transit
     return MergeFiles(source, files, checkpoints, fork_workspace=fork_ws, differ=tuple(differ))
 
 
-def _describe(change: FileChange) -> str:
+def describe_change(change: FileChange) -> str:
+    """A changed file as handoffs name it: ``path (added, +3 −0)``."""
     sign = "binary" if change.binary else f"+{change.insertions} −{change.deletions}"
     renamed = f" from {change.old_path}" if change.old_path else ""
     return f"{change.path} ({change.change}{renamed}, {sign})"
