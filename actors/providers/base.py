@@ -158,7 +158,7 @@ class ProviderConnection(abc.ABC):
     capabilities: Capabilities
     #: native thread ids this process has created or resumed
     loaded_threads: set[str]
-    #: the runtime's version as it reported it, when it does (frozen settings, seed 003)
+    #: the runtime's version as it reported it, when it does (frozen settings, F4)
     runtime_version: str | None = None
 
     @property
