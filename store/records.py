@@ -383,6 +383,10 @@ class Checkpoint(Record, kw_only=True):
     #: a ``child`` checkpoint's parent scope: the node it ran under (the run's
     #: root node, or the enclosing child node)
     parent_node_id: str | None = None
+    #: a child scope's checkpoint: the paths in it that the agent reported
+    #: writing elsewhere (the parent, a sibling) between the child's end and
+    #: the capture — not the child's own work (issue 23 item 1)
+    concurrent_paths: list[str] = []
 
 
 class Event(msgspec.Struct, kw_only=True, rename="camel", frozen=True):

@@ -255,6 +255,8 @@ EMITTED_ELSEWHERE = {
     "checkpoint.error": ("test_checkpoints_daemon", "test_git_missing_gives_error_checkpoints_and_the_run_ends_normally"),
     "checkpoint.missing": ("test_checkpoints_daemon", "test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptured"),
     "context_transfer.failed": ("test_lineage", "test_a_failed_native_fork_says_why_and_the_retry_resolves_portably"),
+    "context_transfer.superseded": ("test_merge_back",
+                                    "test_a_merge_back_whose_run_is_cancelled_is_superseded_and_the_fork_can_be_merged_again"),
     "thread.rollback_interrupted": ("test_rollback", "test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust"),
     "checkpoint.restore_interrupted": ("test_checkpoints_hostile",
                                        "test_sigkill_during_a_restore_keeps_the_way_back_listed_and_restorable"),
