@@ -147,13 +147,14 @@ def plan_reconciliation(
                     node_id=run.root_node_id if run else None, at=now, messageId=message.id, reason=reason)
         report.messages_not_sent.append(message.id)
 
-    for message_id, thread_id in _streaming_messages(store, report):
+    # (``owner``, not ``thread_id``: that name is the parameter every step below filters on.)
+    for message_id, owner in _streaming_messages(store, report):
         message = _readable(store, ConversationMessage, message_id)
         if message is None:
             continue
         message = struct_copy(message, status="interrupted", completed_at=now)
         batch.put(message)
-        batch.event("message.completed", thread_id=thread_id, run_id=message.run_id, node_id=message.node_id, at=now,
+        batch.event("message.completed", thread_id=owner, run_id=message.run_id, node_id=message.node_id, at=now,
                     messageId=message.id, status="interrupted", length=len(message.text))
 
     for request in store.pending_requests(thread_id):
