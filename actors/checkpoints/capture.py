@@ -43,9 +43,12 @@ from dataclasses import dataclass, field
 
 import trio
 
-from . import modes, objects
 from .errors import CheckpointExistsError, GitCommandError, UnknownCheckpointError
 from .modes import Modes
+from .modes import scan as scan_modes
+from .modes import update as update_modes
+from .objects import commit_and_ref
+from .objects import supported as objects_supported
 from .names import exact, exact_map, shown
 from .paths import PathGuard
 from .rawdiff import file_changes
@@ -311,7 +314,7 @@ async def modes_after(shadow: Shadow, found: Sorted, drop: list[bytes],
         return now
     changed = {layout.from_top(p): m for p, m in found.modes.items()}
     removed = [layout.from_top(p) for p in (*drop, *found.gone)]
-    updated, recent = await trio.to_thread.run_sync(modes.update, previous, layout.workspace, changed, removed,
+    updated, recent = await trio.to_thread.run_sync(update_modes, previous, layout.workspace, changed, removed,
                                                     shadow.modes_recent, since)
     shadow.modes_recent = recent | {layout.from_top(p) for p in found.recent}
     return updated
@@ -324,7 +327,7 @@ async def modes_now(shadow: Shadow, since: float) -> tuple[Modes, set[bytes]]:
     layout = shadow.layout
     listed = await shadow.run(["ls-files", "-z", "-c", "--", *layout.pathspec()])
     paths = [layout.from_top(p) for p in listed.stdout.split(b"\0") if p]
-    return await trio.to_thread.run_sync(modes.scan, layout.workspace, paths, since)
+    return await trio.to_thread.run_sync(scan_modes, layout.workspace, paths, since)
 
 
 async def tree_and_changes(shadow: Shadow, base: str | None) -> tuple[str, list[FileChange]]:
@@ -372,8 +375,8 @@ async def _commit_and_ref(shadow: Shadow, ref: str, tree: str, parent: str | Non
     """Step 6: the commit (``reuse``: an existing one) and the create-only
     ref, written in a worker thread (``objects``); git does it for a
     repository whose object ids are not SHA-1."""
-    if objects.supported(tree):
-        commit = await trio.to_thread.run_sync(objects.commit_and_ref, shadow.git_dir, ref, tree, parent, message, reuse)
+    if objects_supported(tree):
+        commit = await trio.to_thread.run_sync(commit_and_ref, shadow.git_dir, ref, tree, parent, message, reuse)
     else:
         commit = reuse or await _commit(shadow, tree, parent, message)
         try:
