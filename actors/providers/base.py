@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import msgspec
+
+if TYPE_CHECKING:
+    import trio
 
 
 class Capabilities(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
@@ -156,14 +159,17 @@ class ProviderConnection(abc.ABC):
     """
 
     capabilities: Capabilities
-    #: native thread ids this process has created or resumed
-    loaded_threads: set[str]
     #: the runtime's version as it reported it, when it does (frozen settings, seed 003)
     runtime_version: str | None = None
 
     @property
     @abc.abstractmethod
     def pid(self) -> int | None: ...
+
+    @property
+    @abc.abstractmethod
+    def loaded_threads(self) -> set[str]:
+        """Native thread ids this process has created or resumed (callers read it)."""
 
     @abc.abstractmethod
     async def create_thread(self, *, cwd: str) -> str:
@@ -234,7 +240,7 @@ class ProviderAdapter(abc.ABC):
         *,
         session_id: str,
         emit: EventSink,
-        task_status: Any,
+        task_status: trio.TaskStatus[ProviderConnection],
     ) -> None:
         """Start a runtime process and serve it until it exits or is cancelled.
 
