@@ -118,7 +118,7 @@ class Client:
                 on_result(message["result"])  # synchronously, before any later line
             send.send_nowait(message)
 
-    async def call(self, method: str, _on_result: Callable[[Any], None] | None = None, **params: Any) -> Any:
+    async def call(self, method: str, _on_result: Callable[[Any], None] | None = None, /, **params: Any) -> Any:
         """Call ``method`` with camelCase ``params``; return its result.
 
         Raises:
