@@ -68,7 +68,10 @@ class Router(Protocol):
     who a Unix-socket peer is (``identify_peer(pid, pidfd) -> Peer``; a
     router without it sees every peer as the person's)."""
 
-    methods: Mapping[str, Method]
+    @property
+    def methods(self) -> Mapping[str, Method]:
+        """The method table (read-only here, so a router's own Mapping type fits)."""
+        ...
 
     async def dispatch(self, method: Method, params: Params, connection: Connection) -> Any: ...
 
