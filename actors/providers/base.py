@@ -27,6 +27,8 @@ import msgspec
 if TYPE_CHECKING:
     import trio
 
+    from .agentd_tool import AgentdTool
+
 
 class Capabilities(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
     """What a provider instance can do natively. Switches off exercise fallbacks."""
@@ -233,6 +235,9 @@ class ProviderAdapter(abc.ABC):
     name: str
     kind: str
     capabilities: Capabilities
+    #: how this instance's sessions start ``agentd mcp`` (the daemon sets it;
+    #: None: its agents get no agentd tool)
+    agentd_tool: AgentdTool | None
 
     @abc.abstractmethod
     async def open(
