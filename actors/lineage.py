@@ -1,5 +1,5 @@
 """Lineage and context transfer: the decisions and transitions (SPEC F4, F5,
-F6, F8; seed 002; seed 003 "frozen context").
+F6, F8; a provider thread's settings are frozen when it is made, F4).
 
 Every movement of context into a provider thread — a fork's first message, a
 switch to another provider, a return to an earlier one, a replacement for a
@@ -60,7 +60,7 @@ StartKind = Literal["none", "native", "portable", "delta", "unsupported"]
 INCOMPATIBLE_SETTINGS = ("kind", "model", "args")
 
 
-# -- frozen settings (seed 003) ------------------------------------------------------------
+# -- frozen settings (F4) ------------------------------------------------------------------
 
 
 def provider_settings(config: ProviderConfig | None) -> dict[str, Any]:
@@ -248,6 +248,11 @@ def _resolve_transfer(view: StartView, transfer: ContextTransfer) -> StartContex
             "native", reason=f"native fork of provider thread {source.id}", retire=retire, handoff=handoff,
             native=NativeFork(source, point.native_thread_id, point.native_turn_ref, covered), transfer=transfer,
         )
+    if point.type == "checkpoint" and point.checkpoint_id:
+        # The files matter as much as the talk: say what they were at the
+        # checkpoint, even before any run (a baseline fork).
+        return StartContext("portable", reason=why_not, retire=retire, transfer=transfer,
+                            handoff=HandoffPlan("checkpoint_context", history, why_not))
     if not history:
         return StartContext("none", reason=why_not, retire=retire, transfer=transfer)
     return StartContext("portable", reason=why_not, retire=retire, transfer=transfer,
@@ -291,12 +296,12 @@ def _resolve_backing(view: StartView) -> StartContext:
         return StartContext("portable", reason=reason, handoff=HandoffPlan("portable_full", history, reason))
     covered = set(coverage(pt))
     missing = tuple(run_id for run_id in history if run_id not in covered)
-    reason = _fallback_reason(view, pt, missing)
-    if reason is not None:
+    fallback = _fallback_reason(view, pt, missing)
+    if fallback is not None:
         if not history:
-            return StartContext("none", reason=reason, retire=pt)
-        return StartContext("portable", reason=reason, retire=pt,
-                            handoff=HandoffPlan("full_thread_summary", history, reason))
+            return StartContext("none", reason=fallback, retire=pt)
+        return StartContext("portable", reason=fallback, retire=pt,
+                            handoff=HandoffPlan("full_thread_summary", history, fallback))
     if not missing:
         return StartContext("none", reason="the provider thread has seen the whole thread", resume=pt)
     if view.previous_provider != provider:
@@ -408,7 +413,8 @@ def record_start(
         if handoff is not None:
             changes["handoff_id"] = handoff.id
         if ctx.native is None and ctx.kind in ("portable", "delta"):
-            changes.update(status="resolved_portable", resolution="portable", lower_fidelity=True, resolved_at=now)
+            how = "checkpoint_context" if ctx.handoff is not None and ctx.handoff.strategy == "checkpoint_context" else "portable"
+            changes.update(status="resolved_portable", resolution=how, lower_fidelity=True, resolved_at=now)
         transfer = struct_copy(transfer, **changes)
         batch.put(transfer)
         if transfer.status == "resolved_portable":

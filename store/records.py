@@ -35,10 +35,10 @@ CheckpointStatus = Literal["captured", "missing", "error", "stale"]
 #: after a run (its ordinal); ``pre_rollback``: the safety capture a restore takes first;
 #: ``child``: a child scope's, when a checkpointable child node (a subagent) ended
 CheckpointKind = Literal["baseline", "run", "pre_rollback", "child"]
-#: why context moves from a source point to a target (seed 002 "thread relationship")
+#: why context moves from a source point to a target (F8: one model of every movement of context)
 TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn", "subagent_result"]
 TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
-TransferResolution = Literal["native", "portable"]
+TransferResolution = Literal["native", "portable", "checkpoint_context"]
 #: ``portable_context`` is what agentd wrote before handoffs had strategies (kept for old data dirs)
 #: ``subagent_task``: a delegated task's instructions and framing (SPEC F9);
 #: ``subagent_result``: what a delegated task gives back to its parent
@@ -207,7 +207,7 @@ class ProviderThread(Record, kw_only=True, frozen=True):
     covered_run_ids: list[str] = []
     #: consecutive runs on it that each needed a delta handoff (reset by a run without one)
     bridges_in_a_row: int = 0
-    #: the settings that shaped its context when it was made (seed 003 "frozen
+    #: the settings that shaped its context when it was made (F4: "frozen
     #: context"): kind, model, args, env names, capabilities, runtime version
     settings: dict[str, Any] = {}
     #: the provider thread it was natively forked from
@@ -268,7 +268,7 @@ class PlanArtifact(Record, kw_only=True, frozen=True):
 
 
 class SourcePoint(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
-    """The exact state a ContextTransfer moves (seed 002 "source point"): what
+    """The exact state a ContextTransfer moves (F6, F8: its "source point"): what
     the client named (``type`` and its id) and what agentd resolved it to —
     the run it ends at and, where the provider has one, the native handle to
     fork from."""
@@ -290,7 +290,7 @@ class SourcePoint(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
 
 class ContextTransfer(Record, kw_only=True, frozen=True):
     """A durable, cheap record that context must flow from a source point to a
-    target thread (SPEC F8, seed 002), resolved lazily by the target's next run
+    target thread (SPEC F8), resolved lazily by the target's next run
     start: ``pending`` → ``resolved_native`` / ``resolved_portable`` →
     ``consumed`` (a provider turn took it in). ``failed`` says why
     (``error``); a failed fork is resolved again, portably, by the next message."""

@@ -114,7 +114,7 @@ async def end_orphan(pid: int, start_ticks: int | None, *, timeout: float = 10.0
     """SIGKILL ``pid`` if it is still the runtime process that started at
     ``start_ticks``, and wait until it has exited (a pidfd becomes readable
     then), so nothing it did can overlap the new instance. Only the runtime:
-    the processes its tools started are not agentd's to end (seed 003).
+    the processes its tools started are not agentd's to end (F12).
     Returns whether a process was ended."""
     try:
         pidfd = os.pidfd_open(pid)
@@ -365,7 +365,7 @@ class Daemon:
     async def _replay_effects(self, store: Store, registry: ThreadRegistry) -> None:
         """Run again the replay-safe effects a previous instance did not
         finish (process-bound ones were retired by reconciliation)."""
-        from agentd.actors.run_control import stop_delegated_children
+        from agentd.actors.executors import stop_delegated_children
         from agentd.store.batch import WriteBatch
         from agentd.store.db import struct_copy
 

@@ -161,7 +161,7 @@ class ProviderConnection(abc.ABC):
     """
 
     capabilities: Capabilities
-    #: the runtime's version as it reported it, when it does (frozen settings, seed 003)
+    #: the runtime's version as it reported it, when it does (frozen settings, F4)
     runtime_version: str | None = None
 
     @property

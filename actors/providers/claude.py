@@ -183,8 +183,8 @@ class ClaudeAdapter(ProviderAdapter):
     async def runtime_version(self) -> str | None:
         """The binary's ``X.Y.Z`` (``claude --version``), probed once per
         binary file — a replaced file is probed again — so a provider thread's
-        frozen settings can be held to it before a session is resumed (seed
-        003); None when it does not say."""
+        frozen settings can be held to it before a session is resumed (F4);
+        None when it does not say."""
         try:
             stat = await trio.Path(self.binary).stat()
         except OSError:
