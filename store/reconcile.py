@@ -111,7 +111,7 @@ class _Plan:
         return self.thread_id is None or owner == self.thread_id
 
     def record_cut_off_captures(self) -> dict[str, Checkpoint]:
-        """Captures cut off by the restart are recorded as missing (SPEC F12),
+        """Captures cut off by the restart are recorded as missing (F12),
         never captured later from whatever is on disk by then. Returns each
         run's root checkpoint so recorded, by run id."""
         missing: dict[str, Checkpoint] = {}
