@@ -17,7 +17,7 @@ from agentd import __version__
 from agentd.protocol.schema import document
 
 
-def add_schema_command(sub: argparse._SubParsersAction) -> None:
+def add_schema_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("schema", help="print the protocol as one JSON Schema document (methods, results, events)")
     p.set_defaults(fn=cmd_schema)
 

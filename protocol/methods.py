@@ -12,9 +12,9 @@ above it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Awaitable, Callable, Literal, cast
 
 import msgspec
 
@@ -160,7 +160,7 @@ def run_now(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     suspend is a bug in the method table, reported as such."""
 
     def quick(*args: Any) -> Any:
-        coroutine = handler(*args)
+        coroutine = cast(Coroutine[Any, Any, Any], handler(*args))
         try:
             coroutine.send(None)
         except StopIteration as done:
