@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 import msgspec
 
 from .results import CheckpointRestored, NodeRolledBack, SteerStrategy, ThreadRolledBack
+from .wire import DispatchType
 from .wire_records import (
     AppThread,
     AttemptStatus,
@@ -24,12 +25,14 @@ from .wire_records import (
     ContextTransfer,
     ConversationMessage,
     ExecutionNode,
+    MessageStatus,
     NodeStatus,
     PlanArtifact,
     ProviderSession,
     ProviderThread,
     Run,
     RunAttempt,
+    RunStatus,
     RuntimeRequest,
     WireStruct,
 )
@@ -80,7 +83,8 @@ class MessageText(WireStruct, kw_only=True):
 
 class MessageCompleted(WireStruct, kw_only=True):
     message_id: str
-    status: str
+    #: ``complete`` or ``interrupted``
+    status: MessageStatus
     length: int
 
 
@@ -95,7 +99,7 @@ class MessageSteered(WireStruct, kw_only=True):
 
 class RunQueued(WireStruct, kw_only=True):
     run: Run
-    dispatch_mode: str
+    dispatch_mode: DispatchType
 
 
 class RunStarted(WireStruct, kw_only=True):
@@ -132,7 +136,7 @@ class RunInterruptRequested(WireStruct, kw_only=True):
 class RunSteerRequested(WireStruct, kw_only=True):
     message_id: str
     strategy: SteerStrategy
-    mode: str
+    mode: Literal["steer_active", "restart_active"]
 
 
 class RunRetrying(WireStruct, kw_only=True):
@@ -268,8 +272,12 @@ class TransferChanged(WireStruct, kw_only=True):
     via: Literal["tool_result"] | None = None
 
 
+#: how a run start got its context (see "Lineage"); ``inbox``: stored delegation handoffs
+ContextKind = Literal["none", "native", "portable", "delta", "unsupported", "inbox"]
+
+
 class RunContextResolved(WireStruct, kw_only=True):
-    kind: str
+    kind: ContextKind
     reason: str
     transfer_id: str | None = None
     handoff_id: str | None = None
@@ -292,7 +300,7 @@ class TaskDelegated(WireStruct, kw_only=True):
 class TaskEnded(WireStruct, kw_only=True):
     task_id: str
     run_id: str
-    status: str
+    status: RunStatus
     outcome: str
     transfer_id: str
     handoff_id: str

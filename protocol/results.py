@@ -31,6 +31,7 @@ from .wire_records import (
     ProviderSession,
     Run,
     RunAttempt,
+    RunStatus,
     RuntimeRequest,
     WireStruct,
 )
@@ -328,7 +329,7 @@ class TaskResult(WireStruct, kw_only=True):
     #: null while the task has no run
     run_id: str | None
     #: its run's status, ``not_started`` when it has none
-    status: str
+    status: RunStatus | Literal["not_started"]
     text: str
     outcome: str | None = None
     final_answer: str | None = None
