@@ -14,6 +14,7 @@
     agentd rollback THREAD ORDINAL [--yes]
     agentd web [--no-open]           the web console's URL (`agentd serve --web` serves it)
     agentd doctor | unquarantine THREAD   corrupt records of the data dir; a quarantined thread
+    agentd schema                    the protocol as one JSON Schema document
 
 This module is the parser and the one place errors become exit codes
 (common.py says which); the commands live by job in commands_*.py and
@@ -39,6 +40,7 @@ from .stream import cmd_send, stream_run
 from .lineage_cmds import add_lineage_commands
 from .web_cmd import add_web_command
 from .doctor_cmd import add_doctor_commands
+from .schema_cmd import add_schema_command
 
 #: ``render_tree`` and ``stream_run`` stay importable from here, as before the split
 __all__ = ["build_parser", "main", "render_tree", "stream_run"]
@@ -204,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_lineage_commands(sub, results=results)
     add_web_command(sub, results)
     add_doctor_commands(sub, results, thread_id)
+    add_schema_command(sub)
     p = sub.add_parser("mcp", help="agentd's MCP server on stdio (delegate_task, task_result) for agents (SPEC F9)")
     p.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default: $AGENTD_SOCKET)")
     p.add_argument("--session", metavar="SESSION",

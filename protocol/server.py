@@ -43,7 +43,7 @@ import trio
 from . import framing
 from .errors import AgentdError, Forbidden, InternalError, InvalidRequest, MethodNotFound, Overloaded, ParseError
 from .limits import ReserveDescriptor, ServerLimits, descriptor_limit
-from .methods import SLOW, Later, Method
+from .methods import SLOW, Later, Method, ResultMismatch
 from .peers import UNIDENTIFIED_PEER, Peer
 from .poller import ReadPoller
 from .wire import Params
@@ -51,6 +51,14 @@ from .wire import Params
 log = logging.getLogger(__name__)
 
 MAX_INFLIGHT = 256  # concurrent requests per connection
+
+#: hold every answer to its method's result Struct before it is sent
+#: (``Method.check_result``): the test suite's daemons run with
+#: ``AGENTD_CHECK_RESULTS=1``, so a handler that answers off the schema fails
+#: the test that called it. Off by default: the check converts the whole
+#: answer (a 10,000-thread ``thread.list`` is converted once more), and a
+#: person's daemon should answer rather than refuse over an extra field.
+CHECK_RESULTS = os.environ.get("AGENTD_CHECK_RESULTS", "") not in ("", "0")
 
 
 class Then:
@@ -476,6 +484,8 @@ class _Request:
         return self._answer_now(result, None)
 
     def _message(self, result: Any, error: BaseException | None) -> bytes:
+        if error is None and CHECK_RESULTS:
+            error = _mismatch(self.method, result)
         if error is None:
             return framing.encode(framing.response(self.id, result))
         if not isinstance(error, AgentdError):
@@ -532,6 +542,8 @@ class _Request:
                 follow_up = None
                 if isinstance(result, Then):
                     result, follow_up = result.result, result.then
+                if CHECK_RESULTS and (mismatch := _mismatch(self.method, result)) is not None:
+                    raise mismatch
                 if not self.notification:
                     await connection.send(framing.response(self.id, result))
                 if follow_up is not None:
@@ -545,6 +557,18 @@ class _Request:
                     await connection.send(framing.error_response(self.id, InternalError(f"agentd failed: {exc}").to_error()))
         finally:
             self.limiter.release()
+
+
+def _mismatch(method: Method | None, result: Any) -> ResultMismatch | None:
+    """Why ``result`` is not an answer ``method`` may give (logged), or None."""
+    if method is None:
+        return None
+    try:
+        method.check_result(result)
+    except ResultMismatch as exc:
+        log.error("%s", exc.message)
+        return exc
+    return None
 
 
 def _refuse_to_agents(method: Method, connection: Connection) -> None:
