@@ -8,12 +8,10 @@ command runs (parser.Command); this module imports nothing but argparse.
 
 from __future__ import annotations
 
-from typing import Any
-
-from .parser import Options, add_command, counting_number, non_empty
+from .parser import Options, Subcommands, add_command, counting_number, non_empty
 
 
-def add_daemon_commands(sub: Any, o: Options) -> None:
+def add_daemon_commands(sub: Subcommands, o: Options) -> None:
     """``serve``, ``demo``, ``status``, ``providers``, ``web``, ``mcp``."""
     p = add_command(sub, "serve", "commands_daemon:cmd_serve", "run the daemon in the foreground", [o.daemon])
     p.add_argument("--config", metavar="FILE", help="config file (default: $AGENTD_CONFIG, else <data-dir>/config.toml)")
@@ -44,7 +42,7 @@ def add_daemon_commands(sub: Any, o: Options) -> None:
                    help="delegate from this thread (for an MCP client agentd did not start)")
 
 
-def add_thread_commands(sub: Any, o: Options) -> None:
+def add_thread_commands(sub: Subcommands, o: Options) -> None:
     """``new``, ``threads``, ``show``, ``events``, ``doctor``, ``unquarantine``."""
     p = add_command(sub, "new", "commands_threads:cmd_new", "create a thread; prints its id", [o.results])
     p.add_argument("--title", help="the thread's title")
@@ -68,7 +66,7 @@ def add_thread_commands(sub: Any, o: Options) -> None:
     p.add_argument("thread", type=o.thread_id, metavar="THREAD", help="the quarantined thread")
 
 
-def add_send_command(sub: Any, o: Options) -> None:
+def add_send_command(sub: Subcommands, o: Options) -> None:
     """``send``: its options may come before, between or after THREAD and TEXT."""
     p = add_command(sub, "send", "stream:cmd_send", "send a message and stream the answer until the run ends", [o.daemon])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
@@ -88,7 +86,7 @@ def add_send_command(sub: Any, o: Options) -> None:
                         "merge-back) with this message; no files are copied")
 
 
-def add_run_commands(sub: Any, o: Options) -> None:
+def add_run_commands(sub: Subcommands, o: Options) -> None:
     """``stop``, ``interrupt``, ``release``, ``cancel``, ``reorder``, ``implement``."""
     p = add_command(sub, "stop", "commands_runs:cmd_stop",
                     "the Stop button: interrupt, hold what is queued, stop delegated tasks", [o.results])
@@ -108,7 +106,7 @@ def add_run_commands(sub: Any, o: Options) -> None:
     p.add_argument("--new-thread", action="store_true", help="in a new child thread instead of a new run here")
 
 
-def add_request_commands(sub: Any, o: Options) -> None:
+def add_request_commands(sub: Subcommands, o: Options) -> None:
     """``requests``, ``approve``, ``answer``."""
     p = add_command(sub, "requests", "commands_threads:cmd_requests",
                     "what waits for an answer on a thread, and how to answer", [o.results])
@@ -121,7 +119,7 @@ def add_request_commands(sub: Any, o: Options) -> None:
     p.add_argument("answers", nargs="+", metavar="KEY=VALUE", help="one answer per question (a key twice: several values)")
 
 
-def add_checkpoint_commands(sub: Any, o: Options) -> None:
+def add_checkpoint_commands(sub: Subcommands, o: Options) -> None:
     """``checkpoints``, ``diff``, ``restore``, ``rollback`` (SPEC F13, F14)."""
     p = add_command(sub, "checkpoints", "checkpoint_cmds:cmd_checkpoints", "a thread's workspace checkpoints", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
@@ -144,7 +142,7 @@ def add_checkpoint_commands(sub: Any, o: Options) -> None:
     p.add_argument("--yes", action="store_true", help="do not ask (required when not at a terminal)")
 
 
-def add_lineage_commands(sub: Any, o: Options) -> None:
+def add_lineage_commands(sub: Subcommands, o: Options) -> None:
     """``fork``, ``lineage``, ``handoff`` (SPEC F5, F6, F8)."""
     p = add_command(sub, "fork", "lineage_cmds:cmd_fork",
                     "fork a thread (prints the fork's id); its first message picks the agent", [o.results])
@@ -160,7 +158,7 @@ def add_lineage_commands(sub: Any, o: Options) -> None:
     p.add_argument("handoff", type=non_empty("handoff"), help="the handoff's id (agentd lineage THREAD shows them)")
 
 
-def add_shell_commands(sub: Any, o: Options) -> None:
+def add_shell_commands(sub: Subcommands, o: Options) -> None:
     """``completion``: a completion script generated from this parser."""
     p = add_command(sub, "completion", "completion:cmd_completion",
                     "print a shell completion script: `source <(agentd completion bash)`")

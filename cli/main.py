@@ -33,19 +33,22 @@ import sys
 from agentd import __version__
 
 from .commands import GROUPS
-from .parser import EXIT_USAGE, CommandParser, Options, Parser
+from .parser import EXIT_USAGE, CommandParser, Options, Parser, Subcommands
 
 __all__ = ["build_parser", "main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole ``agentd`` parser: every command of every group."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``agentd`` parser: every command of every group, or — ``only``
+    — just that command, if there is one of that name (what one run parses)."""
     parser = Parser(prog="agentd", description="A local daemon that runs coding agents, and its command line.")
     parser.add_argument("--version", action="version", version=f"agentd {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
+    action = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
     options = Options()
     for add_group in GROUPS:
-        add_group(sub, options)
+        add_group(Subcommands(action, only), options)
+    if only is not None and only not in action.choices:
+        return build_parser()  # not a command: the error lists them all
     return parser
 
 
@@ -72,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentd: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        args = build_parser().parse_args(argv)
+        command = next((arg for arg in argv if not arg.startswith("-")), None)
+        args = build_parser(command).parse_args(argv)
         return args.fn(args)
     except SystemExit:
         raise  # --help, --version and usage errors: argparse has printed them
