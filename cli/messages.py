@@ -56,13 +56,12 @@ PHRASES: list[tuple[str, Callable[[Data, re.Match[str]], str]]] = [
     (r"roll it back with rollback\.toRun", lambda d, m: "roll it back with `agentd rollback THREAD ORDINAL`"),
 ]
 
-_COMPILED = [(re.compile(pattern), make) for pattern, make in PHRASES]
-
-
 def in_cli_terms(message: str, data: Data | None = None) -> str:
     """``message`` with each protocol phrase of PHRASES said as the
     ``agentd`` command that does it."""
     data = data or {}
-    for pattern, make in _COMPILED:
-        message = pattern.sub(lambda match: make(data, match), message)
+    for pattern, make in PHRASES:
+        # re caches compiled patterns; compiling them at import would cost
+        # every command ~1 ms, for the few that print an error.
+        message = re.sub(pattern, lambda match: make(data, match), message)
     return message
