@@ -110,6 +110,8 @@ NOT_FOUND_HINTS = {
     "requestId": "`agentd requests THREAD` lists what waits for an answer",
     "planId": "`agentd show THREAD` lists a thread's proposed plans",
     "messageId": "`agentd show THREAD` lists a thread's messages",
+    "checkpointId": "`agentd checkpoints THREAD` lists a thread's checkpoints",
+    "handoffId": "`agentd lineage THREAD` shows a thread's handoffs",
 }
 
 

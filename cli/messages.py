@@ -56,6 +56,26 @@ PHRASES: list[tuple[str, Callable[[Data, re.Match[str]], str]]] = [
     (r"roll it back with rollback\.toRun", lambda d, m: "roll it back with `agentd rollback THREAD ORDINAL`"),
 ]
 
+#: a params field (``data.field``, or ``$.field`` in a validation message) as the CLI names it
+ARGUMENTS = {
+    "threadId": "THREAD", "runId": "RUN", "requestId": "REQUEST", "planId": "PLAN", "checkpointId": "CHECKPOINT",
+    "baseCheckpointId": "--base", "handoffId": "HANDOFF", "title": "--title", "workspace": "--workspace",
+    "provider": "--provider", "afterSeq": "--after", "targetOrdinal": "ORDINAL", "text": "TEXT",
+    "answers": "KEY=VALUE", "runIds": "RUN…", "include": "--include", "sourcePoint.runId": "--from",
+    "mergeBack.forkThreadId": "--merge-back",
+}
+
+
+def _invalid(data: Data, match: re.Match[str]) -> str:
+    """``invalid params for M: WHY - at `$.FIELD``` as ``FIELD's argument: why``."""
+    argument = ARGUMENTS.get(match["field"])
+    why = match["why"][:1].lower() + match["why"][1:]
+    return f"{argument}: {why}" if argument else match[0]
+
+
+PHRASES.append((r"^invalid params for [\w.-]+: (?P<why>.+) - at `\$\.(?P<field>[\w.]+)`$", _invalid))
+
+
 def in_cli_terms(message: str, data: Data | None = None) -> str:
     """``message`` with each protocol phrase of PHRASES said as the
     ``agentd`` command that does it."""

@@ -84,12 +84,18 @@ class Command:
         return f"Command({self.module}:{self.function})"
 
 
+#: the longest id the protocol takes (``Id`` in protocol/wire.py, not imported: it loads msgspec)
+MAX_ID = 128
+
+
 def non_empty(what: str) -> Any:
-    """An argument type: an id that is not blank."""
+    """An argument type: an id that is not blank, nor longer than any id."""
 
     def check(value: str) -> str:
         if not value.strip():
             raise argparse.ArgumentTypeError(f"the {what} id is empty")
+        if len(value) > MAX_ID:
+            raise argparse.ArgumentTypeError(f"the {what} id is {len(value)} characters; an id has at most {MAX_ID}")
         return value
 
     check.__name__ = f"{what} id"

@@ -96,6 +96,8 @@ def test_every_protocol_phrase_is_said_in_cli_terms():
         "restore it with checkpoint.restore and include naming the folder":
             "restore it with `agentd restore CHECKPOINT --include FOLDER`",
         "no thread thr_a; list threads with thread.list": "no thread thr_a; `agentd threads` lists the threads",
+        "invalid params for events.subscribe: Expected `int` >= 0 - at `$.afterSeq`": "--after: expected `int` >= 0",
+        "invalid params for thread.fork: Expected `str` - at `$.sourcePoint.runId`": "--from: expected `str`",
     }
     assert {message: in_cli_terms(message, data) for message in said} == said
 
