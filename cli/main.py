@@ -68,12 +68,35 @@ def check_utf8(argv: list[str]) -> str | None:
     return None
 
 
+#: options of (nearly) every command that may come before its name too:
+#: ``agentd --socket S threads`` as ``agentd threads --socket S``
+LEADING = {"--data-dir": 1, "--socket": 1, "--json": 0}
+
+
+def command_first(argv: list[str]) -> list[str]:
+    """``argv`` with the LEADING options before the command's name moved after it."""
+    moved: list[str] = []
+    index = 0
+    while index < len(argv):
+        name = argv[index].partition("=")[0]
+        takes = LEADING.get(name)
+        if takes is None:
+            break
+        width = 1 if "=" in argv[index] else 1 + takes
+        moved += argv[index:index + width]
+        index += width
+    if not moved or index >= len(argv) or argv[index].startswith("-"):
+        return argv  # nothing to move, or no command after them: argparse says what is wrong
+    return [argv[index], *moved, *argv[index + 1:]]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     problem = check_utf8(argv)
     if problem is not None:
         print(f"agentd: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    argv = command_first(argv)
     try:
         command = next((arg for arg in argv if not arg.startswith("-")), None)
         args = build_parser(command).parse_args(argv)

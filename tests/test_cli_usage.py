@@ -35,6 +35,25 @@ def test_send_takes_its_options_between_thread_and_text(flags):
     assert vars(before) == vars(args)
 
 
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--socket", "S", "--data-dir=D", "show", "T"], ["show", "--socket", "S", "--data-dir=D", "T"]),
+    (["--json", "threads", "--socket", "S"], ["threads", "--json", "--socket", "S"]),
+    (["--version"], ["--version"]), (["--socket", "S"], ["--socket", "S"]), (["show", "--json", "T"], ["show", "--json", "T"]),
+], ids=str)
+def test_where_the_daemon_is_may_also_come_before_the_command(argv, expected):
+    from agentd.main import command_first
+
+    assert command_first(argv) == expected
+
+
+async def test_options_before_the_command_reach_it(daemon):
+    thread_id = await new_thread(daemon)
+    where = ["--data-dir", str(daemon.data_dir), f"--socket={daemon.socket}"]
+    result = subprocess.run([sys.executable, "-m", "agentd", *where, "--json", "threads"], capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert [t["id"] for t in json.loads(result.stdout)["threads"]] == [thread_id]
+
+
 async def test_the_readmes_steer_line_steers_the_active_run(daemon, client):
     thread_id = await new_thread(daemon)
     first = (await run(daemon, "send", thread_id, "--detach", script(
