@@ -112,8 +112,14 @@ complete -o bashdefault -o default -F _agentd agentd
 """
 
 
-def _zsh_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]").replace(":", "\\:")
+def _zsh_explanation(text: str) -> str:
+    """An option's ``[explanation]`` in ``_arguments``: it ends at the first unescaped ``]``."""
+    return text.replace("\\", "\\\\").replace("]", "\\]")
+
+
+def _zsh_message(text: str) -> str:
+    """A ``:message:`` field of ``_arguments``: it ends at the next colon."""
+    return text.replace("\\", "\\\\").replace(":", "\\:")
 
 
 def _zsh_arguments(spec: CommandSpec) -> list[str]:
@@ -123,22 +129,23 @@ def _zsh_arguments(spec: CommandSpec) -> list[str]:
         value = ""
         if option.value:
             action = "_directories" if option.value in DIRECTORY_VALUES else "_files" if option.value in FILE_VALUES else " "
-            value = f":{_zsh_escape(option.value)}:{action}"
+            value = f":{_zsh_message(option.value)}:{action}"
         names = option.flags[0] if len(option.flags) == 1 else "{" + ",".join(option.flags) + "}"
         exclusive = "(" + " ".join(option.flags) + ")" if len(option.flags) > 1 else ""
         if len(option.flags) > 1:
-            lines.append(f"{_quote(exclusive)}{names}{_quote('[' + _zsh_escape(option.help) + ']' + value)}")
+            lines.append(f"{_quote(exclusive)}{names}{_quote('[' + _zsh_explanation(option.help) + ']' + value)}")
         else:
-            lines.append(_quote(f"{names}[{_zsh_escape(option.help)}]{value}"))
+            lines.append(_quote(f"{names}[{_zsh_explanation(option.help)}]{value}"))
     for positional in spec.positionals:
         action = f"({' '.join(positional.choices)})" if positional.choices else " "
         head = "*:" if positional.nargs in ("+", "*") else "::" if positional.nargs == "?" else ":"
-        lines.append(_quote(f"{head}{_zsh_escape(positional.name)}:{action}"))
+        lines.append(_quote(f"{head}{_zsh_message(positional.name)}:{action}"))
     return lines
 
 
 def zsh_script(specs: list[CommandSpec]) -> str:
-    commands = "\n".join(f"        {_quote(s.name + ':' + s.help.replace(':', chr(92) + ':'))}" for s in specs)
+    # _describe splits each entry at its first colon: the name has none, the description may
+    commands = "\n".join(f"        {_quote(s.name + ':' + s.help)}" for s in specs)
     cases = "\n".join(f"                {s.name}) _arguments -s \\\n                    "
                       + " \\\n                    ".join(_zsh_arguments(s)) + " ;;" for s in specs)
     return f"""#compdef agentd
