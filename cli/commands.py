@@ -49,7 +49,8 @@ def add_thread_commands(sub: Subcommands, o: Options) -> None:
     p.add_argument("--workspace", metavar="DIR", help="the directory the agent works in (default: a new one under the data dir)")
     p.add_argument("--provider", help="the provider instance to use (see `agentd providers`)")
 
-    add_command(sub, "threads", "commands_threads:cmd_threads", "list threads with their status and queues", [o.results])
+    p = add_command(sub, "threads", "commands_threads:cmd_threads", "list threads with their status and queues", [o.results])
+    p.add_argument("--ids", action="store_true", help="only the threads' ids, one a line (for scripts and shell completion)")
     p = add_command(sub, "show", "commands_threads:cmd_show",
                     "a thread: runs, attempts and nodes as a tree, then its messages", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")

@@ -40,6 +40,9 @@ def cmd_threads(args: argparse.Namespace) -> int:
             print_json(listed)
             return 0
         threads = listed["threads"]
+        if args.ids:
+            print("".join(f"{t['id']}\n" for t in threads), end="")
+            return 0
         if not threads:
             print("no threads yet; `agentd new` makes one")
             return 0

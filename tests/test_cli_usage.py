@@ -205,6 +205,26 @@ def test_bash_sources_the_completion_script_and_completes_commands_and_options()
                                         "serve send", "--steer", "bash zsh fish"]
 
 
+async def test_bash_completes_a_thread_argument_with_the_daemons_thread_ids(daemon, tmp_path):
+    thread_id = await new_thread(daemon)
+    shim = tmp_path / "bin" / "agentd"  # the agentd on PATH the script calls, whatever the install
+    shim.parent.mkdir()
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m agentd \"$@\"\n")
+    shim.chmod(0o755)
+    where = f"--data-dir {daemon.data_dir} --socket {daemon.socket}"
+    probe = (f"source /dev/stdin <<'EOF'\n{completion('bash')}EOF\n"
+             # completes the word after its arguments, an empty one
+             "c() { COMP_WORDS=(\"$@\" ''); COMP_CWORD=$#; _agentd; echo \"[${COMPREPLY[*]}]\"; }\n"
+             f"c agentd show {where}\n"  # THREAD
+             f"c agentd events {where} --thread\n"  # --thread's value
+             f"c agentd send {where} {thread_id}\n"  # TEXT: nothing to offer
+             f"c agentd reorder {where} {thread_id}\n")  # RUN…
+    done = subprocess.run(["bash", "--norc", "-c", probe], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{shim.parent}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"[{thread_id}]", f"[{thread_id}]", "[]", "[]"]
+
+
 def test_bash_sources_it_from_process_substitution_as_the_readme_says():
     argv = " ".join([sys.executable, "-m", "agentd", "completion", "bash"])
     done = subprocess.run(["bash", "--norc", "-c", f"source <({argv}) && complete -p agentd"],
