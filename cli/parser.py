@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import textwrap
 from typing import Any
 
 #: the exit code of a usage error (common.py lists them all; not imported
@@ -25,6 +24,8 @@ class HelpFormatter(argparse.HelpFormatter):
     """Wraps help text without breaking ``<data-dir>`` at its hyphen."""
 
     def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap  # only --help wraps text (argparse, too, loads it only then)
+
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
