@@ -4,7 +4,7 @@ The document is made from the protocol's Structs (``agentd.protocol.schema``):
 every method's params and result, every event's payload. It needs no daemon
 and no data dir, and this module imports nothing of the daemon (nor trio).
 
-``add_schema_command`` is the one hook in the parser.
+The parser names it as ``schema_cmd:cmd_schema`` (commands.py).
 """
 
 from __future__ import annotations
@@ -15,11 +15,6 @@ import sys
 
 from agentd import __version__
 from agentd.protocol.schema import document
-
-
-def add_schema_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("schema", help="print the protocol as one JSON Schema document (methods, results, events)")
-    p.set_defaults(fn=cmd_schema)
 
 
 def cmd_schema(_args: argparse.Namespace) -> int:

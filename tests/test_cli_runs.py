@@ -82,7 +82,7 @@ async def test_cancel_reorder_and_requests(daemon, client):
     assert first_line((await run(daemon, "cancel", q2)).stdout) == f"{q2} cancelled"
     assert first_line((await run(daemon, "reorder", thread_id, q3, q1)).stdout) == f"queue: {q3}, {q1}"
     wrong = await run(daemon, "reorder", thread_id, q1, check=False)
-    assert wrong.returncode == 1 and first_line(wrong.stderr).startswith("agentd: runIds must list exactly the queued runs")
+    assert wrong.returncode == 1 and first_line(wrong.stderr).startswith("agentd: RUN… must name exactly the queued runs")
     await run(daemon, "approve", request["id"])
     assert (await wait_run_terminal(client, thread_id, q1))["status"] == "completed"
     runs = {r["id"]: r for r in (await client.call("thread.get", threadId=thread_id))["runs"]}
