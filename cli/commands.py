@@ -88,13 +88,16 @@ def add_send_command(sub: Subcommands, o: Options) -> None:
 
 
 def add_run_commands(sub: Subcommands, o: Options) -> None:
-    """``stop``, ``interrupt``, ``release``, ``cancel``, ``reorder``, ``implement``."""
+    """``stop``, ``interrupt``, ``retry``, ``release``, ``cancel``, ``reorder``, ``implement``."""
     p = add_command(sub, "stop", "commands_runs:cmd_stop",
                     "the Stop button: interrupt, hold what is queued, stop delegated tasks", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
     p = add_command(sub, "interrupt", "commands_runs:cmd_interrupt", "interrupt a running run", [o.results])
     p.add_argument("run", type=o.run_id, help="the run's id")
     p.add_argument("--hold-queue", action="store_true", help="also hold the thread's queued runs (as stop does)")
+    p = add_command(sub, "retry", "commands_runs:cmd_retry",
+                    "retry the thread's latest run after it failed or was interrupted (its next attempt)", [o.results])
+    p.add_argument("run", type=o.run_id, help="the run's id")
     p = add_command(sub, "release", "commands_runs:cmd_release", "start the runs a stop held", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
     p = add_command(sub, "cancel", "commands_runs:cmd_cancel", "cancel a queued run (its text is kept)", [o.results])

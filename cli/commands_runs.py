@@ -42,6 +42,11 @@ cmd_interrupt = simple_call(
     "run.interrupt", lambda a: {"runId": a.run, "holdQueue": a.hold_queue},
     lambda r: f"interrupt requested for {r['runId']}" + (" (queue held)" if r["queueHeld"] else ""),
 )
+cmd_retry = simple_call(
+    "run.retry", lambda a: {"runId": a.run},
+    lambda r: f"run {r['runId']} retried as attempt {r['attemptNumber']} ({r['attemptId']}); "
+    "`agentd events` follows it",
+)
 cmd_release = simple_call(
     "thread.queue.release", lambda a: {"threadId": a.thread},
     lambda r: f"queue released on {r['threadId']}: held runs start in order"

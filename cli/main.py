@@ -5,7 +5,7 @@
     agentd demo                      a short end-to-end tour on the scripted agent
     agentd new [--title T] [--workspace DIR] [--provider P]
     agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach] [--merge-back FORK]
-    agentd stop THREAD | interrupt RUN [--hold-queue] | release THREAD
+    agentd stop THREAD | interrupt RUN [--hold-queue] | retry RUN | release THREAD
     agentd cancel RUN | reorder THREAD RUN… | implement PLAN [--new-thread]
     agentd requests THREAD | approve REQUEST [--deny] | answer REQUEST KEY=VALUE…
     agentd threads | show THREAD | events [--thread T] [--after SEQ] [--follow] | status | providers

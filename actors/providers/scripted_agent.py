@@ -487,7 +487,7 @@ class Turn:
     ``{"sleep": SECONDS}`` / ``{"hang": true}``
         Wait for a while / until interrupted (``"ignoreInterrupt": true``:
         forever — a runtime that never honours an interrupt).
-    ``{"crash": CODE}`` / ``{"fail": MESSAGE}``
+    ``{"crash": CODE}`` / ``{"fail": MESSAGE}`` (either with ``"once": true``: only the first time)
         Kill the process at once / end the turn ``failed``. With
         ``"once": true`` the crash happens only the first time this thread
         runs this input (a recovered retry then goes on).
@@ -701,18 +701,27 @@ class Turn:
 
     async def _crash(self, step: dict[str, Any], parent: str | None) -> None:
         code = _expect(step["crash"], int, "crash needs an exit code")
-        if step.get("once"):
-            # Crash only the first time this thread runs this input: a marker
-            # in the agent's home survives the crash, so the retry goes on.
-            digest = hashlib.sha256(f"{self.thread.threadId}\0{self.input}".encode()).hexdigest()[:32]
-            marker = self.agent.store.home / "crashed-once" / digest
-            if marker.exists():
-                return
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
+        if step.get("once") and not self._first_time("crashed-once"):
+            return
         os._exit(code)
 
+    def _first_time(self, what: str) -> bool:
+        """Whether this thread runs this input for the first time (for a
+        step with ``"once": true``): a marker in the agent's home survives a
+        crash, so the retry goes on."""
+        digest = hashlib.sha256(f"{self.thread.threadId}\0{self.input}".encode()).hexdigest()[:32]
+        marker = self.agent.store.home / what / digest
+        if marker.exists():
+            return False
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        return True
+
     async def _fail(self, step: dict[str, Any], parent: str | None) -> None:
+        # ``"once": true``: only the first time this thread runs this input
+        # (a person's retry then goes on).
+        if step.get("once") and not self._first_time("failed-once"):
+            return
         raise TurnFailed(_as_text(step["fail"]))
 
     async def _tool(self, step: dict[str, Any], parent: str | None) -> None:
