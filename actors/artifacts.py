@@ -21,7 +21,9 @@ from agentd.store.records import ExecutionNode, PlanArtifact, to_wire
 
 from . import graph, run_control
 from .context import ThreadContext
-from .effects import Decision, SendInternal, StartNext
+from agentd.protocol import results
+
+from .effects import NO_SEQ, Decision, SendInternal, StartNext
 from .graph import ThreadBatch
 from .messages import Command
 from .providers.base import PlanUpdated
@@ -100,10 +102,11 @@ def plan_implement(ctx: ThreadContext, command: Command) -> Decision:
         raise InvalidState(f"plan {plan.id} is already {plan.status} (by {plan.implemented_by})", planId=plan.id)
     text = IMPLEMENT_PROMPT + plan.text
     batch = ctx.batch()
-    result: dict[str, Any]
+    result: results.PlanImplementResult
     if params.mode == "new_run":
         run, _message = run_control.enqueue(batch, state, text, state.thread.provider, dispatch_mode="queue_after_active")
-        target, result = run.id, {"planId": plan.id, "runId": run.id, "threadId": state.thread_id}
+        target = run.id
+        result = results.PlanImplementResult(plan_id=plan.id, run_id=run.id, thread_id=state.thread_id, seq=NO_SEQ)
         after: list[Any] = [StartNext()]
     else:
         thread = state.thread
@@ -113,7 +116,8 @@ def plan_implement(ctx: ThreadContext, command: Command) -> Decision:
         )
         batch.put(child)
         batch.event("thread.created", thread_id=child.id, at=batch.now, thread=to_wire(child))
-        target, result = child.id, {"planId": plan.id, "threadId": child.id}
+        target = child.id
+        result = results.PlanImplementResult(plan_id=plan.id, thread_id=child.id, seq=NO_SEQ)
         # Cross-thread work runs after commit, in the child's own actor.
         after = [SendInternal(target, text)]
     plan_implemented(batch, plan, by=target, mode=params.mode)

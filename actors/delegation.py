@@ -29,6 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
+import msgspec
+
+from agentd.protocol import results
 from agentd.protocol.errors import InvalidState, LimitExceeded
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
@@ -48,7 +51,7 @@ from agentd.store.records import (
 
 from . import graph
 from .context import ThreadContext
-from .effects import Decision, StopSession, Wake
+from .effects import NO_SEQ, Decision, StopSession, Wake
 from .graph import ThreadBatch
 from .handoff import _paths  # the paths a file-change node names, as handoffs show them
 from .lineage import provider_settings
@@ -343,10 +346,11 @@ def delegate(ctx: ThreadContext, command: Command) -> Decision:
                                         dispatch_mode="start_immediately")
     child_batch.put_all(transfer, handoff)
     child_batch.emit("context_transfer.created", transfer=to_wire(transfer))
-    result = {"taskId": child.id, "threadId": child.id, "runId": child_run.id, "transferId": transfer.id,
-              "handoffId": handoff.id, "provider": params.provider}
+    result = results.TaskDelegateResult(task_id=child.id, thread_id=child.id, run_id=child_run.id,
+                                        transfer_id=transfer.id, handoff_id=handoff.id, provider=params.provider, seq=NO_SEQ)
+    delegated = {k: v for k, v in msgspec.to_builtins(result).items() if k != "seq"}
     batch.emit("task.delegated", run_id=run.id if run else None, node_id=node.id if node else None,
-               **result, wait=params.wait, workspace=child.workspace)
+               **delegated, wait=params.wait, workspace=child.workspace)
     batch.ops.extend(child_batch.ops)
     batch.events.extend(child_batch.events)
     batch.record_receipt(command.command_id, command.method, result)

@@ -27,6 +27,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import msgspec
+
 if TYPE_CHECKING:
     from agentd.store.records import ConversationMessage
 
@@ -43,8 +45,9 @@ if TYPE_CHECKING:
 @dataclass
 class Decision:
     """What a transition decided: commit ``batch`` (None: nothing to write),
-    answer with ``reply`` (a command's result; with ``seq``, the commit's
-    sequence number is added to a dict reply), then carry out ``effects``."""
+    answer with ``reply`` (a method's result Struct, ``protocol/results.py``;
+    with ``seq``, the commit's sequence number goes into it: ``with_seq``),
+    then carry out ``effects``."""
 
     batch: ThreadBatch | None = None
     reply: Any = None
@@ -54,6 +57,19 @@ class Decision:
 
 #: a transition: yields effects (each answered with its result), returns a Decision or a reply
 Transition: TypeAlias = Generator[Any, Any, Any]
+
+#: what a result Struct carries as ``seq`` until its batch is committed
+NO_SEQ = 0
+
+
+def with_seq(reply: Any, seq: int) -> Any:
+    """``reply`` (a method's result Struct, or a mapping) with the ``seq`` of
+    the commit that made it durable."""
+    if isinstance(reply, msgspec.Struct) and "seq" in reply.__struct_fields__:
+        return msgspec.structs.replace(reply, seq=seq)
+    if isinstance(reply, dict):
+        return {**reply, "seq": seq}
+    return reply
 
 
 # -- effects the actor carries out itself (its loop, timers and tasks) ----------------------

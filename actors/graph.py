@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Literal
 
+import msgspec
+
 from agentd.store.batch import WriteBatch
 from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
@@ -61,10 +63,14 @@ class ThreadBatch(WriteBatch):
         """Append an event of this thread."""
         self.event(type, thread_id=self.thread_id, run_id=run_id, node_id=node_id, at=self.now, **payload)
 
-    def record_receipt(self, command_id: str | None, method: str, result: dict[str, Any]) -> None:
-        """Keep a command's answer for a retried ``command_id`` (if it has one)."""
-        if command_id is not None:
-            self.set_receipt(command_id, method, result, self.now)
+    def record_receipt(self, command_id: str | None, method: str, result: Any) -> None:
+        """Keep a command's answer (its result Struct, or a mapping; without
+        ``seq``, not known yet) for a retried ``command_id`` (if it has one)."""
+        if command_id is None:
+            return
+        if isinstance(result, msgspec.Struct):
+            result = {k: v for k, v in msgspec.to_builtins(result).items() if k != "seq"}
+        self.set_receipt(command_id, method, result, self.now)
 
 
 def turn_start_effect_id(run_id: str) -> str:

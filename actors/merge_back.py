@@ -30,7 +30,7 @@ from agentd.store.records import AppThread, Checkpoint, ContextTransfer, Run, So
 from .checkpoints.errors import CheckpointError
 from .checkpoints.results import FileChange
 from .effects import CompareFiles, Diff, Transition
-from .handoff import BuiltHandoff, MergeFiles, build_merge_handoff, file_paths
+from .handoff import MergeFiles, build_merge_handoff, file_paths
 from .lineage import in_history
 from .points import fork_transfer, run_point
 

@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator, Callable
 
 import trio
 
+from agentd.protocol import results
 from agentd.protocol.errors import AgentdError, Conflict, InvalidParams, NotFound, Overloaded
 from agentd.protocol.methods import SLOW, Later
 from agentd.store.batch import WriteBatch
@@ -580,9 +581,11 @@ class ThreadRegistry:
                 fork = ThreadForkParams(thread_id=parent.id, title=params.title, workspace=params.workspace,
                                         created_by=params.created_by)
                 # Straight to the parent's actor: this create already holds the commandId.
-                forked: dict[str, Any] = await self._send(
+                forked = await self._send(
                     parent.id, Command("thread.create", thread_fork, fork, reply := Reply(), command_id), reply)
-                return forked
+                if isinstance(forked, results.ThreadForkResult):  # a replayed receipt is its mapping already
+                    return {"threadId": forked.thread_id, "transferId": forked.transfer_id, "seq": forked.seq}
+                return forked  # type: ignore[no-any-return]
         thread = self.new_thread_record(
             title=params.title or "", provider=provider, workspace=workspace, parent=parent,
             relationship=params.relationship if parent is not None else None,

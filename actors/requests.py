@@ -22,7 +22,9 @@ from agentd.store.records import NODE_TERMINAL, ExecutionNode, NodeStatus, PlanA
 
 from . import graph
 from .context import ThreadContext
-from .effects import AnswerRequest, Commit, Decision, Transition
+from agentd.protocol import results
+
+from .effects import NO_SEQ, AnswerRequest, Commit, Decision, Transition
 from .graph import EVENT_PREFIX, ThreadBatch
 from .messages import Command
 from .providers.base import ProviderRuntimeError, RequestOpened
@@ -172,7 +174,7 @@ def _resolve(
     assert active is not None
     batch = ctx.batch()
     resolve(batch, ctx.state, request, response, node_status, event_type, artifacts=ctx.store.run_artifacts(active.run.id))
-    result = {"requestId": request.id, "status": "resolved"}
+    result = results.RequestRespondResult(request_id=request.id, status="resolved", seq=NO_SEQ)
     batch.record_receipt(command.command_id, command.method, result)
     return Decision(batch, result)
 

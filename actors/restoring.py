@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -42,7 +42,9 @@ from .checkpoints.errors import CheckpointError
 from .checkpoints.names import raw
 from .checkpoints.refs import checkpoint_ref
 from .checkpoints.results import CaptureResult, RestoreResult
-from .effects import Commit, Decision, RestoreFiles, Transition
+from agentd.protocol import results
+
+from .effects import NO_SEQ, Commit, Decision, RestoreFiles, Transition
 from .graph import ThreadBatch, settle_effect
 
 if TYPE_CHECKING:
@@ -201,19 +203,15 @@ def checkpoint_restore(ctx: ThreadContext, command: Command) -> Transition:
     restored = yield from restore_files(ctx, target, fail_incomplete=False, include=include)
     result = restored.result
     batch = ctx.batch()
-    answer = {
-        "checkpointId": target.id,
-        "safetyCheckpointId": restored.safety.id,
-        "restored": restored.paths,
-        "written": result.written,
-        "deleted": result.deleted,
-        "notRestored": msgspec.to_builtins(result.not_restored),
-        "complete": result.complete,
-        "error": result.error,
-        "pathBytes": restored.path_bytes,
-        "message": None if result.complete else incomplete_message(target, restored.safety, result, rollback=False),
-    }
-    batch.emit("checkpoint.restored", run_id=target.run_id, node_id=target.node_id, **answer)
+    event = results.CheckpointRestored(
+        checkpoint_id=target.id, safety_checkpoint_id=restored.safety.id, restored=restored.paths,
+        written=result.written, deleted=result.deleted,
+        not_restored=msgspec.convert(msgspec.to_builtins(result.not_restored), list[results.NotRestored]),
+        complete=result.complete, error=result.error, path_bytes=restored.path_bytes,
+        message=None if result.complete else incomplete_message(target, restored.safety, result, rollback=False),
+    )
+    batch.emit("checkpoint.restored", run_id=target.run_id, node_id=target.node_id, **msgspec.to_builtins(event))
     settle_effect(batch, restored.effect, "done")
+    answer = results.CheckpointRestoreResult(**msgspec.structs.asdict(event), seq=NO_SEQ)
     batch.record_receipt(command.command_id, command.method, answer)
     return Decision(batch, answer)

@@ -30,9 +30,9 @@ the files back.
 
 from __future__ import annotations
 
-from typing import Any
+import msgspec
 
-from agentd.protocol import wire
+from agentd.protocol import results, wire
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
@@ -42,7 +42,7 @@ from agentd.store.records import Checkpoint, Effect, ExecutionNode, Run, to_wire
 from . import checkpointing, graph, lineage, provider_memory, restoring, run_control
 from .checkpoints.errors import CheckpointError
 from .context import ThreadContext
-from .effects import Commit, Decision, Diff, Transition
+from .effects import NO_SEQ, Commit, Decision, Diff, Transition
 from .graph import ThreadBatch
 from .messages import Command
 
@@ -131,22 +131,17 @@ def rollback_to_run(ctx: ThreadContext, command: Command) -> Transition:
     safety = restored.safety  # committed before the files were touched
     graph.settle_effect(batch, restored.effect, "done")
     graph.set_thread(batch, state)
-    answer = {
-        "threadId": thread_id,
-        "targetOrdinal": params.target_ordinal,
-        "checkpointId": target.id,
-        "rolledBackRunIds": [run.id for run in undone],
-        "restoredFiles": restored.paths,
-        "pathBytes": restored.path_bytes,
-        "providerRollback": memory.kind,
-        "providerRollbackReason": memory.reason,
-        "retiredProviderThreadIds": memory.retired_ids,
-        "safetyCheckpointId": safety.id,
-        "staleCheckpointIds": [c.id for c in stale],
-    }
+    event = results.ThreadRolledBack(
+        thread_id=thread_id, target_ordinal=params.target_ordinal, checkpoint_id=target.id,
+        rolled_back_run_ids=[run.id for run in undone], restored_files=restored.paths, path_bytes=restored.path_bytes,
+        provider_rollback=memory.kind, provider_rollback_reason=memory.reason,
+        retired_provider_thread_ids=memory.retired_ids, safety_checkpoint_id=safety.id,
+        stale_checkpoint_ids=[c.id for c in stale],
+    )
     target_run = ctx.store.get(Run, target.run_id) if params.target_ordinal > 0 and target.run_id else None
     batch.emit("thread.rolled_back", run_id=target_run.id if target_run else None,
-               node_id=target_run.root_node_id if target_run else None, **answer)
+               node_id=target_run.root_node_id if target_run else None, **msgspec.to_builtins(event))
+    answer = results.RollbackToRunResult(**msgspec.structs.asdict(event), seq=NO_SEQ)
     batch.record_receipt(command.command_id, command.method, answer)
     return Decision(batch, answer)
 
@@ -268,24 +263,19 @@ def rollback_node(ctx: ThreadContext, command: Command) -> Transition:
     child_thread = next((t.target_thread_id for t in store.thread_transfers(thread_id)
                          if t.type == "subagent_spawn" and t.source_point.node_id == node.id), None)
     shared = (target.workspace or state.thread.workspace) == state.thread.workspace
-    answer: dict[str, Any] = {
-        "nodeId": node.id,
-        "checkpointId": target.id,
-        "runId": node.run_id,
-        "restoredFiles": restored.paths,
-        "safetyCheckpointId": safety.id,
-        "staleCheckpointIds": [c.id for c in stale],
+    event = results.NodeRolledBack(
+        node_id=node.id, checkpoint_id=target.id, run_id=node.run_id, restored_files=restored.paths,
+        safety_checkpoint_id=safety.id, stale_checkpoint_ids=[c.id for c in stale],
         # A subagent's memory lives in the parent's turn (or in its own child
         # thread, whose runs it already ended with): the parent's history is kept.
-        "providerRollback": "none",
-        "providerRollbackReason": (
+        provider_rollback="none",
+        provider_rollback_reason=(
             f"the child's own thread {child_thread} ended at this checkpoint; roll it back with rollback.toRun"
             if child_thread else "the subagent ran inside the parent's turn, whose history is kept"),
-        "childThreadId": child_thread,
-        "sharedWorkspace": shared,
-        "parentChangedFiles": parent_changed,
-        "pathBytes": {**restored.path_bytes, **parent_bytes},
-    }
-    batch.emit("node.rolled_back", run_id=node.run_id, node_id=node.id, **answer)
+        child_thread_id=child_thread, shared_workspace=shared, parent_changed_files=parent_changed,
+        path_bytes={**restored.path_bytes, **parent_bytes},
+    )
+    batch.emit("node.rolled_back", run_id=node.run_id, node_id=node.id, **msgspec.to_builtins(event))
+    answer = results.RollbackNodeResult(**msgspec.structs.asdict(event), seq=NO_SEQ)
     batch.record_receipt(command.command_id, command.method, answer)
     return Decision(batch, answer)

@@ -27,7 +27,9 @@ from agentd.store.records import ConversationMessage, Effect, ExecutionNode, Mes
 
 from . import graph
 from .context import ThreadContext
-from .effects import Commit, Decision, InterruptTurn, StartNext, StartTimer, StopChildren, StopSession, Transition
+from agentd.protocol import results
+
+from .effects import NO_SEQ, Commit, Decision, InterruptTurn, StartNext, StartTimer, StopChildren, StopSession, Transition
 from .graph import ThreadBatch
 from .messages import Command, InterruptOverdue
 from .state import ActiveRun, ThreadState
@@ -236,7 +238,8 @@ def run_interrupt(ctx: ThreadContext, command: Command) -> Decision:
         assert active is not None
         request_interrupt_event(batch, active, hold_queue=params.hold_queue)
         after[:0] = request_interrupt(ctx, active, "interrupted")
-    result = {"runId": params.run_id, "interruptRequested": is_active, "queueHeld": state.thread.queue_held}
+    result = results.RunInterruptResult(run_id=params.run_id, interrupt_requested=is_active,
+                                        queue_held=state.thread.queue_held, seq=NO_SEQ)
     batch.record_receipt(command.command_id, command.method, result)
     return Decision(batch, result, after)
 
@@ -253,7 +256,8 @@ def thread_stop(ctx: ThreadContext, command: Command) -> Decision:
     if active is not None:
         request_interrupt_event(batch, active, hold_queue=True)
         after = request_interrupt(ctx, active, "stopped")
-    result = {"threadId": state.thread_id, "interruptedRunId": active.run.id if active else None, "queueHeld": True}
+    result = results.ThreadStopResult(thread_id=state.thread_id, interrupted_run_id=active.run.id if active else None,
+                                      queue_held=True, seq=NO_SEQ)
     cascade = stop_cascade_effect(batch, state)
     batch.record_receipt(command.command_id, command.method, result)
     if not isinstance(command.params, InternalStop):
@@ -287,7 +291,9 @@ def run_retry(ctx: ThreadContext, command: Command) -> Decision:
                            runId=run.id, latestRunId=latest.id)
     batch = ctx.batch()
     queued = graph.retry_ended(batch, state, run, why=f"retried by the user after it was {run.status}")
-    result = {"runId": queued.id, "attemptId": queued.selected_attempt_id, "attemptNumber": queued.attempt_count}
+    assert queued.selected_attempt_id is not None
+    result = results.RunRetryResult(run_id=queued.id, attempt_id=queued.selected_attempt_id,
+                                    attempt_number=queued.attempt_count, seq=NO_SEQ)
     batch.record_receipt(command.command_id, command.method, result)
     return Decision(batch, result, [StartNext()])
 
@@ -302,7 +308,8 @@ def queue_release(ctx: ThreadContext, command: Command) -> Transition:
     release_queue(batch, state)
     committed = yield Commit(batch)
     yield StartNext()
-    return {"threadId": state.thread_id, "queuedRunIds": [r.id for r in state.queued], "seq": committed.seq}
+    return results.QueueReleaseResult(thread_id=state.thread_id, queued_run_ids=[r.id for r in state.queued],
+                                      seq=committed.seq)
 
 
 def queued_run_of(ctx: ThreadContext, run_id: str) -> Run:
@@ -337,11 +344,11 @@ def queued_run_cancel(ctx: ThreadContext, command: Command) -> Decision:
     run = queued_run_of(ctx, command.params.run_id)
     batch = ctx.batch()
     cancel_queued_run(ctx, batch, run, "cancelled_by_user")
-    return Decision(batch, {"runId": run.id, "status": "cancelled"})
+    return Decision(batch, results.QueuedRunCancelResult(run_id=run.id, status="cancelled", seq=NO_SEQ))
 
 
 def queued_run_reorder(ctx: ThreadContext, command: Command) -> Decision:
     """``queued-run.reorder``: the queued runs start in the order given."""
     batch = ctx.batch()
     reorder_queue(batch, ctx.state, list(command.params.run_ids))
-    return Decision(batch, {"queuedRunIds": [r.id for r in ctx.state.queued]})
+    return Decision(batch, results.QueueReorderResult(queued_run_ids=[r.id for r in ctx.state.queued], seq=NO_SEQ))

@@ -27,7 +27,9 @@ from agentd.store.records import ConversationMessage, to_wire
 
 from . import graph, merge_back, run_control
 from .context import ThreadContext
-from .effects import ClaimSession, Commit, Decision, ReleaseClaim, SendSteer, StartNext, Transition
+from agentd.protocol import results
+
+from .effects import NO_SEQ, ClaimSession, Commit, Decision, ReleaseClaim, SendSteer, StartNext, Transition, with_seq
 from .ending import end_run, retry
 from .graph import ThreadBatch
 from .messages import Command
@@ -113,7 +115,8 @@ def steer_active(
     steer or interrupt the turn for the restart."""
     can_steer = ctx.adapter(active.run.provider).capabilities.steer
     outcome = steer(batch, ctx.state, mode, message, can_steer=can_steer)
-    result = {"runId": outcome.run_id, "messageId": outcome.message.id, "strategy": outcome.strategy}
+    result = results.MessageSendResult(run_id=outcome.run_id, message_id=outcome.message.id,
+                                       strategy=outcome.strategy, seq=NO_SEQ)
     if command is not None:
         batch.record_receipt(command.command_id, command.method, result)
     if outcome.strategy == "native_steer":
@@ -211,14 +214,15 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
         batch = ctx.batch()
         run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode,
                                            clean_context=params.clean_context)
-        result: dict[str, Any] = {"runId": run.id, "messageId": message.id, "queueHeld": state.thread.queue_held,
-                                  "heldRunIds": [r.id for r in state.held_runs()]}
+        merged = None
         if merge is not None and files is not None:
             transfer = merge_back.record_request(batch, state.thread_id, merge, run)
-            result["mergeBack"] = {
-                "transferId": transfer.id, "forkThreadId": merge.fork.id, "runIds": list(merge.run_ids),
-                "forkWorkspace": files.fork_workspace, "filesDiffer": list(files.differ) if files.differ is not None else None,
-            }
+            merged = results.MergeBackAnswer(
+                transfer_id=transfer.id, fork_thread_id=merge.fork.id, run_ids=list(merge.run_ids),
+                fork_workspace=files.fork_workspace, files_differ=list(files.differ) if files.differ is not None else None,
+            )
+        result = results.MessageSendResult(run_id=run.id, message_id=message.id, queue_held=state.thread.queue_held,
+                                           held_run_ids=[r.id for r in state.held_runs()], merge_back=merged, seq=NO_SEQ)
         batch.record_receipt(command.command_id, command.method, result)
         committed = yield Commit(batch)
         yield StartNext()
@@ -226,7 +230,7 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
         if claim is not None:
             # The run is started (its busy thread holds the place), or failed.
             yield ReleaseClaim(claim)
-    return {**result, "seq": committed.seq}
+    return with_seq(result, committed.seq)
 
 
 def _steer_command(

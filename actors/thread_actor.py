@@ -359,8 +359,8 @@ class ThreadActor:
         reply = decision.reply
         if decision.batch is not None:
             committed = await self.commit(decision.batch)
-            if decision.seq and isinstance(reply, dict):
-                reply = {**reply, "seq": committed.seq}
+            if decision.seq:
+                reply = fx.with_seq(reply, committed.seq)
         for effect in decision.effects:
             await self.perform(effect)
         return reply

@@ -22,7 +22,9 @@ from agentd.store.records import Checkpoint, ContextTransfer, ProviderThread, Ru
 from . import delegation, lineage, merge_back
 from .merge_back import describe_change
 from .context import ThreadContext
-from .effects import CheckWorkspace, Decision, Diff, Transition
+from agentd.protocol import results
+
+from .effects import NO_SEQ, CheckWorkspace, Decision, Diff, Transition
 from .ending import end_run
 from .graph import ThreadBatch
 from .checkpoints.errors import CheckpointError
@@ -65,7 +67,7 @@ def thread_fork(ctx: ThreadContext, command: Command) -> Transition:
                node_id=source.node_id or (source_run.root_node_id if source_run else None),
                forkThreadId=thread.id, transferId=transfer.id,
                sideChat=params.side_chat)
-    result = {"threadId": thread.id, "transferId": transfer.id}
+    result = results.ThreadForkResult(thread_id=thread.id, transfer_id=transfer.id, seq=NO_SEQ)
     batch.record_receipt(command.command_id, command.method, result)
     return Decision(batch, result)
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentd.protocol.errors import InvalidState
 from agentd.store.records import Checkpoint
 
-from .effects import Commit, Decision, EndRestore, GuardRestore, Transition
+from .effects import Commit, Decision, EndRestore, GuardRestore, Transition, with_seq
 
 if TYPE_CHECKING:
     from .context import ThreadContext
@@ -75,9 +75,7 @@ def refusing_while_shared(handler: Handler) -> Handler:
             if isinstance(outcome, Decision) and outcome.batch is not None:
                 # The outcome is durable before the folder is let go.
                 committed = yield Commit(outcome.batch)
-                reply = outcome.reply
-                if outcome.seq and isinstance(reply, dict):
-                    reply = {**reply, "seq": committed.seq}
+                reply = with_seq(outcome.reply, committed.seq) if outcome.seq else outcome.reply
                 outcome = Decision(reply=reply, effects=outcome.effects)
             return outcome
         finally:
