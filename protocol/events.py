@@ -5,7 +5,7 @@ the graph, ``at``) around a payload whose shape its ``type`` decides. The
 events table of ``protocol/README.md`` lists them; ``EVENTS`` maps every
 type to its payload Struct, the patterned rows (``<node kind>.<status>``,
 ``attempt.<status>``) spelled out type by type, and ``agentd schema`` exports
-it. ``tests/test_contract.py`` checks the table and ``EVENTS`` name the same
+it. ``tests/protocol/test_contract.py`` checks the table and ``EVENTS`` name the same
 types, and the suite's client holds every event it receives to its payload.
 """
 

@@ -3,7 +3,7 @@
 Every record in a result or an event is the stored record turned into plain
 camelCase JSON (``store.records.to_wire``). The protocol layer sits below the
 store and cannot name its Structs, so the shapes are said again here, field
-for field with the same defaults; ``tests/test_schema.py`` holds the two to
+for field with the same defaults; ``tests/protocol/test_schema.py`` holds the two to
 each other. Where the store keeps a loose mapping whose shape the contract
 spells out (a checkpoint's ``summary``), the wire form says it exactly.
 

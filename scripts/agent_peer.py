@@ -17,7 +17,7 @@ with the token read from its file (the agent runs as the person's uid, so it
 can read it). ``--detach`` first daemonises it the classic way — fork, ``setsid``, fork
 again, the middle process exits — so the process that connects has been
 reparented away from the command that started it; the report says to which
-pid (``ppid``). Used by ``tests/test_control_plane.py`` and
+pid (``ppid``). Used by ``tests/supervisor/test_control_plane.py`` and
 ``scripts/probe_control_plane.py``; it imports nothing of agentd.
 """
 

@@ -1,6 +1,6 @@
 """Write tests/fixtures/old_store/data.tar.gz: a data dir as an agentd from
 before append-only message text left it (every message's text inline, in one
-record rewritten by each flush), for tests/test_text_chunks.py.
+record rewritten by each flush), for tests/store/test_text_chunks.py.
 
 Run it with that older agentd importable, e.g. from a checkout of main before
 the change (commit 2aabff3), linked as a package named ``agentd``::

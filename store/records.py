@@ -3,7 +3,7 @@
 Every record is a msgspec Struct stored as msgpack behind a one-byte schema
 version. Field names are camelCase on disk and on the wire (``rename="camel"``).
 Rules that keep old data readable: new fields always get defaults, and an
-existing field never changes its type. ``tests/test_records.py`` decodes a
+existing field never changes its type. ``tests/store/test_records.py`` decodes a
 stored fixture of every kind to hold us to that.
 """
 

@@ -34,7 +34,7 @@ questions                  ``item/tool/requestUserInput`` — Codex offers its
 Every params/result shape the adapter sends or reads is a msgspec Struct
 below, named after its definition in the JSON schema the pinned binary
 generates (``codex app-server generate-json-schema --experimental``);
-``tests/test_codex_replay.py`` checks them against a freshly generated schema.
+``tests/providers/test_codex_replay.py`` checks them against a freshly generated schema.
 """
 
 from __future__ import annotations

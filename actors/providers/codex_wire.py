@@ -1,6 +1,6 @@
 """Typed shapes of the ``codex app-server`` protocol that agentd uses.
 
-Only what the adapter sends or reads is typed; ``tests/test_codex_replay.py``
+Only what the adapter sends or reads is typed; ``tests/providers/test_codex_replay.py``
 regenerates the pinned binary's JSON schema and fails when any of these
 drifts from it.
 """

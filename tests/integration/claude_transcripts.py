@@ -1,5 +1,5 @@
 """Claude recordings made by the integration tests, turned into the replayable
-transcripts of ``tests/fixtures/transcripts/`` (``tests/test_claude_replay.py``)."""
+transcripts of ``tests/fixtures/transcripts/`` (``tests/providers/test_claude_replay.py``)."""
 
 from __future__ import annotations
 

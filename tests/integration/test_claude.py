@@ -2,7 +2,7 @@
 
 Two layers:
 
-* the adapter scenarios of ``tests/test_claude_replay.py`` run against the
+* the adapter scenarios of ``tests/providers/test_claude_replay.py`` run against the
   real runtime, each exchange recorded as an NDJSON transcript, sanitized and
   replayed at once (refreshed in ``tests/fixtures/transcripts/`` with
   ``AGENTD_RECORD_CLAUDE=1``);
@@ -38,7 +38,7 @@ from agentd.launch import start_daemon
 from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
 from scripts.offline.claude import SKIP_REASON, ClaudeWorld, claude_binary, make_world, user_texts
 from tests.integration.claude_transcripts import sanitize
-from tests.test_claude_replay import SCENARIOS, TRANSCRIPTS, Harness, run_replay, transcript_paths
+from tests.providers.test_claude_replay import SCENARIOS, TRANSCRIPTS, Harness, run_replay, transcript_paths
 
 pytestmark = pytest.mark.skipif(claude_binary() is None, reason=SKIP_REASON)
 
@@ -61,7 +61,7 @@ async def test_scenario_against_real_claude(name, world: ClaudeWorld, tmp_path):
     raw = tmp_path / "recorded"
     cwd = tmp_path / "ws"
     cwd.mkdir()
-    header = {"provider": "claude", "version": "2.1.332", "note": f"scenario {name} (tests/test_claude_replay.py)"}
+    header = {"provider": "claude", "version": "2.1.332", "note": f"scenario {name} (tests/providers/test_claude_replay.py)"}
     async with trio.open_nursery() as nursery:
         adapter = ClaudeAdapter(
             world.provider_config(), home=tmp_path / "agentd-home", request_timeout=30,

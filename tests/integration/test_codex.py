@@ -2,7 +2,7 @@
 
 Two layers:
 
-* the adapter scenarios of ``tests/test_codex_replay.py`` run against the
+* the adapter scenarios of ``tests/providers/test_codex_replay.py`` run against the
   real runtime, each exchange recorded as an NDJSON transcript (refreshed in
   ``tests/fixtures/transcripts/`` with ``AGENTD_RECORD_CODEX=1``);
 * end to end through a real daemon's socket: streamed text, a command node,
@@ -34,7 +34,7 @@ from agentd.protocol.client import Client
 from agentd.launch import start_daemon
 from tests.helpers import send_and_wait, stored_events, wait_event, wait_process_gone, wait_run_terminal
 from scripts.offline.codex import SKIP_REASON, CodexWorld, codex_binary, make_world, user_texts
-from tests.test_codex_replay import SCENARIOS, TRANSCRIPTS, Harness, fast_stop, replay_config
+from tests.providers.test_codex_replay import SCENARIOS, TRANSCRIPTS, Harness, fast_stop, replay_config
 
 pytestmark = pytest.mark.skipif(codex_binary() is None, reason=SKIP_REASON)
 
