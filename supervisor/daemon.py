@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import trio
 
 from agentd.actors.providers.guard import guarding
-from agentd.actors.providers.base import ProviderAdapter, ProviderRuntimeError
+from agentd.actors.providers.base import EventSink, ProviderAdapter, ProviderConnection, ProviderEvent, ProviderRuntimeError
 from agentd.actors.checkpoints import CheckpointEngine
 from agentd.actors.checkpoints.compaction import Compactor
 from agentd.actors.config import DaemonConfig, ProviderConfig
@@ -62,7 +62,10 @@ from .router import DaemonRouter
 from .sessions import ProviderSessionManager
 from .tree import ChildSpec, Restart, RestartIntensity, Strategy, Supervisor
 
-if TYPE_CHECKING:  # loaded only when a WebSocket is served (it loads h11)
+if TYPE_CHECKING:
+    # Loaded only when a WebSocket is served (it loads h11), or a runtime of that kind is configured.
+    from agentd.actors.providers.claude import ClaudeAdapter
+    from agentd.actors.providers.codex import CodexAdapter
     from agentd.protocol.login import LoginCodes
 
 log = logging.getLogger(__name__)
@@ -120,7 +123,8 @@ class UnavailableAdapter(ProviderAdapter):
         self.capabilities = config.capabilities
         self.why = why
 
-    async def open(self, *, session_id: str, emit: Any, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def open(self, *, session_id: str, emit: EventSink,
+                   task_status: trio.TaskStatus[ProviderConnection] = trio.TASK_STATUS_IGNORED) -> None:
         raise ProviderRuntimeError(f"provider {self.name} ({self.kind}) is unusable: {self.why}")
 
     async def probe(self) -> dict[str, Any]:
@@ -158,24 +162,30 @@ def build_adapters(
     adapters: dict[str, ProviderAdapter] = {}
     for name, provider in config.providers.items():
         home = providers_dir / name
+        adapter: ScriptedAdapter | CodexAdapter | ClaudeAdapter
         if provider.kind == "scripted":
-            adapters[name] = ScriptedAdapter(
-                name, home=home, capabilities=provider.capabilities, request_timeout=request_timeout
-            )
-            if provider.agentd_tool != "off":
-                adapters[name].agentd_tool = agentd_tool
-            continue
-        try:
-            if provider.kind == "codex":
-                from agentd.actors.providers.codex import CodexAdapter as adapter_class
-            else:
-                from agentd.actors.providers.claude import ClaudeAdapter as adapter_class
-            adapters[name] = adapter_class(provider, home=home, request_timeout=request_timeout)
-            if provider.agentd_tool != "off":
-                adapters[name].agentd_tool = agentd_tool
-        except (ImportError, ProviderRuntimeError) as exc:
-            adapters[name] = UnavailableAdapter(provider, str(exc))
+            adapter = ScriptedAdapter(name, home=home, capabilities=provider.capabilities, request_timeout=request_timeout)
+        else:
+            try:
+                adapter = _runtime_adapter(provider, home, request_timeout)
+            except (ImportError, ProviderRuntimeError) as exc:
+                adapters[name] = UnavailableAdapter(provider, str(exc))
+                continue
+        if provider.agentd_tool != "off":
+            adapter.agentd_tool = agentd_tool
+        adapters[name] = adapter
     return adapters
+
+
+def _runtime_adapter(provider: ProviderConfig, home: Path, request_timeout: float | None) -> CodexAdapter | ClaudeAdapter:
+    """The adapter of a real runtime (``codex`` or ``claude``), imported only when one is configured."""
+    if provider.kind == "codex":
+        from agentd.actors.providers.codex import CodexAdapter
+
+        return CodexAdapter(provider, home=home, request_timeout=request_timeout)
+    from agentd.actors.providers.claude import ClaudeAdapter
+
+    return ClaudeAdapter(provider, home=home, request_timeout=request_timeout)
 
 
 def make_private_dir(path: Path) -> None:
@@ -241,7 +251,8 @@ class Daemon:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``request_shutdown``; ``task_status.started(self)`` once the socket accepts."""
         self.paths.check_socket()
         self._lock_data_dir()
         try:
@@ -284,7 +295,7 @@ class Daemon:
         finally:
             store.close()
 
-    async def _deliver(self, thread_id: str, event: Any) -> None:
+    async def _deliver(self, thread_id: str, event: ProviderEvent) -> None:
         """A provider session's event, to its thread's actor (the sessions
         are made before the registry they deliver to)."""
         assert self.registry is not None
@@ -500,9 +511,10 @@ async def run_daemon(options: DaemonOptions, on_ready: Callable[[Daemon], None] 
                     waiters.cancel_scope.cancel()
 
                 waiters.start_soon(on_signal)
-                if options.lifeline_fd is not None:
+                lifeline_fd = options.lifeline_fd
+                if lifeline_fd is not None:
                     async def on_lifeline_end() -> None:
-                        await wait_for_end_of_file(options.lifeline_fd)
+                        await wait_for_end_of_file(lifeline_fd)
                         log.info("the process that launched agentd is gone; shutting down")
                         waiters.cancel_scope.cancel()
 

@@ -134,6 +134,7 @@ async def checkpoint_diff(context: DaemonContext, params: wire.CheckpointDiffPar
         raise InvalidState(f"checkpoints {target.id} and {base.id} belong to different threads",
                            checkpointId=target.id, baseCheckpointId=base.id)
     max_bytes = DEFAULT_MAX_PATCH_BYTES if params.max_bytes is None else params.max_bytes
+    assert target.commit is not None  # captured_checkpoint refuses one without files
     try:
         result = await engine.diff(target.workspace, target.commit, base.commit if base else None, max_bytes=max_bytes)
     except CheckpointError as exc:

@@ -10,7 +10,7 @@ module imports neither the table nor any handler."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +34,7 @@ class DaemonRouter:
 
     def __init__(self, methods: MethodTable, context: DaemonContext) -> None:
         self.context = context
-        self.methods = _quick_with_context(methods, context)
+        self.methods: Mapping[str, Method] = _quick_with_context(methods, context)
         self.agent_processes = AgentProcesses(context.sessions.runtime_processes)
 
     def identify_peer(self, pid: int, pidfd: int | None) -> Peer:

@@ -152,7 +152,9 @@ async def task_delegate(context: DaemonContext, params: wire.TaskDelegateParams,
             workspace_mode=params.workspace, wait=params.wait, max_depth=config.delegate_max_depth,
             max_fanout=config.delegate_max_fanout, slot=slot, session_claim=claim,
         )
-        return await registry.call(parent.id, delegation.delegate, command, params.command_id, method="task.delegate")
+        answer: dict[str, Any] = await registry.call(parent.id, delegation.delegate, command, params.command_id,
+                                                     method="task.delegate")
+        return answer
     except BaseException as exc:
         if _task_not_made(context.store, slot, exc):
             slot.abandoned = True  # the parent's actor, if it still holds the command, makes nothing
