@@ -263,6 +263,8 @@ class Daemon:
             self._unlock_data_dir()
 
     async def _serve(self, task_status: trio.TaskStatus[Daemon]) -> None:
+        """Make the daemon's parts in the order they depend on each other, then run
+        the supervision tree over them until ``request_shutdown``."""
         opts = self.options
         hub = self.hub = EventHub()
         store = self.store = Store(self.paths.store, on_commit=hub.publish, inline_commits=opts.inline_commits)
