@@ -12,7 +12,7 @@ Handler: ``plan_implement``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Literal
+from typing import Any, Iterable, Literal
 
 from agentd.protocol.errors import InvalidState, NotFound
 from agentd.store.db import struct_copy
@@ -20,13 +20,12 @@ from agentd.store.ids import new_id
 from agentd.store.records import ExecutionNode, PlanArtifact, to_wire
 
 from . import graph, run_control
+from .context import ThreadContext
+from .effects import Decision, SendInternal, StartNext
 from .graph import ThreadBatch
 from .messages import Command
 from .providers.base import PlanUpdated
 from .state import ThreadState
-
-if TYPE_CHECKING:
-    from .thread_actor import ThreadActor
 
 IMPLEMENT_PROMPT = "Implement the following plan.\n\n"
 
@@ -80,46 +79,43 @@ def plan_implemented(batch: ThreadBatch, plan: PlanArtifact, *, by: str, mode: L
 # -- in the actor -----------------------------------------------------------------------
 
 
-async def on_plan_updated(actor: ThreadActor, event: PlanUpdated) -> None:
+def on_plan_updated(ctx: ThreadContext, event: PlanUpdated) -> Decision:
     """The provider's todo list changed (``plan_updated``)."""
-    active = actor.state.active
+    active = ctx.state.active
     assert active is not None
-    batch = actor.batch()
-    plan_updated(batch, actor.state, event, artifacts=actor.store.run_artifacts(active.run.id))
-    await actor.commit(batch)
+    batch = ctx.batch()
+    plan_updated(batch, ctx.state, event, artifacts=ctx.store.run_artifacts(active.run.id))
+    return Decision(batch)
 
 
-async def plan_implement(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def plan_implement(ctx: ThreadContext, command: Command) -> Decision:
     """``plan.implement``: start work from a proposed plan, as a new run here
     (``new_run``) or in a new child thread."""
     params = command.params
-    state = actor.state
-    plan = actor.store.get(PlanArtifact, params.plan_id)
+    state = ctx.state
+    plan = ctx.store.get(PlanArtifact, params.plan_id)
     if plan is None or plan.thread_id != state.thread_id or plan.kind != "proposed_plan":
         raise NotFound(f"no proposed plan {params.plan_id} in thread {state.thread_id}", planId=params.plan_id)
     if plan.status != "proposed":
         raise InvalidState(f"plan {plan.id} is already {plan.status} (by {plan.implemented_by})", planId=plan.id)
     text = IMPLEMENT_PROMPT + plan.text
-    batch = actor.batch()
+    batch = ctx.batch()
+    result: dict[str, Any]
     if params.mode == "new_run":
         run, _message = run_control.enqueue(batch, state, text, state.thread.provider, dispatch_mode="queue_after_active")
         target, result = run.id, {"planId": plan.id, "runId": run.id, "threadId": state.thread_id}
+        after: list[Any] = [StartNext()]
     else:
         thread = state.thread
-        child = actor.registry.new_thread_record(
+        child = ctx.new_thread_record(
             title=f"Plan: {plan.text.splitlines()[0][:80] if plan.text else plan.id}", provider=thread.provider,
             workspace=thread.workspace, parent=thread, relationship="plan_implementation",
         )
         batch.put(child)
         batch.event("thread.created", thread_id=child.id, at=batch.now, thread=to_wire(child))
-        run = None
         target, result = child.id, {"planId": plan.id, "threadId": child.id}
+        # Cross-thread work runs after commit, in the child's own actor.
+        after = [SendInternal(target, text)]
     plan_implemented(batch, plan, by=target, mode=params.mode)
     batch.record_receipt(command.command_id, command.method, result)
-    committed = await actor.commit(batch)
-    if run is not None:
-        actor.start_next()
-    else:
-        # Cross-thread work runs after commit, in the child's own actor.
-        actor.spawn_effect(actor.registry.send_internal, target, text)
-    return {**result, "seq": committed.seq}
+    return Decision(batch, result, after)

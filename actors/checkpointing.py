@@ -2,7 +2,7 @@
 checkpoint engine (``actors/checkpoints``).
 
 - Before a run's root execution starts, the starter ensures the baseline
-  checkpoint for ordinal − 1 (``ensure_baseline``): the previous run's own
+  checkpoint for ordinal − 1 (``starter.ensure_baseline``): the previous run's own
   checkpoint when there is one and no restore came after it, else a fresh
   ``baseline`` capture of the workspace as it is now.
 - In the completion barrier the actor captures the run's checkpoint
@@ -14,7 +14,8 @@ checkpoint engine (``actors/checkpoints``).
 - ``checkpoint.restore`` and the file step of a rollback are in
   ``restoring.py``.
 
-Every engine call is an awaited git subprocess: nothing blocks the loop. An
+Every engine call is an effect, a git subprocess the actor awaits: nothing
+blocks the loop, and nothing here awaits. An
 engine failure (git missing, a refused workspace, …) becomes a Checkpoint with
 status ``error`` and the engine's reason; the run still ends normally.
 """
@@ -29,15 +30,17 @@ import msgspec
 from agentd.protocol.errors import InvalidState, NotFound
 from agentd.store.ids import new_id
 from agentd.store.reconcile import CHECKPOINT_CAPTURE
-from agentd.store.records import NODE_TERMINAL, Checkpoint, Effect, to_wire
+from agentd.store.records import NODE_TERMINAL, Checkpoint, Effect
 
-from .checkpoints import CheckpointEngine, CheckpointError, checkpoint_ref
+from .checkpoints.errors import CheckpointError
+from .checkpoints.refs import checkpoint_ref
+from .effects import Capture, Commit, Transition
 
 if TYPE_CHECKING:
     from agentd.store.db import Store
 
+    from .context import ThreadContext
     from .state import ActiveRun
-    from .thread_actor import ThreadActor
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +49,36 @@ log = logging.getLogger(__name__)
 CAPTURE_EFFECT = CHECKPOINT_CAPTURE
 
 
-def engine_of(actor: ThreadActor) -> CheckpointEngine | None:
-    """The daemon's engine (None: checkpoints are off, as in unit tests)."""
-    return getattr(actor.registry, "checkpoints", None)
-
-
 def _summary(result: Any) -> dict[str, Any]:
-    return msgspec.to_builtins(result.summary)
+    return msgspec.to_builtins(result.summary)  # type: ignore[no-any-return]
 
 
 def _failure(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, CheckpointError):
         return exc.reason, str(exc)
     return "internal", f"{type(exc).__name__}: {exc}"
+
+
+def capture_fields(outcome: Any, ref: str, *, what: str = "capture") -> dict[str, Any]:
+    """A Checkpoint's fields from an engine capture's result, or from the
+    error it raised: ``status: error`` with the engine's reason (an
+    unexpected error is logged, as ``what``, and recorded as ``internal``).
+    Any failure is recorded; the run goes on."""
+    if isinstance(outcome, BaseException):
+        reason, detail = _failure(outcome)
+        if not isinstance(outcome, CheckpointError):
+            log.error("%s failed", what, exc_info=outcome)
+        return {"status": "error", "reason": reason, "detail": detail}
+    return {"status": "captured", "commit": outcome.commit, "ref": ref, "summary": _summary(outcome)}
+
+
+def capture(workspace: str, ref: str, base: str | None = None) -> Transition:
+    """Capture ``workspace`` (effect); the engine's result, or the exception
+    it raised as a value."""
+    try:
+        return (yield Capture(workspace, ref, base))
+    except Exception as exc:  # noqa: BLE001 - the caller records it
+        return exc
 
 
 def previous_root(store: Store, thread_id: str, ordinal: int) -> Checkpoint | None:
@@ -77,104 +97,62 @@ def previous_root(store: Store, thread_id: str, ordinal: int) -> Checkpoint | No
     return best
 
 
-async def ensure_baseline(actor: ThreadActor, active: ActiveRun) -> None:
-    """Before the run's root execution starts: make sure a captured root
-    checkpoint of ordinal − 1 exists (captured now if not). Called by the
-    starter, outside the thread's lock; the record it commits is new and
-    touches no state the actor holds."""
-    engine = engine_of(actor)
-    if engine is None:
-        return
-    run = active.run
-    if previous_root(actor.store, actor.thread_id, run.ordinal) is not None:
-        return
-    workspace = actor.state.thread.workspace
-    # The attempt id makes the ref unique: a baseline whose record a crash
-    # lost is never in the way of the next one (refs are create-only).
-    ref = checkpoint_ref(actor.thread_id, "baseline", f"{run.ordinal - 1}-{active.attempt.id}")
-    fields: dict[str, Any]
-    try:
-        result = await engine.capture(workspace, ref)
-        fields = {"status": "captured", "commit": result.commit, "ref": ref, "summary": _summary(result)}
-    except Exception as exc:  # noqa: BLE001 - recorded; the run starts anyway
-        reason, detail = _failure(exc)
-        if not isinstance(exc, CheckpointError):
-            log.exception("thread %s: baseline capture for run %s failed", actor.thread_id, run.id)
-        fields = {"status": "error", "reason": reason, "detail": detail}
-    batch = actor.batch()
-    checkpoint = Checkpoint(
-        id=new_id("ckp"), thread_id=actor.thread_id, run_id=run.id, node_id=active.root.id, scope="root",
-        kind="baseline", ordinal=run.ordinal - 1, workspace=workspace, created_at=batch.now, **fields,
-    )
-    batch.put(checkpoint)
-    batch.emit(f"checkpoint.{checkpoint.status}", run_id=run.id, node_id=active.root.id, checkpoint=to_wire(checkpoint))
-    await actor.commit(batch)
-
-
 #: node kinds whose work may write to the workspace
 WRITING_KINDS = frozenset({"file_change", "command_execution", "tool", "mcp_tool_call", "subagent", "background_task"})
 
 
-def writes_in_flight(actor: ThreadActor, active: ActiveRun) -> str | None:
+def writes_in_flight(ctx: ThreadContext, active: ActiveRun) -> str | None:
     """Why the workspace cannot be read safely at the run's end, or None: the
     runtime died (its session is gone) while a step that writes was still
     running, so that step's processes may still be writing."""
     running = [n for n in active.nodes.values() if n.kind in WRITING_KINDS and n.status not in NODE_TERMINAL]
     if not running:
         return None
-    live = actor.sessions.live_session(actor.thread_id)
-    if live is not None and live[0] == active.session_id:
+    if ctx.live_session_id() == active.session_id and active.session_id is not None:
         return None  # the runtime ended the turn itself: its steps are over
     node = running[0]
     return (f"the agent's runtime ended while {node.kind} {node.title or node.id!r} was running; what it started "
             "may still be writing, so the files were not captured")
 
 
-async def capture_run(actor: ThreadActor, active: ActiveRun) -> tuple[Checkpoint, Effect | None] | None:
+def capture_run(ctx: ThreadContext, active: ActiveRun) -> Transition:
     """The completion barrier's capture: commit the ``checkpoint.capture``
-    outbox entry, capture the workspace as the run's checkpoint and return the
-    record (not yet committed) with the entry to settle in the same batch as
-    ``run.<status>``. None when checkpoints are off or the run never started
-    (the agent never saw the workspace)."""
-    engine = engine_of(actor)
+    outbox entry, capture the workspace as the run's checkpoint and return
+    ``(record, entry)`` — not yet committed — for the caller to commit with
+    ``run.<status>``, settling the entry in the same batch. None when
+    checkpoints are off or the run never started (the agent never saw the
+    workspace)."""
     run = active.run
-    if engine is None or run.started_at is None:
+    if not ctx.checkpoints_on or run.started_at is None:
         return None
-    thread_id = actor.thread_id
+    thread_id = ctx.thread_id
+    workspace = ctx.state.thread.workspace
     checkpoint_id = new_id("ckp")
-    busy = writes_in_flight(actor, active)
+    busy = writes_in_flight(ctx, active)
     if busy is not None:
         # Reading the files now would capture half of whatever is still
         # being written: say so rather than record a state nobody saw.
         return Checkpoint(
             id=checkpoint_id, thread_id=thread_id, run_id=run.id, node_id=active.root.id, scope="root", kind="run",
             ordinal=run.ordinal, status="missing", reason="write_in_flight", detail=busy,
-            workspace=actor.state.thread.workspace, created_at=actor.now(),
+            workspace=workspace, created_at=ctx.now(),
         ), None
-    marker = actor.batch()
+    marker = ctx.batch()
     effect = Effect(
         id=new_id("eff"), kind=CAPTURE_EFFECT, thread_id=thread_id, replay_safe=True, created_at=marker.now,
         payload={"checkpointId": checkpoint_id, "runId": run.id, "nodeId": active.root.id, "ordinal": run.ordinal,
-                 "workspace": actor.state.thread.workspace},
+                 "workspace": workspace},
     )
     marker.put(effect)
-    await actor.commit(marker)
-    base = previous_root(actor.store, thread_id, run.ordinal)
-    workspace = actor.state.thread.workspace
+    yield Commit(marker)
+    base = previous_root(ctx.store, thread_id, run.ordinal)
     ref = checkpoint_ref(thread_id, "root", run.ordinal)
-    fields: dict[str, Any]
-    try:
-        result = await engine.capture(workspace, ref, base=base.commit if base else None)
-        fields = {"status": "captured", "commit": result.commit, "ref": ref, "summary": _summary(result)}
-    except Exception as exc:  # noqa: BLE001 - any failure is recorded, the run still ends
-        reason, detail = _failure(exc)
-        if not isinstance(exc, CheckpointError):
-            log.exception("thread %s: capturing run %s failed", thread_id, run.id)
-        fields = {"status": "error", "reason": reason, "detail": detail}
+    outcome = yield from capture(workspace, ref, base.commit if base else None)
+    fields = capture_fields(outcome, ref, what=f"thread {thread_id}: capturing run {run.id}")
     checkpoint = Checkpoint(
         id=checkpoint_id, thread_id=thread_id, run_id=run.id, node_id=active.root.id, scope="root", kind="run",
         ordinal=run.ordinal, base_checkpoint_id=base.id if base else None, workspace=workspace,
-        created_at=actor.now(), **fields,
+        created_at=ctx.now(), **fields,
     )
     return checkpoint, effect
 

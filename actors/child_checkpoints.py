@@ -26,24 +26,23 @@ with changes counts for SPEC F3 (``ActiveRun.changed_files``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
-
-import msgspec
+from typing import TYPE_CHECKING
 
 from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import NODE_TERMINAL, Checkpoint, Effect, ExecutionNode, to_wire
 
-from .checkpointing import CAPTURE_EFFECT, engine_of, previous_root, writes_in_flight
-from .checkpoints import CheckpointError, checkpoint_ref
+from .checkpointing import CAPTURE_EFFECT, capture, capture_fields, previous_root, writes_in_flight
+from .checkpoints.refs import checkpoint_ref
+from .effects import Commit, Transition
 from .graph import settle_effect
 
 if TYPE_CHECKING:
     from agentd.store.db import Store
 
+    from .context import ThreadContext
     from .graph import ThreadBatch
     from .state import ActiveRun
-    from .thread_actor import ThreadActor
 
 log = logging.getLogger(__name__)
 
@@ -75,51 +74,41 @@ def child_base(store: Store, active: ActiveRun, node: ExecutionNode) -> Checkpoi
         if siblings:
             return max(siblings, key=lambda c: (c.created_at, c.id))
         parent = nodes.get(node.parent_node_id or "")
-        if not is_checkpointable(parent):
+        if parent is None or not is_checkpointable(parent):
             return previous_root(store, run.thread_id, run.ordinal)
         node = parent
 
 
-async def capture_child(actor: ThreadActor, active: ActiveRun, node: ExecutionNode, batch: ThreadBatch) -> Checkpoint | None:
+def capture_child(ctx: ThreadContext, active: ActiveRun, node: ExecutionNode, batch: ThreadBatch) -> Transition:
     """Capture the child scope of ``node`` (which just ended): commit the
     ``checkpoint.capture`` outbox entry, capture, then put the Checkpoint,
     its ``checkpoint.<status>`` event and the settled entry into ``batch``
     (committed by the caller with the node's end). None when checkpoints are
     off or the node is not checkpointable."""
-    engine = engine_of(actor)
-    if engine is None or not is_checkpointable(node):
+    if not ctx.checkpoints_on or not is_checkpointable(node):
         return None
-    thread_id, run = actor.thread_id, active.run
-    workspace = actor.state.thread.workspace
+    thread_id, run = ctx.thread_id, active.run
+    workspace = ctx.state.thread.workspace
     checkpoint_id = new_id("ckp")
-    marker = actor.batch()
+    marker = ctx.batch()
     effect = Effect(
         id=new_id("eff"), kind=CAPTURE_EFFECT, thread_id=thread_id, replay_safe=True, created_at=marker.now,
         payload={"checkpointId": checkpoint_id, "runId": run.id, "nodeId": node.id, "ordinal": run.ordinal,
                  "workspace": workspace, "scope": "child", "kind": "child", "parentNodeId": node.parent_node_id},
     )
     marker.put(effect)
-    await actor.commit(marker)
-    base = child_base(actor.store, active, node)
+    yield Commit(marker)
+    base = child_base(ctx.store, active, node)
     # The node id makes the ref unique: one child checkpoint per node.
     ref = checkpoint_ref(thread_id, "child", f"{run.ordinal}-{node.id}")
-    fields: dict[str, Any]
-    try:
-        result = await engine.capture(workspace, ref, base=base.commit if base else None)
-        fields = {"status": "captured", "commit": result.commit, "ref": ref,
-                  "summary": msgspec.to_builtins(result.summary)}
-        if result.files:
-            active.changed_files = True
-    except Exception as exc:  # noqa: BLE001 - recorded; the run goes on
-        if isinstance(exc, CheckpointError):
-            fields = {"status": "error", "reason": exc.reason, "detail": str(exc)}
-        else:
-            log.exception("thread %s: capturing child %s of run %s failed", thread_id, node.id, run.id)
-            fields = {"status": "error", "reason": "internal", "detail": f"{type(exc).__name__}: {exc}"}
+    outcome = yield from capture(workspace, ref, base.commit if base else None)
+    fields = capture_fields(outcome, ref, what=f"thread {thread_id}: capturing child {node.id} of run {run.id}")
+    if not isinstance(outcome, BaseException) and outcome.files:
+        active.changed_files = True
     checkpoint = Checkpoint(
         id=checkpoint_id, thread_id=thread_id, run_id=run.id, node_id=node.id, scope="child", kind="child",
         ordinal=run.ordinal, base_checkpoint_id=base.id if base else None, workspace=workspace,
-        parent_node_id=node.parent_node_id, created_at=actor.now(), **fields,
+        parent_node_id=node.parent_node_id, created_at=ctx.now(), **fields,
     )
     batch.put(checkpoint)
     settle_effect(batch, effect, "done")
@@ -127,34 +116,34 @@ async def capture_child(actor: ThreadActor, active: ActiveRun, node: ExecutionNo
     return checkpoint
 
 
-async def capture_open_children(actor: ThreadActor, active: ActiveRun) -> None:
+def capture_open_children(ctx: ThreadContext, active: ActiveRun) -> Transition:
     """In the completion barrier (or before a retry closes the attempt): the
     checkpointable children the provider left open end now, so their scopes
     are captured now, innermost first (a child's own children end before it)."""
-    if engine_of(actor) is None:
+    if not ctx.checkpoints_on:
         return
     open_children = [n for n in active.nodes.values() if is_checkpointable(n) and n.status not in NODE_TERMINAL]
-    busy = writes_in_flight(actor, active)
+    busy = writes_in_flight(ctx, active)
     if busy is not None and open_children:
         # The runtime died under them: their files may still be changing.
-        own = actor.batch()
+        own = ctx.batch()
         for node in open_children:
             checkpoint = Checkpoint(
-                id=new_id("ckp"), thread_id=actor.thread_id, run_id=active.run.id, node_id=node.id, scope="child",
+                id=new_id("ckp"), thread_id=ctx.thread_id, run_id=active.run.id, node_id=node.id, scope="child",
                 kind="child", ordinal=active.run.ordinal, status="missing", reason="write_in_flight", detail=busy,
-                workspace=actor.state.thread.workspace, created_at=own.now, parent_node_id=node.parent_node_id,
+                workspace=ctx.state.thread.workspace, created_at=own.now, parent_node_id=node.parent_node_id,
             )
             own.put(checkpoint)
             own.emit("checkpoint.missing", run_id=active.run.id, node_id=node.id, checkpoint=to_wire(checkpoint))
-        await actor.commit(own)
+        yield Commit(own)
         return
     depth = {n.id: _depth(active, n) for n in open_children}
     for node in sorted(open_children, key=lambda n: -depth[n.id]):
         # Each committed on its own, before the barrier's batch: the run's
         # checkpoint reads them from the store (``with_children``).
-        own = actor.batch()
-        await capture_child(actor, active, node, own)
-        await actor.commit(own)
+        own = ctx.batch()
+        yield from capture_child(ctx, active, node, own)
+        yield Commit(own)
 
 
 def _depth(active: ActiveRun, node: ExecutionNode) -> int:

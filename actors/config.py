@@ -242,6 +242,8 @@ def _explain(data: dict[str, Any], exc: msgspec.ValidationError) -> tuple[list[s
     such an entry is found by decoding the file with that dict cut down to one
     entry at a time: the one that fails with the same error is it."""
     match = _ERROR.match(str(exc))
+    if match is None:
+        return [], str(exc)
     reason, path, bad_key = match["reason"], match["path"] or "$", bool(match["key"])
     keys: list[str | int] = []
     for name, index in _PATH_STEP.findall(path[1:]):
@@ -285,7 +287,7 @@ def _narrow(data: dict[str, Any], keys: list[str | int], error: str) -> dict[str
         except msgspec.ValidationError as exc:
             if str(exc) == error:
                 keys.append(key)
-                return narrowed
+                return narrowed  # type: ignore[no-any-return]
     return None
 
 
@@ -293,7 +295,7 @@ def _only(data: Any, keys: list[str | int], key: str) -> Any:
     """``data`` with the dict at ``keys`` cut down to its entry ``key``."""
     if not keys:
         return {key: data[key]}
-    copy = dict(data) if isinstance(data, dict) else list(data)
+    copy: Any = dict(data) if isinstance(data, dict) else list(data)
     copy[keys[0]] = _only(data[keys[0]], keys[1:], key)
     return copy
 

@@ -29,8 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-import trio
-
 from agentd.protocol.errors import InvalidState, LimitExceeded
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
@@ -49,15 +47,16 @@ from agentd.store.records import (
 )
 
 from . import graph
+from .context import ThreadContext
+from .effects import Decision, StopSession, Wake
 from .graph import ThreadBatch
 from .handoff import _paths  # the paths a file-change node names, as handoffs show them
+from .lineage import provider_settings
 from .messages import Command
 from .state import ActiveRun, ThreadState
 
 if TYPE_CHECKING:
     from .providers.base import SessionClaim
-    from .task_slots import TaskSlot
-    from .thread_actor import ThreadActor
 
 #: the relationship of a thread an agent delegated a task to
 DELEGATED_TASK = "delegated_task"
@@ -69,25 +68,6 @@ INBOX_TYPES = frozenset({"subagent_spawn", "subagent_result"})
 TOOL_NAMES = ("delegate_task",)
 #: characters of a task's final answer carried back to its parent
 ANSWER_CAP = 16_000
-
-
-class TaskWatch:
-    """In-memory wake-ups for ``task.result {wait: true}``: a waiter takes
-    the task's event *before* it checks the store, and the task's actor sets
-    it once the task's end is durable."""
-
-    def __init__(self) -> None:
-        self._events: dict[str, trio.Event] = {}
-
-    def watch(self, task_id: str) -> trio.Event:
-        """The event set when task ``task_id`` ends (take it before checking)."""
-        return self._events.setdefault(task_id, trio.Event())
-
-    def ended(self, task_id: str) -> None:
-        """Task ``task_id`` ended (its result is durable): wake its waiters."""
-        event = self._events.pop(task_id, None)
-        if event is not None:
-            event.set()
 
 
 # -- reads ---------------------------------------------------------------------------------
@@ -175,7 +155,7 @@ def subagent_provider_thread(store: Store, thread_id: str, native: str) -> Provi
     return None
 
 
-def native_subagent(actor: ThreadActor, batch: ThreadBatch, node: ExecutionNode) -> AppThread | None:
+def native_subagent(ctx: ThreadContext, batch: ThreadBatch, node: ExecutionNode) -> AppThread | None:
     """A completed subagent node whose provider gave it a thread of its own
     becomes a child AppThread (``relationship: subagent``, ``createdBy:
     agent``) backed by that native thread — a person can open it, message it
@@ -183,26 +163,24 @@ def native_subagent(actor: ThreadActor, batch: ThreadBatch, node: ExecutionNode)
     ``subagent_spawn`` transfer that the provider resolved natively. Returns
     the child, if one was made (once per native thread)."""
     native = spawned_native_thread(node)
-    state = actor.state
+    state = ctx.state
     active = state.active
     if native is None or node.status != "completed" or active is None:
         return None
-    store = actor.store
+    store = ctx.store
     if subagent_provider_thread(store, state.thread_id, native) is not None:
         return None
-    from .lineage import provider_settings
-
     provider = active.run.provider
     parent = state.thread
     now = batch.now
-    child = actor.registry.new_thread_record(
+    child = ctx.new_thread_record(
         title="subagent: " + (str(node.detail.get("prompt") or node.title or "subagent").splitlines() or [""])[0][:120],
         provider=provider, workspace=parent.workspace, parent=parent, relationship="subagent", created_by="agent",
     )
     pt = ProviderThread(
-        id=new_id("pth"), thread_id=child.id, provider=provider, kind=actor.sessions.adapter(provider).kind,
+        id=new_id("pth"), thread_id=child.id, provider=provider, kind=ctx.adapter(provider).kind,
         native_thread_id=native, created_at=now, updated_at=now,
-        settings=provider_settings(actor.config.providers.get(provider)),
+        settings=provider_settings(ctx.config.providers.get(provider)),
     )
     child = struct_copy(child, provider_thread_id=pt.id)
     point = SourcePoint(type="node", thread_id=parent.id, run_id=active.run.id, node_id=node.id, provider=provider,
@@ -222,6 +200,18 @@ def native_subagent(actor: ThreadActor, batch: ThreadBatch, node: ExecutionNode)
 
 
 # -- delegate: in the parent's actor ----------------------------------------------------------
+
+
+@dataclass(eq=False)
+class TaskSlot:
+    """One delegation in flight under ``parent_id`` (task_slots.py)."""
+
+    parent_id: str
+    #: the child thread, once the parent's actor has made it (set before its commit)
+    child_id: str | None = None
+    #: the caller gave up (cancelled, or failed) before a child was made:
+    #: the parent's actor must not make one now (its workspace copy is gone)
+    abandoned: bool = False
 
 
 @dataclass(frozen=True)
@@ -294,13 +284,13 @@ def task_text(parent: AppThread, run: Run | None, command: DelegateCommand) -> s
     )
 
 
-async def delegate(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def delegate(ctx: ThreadContext, command: Command) -> Decision:
     """``task.delegate`` in the parent's actor: the child thread, its first
     run and the ``subagent_spawn`` transfer with its handoff, in one batch;
     then the child's actor is woken to start the run."""
     params: DelegateCommand = command.params
-    store = actor.store
-    state = actor.state
+    store = ctx.store
+    state = ctx.state
     parent = state.thread
     check_limits(store, parent, max_depth=params.max_depth, max_fanout=params.max_fanout)
     active = state.active
@@ -312,7 +302,7 @@ async def delegate(actor: ThreadActor, command: Command) -> dict[str, Any]:
         run = done[-1] if done else None
         node = store.get(ExecutionNode, run.root_node_id) if run and run.root_node_id else None
     title = "task: " + (params.instructions.strip().splitlines() or [""])[0][:120]
-    child = actor.registry.new_thread_record(
+    child = ctx.new_thread_record(
         title=title, provider=params.provider, workspace=params.workspace, parent=parent,
         relationship=DELEGATED_TASK, created_by="agent",
     )
@@ -325,7 +315,7 @@ async def delegate(actor: ThreadActor, command: Command) -> dict[str, Any]:
         slot.child_id = child.id
     if params.session_claim is not None:
         params.session_claim.thread_id = child.id  # held until the child's run starts
-    batch = actor.batch()
+    batch = ctx.batch()
     now = batch.now
     point = SourcePoint(type="node" if node is not None else "run", thread_id=parent.id,
                         run_id=run.id if run else None, node_id=node.id if node else None,
@@ -360,9 +350,7 @@ async def delegate(actor: ThreadActor, command: Command) -> dict[str, Any]:
     batch.ops.extend(child_batch.ops)
     batch.events.extend(child_batch.events)
     batch.record_receipt(command.command_id, command.method, result)
-    committed = await actor.commit(batch)
-    actor.registry.wake(child.id)
-    return {**result, "seq": committed.seq}
+    return Decision(batch, result, [Wake(child.id)])
 
 
 # -- the result: in the child's actor as its task run ends -----------------------------------------
@@ -435,15 +423,15 @@ def build_result(
     return transfer, handoff
 
 
-def result_on_run_end(actor: ThreadActor, batch: ThreadBatch, run: Run) -> bool:
+def result_on_run_end(ctx: ThreadContext, batch: ThreadBatch, run: Run) -> bool:
     """When the ending run is a delegated task's, its result goes into the
     same batch as the run's end. Returns whether it did."""
-    state = actor.state
+    state = ctx.state
     task = state.thread
     active = state.active
     if task.relationship_to_parent != DELEGATED_TASK or task.parent_thread_id is None or run.ordinal != 1 or active is None:
         return False
-    store = actor.store
+    store = ctx.store
     # The run's records as this batch leaves them: stored ones, overlaid
     # with what the actor holds (the text flushed at the barrier, open nodes).
     messages = {m.id: m for m in store.thread_messages(task.id) if m.run_id == run.id}
@@ -460,26 +448,26 @@ def result_on_run_end(actor: ThreadActor, batch: ThreadBatch, run: Run) -> bool:
 TASK_ENDED = "task_ended"
 
 
-def release_task_session(actor: ThreadActor) -> None:
+def release_task_session(ctx: ThreadContext) -> Iterable[Any]:
     """A delegated task's run ended (completed, failed, or stopped by its
     parent's Stop): its provider session is stopped now rather than at its
     idle timeout — no one sends the task more work unless its parent messages
     it again, and that message resumes it as after an idle reap. Kept when a
     run of the thread waits to start."""
-    if actor.state.next_queued() is None and actor.sessions.live_session(actor.thread_id) is not None:
-        actor.spawn_effect(actor.sessions.stop_session, actor.thread_id, TASK_ENDED)
+    if ctx.state.next_queued() is None and ctx.live_session_id() is not None:
+        yield StopSession(TASK_ENDED)
 
 
 # -- taking stored context in at a run start ----------------------------------------------------
 
 
-def owed_results(actor: ThreadActor, batch: ThreadBatch) -> list[tuple[ContextTransfer, ContextHandoff]]:
+def owed_results(ctx: ThreadContext, batch: ThreadBatch) -> list[tuple[ContextTransfer, ContextHandoff]]:
     """In the parent's actor: results owed by tasks whose run a restart ended
     (no actor was there to write them), put into ``batch`` — once: their id
     is the run's."""
-    store = actor.store
+    store = ctx.store
     made = []
-    for child in store.thread_children(actor.thread_id):
+    for child in store.thread_children(ctx.thread_id):
         if child.relationship_to_parent != DELEGATED_TASK:
             continue
         run = task_run(store, child.id)
@@ -487,33 +475,41 @@ def owed_results(actor: ThreadActor, batch: ThreadBatch) -> list[tuple[ContextTr
             continue
         made.append(build_result(
             batch, child, run, [m for m in store.thread_messages(child.id) if m.run_id == run.id],
-            store.run_nodes(run.id), spawn_transfer(store, child.id), actor.state.thread.provider,
+            store.run_nodes(run.id), spawn_transfer(store, child.id), ctx.state.thread.provider,
         ))
     return made
 
 
-def pending_inbox(actor: ThreadActor, batch: ThreadBatch) -> list[tuple[ContextTransfer, ContextHandoff]]:
+def make_owed_results(ctx: ThreadContext, _command: Command) -> Decision:
+    """In the parent's actor, for ``task.result``: the results owed by tasks
+    a restart ended, made now."""
+    batch = ctx.batch()
+    made = owed_results(ctx, batch)
+    return Decision(batch if made else None, {"made": [transfer.id for transfer, _handoff in made]}, seq=False)
+
+
+def pending_inbox(ctx: ThreadContext, batch: ThreadBatch) -> list[tuple[ContextTransfer, ContextHandoff]]:
     """Delegation transfers into the thread not yet taken in, oldest first,
     with their stored handoffs (results owed since a restart are made now)."""
-    store = actor.store
-    thread_id = actor.thread_id
+    store = ctx.store
+    thread_id = ctx.thread_id
     out = []
     for transfer in store.thread_transfers(thread_id):
         if transfer.target_thread_id == thread_id and transfer.type in INBOX_TYPES and transfer.status == "pending":
             handoff = store.get(ContextHandoff, transfer.handoff_id) if transfer.handoff_id else None
             if handoff is not None:
                 out.append((transfer, handoff))
-    return out + owed_results(actor, batch)
+    return out + owed_results(ctx, batch)
 
 
-def take_inbox(actor: ThreadActor, batch: ThreadBatch, context: str | None) -> str | None:
+def take_inbox(ctx: ThreadContext, batch: ThreadBatch, context: str | None) -> str | None:
     """At a run start: the delegation handoffs the attempt's turn carries
     after its own context (``context``), recorded on the attempt; the turn's
     start marks them consumed (``inbox_consumed``). Returns the whole text."""
-    state = actor.state
+    state = ctx.state
     active = state.active
     assert active is not None
-    inbox = pending_inbox(actor, batch)
+    inbox = pending_inbox(ctx, batch)
     if not inbox:
         return context
     active.context.inbox = [transfer for transfer, _ in inbox]
@@ -555,20 +551,21 @@ class ConsumeResult:
     attempt_id: str | None
 
 
-async def consume_result(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def consume_result(ctx: ThreadContext, command: Command) -> Decision:
     """Mark a task's result ``consumed`` by the parent's running turn (it is
     the tool call's answer there), unless that turn is gone: then it stays
     ``pending`` and the thread's next run takes it in."""
     params: ConsumeResult = command.params
-    active = actor.state.active
-    transfer = actor.store.get(ContextTransfer, params.transfer_id)
-    if transfer is None or transfer.target_thread_id != actor.thread_id:
-        raise InvalidState(f"no result transfer {params.transfer_id} for thread {actor.thread_id}")
+    active = ctx.state.active
+    transfer = ctx.store.get(ContextTransfer, params.transfer_id)
+    if transfer is None or transfer.target_thread_id != ctx.thread_id:
+        raise InvalidState(f"no result transfer {params.transfer_id} for thread {ctx.thread_id}")
     if transfer.status != "pending":
-        return {"consumed": transfer.status == "consumed" and active is not None and transfer.run_id == active.run.id}
+        consumed = transfer.status == "consumed" and active is not None and transfer.run_id == active.run.id
+        return Decision(reply={"consumed": consumed})
     if active is None or params.attempt_id is None or active.attempt.id != params.attempt_id:
-        return {"consumed": False}
-    batch = actor.batch()
+        return Decision(reply={"consumed": False})
+    batch = ctx.batch()
     transfer = struct_copy(transfer, status="consumed", resolution="portable", run_id=active.run.id,
                            target_provider=active.run.provider, resolved_at=batch.now, consumed_at=batch.now,
                            target_provider_thread_id=active.attempt.provider_thread_id)
@@ -576,5 +573,4 @@ async def consume_result(actor: ThreadActor, command: Command) -> dict[str, Any]
     node = tool_node(active)
     batch.emit("context_transfer.consumed", run_id=active.run.id, node_id=node.id, transfer=to_wire(transfer),
                via="tool_result")
-    await actor.commit(batch)
-    return {"consumed": True}
+    return Decision(batch, {"consumed": True}, seq=False)

@@ -170,8 +170,9 @@ def provider_thread_ready(
         batch.put(pt)
         batch.emit("provider_thread.created", run_id=active.run.id, node_id=active.root.id, providerThread=to_wire(pt))
     else:
-        pt = ready.provider_thread or state.provider_thread
-        assert pt is not None, "resumed a provider thread the actor does not know"
+        resumed = ready.provider_thread or state.provider_thread
+        assert resumed is not None, "resumed a provider thread the actor does not know"
+        pt = resumed
         if state.provider_thread is not None and state.provider_thread.id == pt.id:
             pt = state.provider_thread  # the newer value (coverage) if the actor has one
         if ready.resumed_turn_count is not None:
@@ -349,7 +350,7 @@ def close_attempt(
     active = state.active
     assert active is not None
     now = batch.now
-    message_status = "complete" if status == "completed" else "interrupted"
+    message_status: Literal["complete", "interrupted"] = "complete" if status == "completed" else "interrupted"
     for open_message in active.messages.values():
         close_message(batch, active, open_message, message_status)
     active.messages.clear()

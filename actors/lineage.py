@@ -291,12 +291,12 @@ def _resolve_backing(view: StartView) -> StartContext:
         return StartContext("portable", reason=reason, handoff=HandoffPlan("portable_full", history, reason))
     covered = set(coverage(pt))
     missing = tuple(run_id for run_id in history if run_id not in covered)
-    reason = _fallback_reason(view, pt, missing)
-    if reason is not None:
+    fallback = _fallback_reason(view, pt, missing)
+    if fallback is not None:
         if not history:
-            return StartContext("none", reason=reason, retire=pt)
-        return StartContext("portable", reason=reason, retire=pt,
-                            handoff=HandoffPlan("full_thread_summary", history, reason))
+            return StartContext("none", reason=fallback, retire=pt)
+        return StartContext("portable", reason=fallback, retire=pt,
+                            handoff=HandoffPlan("full_thread_summary", history, fallback))
     if not missing:
         return StartContext("none", reason="the provider thread has seen the whole thread", resume=pt)
     if view.previous_provider != provider:

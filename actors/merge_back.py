@@ -1,5 +1,5 @@
 """Merge-back: a fork's work comes home with a message on the thread it was
-forked from (SPEC F7, seed 002).
+forked from (SPEC F7).
 
 ``thread.message.send {threadId, text, mergeBack: {forkThreadId}}`` records,
 with the message's run, a ``merge_back`` ContextTransfer from the fork into
@@ -19,27 +19,24 @@ turn, in the same transaction (lineage.py). Merge-back never touches files.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import trio
 
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
 from agentd.store.db import Store
 from agentd.store.ids import new_id
 from agentd.store.records import AppThread, Checkpoint, ContextTransfer, Run, SourcePoint, to_wire
 
-from . import checkpointing
-from .checkpoints import CheckpointError
+from .checkpoints.errors import CheckpointError
 from .checkpoints.results import FileChange
+from .effects import CompareFiles, Diff, Transition
 from .handoff import BuiltHandoff, MergeFiles, build_merge_handoff, file_paths
 from .lineage import in_history
-from .transfers import fork_transfer, run_point
+from .points import fork_transfer, run_point
 
 if TYPE_CHECKING:
+    from .context import ThreadContext
     from .graph import ThreadBatch
-    from .thread_actor import ThreadActor
 
 FIELD = "mergeBack.forkThreadId"
 
@@ -143,25 +140,25 @@ def record_request(batch: ThreadBatch, thread_id: str, found: MergeDelta, run: R
 # -- the files a fork changed -----------------------------------------------------------------
 
 
-async def fork_files(actor: ThreadActor, found: MergeDelta, workspace: str) -> MergeFiles:
+def fork_files(ctx: ThreadContext, found: MergeDelta, workspace: str) -> Transition:
     """The files the merge's fork runs changed: a diff from the first run's
     baseline checkpoint to the last run's checkpoint where both were captured
     (else the runs' file-change nodes); and, for a fork in another workspace
     than ``workspace``, which of them differ here (compared byte for byte in
-    a worker thread)."""
-    store = actor.store
+    a worker thread). The effects: git's diff, the comparison; the
+    result: the ``MergeFiles``."""
+    store = ctx.store
     runs = [run for run in map(store.run, found.run_ids) if run is not None]
     files: tuple[str, ...] = ()
     checkpoints = None
     source = "nodes"
-    engine = checkpointing.engine_of(actor)
     target = store.get(Checkpoint, runs[-1].checkpoint_id) if runs and runs[-1].checkpoint_id else None
     first = store.get(Checkpoint, runs[0].checkpoint_id) if runs and runs[0].checkpoint_id else None
     base = store.get(Checkpoint, first.base_checkpoint_id) if first and first.base_checkpoint_id else None
-    if (engine is not None and target is not None and base is not None and target.commit and base.commit
+    if (ctx.checkpoints_on and target is not None and base is not None and target.commit and base.commit
             and target.status == "captured" and base.status == "captured" and target.workspace == base.workspace):
         try:
-            result = await engine.diff(target.workspace, target.commit, base.commit, max_bytes=0)
+            result = yield Diff(target.workspace, target.commit, base.commit, max_bytes=0)
         except CheckpointError:
             result = None
         if result is not None:
@@ -174,9 +171,10 @@ async def fork_files(actor: ThreadActor, found: MergeDelta, workspace: str) -> M
                                    for path in file_paths(node)))
         files = tuple(paths)
     fork_ws = found.fork.workspace
-    if not fork_ws or _same_dir(fork_ws, workspace):
+    # None: the fork works in this same folder (as resolved on disk).
+    differ = (yield CompareFiles(fork_ws, workspace, tuple(paths))) if fork_ws else None
+    if differ is None:
         return MergeFiles(source, files, checkpoints)
-    differ = await trio.to_thread.run_sync(_differing, fork_ws, workspace, paths)
     return MergeFiles(source, files, checkpoints, fork_workspace=fork_ws, differ=tuple(differ))
 
 
@@ -186,38 +184,14 @@ def _describe(change: FileChange) -> str:
     return f"{change.path} ({change.change}{renamed}, {sign})"
 
 
-def _same_dir(a: str, b: str) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _differing(fork_ws: str, here: str, paths: list[str]) -> list[str]:
-    """The paths whose content (or existence) is not the same in both folders."""
-    out = []
-    for path in paths:
-        if os.path.isabs(path) or ".." in path.split("/"):
-            continue
-        mine, theirs = _read(os.path.join(here, path)), _read(os.path.join(fork_ws, path))
-        if mine != theirs:
-            out.append(path)
-    return out
-
-
-def _read(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as file:
-            return file.read()
-    except OSError:
-        return None
-
-
-async def build(actor: ThreadActor, transfer: ContextTransfer) -> tuple[MergeDelta, BuiltHandoff, MergeFiles]:
+def build(ctx: ThreadContext, transfer: ContextTransfer) -> Transition:
     """The delta handoff of a pending merge, as the graph is now (the run
     carrying it is starting): since the last merge consumed by then, up to
     the source point recorded with the message."""
-    store = actor.store
-    state = actor.state
+    store = ctx.store
+    state = ctx.state
     found = delta(store, state.thread_id, transfer.source_thread_id, source=transfer.source_point)
-    files = await fork_files(actor, found, state.thread.workspace)
+    files = yield from fork_files(ctx, found, state.thread.workspace)
     fork = found.fork
     label = f"\"{fork.title}\", {fork.id}" if fork.title else fork.id
     base_run = store.run(found.base.run_id) if found.base.run_id else None
@@ -228,5 +202,5 @@ async def build(actor: ThreadActor, transfer: ContextTransfer) -> tuple[MergeDel
     else:
         since = "it was forked"
     built = build_merge_handoff(store, found.run_ids, fork_label=label, since=since, files=files,
-                                reason=transfer.reason, cap=actor.config.handoff_max_chars)
+                                reason=transfer.reason, cap=ctx.config.handoff_max_chars)
     return found, built, files

@@ -14,51 +14,30 @@ handled in mailbox order, one at a time, with ``match`` (thread_actor.py):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeAlias
-
-import trio
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, TypeAlias
 
 from agentd.protocol.errors import AgentdError
 from agentd.store.records import ConversationMessage, ProviderThread
 
 from .providers.base import ProviderEvent
 
-if TYPE_CHECKING:
-    from .thread_actor import ThreadActor
 
 
-class Reply:
-    """A one-shot answer to a command: a result or an AgentdError."""
+class Reply(Protocol):
+    """Where the answer to an item goes, once (reply.py makes them)."""
 
-    def __init__(self) -> None:
-        self._done = trio.Event()
-        self._value: Any = None
-        self._error: BaseException | None = None
+    def set(self, value: Any) -> None: ...
 
-    def set(self, value: Any) -> None:
-        """Answer with ``value`` (ignored once answered)."""
-        if not self._done.is_set():
-            self._value = value
-            self._done.set()
-
-    def fail(self, error: BaseException) -> None:
-        """Answer with ``error`` (ignored once answered)."""
-        if not self._done.is_set():
-            self._error = error
-            self._done.set()
-
-    async def wait(self) -> Any:
-        """The answer; raises the error the command failed with."""
-        await self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
+    def fail(self, error: BaseException) -> None: ...
 
 
-#: a thread-owned method's handler: runs in the actor, one command at a time,
-#: and returns the command's result (an AgentdError becomes the error reply)
-Handler: TypeAlias = Callable[["ThreadActor", "Command"], Awaitable[dict[str, Any]]]
+#: a thread-owned method's handler: a transition (effects.py) the actor runs,
+#: one command at a time; its Decision's reply is the command's result (an
+#: AgentdError it raises becomes the error reply)
+#: (typed loosely: its first argument is a ``context.ThreadContext``, which
+#: sits above this module)
+Handler: TypeAlias = Callable[[Any, "Command"], Any]
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,8 +50,9 @@ class Command:
     method: str
     handler: Handler
     params: Any
+    #: where the answer goes (reply.py; the registry makes it)
+    reply: Reply
     command_id: str | None = None
-    reply: Reply = field(default_factory=Reply)
 
 
 # -- the attempt starter's reports ------------------------------------------------
@@ -87,8 +67,8 @@ class ContextNeeded:
     run ended instead (an unsupported transfer)."""
 
     attempt_id: str
+    reply: Reply
     lost: tuple[str, str] | None = None
-    reply: Reply = field(default_factory=Reply)
 
 
 @dataclass(frozen=True)

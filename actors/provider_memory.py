@@ -24,20 +24,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from agentd.protocol.errors import AgentdError
 from agentd.store.db import struct_copy
 from agentd.store.records import ContextHandoff, ProviderThread, ProviderTurn, RunAttempt
 
 from . import lineage
+from .context import ThreadContext
+from .effects import ListNativeTurns, RollbackNative, Transition
 from .graph import ThreadBatch
+from .points import fork_transfer
 from .providers.base import ProviderRuntimeError
 from .state import ThreadState
-from .transfers import fork_transfer
-
-if TYPE_CHECKING:
-    from .thread_actor import ThreadActor
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +73,11 @@ class MemoryRollback:
             lineage.retire_provider_thread(batch, state, pt, why)
 
 
-def _turns_of(actor: ThreadActor, pt: ProviderThread) -> list[tuple[ProviderTurn, RunAttempt]]:
+def _turns_of(ctx: ThreadContext, pt: ProviderThread) -> list[tuple[ProviderTurn, RunAttempt]]:
     """The provider turns of ``pt`` in this thread, oldest first, with their attempts."""
-    store = actor.store
+    store = ctx.store
     out = []
-    for run in store.thread_runs(actor.thread_id):
+    for run in store.thread_runs(ctx.thread_id):
         for attempt in store.run_attempts(run.id):
             for turn in store.attempt_turns(attempt.id):
                 if turn.provider_thread_id == pt.id:
@@ -87,24 +86,21 @@ def _turns_of(actor: ThreadActor, pt: ProviderThread) -> list[tuple[ProviderTurn
     return out
 
 
-def _affected(actor: ThreadActor, pt: ProviderThread, undone: set[str]) -> bool:
+def _affected(ctx: ThreadContext, pt: ProviderThread, undone: set[str]) -> bool:
     """Whether ``pt`` has seen (or began a turn of) an undone run."""
     if set(pt.covered_run_ids) & undone:
         return True
-    return any(turn.run_id in undone for turn, _attempt in _turns_of(actor, pt))
+    return any(turn.run_id in undone for turn, _attempt in _turns_of(ctx, pt))
 
 
-async def _revert_natively(actor: ThreadActor, pt: ProviderThread, undone: set[str]) -> ProviderThread:
+def _revert_natively(ctx: ThreadContext, pt: ProviderThread, undone: set[str]) -> Transition:
     """Cut ``pt``'s native history before its first turn of an undone run;
     the provider thread with its coverage after the cut."""
-    store = actor.store
-    workspace = actor.state.thread.workspace
-    _session_id, conn = await actor.sessions.ensure_session(actor.thread_id, pt.provider)
+    store = ctx.store
+    workspace = ctx.state.thread.workspace
     native = pt.native_thread_id
-    if native not in conn.loaded_threads:
-        await conn.resume_thread(native, cwd=workspace)
-    ids = [str(turn.get("turnId")) for turn in await conn.list_turns(native)]
-    turns = _turns_of(actor, pt)
+    ids = [str(turn.get("turnId")) for turn in (yield ListNativeTurns(pt.provider, native, workspace))]
+    turns = _turns_of(ctx, pt)
     removed = [turn.native_turn_id for turn, _a in turns if turn.run_id in undone and turn.native_turn_id]
     kept = [(turn, attempt) for turn, attempt in turns if turn.run_id not in undone]
     positions = [ids.index(turn_id) for turn_id in removed if turn_id in ids]
@@ -118,8 +114,8 @@ async def _revert_natively(actor: ThreadActor, pt: ProviderThread, undone: set[s
     if kept_positions and max(kept_positions) >= cut:
         raise RevertImpossible("a kept turn comes after a rolled-back one in its native history")
     if cut < len(ids):
-        await conn.rollback_thread(native, before_turn_id=ids[cut])
-        after = [str(turn.get("turnId")) for turn in await conn.list_turns(native)]
+        yield RollbackNative(pt.provider, native, ids[cut])
+        after = [str(turn.get("turnId")) for turn in (yield ListNativeTurns(pt.provider, native, workspace))]
         if after != ids[:cut]:
             raise RevertImpossible(f"after the revert its native history has {len(after)} turns, expected the {cut} kept")
     # What it has seen now: its kept turns' runs and what their handoffs told
@@ -131,29 +127,29 @@ async def _revert_natively(actor: ThreadActor, pt: ProviderThread, undone: set[s
         if handoff is not None:
             seen.update(handoff.covered_run_ids)
     if pt.forked_from is not None:
-        inherited = fork_transfer(store, actor.thread_id)
+        inherited = fork_transfer(store, ctx.thread_id)
         if inherited is not None:
             seen.update(inherited.source_run_ids)
     covered = [run_id for run_id in pt.covered_run_ids if run_id not in undone and run_id in seen]
     # covered_run_count is the legacy form of coverage: zeroed, or an empty
     # coverage would be read as "every run up to that count".
-    return struct_copy(pt, covered_run_ids=covered, covered_run_count=0, updated_at=actor.now())
+    return struct_copy(pt, covered_run_ids=covered, covered_run_count=0, updated_at=ctx.now())
 
 
-async def roll_back(actor: ThreadActor, undone: set[str]) -> MemoryRollback:
+def roll_back(ctx: ThreadContext, undone: set[str]) -> Transition:
     """Roll back the memory of every provider thread of the thread that saw a
     run in ``undone`` (see the module docstring). Nothing is written here:
-    the caller applies the outcome in its batch."""
+    the caller applies the outcome (``MemoryRollback``) in its batch."""
     if not undone:
         return MemoryRollback("none", "no run was rolled back")
-    store = actor.store
-    current = actor.state.provider_thread
-    candidates = {pt.id: pt for pt in store.thread_provider_threads(actor.thread_id)}
+    store = ctx.store
+    current = ctx.state.provider_thread
+    candidates = {pt.id: pt for pt in store.thread_provider_threads(ctx.thread_id)}
     if current is not None:
         candidates[current.id] = current
     outcome = MemoryRollback("none", "no provider thread had seen the rolled-back runs")
     for pt in candidates.values():
-        if pt.status == "unusable" or not _affected(actor, pt, undone):
+        if pt.status == "unusable" or not _affected(ctx, pt, undone):
             continue
         is_current = current is not None and pt.id == current.id
         if not is_current:
@@ -161,20 +157,20 @@ async def roll_back(actor: ThreadActor, undone: set[str]) -> MemoryRollback:
             if outcome.kind == "none":
                 outcome.kind, outcome.reason = "rebuilt", "an earlier provider thread had seen rolled-back runs"
             continue
-        adapter = actor.sessions.adapter(pt.provider)
+        adapter = ctx.adapter(pt.provider)
         if not adapter.capabilities.rollback:
             why = f"rolled_back: {pt.provider} cannot rewind a session; the next run starts a fresh one with a summary of the kept runs"
             outcome.retire.append((pt, why))
             outcome.kind, outcome.reason = "rebuilt", why
             continue
         try:
-            outcome.reverted.append(await _revert_natively(actor, pt, undone))
+            outcome.reverted.append((yield from _revert_natively(ctx, pt, undone)))
             outcome.kind, outcome.reason = "native", f"{pt.provider} reverted its native thread"
         except Exception as exc:  # noqa: BLE001 - the files are back already: the graph must follow
             if isinstance(exc, (RevertImpossible, ProviderRuntimeError, AgentdError, OSError)):
-                log.warning("thread %s: native revert of %s failed: %s", actor.thread_id, pt.id, exc)
+                log.warning("thread %s: native revert of %s failed: %s", ctx.thread_id, pt.id, exc)
             else:
-                log.exception("thread %s: native revert of %s failed", actor.thread_id, pt.id)
+                log.error("thread %s: native revert of %s failed", ctx.thread_id, pt.id, exc_info=exc)
             why = (f"rolled_back: the native revert failed ({exc}); the next run starts a fresh provider thread "
                    "with a summary of the kept runs")
             outcome.retire.append((pt, why))

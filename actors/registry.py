@@ -26,13 +26,14 @@ from agentd.store.ids import new_id
 from agentd.store.reconcile import plan_reconciliation
 from agentd.store.records import AppThread, CommandReceipt, ProviderThread, to_wire
 
+from .context import thread_record
 from .failures import FailureBook, Incident, failed_error, reason_of
-from .workspace_guard import RestoringFolders
+from .restoring_folders import RestoringFolders
 from .messages import Command, Handler
+from .reply import Reply
 from .providers.base import ProviderEvent, SessionExited, SessionHost
 from .checkpoints import CheckpointEngine
 from .config import DaemonConfig
-from .delegation import TaskWatch
 from .steering import message_send
 from .thread_actor import ThreadActor
 
@@ -221,8 +222,7 @@ class ThreadRegistry:
         self.sessions = sessions
         self.config = config
         self.workspaces_dir = Path(workspaces_dir)
-        # A thread's own folder is this prefix + its id: no pathlib per create.
-        self._workspace_prefix = os.path.join(str(self.workspaces_dir), "")
+        self._workspaces_folder = str(self.workspaces_dir)
         self.wall_clock = wall_clock
         self.actor_idle_timeout = actor_idle_timeout
         #: set when the daemon begins to stop: no new run starts after it
@@ -240,7 +240,7 @@ class ThreadRegistry:
         #: folders restores are writing: runs of other threads wait to start there
         self.restoring = RestoringFolders()
 
-    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Host actors until cancelled."""
         # A supervisor restart starts with no actors: an actor made while the
         # registry was down never ran, and must not swallow commands now.
@@ -348,8 +348,9 @@ class ThreadRegistry:
             self.sessions.mark_busy(thread_id, False)
             now = self.wall_clock()
             batch, report = plan_reconciliation(self.store, now, reason=reason, thread_id=thread_id)
+            counts: dict[str, Any] = report.as_dict()
             batch.event("thread.failed", thread_id=thread_id, at=now, incidentId=incident.id,
-                        reason=incident.reason, quarantined=quarantined, **report.as_dict())
+                        reason=incident.reason, quarantined=quarantined, **counts)
             await self.store.commit(batch)
         except Exception:  # noqa: BLE001 - a failed recovery quarantines the thread, nothing more
             log.exception("thread %s: recovery after incident %s failed", thread_id, incident.id)
@@ -400,7 +401,7 @@ class ThreadRegistry:
         if refusal is not None:
             raise refusal
 
-    def _retire(self, actor: ThreadActor) -> bool:
+    def retire(self, actor: ThreadActor) -> bool:
         """Drop an idle actor, unless something reached its mailbox meanwhile.
         Synchronous on purpose: no command can slip in between check and drop."""
         if actor.send_channel.statistics().current_buffer_used:
@@ -427,9 +428,9 @@ class ThreadRegistry:
             Overloaded: the thread's mailbox is full.
         """
         if command_id is None:
-            return await self._send(thread_id, Command(method, handler, params))
+            return await self._send(thread_id, Command(method, handler, params, reply := Reply()), reply)
         async with self._reserve(command_id):
-            return await self._send(thread_id, Command(method, handler, params, command_id))
+            return await self._send(thread_id, Command(method, handler, params, reply := Reply(), command_id), reply)
 
     @asynccontextmanager
     async def _reserve(self, command_id: str) -> AsyncIterator[None]:
@@ -450,7 +451,7 @@ class ThreadRegistry:
             del self._commands_in_flight[command_id]
             done.set()
 
-    async def _send(self, thread_id: str, command: Command) -> Any:
+    async def _send(self, thread_id: str, command: Command, reply: Reply) -> Any:
         """Put ``command`` into the thread's mailbox and wait for its answer."""
         for _ in range(3):
             await self._settled(thread_id)
@@ -468,7 +469,7 @@ class ThreadRegistry:
                 )
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 continue  # retired between lookup and send; a new actor takes it
-        return await command.reply.wait()
+        return await reply.wait()
 
     async def deliver(self, thread_id: str, event: ProviderEvent) -> None:
         """Hand a provider event to its thread's actor (waits if the mailbox is full).
@@ -579,7 +580,9 @@ class ThreadRegistry:
                 fork = ThreadForkParams(thread_id=parent.id, title=params.title, workspace=params.workspace,
                                         created_by=params.created_by)
                 # Straight to the parent's actor: this create already holds the commandId.
-                return await self._send(parent.id, Command("thread.create", thread_fork, fork, command_id))
+                forked: dict[str, Any] = await self._send(
+                    parent.id, Command("thread.create", thread_fork, fork, reply := Reply(), command_id), reply)
+                return forked
         thread = self.new_thread_record(
             title=params.title or "", provider=provider, workspace=workspace, parent=parent,
             relationship=params.relationship if parent is not None else None,
@@ -608,19 +611,15 @@ class ThreadRegistry:
         self, *, title: str, provider: str, workspace: str | None, parent: AppThread | None = None,
         relationship: str | None = None, side_chat: bool = False, created_by: str = "user",
     ) -> AppThread:
-        """An AppThread record, not yet stored (SPEC F1, with F8's light lineage)."""
-        thread_id = new_id("thr")
-        now = self.wall_clock()
-        # Without a workspace of its own the thread gets a folder, created when
-        # the first run starts: thread.create touches nothing but the store.
-        return AppThread(
-            id=thread_id, title=title, workspace=workspace or self._workspace_prefix + thread_id, provider=provider,
-            created_at=now, updated_at=now,
-            parent_thread_id=parent.id if parent else None,
-            relationship_to_parent=relationship if parent else None,
-            root_thread_id=(parent.root_thread_id or parent.id) if parent else thread_id,
-            side_chat=side_chat, created_by=created_by,
-        )
+        """An AppThread record, not yet stored (``context.thread_record``)."""
+        return thread_record(now=self.wall_clock(), workspaces_dir=self._workspaces_folder, title=title,
+                             provider=provider, workspace=workspace, parent=parent, relationship=relationship,
+                             side_chat=side_chat, created_by=created_by)
+
+    @property
+    def workspaces_folder(self) -> str:
+        """Where threads without a workspace get their own folder."""
+        return self._workspaces_folder
 
     async def send_internal(self, thread_id: str, text: str) -> Any:
         """A message the daemon itself sends to a thread (e.g. a plan to implement)."""
@@ -637,12 +636,31 @@ class ThreadRegistry:
         a run starting, running or waiting, as the live actors hold them (a
         thread with an active run always has its actor loaded). In memory
         only: the workspaces are as the threads name them, not resolved."""
-        out = []
+        out: list[tuple[str, str, str, str]] = []
         for actor in list(self._actors.values()):
             active = actor.state.active
             if active is not None:
                 out.append((actor.thread_id, active.run.id, active.run.status, actor.state.thread.workspace))
         return out
+
+
+class TaskWatch:
+    """In-memory wake-ups for ``task.result {wait: true}``: a waiter takes
+    the task's event *before* it checks the store, and the task's actor sets
+    it once the task's end is durable."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, trio.Event] = {}
+
+    def watch(self, task_id: str) -> trio.Event:
+        """The event set when task ``task_id`` ends (take it before checking)."""
+        return self._events.setdefault(task_id, trio.Event())
+
+    def ended(self, task_id: str) -> None:
+        """Task ``task_id`` ended (its result is durable): wake its waiters."""
+        event = self._events.pop(task_id, None)
+        if event is not None:
+            event.set()
 
 
 def _lone(group: BaseExceptionGroup) -> BaseException:

@@ -13,7 +13,7 @@ Handlers (one per method): ``approval_respond``, ``user_input_respond``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound, NotResumable
 from agentd.store.db import struct_copy
@@ -21,13 +21,12 @@ from agentd.store.ids import new_id
 from agentd.store.records import NODE_TERMINAL, ExecutionNode, NodeStatus, PlanArtifact, RuntimeRequest, to_wire
 
 from . import graph
+from .context import ThreadContext
+from .effects import AnswerRequest, Commit, Decision, Transition
 from .graph import EVENT_PREFIX, ThreadBatch
 from .messages import Command
 from .providers.base import ProviderRuntimeError, RequestOpened
 from .state import ThreadState
-
-if TYPE_CHECKING:
-    from .thread_actor import ThreadActor
 
 #: request kind -> the kind of its node
 NODE_KIND = {"approval": "approval", "user_input": "user_input_request"}
@@ -121,16 +120,16 @@ def resolve(
 # -- in the actor -----------------------------------------------------------------------
 
 
-async def on_request_opened(actor: ThreadActor, event: RequestOpened) -> None:
+def on_request_opened(ctx: ThreadContext, event: RequestOpened) -> Decision:
     """The provider asks the person something (``request_opened``)."""
-    batch = actor.batch()
-    request_opened(batch, actor.state, event)
-    await actor.commit(batch)
+    batch = ctx.batch()
+    request_opened(batch, ctx.state, event)
+    return Decision(batch)
 
 
-def _pending_request(actor: ThreadActor, request_id: str, kind: str) -> RuntimeRequest:
-    request = actor.store.get(RuntimeRequest, request_id)
-    if request is None or request.thread_id != actor.thread_id:
+def _pending_request(ctx: ThreadContext, request_id: str, kind: str) -> RuntimeRequest:
+    request = ctx.store.get(RuntimeRequest, request_id)
+    if request is None or request.thread_id != ctx.thread_id:
         raise NotFound(f"no request {request_id}; list pending requests with thread.requests", requestId=request_id)
     if request.kind != kind:
         method = "approval.respond" if request.kind == "approval" else "user-input.respond"
@@ -142,63 +141,61 @@ def _pending_request(actor: ThreadActor, request_id: str, kind: str) -> RuntimeR
     return request
 
 
-async def _answer(actor: ThreadActor, request: RuntimeRequest, response: dict[str, Any]) -> None:
+def _answer(ctx: ThreadContext, request: RuntimeRequest, response: dict[str, Any]) -> Transition:
     """Send ``response`` through the live callback, or mark the request
     not_resumable and raise NotResumable."""
-    active = actor.state.active
-    live = actor.sessions.live_session(actor.thread_id)
+    active = ctx.state.active
     why = None
     if active is None or request.id not in active.requests:
         why = "its run is no longer active"
-    elif live is None or live[0] != request.session_id:
+    elif ctx.live_session_id() != request.session_id or request.session_id is None:
         why = "the provider session that asked has ended"
     else:
         try:
-            await live[1].answer_request(request.provider_request_ref or "", response)
+            yield AnswerRequest(request.session_id, request.provider_request_ref or "", response)
             return
         except ProviderRuntimeError as exc:
             why = f"the provider could not take the answer ({exc})"
-    batch = actor.batch()
+    batch = ctx.batch()
     graph.mark_not_resumable(batch, request, why)
     if active is not None:
         active.requests.pop(request.id, None)
-    await actor.commit(batch)
+    yield Commit(batch)
     raise NotResumable(f"request {request.id} can no longer be answered: {why}", requestId=request.id)
 
 
-async def _resolve(
-    actor: ThreadActor, command: Command, request: RuntimeRequest, response: dict[str, Any], node_status: NodeStatus,
+def _resolve(
+    ctx: ThreadContext, command: Command, request: RuntimeRequest, response: dict[str, Any], node_status: NodeStatus,
     event_type: str,
-) -> dict[str, Any]:
-    active = actor.state.active
+) -> Decision:
+    active = ctx.state.active
     assert active is not None
-    batch = actor.batch()
-    resolve(batch, actor.state, request, response, node_status, event_type, artifacts=actor.store.run_artifacts(active.run.id))
+    batch = ctx.batch()
+    resolve(batch, ctx.state, request, response, node_status, event_type, artifacts=ctx.store.run_artifacts(active.run.id))
     result = {"requestId": request.id, "status": "resolved"}
     batch.record_receipt(command.command_id, command.method, result)
-    committed = await actor.commit(batch)
-    return {**result, "seq": committed.seq}
+    return Decision(batch, result)
 
 
 # -- handlers ---------------------------------------------------------------------------
 
 
-async def approval_respond(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def approval_respond(ctx: ThreadContext, command: Command) -> Transition:
     """``approval.respond``: accept or decline a pending approval."""
     params = command.params
-    request = _pending_request(actor, params.request_id, "approval")
-    await _answer(actor, request, {"decision": params.decision})
-    node_status = "completed" if params.decision == "accept" else "cancelled"
-    return await _resolve(actor, command, request, {"decision": params.decision}, node_status, "approval.resolved")
+    request = _pending_request(ctx, params.request_id, "approval")
+    yield from _answer(ctx, request, {"decision": params.decision})
+    node_status: NodeStatus = "completed" if params.decision == "accept" else "cancelled"
+    return _resolve(ctx, command, request, {"decision": params.decision}, node_status, "approval.resolved")
 
 
-async def user_input_respond(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def user_input_respond(ctx: ThreadContext, command: Command) -> Transition:
     """``user-input.respond``: answer every question of a user-input request."""
     params = command.params
-    request = _pending_request(actor, params.request_id, "user_input")
+    request = _pending_request(ctx, params.request_id, "user_input")
     asked = [q.get("id") for q in request.detail.get("questions", [])]
     missing = [q for q in asked if q not in params.answers]
     if missing:
         raise InvalidParams(f"answers lack {', '.join(map(str, missing))}; answer every question", field="answers")
-    await _answer(actor, request, {"answers": params.answers})
-    return await _resolve(actor, command, request, {"answers": params.answers}, "completed", "user_input.resolved")
+    yield from _answer(ctx, request, {"answers": params.answers})
+    return _resolve(ctx, command, request, {"answers": params.answers}, "completed", "user_input.resolved")

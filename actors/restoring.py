@@ -37,14 +37,17 @@ from agentd.store.ids import new_id
 from agentd.store.reconcile import RESTORE
 from agentd.store.records import Checkpoint, Effect, to_wire
 
-from .checkpointing import captured_checkpoint, engine_of
-from .checkpoints import CaptureResult, CheckpointError, RestoreResult, checkpoint_ref
+from .checkpointing import captured_checkpoint
+from .checkpoints.errors import CheckpointError
 from .checkpoints.names import raw
-from .graph import settle_effect
+from .checkpoints.refs import checkpoint_ref
+from .checkpoints.results import CaptureResult, RestoreResult
+from .effects import Commit, Decision, RestoreFiles, Transition
+from .graph import ThreadBatch, settle_effect
 
 if TYPE_CHECKING:
+    from .context import ThreadContext
     from .messages import Command
-    from .thread_actor import ThreadActor
 
 #: how many paths a restore_incomplete message names before "and N more"
 NAMED_IN_MESSAGE = 5
@@ -110,32 +113,33 @@ def incomplete_message(target: Checkpoint, safety: Checkpoint, result: RestoreRe
     return text + "."
 
 
-async def restore_files(actor: ThreadActor, target: Checkpoint, *, effect: Effect | None = None,
-                        fail_incomplete: bool = True, include: list[bytes] | None = None) -> Restored:
+def restore_files(ctx: ThreadContext, target: Checkpoint, *, effect: Effect | None = None,
+                  fail_incomplete: bool = True, include: list[bytes] | None = None) -> Transition:
     """Put ``target``'s files back, after a ``pre_rollback`` safety capture
     of the workspace as it is now (restoring that one undoes this), which is
     committed — with ``effect`` updated to name it, or a ``restore`` outbox
-    entry of its own when there is none — before any file is touched.
+    entry of its own when there is none — before any file is touched. The
+    result: ``Restored``.
 
     With ``fail_incomplete``, a restore that leaves paths as they were
     settles ``effect`` and raises RestoreIncomplete saying what was and was
     not restored; without, the caller reports it. A restore that could not
     start (the safety capture failed) raises InvalidState: nothing changed.
     """
-    engine = engine_of(actor)
-    if engine is None:
+    if not ctx.checkpoints_on:
         raise InvalidState("checkpoints are off in this agentd")
-    workspace = target.workspace or actor.state.thread.workspace
-    safety_n = 1 + sum(1 for c in actor.store.thread_checkpoints(actor.thread_id) if c.kind == "pre_rollback")
+    thread_id = ctx.thread_id
+    workspace = target.workspace or ctx.state.thread.workspace
+    safety_n = 1 + sum(1 for c in ctx.store.thread_checkpoints(thread_id) if c.kind == "pre_rollback")
     safety_id = new_id("ckp")
     # The id makes the ref unique even if a crash lost an earlier record.
-    safety_ref = checkpoint_ref(actor.thread_id, "pre_rollback", f"{safety_n}-{safety_id}")
+    safety_ref = checkpoint_ref(thread_id, "pre_rollback", f"{safety_n}-{safety_id}")
     recorded: list[tuple[Checkpoint, Effect]] = []
 
-    async def record_safety(capture: CaptureResult) -> None:
-        batch = actor.batch()
+    def record_safety(capture: CaptureResult) -> ThreadBatch:
+        batch = ctx.batch()
         safety = Checkpoint(
-            id=safety_id, thread_id=actor.thread_id, scope="pre_rollback", kind="pre_rollback", ordinal=safety_n,
+            id=safety_id, thread_id=thread_id, scope="pre_rollback", kind="pre_rollback", ordinal=safety_n,
             commit=capture.commit, ref=safety_ref, base_checkpoint_id=target.id,
             summary=msgspec.to_builtins(capture.summary), workspace=workspace, created_at=batch.now,
         )
@@ -145,28 +149,29 @@ async def restore_files(actor: ThreadActor, target: Checkpoint, *, effect: Effec
         if effect is not None:
             marker = struct_copy(effect, payload={**effect.payload, **payload})
         else:
-            marker = Effect(id=new_id("eff"), kind=RESTORE, thread_id=actor.thread_id, replay_safe=False,
+            marker = Effect(id=new_id("eff"), kind=RESTORE, thread_id=thread_id, replay_safe=False,
                             created_at=batch.now, payload=payload)
         batch.put(marker)
-        await actor.commit(batch)
         recorded.append((safety, marker))
+        return batch
 
+    assert target.commit is not None
     try:
-        result = await engine.restore(workspace, target.commit, safety_ref=safety_ref, include=include or (),
-                                      before_files=record_safety)
+        result: RestoreResult = yield RestoreFiles(workspace, target.commit, safety_ref, tuple(include or ()),
+                                                   record_safety)
     except CheckpointError as exc:
-        batch = actor.batch()
+        batch = ctx.batch()
         settle_effect(batch, recorded[0][1] if recorded else effect, "done", reason=f"nothing restored: {exc}")
         if batch:
-            await actor.commit(batch)
+            yield Commit(batch)
         raise InvalidState(f"cannot restore checkpoint {target.id}: {exc}", checkpointId=target.id,
                            reason=exc.reason) from None
     safety, marker = recorded[0]
     restored = Restored(safety=safety, result=result, paths=sorted(result.written + result.deleted), effect=marker)
     if fail_incomplete and not result.complete:
-        batch = actor.batch()
+        batch = ctx.batch()
         settle_effect(batch, marker, "done", reason=f"restore incomplete: {result.error or 'paths left as they were'}")
-        await actor.commit(batch)
+        yield Commit(batch)
         raise RestoreIncomplete(
             incomplete_message(target, safety, result, rollback=effect is not None and effect.kind != RESTORE),
             checkpointId=target.id, safetyCheckpointId=safety.id, restored=restored.paths,
@@ -175,27 +180,27 @@ async def restore_files(actor: ThreadActor, target: Checkpoint, *, effect: Effec
     return restored
 
 
-async def checkpoint_restore(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def checkpoint_restore(ctx: ThreadContext, command: Command) -> Transition:
     """``checkpoint.restore``: put a captured checkpoint's files back, after a
     ``pre_rollback`` safety capture of the workspace as it is now. Refused
     while a run is active or waiting; changes no run and no agent memory."""
     params = command.params
-    state = actor.state
-    if engine_of(actor) is None:
+    state = ctx.state
+    if not ctx.checkpoints_on:
         raise InvalidState("checkpoints are off in this agentd")
     include = include_paths(params.include)
-    target = captured_checkpoint(actor.store, params.checkpoint_id)
-    if target.thread_id != actor.thread_id:  # pragma: no cover - routed by the checkpoint's thread
-        raise NotFound(f"no checkpoint {target.id} in thread {actor.thread_id}", checkpointId=target.id)
+    target = captured_checkpoint(ctx.store, params.checkpoint_id)
+    if target.thread_id != ctx.thread_id:  # pragma: no cover - routed by the checkpoint's thread
+        raise NotFound(f"no checkpoint {target.id} in thread {ctx.thread_id}", checkpointId=target.id)
     if state.active is not None:
         raise InvalidState(
-            f"thread {actor.thread_id} has run {state.active.run.id} {state.active.run.status}: "
+            f"thread {ctx.thread_id} has run {state.active.run.id} {state.active.run.status}: "
             "stop it (thread.stop) before restoring a checkpoint",
-            threadId=actor.thread_id, runId=state.active.run.id,
+            threadId=ctx.thread_id, runId=state.active.run.id,
         )
-    restored = await restore_files(actor, target, fail_incomplete=False, include=include)
+    restored = yield from restore_files(ctx, target, fail_incomplete=False, include=include)
     result = restored.result
-    batch = actor.batch()
+    batch = ctx.batch()
     answer = {
         "checkpointId": target.id,
         "safetyCheckpointId": restored.safety.id,
@@ -211,5 +216,4 @@ async def checkpoint_restore(actor: ThreadActor, command: Command) -> dict[str, 
     batch.emit("checkpoint.restored", run_id=target.run_id, node_id=target.node_id, **answer)
     settle_effect(batch, restored.effect, "done")
     batch.record_receipt(command.command_id, command.method, answer)
-    committed = await actor.commit(batch)
-    return {**answer, "seq": committed.seq}
+    return Decision(batch, answer)

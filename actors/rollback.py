@@ -30,33 +30,33 @@ the files back.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentd.protocol import wire
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
-from agentd.store.db import struct_copy
+from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
 from agentd.store.reconcile import ROLLBACK
 from agentd.store.records import Checkpoint, Effect, ExecutionNode, Run, to_wire
 
 from . import checkpointing, graph, lineage, provider_memory, restoring, run_control
-from .checkpoints import CheckpointError
+from .checkpoints.errors import CheckpointError
+from .context import ThreadContext
+from .effects import Commit, Decision, Diff, Transition
+from .graph import ThreadBatch
 from .messages import Command
 
-if TYPE_CHECKING:
-    from .thread_actor import ThreadActor
 
-
-def target_checkpoint(actor: ThreadActor, ordinal: int) -> Checkpoint:
+def target_checkpoint(ctx: ThreadContext, ordinal: int) -> Checkpoint:
     """The captured root checkpoint that is the state after run ``ordinal``
     (0: the baseline before the thread's first run)."""
-    store = actor.store
-    thread_id = actor.thread_id
+    store = ctx.store
+    thread_id = ctx.thread_id
     runs = {run.ordinal: run for run in store.thread_runs(thread_id)}
     if ordinal > 0:
         run = runs.get(ordinal)
         if run is None:
-            raise NotFound(f"thread {thread_id} has no run {ordinal} (it has {actor.state.thread.run_count})",
+            raise NotFound(f"thread {thread_id} has no run {ordinal} (it has {ctx.state.thread.run_count})",
                            threadId=thread_id, targetOrdinal=ordinal)
         if run.status == "rolled_back":
             raise InvalidState(f"run {ordinal} ({run.id}) was rolled back already; roll back to a run still in the thread",
@@ -85,61 +85,47 @@ def target_checkpoint(actor: ThreadActor, ordinal: int) -> Checkpoint:
     return checkpoint
 
 
-def later_runs(actor: ThreadActor, ordinal: int) -> list[Run]:
+def later_runs(ctx: ThreadContext, ordinal: int) -> list[Run]:
     """The runs a rollback to ``ordinal`` undoes: every ended run after it
     that is not rolled back already."""
-    return [run for run in actor.store.thread_runs(actor.thread_id)
+    return [run for run in ctx.store.thread_runs(ctx.thread_id)
             if run.ordinal > ordinal and run.status not in ("queued", "running", "waiting", "rolled_back")]
 
 
-async def rollback_to_run(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def rollback_to_run(ctx: ThreadContext, command: Command) -> Transition:
     """``rollback.toRun {threadId, targetOrdinal}``: see the module docstring."""
     params: wire.RollbackToRunParams = command.params
-    state = actor.state
-    thread_id = actor.thread_id
-    if checkpointing.engine_of(actor) is None:
+    state = ctx.state
+    thread_id = ctx.thread_id
+    if not ctx.checkpoints_on:
         raise InvalidState("checkpoints are off in this agentd, so there is nothing to roll back to")
     if state.active is not None:
         raise InvalidState(
             f"thread {thread_id} has run {state.active.run.id} {state.active.run.status}: stop it (thread.stop) "
             "before rolling back", threadId=thread_id, runId=state.active.run.id,
         )
-    target = target_checkpoint(actor, params.target_ordinal)
-    undone = later_runs(actor, params.target_ordinal)
+    target = target_checkpoint(ctx, params.target_ordinal)
+    undone = later_runs(ctx, params.target_ordinal)
 
     # An outbox entry first: a daemon killed from here until the final commit
     # leaves a trace the next start turns into retired provider threads.
-    marker = actor.batch()
+    marker = ctx.batch()
     effect = Effect(id=new_id("eff"), kind=ROLLBACK, thread_id=thread_id, replay_safe=False, created_at=marker.now,
                     payload={"targetOrdinal": params.target_ordinal, "checkpointId": target.id,
                              "runIds": [run.id for run in undone]})
     marker.put(effect)
-    await actor.commit(marker)
+    yield Commit(marker)
 
-    restored = await restoring.restore_files(actor, target, effect=effect)
-    memory = await provider_memory.roll_back(actor, {run.id for run in undone})
+    restored = yield from restoring.restore_files(ctx, target, effect=effect)
+    memory = yield from provider_memory.roll_back(ctx, {run.id for run in undone})
 
-    batch = actor.batch()
+    batch = ctx.batch()
+    why = f"rolled_back: the thread was rolled back to run {params.target_ordinal}"
     for run in list(state.queued):
-        run_control.cancel_queued_run(actor, batch, run, f"rolled_back: the thread was rolled back to run {params.target_ordinal}")
+        run_control.cancel_queued_run(ctx, batch, run, why)
     if state.thread.held_run_ids:
         graph.set_thread(batch, state, held_run_ids=[], queue_held=False)
-    why = f"rolled_back: the thread was rolled back to run {params.target_ordinal}"
-    for run in undone:
-        rolled = struct_copy(run, status="rolled_back", reason=why, status_before_rollback=run.status,
-                             rolled_back_at=batch.now)
-        batch.put(rolled)
-        batch.emit("run.rolled_back", run_id=run.id, node_id=run.root_node_id, run=to_wire(rolled),
-                   targetOrdinal=params.target_ordinal)
-    undone_ids = {run.id for run in undone}
-    stale = [c for c in actor.store.thread_checkpoints(thread_id)
-             if c.status == "captured" and c.kind != "pre_rollback"
-             and (c.run_id in undone_ids and not (c.kind == "baseline" and c.ordinal <= params.target_ordinal))]
-    for checkpoint in stale:
-        checkpoint = struct_copy(checkpoint, status="stale", reason="rolled_back",
-                                 detail=f"the thread was rolled back to run {params.target_ordinal}")
-        batch.put(checkpoint)
-        batch.emit("checkpoint.stale", run_id=checkpoint.run_id, node_id=checkpoint.node_id, checkpoint=to_wire(checkpoint))
+    stale = _undo_runs(ctx.store, batch, thread_id, undone, params.target_ordinal, why)
     memory.apply(batch, state)
     safety = restored.safety  # committed before the files were touched
     graph.settle_effect(batch, restored.effect, "done")
@@ -157,18 +143,39 @@ async def rollback_to_run(actor: ThreadActor, command: Command) -> dict[str, Any
         "safetyCheckpointId": safety.id,
         "staleCheckpointIds": [c.id for c in stale],
     }
-    target_run = actor.store.get(Run, target.run_id) if params.target_ordinal > 0 and target.run_id else None
+    target_run = ctx.store.get(Run, target.run_id) if params.target_ordinal > 0 and target.run_id else None
     batch.emit("thread.rolled_back", run_id=target_run.id if target_run else None,
                node_id=target_run.root_node_id if target_run else None, **answer)
     batch.record_receipt(command.command_id, command.method, answer)
-    committed = await actor.commit(batch)
-    return {**answer, "seq": committed.seq}
+    return Decision(batch, answer)
+
+
+def _undo_runs(store: Store, batch: ThreadBatch, thread_id: str, undone: list[Run], target_ordinal: int,
+               why: str) -> list[Checkpoint]:
+    """Mark the ``undone`` runs ``rolled_back`` and their checkpoints
+    ``stale`` (kept and shown, never deleted); the stale checkpoints."""
+    for run in undone:
+        rolled = struct_copy(run, status="rolled_back", reason=why, status_before_rollback=run.status,
+                             rolled_back_at=batch.now)
+        batch.put(rolled)
+        batch.emit("run.rolled_back", run_id=run.id, node_id=run.root_node_id, run=to_wire(rolled),
+                   targetOrdinal=target_ordinal)
+    undone_ids = {run.id for run in undone}
+    stale = [c for c in store.thread_checkpoints(thread_id)
+             if c.status == "captured" and c.kind != "pre_rollback"
+             and (c.run_id in undone_ids and not (c.kind == "baseline" and c.ordinal <= target_ordinal))]
+    for checkpoint in stale:
+        checkpoint = struct_copy(checkpoint, status="stale", reason="rolled_back",
+                                 detail=f"the thread was rolled back to run {target_ordinal}")
+        batch.put(checkpoint)
+        batch.emit("checkpoint.stale", run_id=checkpoint.run_id, node_id=checkpoint.node_id, checkpoint=to_wire(checkpoint))
+    return stale
 
 
 # -- rollback.node --------------------------------------------------------------------------
 
 
-def _descendants(store, run_id: str, node_id: str) -> set[str]:
+def _descendants(store: Store, run_id: str, node_id: str) -> set[str]:
     """The nodes of the run nested under ``node_id`` (at any depth)."""
     parents = {node.id: node.parent_node_id for node in store.run_nodes(run_id)}
     out: set[str] = set()
@@ -184,20 +191,12 @@ def _descendants(store, run_id: str, node_id: str) -> set[str]:
     return out
 
 
-async def rollback_node(actor: ThreadActor, command: Command) -> dict[str, Any]:
-    """``rollback.node {nodeId, checkpointId}``: put a child scope's files back
-    as they were when that child (a subagent, a delegated task) ended.
-
-    The checkpoint's files are restored after a ``pre_rollback`` safety
-    capture, as ``rollback.toRun`` does; the checkpoints of the children
-    nested under it become ``stale``. The parent's runs and the parent
-    agent's memory are kept; ``parentChangedFiles`` names the files the
-    parent (or anything after the child) had changed since, which are now
-    back as the child left them."""
-    params: wire.RollbackNodeParams = command.params
-    store = actor.store
-    state = actor.state
-    thread_id = actor.thread_id
+def _node_target(ctx: ThreadContext, params: wire.RollbackNodeParams) -> tuple[ExecutionNode, Checkpoint]:
+    """The node and its child-scope checkpoint a ``rollback.node`` names,
+    checked (``not_found``, ``invalid_params``, ``invalid_state``)."""
+    store = ctx.store
+    state = ctx.state
+    thread_id = ctx.thread_id
     node = store.get(ExecutionNode, params.node_id)
     if node is None or node.thread_id != thread_id:  # pragma: no cover - routed by the node's thread
         raise NotFound(f"no node {params.node_id}", nodeId=params.node_id)
@@ -216,22 +215,45 @@ async def rollback_node(actor: ThreadActor, command: Command) -> dict[str, Any]:
             f"thread {thread_id} has run {state.active.run.id} {state.active.run.status}: stop it (thread.stop) "
             "before rolling back a node", threadId=thread_id, runId=state.active.run.id,
         )
-    run = store.get(Run, node.run_id)
-    engine = checkpointing.engine_of(actor)
-    parent_changed: list[str] = []
-    parent_bytes: dict[str, str] = {}
-    parent_checkpoint = store.get(Checkpoint, run.checkpoint_id) if run is not None and run.checkpoint_id else None
-    if engine is not None and parent_checkpoint is not None and parent_checkpoint.commit and target.commit:
-        try:
-            diff = await engine.diff(target.workspace or state.thread.workspace, parent_checkpoint.commit, target.commit,
-                                     max_bytes=0)
-            parent_changed = sorted(change.path for change in diff.files)
-            parent_bytes = {c.path: c.path_bytes for c in diff.files if c.path_bytes is not None}
-        except CheckpointError:
-            parent_changed = []
-    restored = await restoring.restore_files(actor, target)
+    return node, target
 
-    batch = actor.batch()
+
+def _changed_since(ctx: ThreadContext, node: ExecutionNode, target: Checkpoint) -> Transition:
+    """The files changed between the child's checkpoint and its run's own
+    (the parent's, or anything after the child): ``(paths, pathBytes)``."""
+    store = ctx.store
+    run = store.get(Run, node.run_id)
+    parent_checkpoint = store.get(Checkpoint, run.checkpoint_id) if run is not None and run.checkpoint_id else None
+    if not ctx.checkpoints_on or parent_checkpoint is None or not parent_checkpoint.commit or not target.commit:
+        return [], {}
+    try:
+        diff = yield Diff(target.workspace or ctx.state.thread.workspace, parent_checkpoint.commit, target.commit,
+                          max_bytes=0)
+    except CheckpointError:
+        return [], {}
+    return (sorted(change.path for change in diff.files),
+            {c.path: c.path_bytes for c in diff.files if c.path_bytes is not None})
+
+
+def rollback_node(ctx: ThreadContext, command: Command) -> Transition:
+    """``rollback.node {nodeId, checkpointId}``: put a child scope's files back
+    as they were when that child (a subagent, a delegated task) ended.
+
+    The checkpoint's files are restored after a ``pre_rollback`` safety
+    capture, as ``rollback.toRun`` does; the checkpoints of the children
+    nested under it become ``stale``. The parent's runs and the parent
+    agent's memory are kept; ``parentChangedFiles`` names the files the
+    parent (or anything after the child) had changed since, which are now
+    back as the child left them."""
+    params: wire.RollbackNodeParams = command.params
+    store = ctx.store
+    state = ctx.state
+    thread_id = ctx.thread_id
+    node, target = _node_target(ctx, params)
+    parent_changed, parent_bytes = yield from _changed_since(ctx, node, target)
+    restored = yield from restoring.restore_files(ctx, target)
+
+    batch = ctx.batch()
     nested = _descendants(store, node.run_id, node.id)
     stale = [c for c in store.thread_checkpoints(thread_id)
              if c.scope == "child" and c.status == "captured" and c.node_id in nested]
@@ -245,7 +267,7 @@ async def rollback_node(actor: ThreadActor, command: Command) -> dict[str, Any]:
     child_thread = next((t.target_thread_id for t in store.thread_transfers(thread_id)
                          if t.type == "subagent_spawn" and t.source_point.node_id == node.id), None)
     shared = (target.workspace or state.thread.workspace) == state.thread.workspace
-    answer = {
+    answer: dict[str, Any] = {
         "nodeId": node.id,
         "checkpointId": target.id,
         "runId": node.run_id,
@@ -265,5 +287,4 @@ async def rollback_node(actor: ThreadActor, command: Command) -> dict[str, Any]:
     }
     batch.emit("node.rolled_back", run_id=node.run_id, node_id=node.id, **answer)
     batch.record_receipt(command.command_id, command.method, answer)
-    committed = await actor.commit(batch)
-    return {**answer, "seq": committed.seq}
+    return Decision(batch, answer)

@@ -6,9 +6,10 @@ cannot interrupt has its session stopped instead; one that does not answer
 within the grace period (or refuses) is escalated to a session stop.
 
 Stop holds the thread's queue, interrupts the active run and then — after the
-commit, outside this thread's lock — sends ``thread.stop`` to every delegated
-child, depth-first, each handled by the child's own actor. The cascade is an
-outbox entry, so a restart before it finished runs it again.
+commit, outside this thread's lock, as the ``StopChildren`` effect
+(executors.py) — sends ``thread.stop`` to every delegated child, depth-first,
+each handled by the child's own actor. The cascade is an outbox entry, so a
+restart before it finished runs it again.
 
 Handlers (one per method): ``run_interrupt``, ``thread_stop``,
 ``queue_release``, ``queued_run_cancel``, ``queued_run_reorder``.
@@ -16,26 +17,20 @@ Handlers (one per method): ``run_interrupt``, ``thread_stop``,
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from agentd.protocol.errors import CorruptRecord, InvalidParams, InvalidState, NotFound, ThreadFailed
+from agentd.protocol.errors import InvalidParams, InvalidState
 from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import ConversationMessage, Effect, ExecutionNode, MessageStatus, Run, RunAttempt, to_wire
 
 from . import graph
+from .context import ThreadContext
+from .effects import Decision, InterruptTurn, StartNext, StartTimer, StopChildren, StopSession
 from .graph import ThreadBatch
-from .messages import CascadeDone, Command, InterruptOverdue, InterruptRefused
-from .providers.base import ProviderConnection, ProviderRuntimeError
+from .messages import Command, InterruptOverdue
 from .state import ActiveRun, ThreadState
-
-if TYPE_CHECKING:
-    from .registry import ThreadRegistry
-    from .thread_actor import ThreadActor
-
-log = logging.getLogger(__name__)
 
 #: relationships of child threads that belong to (and stop with) their parent
 DELEGATED = frozenset({"delegated_task", "subagent"})
@@ -164,194 +159,153 @@ def reorder_queue(batch: ThreadBatch, state: ThreadState, run_ids: list[str]) ->
 # -- interrupting the provider ----------------------------------------------------------
 
 
-def request_interrupt(actor: ThreadActor, active: ActiveRun, reason: str) -> None:
-    """Ask for the active turn to end; ``reason`` is what an interrupted run records."""
+def request_interrupt(ctx: ThreadContext, active: ActiveRun, reason: str) -> list[Any]:
+    """Ask for the active turn to end; ``reason`` is what an interrupted run
+    records. The effects that ask the provider."""
     active.interrupt_requested = True
     active.interrupt_reason = reason
-    send_interrupt(actor, active)
+    return send_interrupt(ctx, active)
 
 
-def send_interrupt(actor: ThreadActor, active: ActiveRun) -> None:
-    """Ask the provider to interrupt the running turn (once it has started)."""
+def send_interrupt(ctx: ThreadContext, active: ActiveRun) -> list[Any]:
+    """The effects that ask the provider to interrupt the running turn
+    (once it has started): its native interrupt with a grace timer, or a
+    session stop when it has none."""
     if active.interrupt_sent or active.provider_turn is None:
-        return
+        return []
     active.interrupt_sent = True
-    thread_id = actor.thread_id
-    capabilities = actor.sessions.adapter(active.run.provider).capabilities
-    live = actor.sessions.live_session(thread_id)
+    capabilities = ctx.adapter(active.run.provider).capabilities
+    live = ctx.live_session_id()
     if not capabilities.interrupt or live is None:
         reason = "interrupt_unsupported" if not capabilities.interrupt else "interrupt_no_session"
-        actor.spawn_effect(actor.sessions.stop_session, thread_id, reason)
-        return
-    provider_thread = actor.state.provider_thread
+        return [StopSession(reason)]
+    provider_thread = ctx.state.provider_thread
     assert provider_thread is not None, "a turn started without a provider thread"
-    actor.start_timer(InterruptOverdue(active.attempt.id), actor.config.interrupt_grace)
-    actor.spawn_effect(_interrupt_turn, actor, live[1], provider_thread.native_thread_id,
-                       active.provider_turn.native_turn_id, active.attempt.id)
+    return [StartTimer(InterruptOverdue(active.attempt.id), ctx.config.interrupt_grace),
+            InterruptTurn(active.attempt.id, provider_thread.native_thread_id, active.provider_turn.native_turn_id)]
 
 
-async def _interrupt_turn(
-    actor: ThreadActor, conn: ProviderConnection, native_thread: str, native_turn: str | None, attempt_id: str,
-) -> None:
-    try:
-        await conn.interrupt_turn(native_thread, native_turn)
-    except ProviderRuntimeError as exc:
-        await actor.post(InterruptRefused(attempt_id, f"the provider refused the interrupt: {exc}"))
-
-
-async def on_interrupt_overdue(actor: ThreadActor, attempt_id: str) -> None:
+def on_interrupt_overdue(ctx: ThreadContext, attempt_id: str) -> Decision | None:
     """The interrupt's grace period passed with the turn still running."""
-    grace = actor.config.interrupt_grace
-    await escalate_interrupt(actor, attempt_id, f"the provider did not end the turn within {grace:g}s of the interrupt")
+    grace = ctx.config.interrupt_grace
+    return escalate_interrupt(ctx, attempt_id, f"the provider did not end the turn within {grace:g}s of the interrupt")
 
 
-async def escalate_interrupt(actor: ThreadActor, attempt_id: str, why: str) -> None:
+def escalate_interrupt(ctx: ThreadContext, attempt_id: str, why: str) -> Decision | None:
     """The interrupt of ``attempt_id`` did not work: stop its provider session."""
-    active = actor.state.active
+    active = ctx.state.active
     if active is None or active.attempt.id != attempt_id:
-        return
-    batch = actor.batch()
+        return None
+    batch = ctx.batch()
     batch.emit("runtime.warning", run_id=active.run.id, node_id=active.root.id,
                message=f"{why}; stopping the provider session")
-    await actor.commit(batch)
-    actor.spawn_effect(actor.sessions.stop_session, actor.thread_id, "interrupt_escalated")
+    return Decision(batch, effects=[StopSession("interrupt_escalated")])
 
 
 # -- the Stop cascade -------------------------------------------------------------------
 
 
-async def stop_delegated_children(registry: ThreadRegistry, thread_id: str) -> None:
-    """``thread.stop`` to every delegated descendant of ``thread_id``,
-    depth-first, each handled by its own actor (no cross-thread lock)."""
-    store = registry.store
-    stack = [c for c in reversed(store.thread_children(thread_id)) if c.relationship_to_parent in DELEGATED]
-    while stack:
-        child = stack.pop()
-        try:
-            await registry.call(child.id, thread_stop, InternalStop(child.id), method="thread.stop")
-        except NotFound:
-            continue
-        except (ThreadFailed, CorruptRecord) as exc:
-            # A child that failed has no run going (its recovery ended it);
-            # its own tasks are still stopped.
-            log.warning("stop of delegated task %s: %s", child.id, exc)
-        stack.extend(c for c in reversed(store.thread_children(child.id)) if c.relationship_to_parent in DELEGATED)
-
-
-async def _run_cascade(actor: ThreadActor, effect_id: str) -> None:
-    await stop_delegated_children(actor.registry, actor.thread_id)
-    await actor.post(CascadeDone(effect_id))
-
-
-async def on_cascade_done(actor: ThreadActor, effect_id: str) -> None:
+def on_cascade_done(ctx: ThreadContext, effect_id: str) -> Decision:
     """The Stop cascade finished: its outbox entry is done."""
-    batch = actor.batch()
-    graph.settle_effect(batch, actor.store.get(Effect, effect_id), "done")
-    if batch:
-        await actor.commit(batch)
+    batch = ctx.batch()
+    graph.settle_effect(batch, ctx.store.get(Effect, effect_id), "done")
+    return Decision(batch if batch else None)
 
 
 # -- handlers ---------------------------------------------------------------------------
 
 
-async def run_interrupt(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def run_interrupt(ctx: ThreadContext, command: Command) -> Decision:
     """``run.interrupt``: interrupt the active run, and with ``holdQueue``
     hold the queue and stop delegated children as Stop does."""
     params = command.params
-    state = actor.state
+    state = ctx.state
     active = state.active
     is_active = active is not None and active.run.id == params.run_id
     if not is_active:
-        run = actor.thread_run(params.run_id)
+        run = ctx.thread_run(params.run_id)
         if not params.hold_queue:
             hint = "cancel it with queued-run.cancel" if run.status == "queued" else "it has already ended"
             raise InvalidState(f"run {run.id} is {run.status}, not running: {hint}", runId=run.id, status=run.status)
-    batch = actor.batch()
-    cascade = None
+    batch = ctx.batch()
+    after: list[Any] = []
     if params.hold_queue:
         hold_queue(batch, state)
-        cascade = stop_cascade_effect(batch, state)
+        after.append(StopChildren(stop_cascade_effect(batch, state).id))
     if is_active:
+        assert active is not None
         request_interrupt_event(batch, active, hold_queue=params.hold_queue)
+        after[:0] = request_interrupt(ctx, active, "interrupted")
     result = {"runId": params.run_id, "interruptRequested": is_active, "queueHeld": state.thread.queue_held}
     batch.record_receipt(command.command_id, command.method, result)
-    committed = await actor.commit(batch)
-    if is_active:
-        request_interrupt(actor, active, "interrupted")
-    if cascade is not None:
-        actor.spawn_effect(_run_cascade, actor, cascade.id)
-    return {**result, "seq": committed.seq}
+    return Decision(batch, result, after)
 
 
-async def thread_stop(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def thread_stop(ctx: ThreadContext, command: Command) -> Decision:
     """``thread.stop``, the Stop button: hold the queue, interrupt the active
     run, then stop delegated children (only from the thread the person
     stopped; an ``InternalStop`` does not walk the tree again)."""
-    state = actor.state
-    batch = actor.batch()
+    state = ctx.state
+    batch = ctx.batch()
     hold_queue(batch, state)
     active = state.active
+    after: list[Any] = []
     if active is not None:
         request_interrupt_event(batch, active, hold_queue=True)
+        after = request_interrupt(ctx, active, "stopped")
     result = {"threadId": state.thread_id, "interruptedRunId": active.run.id if active else None, "queueHeld": True}
     cascade = stop_cascade_effect(batch, state)
     batch.record_receipt(command.command_id, command.method, result)
-    committed = await actor.commit(batch)
-    if active is not None:
-        request_interrupt(actor, active, "stopped")
     if not isinstance(command.params, InternalStop):
-        actor.spawn_effect(_run_cascade, actor, cascade.id)
-    return {**result, "seq": committed.seq}
+        after.append(StopChildren(cascade.id))
+    return Decision(batch, result, after)
 
 
-async def queue_release(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def queue_release(ctx: ThreadContext, command: Command) -> Decision:
     """``thread.queue.release``: let queued runs start again."""
-    state = actor.state
+    state = ctx.state
     if not state.thread.queue_held:
         raise InvalidState(f"the queue of thread {state.thread_id} is not held")
-    batch = actor.batch()
+    batch = ctx.batch()
     release_queue(batch, state)
-    committed = await actor.commit(batch)
-    actor.start_next()
-    return {"threadId": state.thread_id, "queuedRunIds": [r.id for r in state.queued], "seq": committed.seq}
+    return Decision(batch, {"threadId": state.thread_id, "queuedRunIds": [r.id for r in state.queued]}, [StartNext()])
 
 
-def queued_run_of(actor: ThreadActor, run_id: str) -> Run:
-    """The queued run ``run_id`` of the actor's thread (InvalidState if it is not queued)."""
-    run = actor.state.queued_run(run_id)
+def queued_run_of(ctx: ThreadContext, run_id: str) -> Run:
+    """The queued run ``run_id`` of the thread (InvalidState if it is not queued)."""
+    run = ctx.state.queued_run(run_id)
     if run is not None:
         return run
-    run = actor.thread_run(run_id)
-    active = actor.state.active
+    run = ctx.thread_run(run_id)
+    active = ctx.state.active
     hint = "interrupt it with run.interrupt" if active and active.run.id == run_id else "it is not waiting in the queue"
     raise InvalidState(f"run {run.id} is {run.status}, not queued: {hint}", runId=run.id, status=run.status)
 
 
 def cancel_queued_run(
-    actor: ThreadActor, batch: ThreadBatch, run: Run, reason: str, *, message_status: MessageStatus | None = "cancelled",
+    ctx: ThreadContext, batch: ThreadBatch, run: Run, reason: str, *, message_status: MessageStatus | None = "cancelled",
 ) -> None:
     """``cancel_queued`` with the run's records read from the store."""
-    store = actor.store
+    store = ctx.store
     cancel_queued(
-        batch, actor.state, run, reason,
-        attempt=store.get(RunAttempt, run.selected_attempt_id), root=store.get(ExecutionNode, run.root_node_id),
-        message=store.get(ConversationMessage, run.user_message_id),
+        batch, ctx.state, run, reason,
+        attempt=store.get(RunAttempt, run.selected_attempt_id) if run.selected_attempt_id else None,
+        root=store.get(ExecutionNode, run.root_node_id) if run.root_node_id else None,
+        message=store.get(ConversationMessage, run.user_message_id) if run.user_message_id else None,
         turn_start_effect=store.get(Effect, graph.turn_start_effect_id(run.id)), message_status=message_status,
     )
 
 
-async def queued_run_cancel(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def queued_run_cancel(ctx: ThreadContext, command: Command) -> Decision:
     """``queued-run.cancel``: a run that has not started never will."""
-    run = queued_run_of(actor, command.params.run_id)
-    batch = actor.batch()
-    cancel_queued_run(actor, batch, run, "cancelled_by_user")
-    committed = await actor.commit(batch)
-    return {"runId": run.id, "status": "cancelled", "seq": committed.seq}
+    run = queued_run_of(ctx, command.params.run_id)
+    batch = ctx.batch()
+    cancel_queued_run(ctx, batch, run, "cancelled_by_user")
+    return Decision(batch, {"runId": run.id, "status": "cancelled"})
 
 
-async def queued_run_reorder(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def queued_run_reorder(ctx: ThreadContext, command: Command) -> Decision:
     """``queued-run.reorder``: the queued runs start in the order given."""
-    batch = actor.batch()
-    reorder_queue(batch, actor.state, list(command.params.run_ids))
-    committed = await actor.commit(batch)
-    return {"queuedRunIds": [r.id for r in actor.state.queued], "seq": committed.seq}
+    batch = ctx.batch()
+    reorder_queue(batch, ctx.state, list(command.params.run_ids))
+    return Decision(batch, {"queuedRunIds": [r.id for r in ctx.state.queued]})

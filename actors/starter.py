@@ -8,7 +8,9 @@ actor resolves and commits it (transfers.py, lineage.py) and answers with a
 ``StartPlan`` — resume a provider thread, fork one natively, or make a new one
 — and the exact text of the stored handoff, if any, that goes ahead of the
 user's message. Then it opens (or reuses) the provider session, brings up the
-native thread and starts the turn. It reports through the mailbox:
+native thread and starts the turn. It is an effect task (it imports trio and awaits the provider); the
+transitions that take its reports are in starting.py. It reports through
+the mailbox:
 ``ProviderThreadReady`` before the turn starts (so the actor knows the
 provider thread before any event of the turn) and ``AttemptStartFailed`` if
 it cannot get the turn running.
@@ -21,29 +23,59 @@ the actor replaces it with a new provider thread given a stored
 
 from __future__ import annotations
 
+import logging
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from agentd.protocol.errors import AgentdError
+from agentd.store.ids import new_id
+from agentd.store.records import Checkpoint, to_wire
 
-from . import checkpointing, graph, lineage, workspace_guard
-from .messages import AttemptStartFailed, ContextNeeded, ProviderThreadReady, StartPlan
+from . import lineage
+from .checkpointing import capture_fields, previous_root
+from .checkpoints import checkpoint_ref
+from .graph import ThreadBatch
+from .messages import AttemptStartFailed, ContextNeeded, MailboxItem, ProviderThreadReady, StartPlan
 from .providers.base import NativeThreadMissing, ProviderConnection, ProviderRuntimeError
-from .state import ActiveRun
+from .reply import Reply
+from .state import ActiveRun, ThreadState
 
 if TYPE_CHECKING:
-    from .thread_actor import ThreadActor
+    from .host import ActorHost
+
+log = logging.getLogger(__name__)
 
 
-async def _context(actor: ThreadActor, attempt_id: str, lost: tuple[str, str] | None = None) -> StartPlan | None:
+@dataclass(frozen=True)
+class StarterHandle:
+    """What the starter task uses: the daemon, the thread's state (read:
+    its workspace) and the actor's mailbox."""
+
+    host: ActorHost
+    state: ThreadState
+    post: Callable[[MailboxItem], Awaitable[None]]
+
+    @property
+    def thread_id(self) -> str:
+        return self.state.thread_id
+
+    @property
+    def sessions(self) -> Any:
+        return self.host.sessions
+
+
+async def _context(actor: StarterHandle, attempt_id: str, lost: tuple[str, str] | None = None) -> StartPlan | None:
     """Ask the actor for the attempt's context; None: the run ends instead
     (the actor ended it, or resolving failed and is reported here)."""
-    request = ContextNeeded(attempt_id, lost)
-    await actor.post(request)
+    reply = Reply()
+    await actor.post(ContextNeeded(attempt_id, reply, lost))
     try:
-        return await request.reply.wait()
+        plan: StartPlan | None = await reply.wait()
+        return plan
     except AgentdError as exc:
         await actor.post(AttemptStartFailed(attempt_id, "context_failed", exc))
         return None
@@ -65,7 +97,7 @@ async def _resume(conn: ProviderConnection, plan: StartPlan, cwd: str) -> tuple[
 
 
 async def _unbound_session(
-    actor: ThreadActor, active: ActiveRun, conn: ProviderConnection, session_id: str,
+    actor: StarterHandle, active: ActiveRun, conn: ProviderConnection, session_id: str,
 ) -> tuple[str, ProviderConnection]:
     """A session that can start a new native thread. A runtime bound to one
     native session per process (Claude) cannot start another in the same
@@ -81,7 +113,43 @@ async def _unbound_session(
     return session_id, conn
 
 
-async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
+async def ensure_baseline(actor: StarterHandle, active: ActiveRun) -> None:
+    """Before the run's root execution starts: make sure a captured root
+    checkpoint of ordinal − 1 exists (captured now if not). Run by the
+    starter, outside the thread's lock; the record it commits is new and
+    touches no state the actor holds."""
+    engine = actor.host.checkpoints
+    store = actor.host.store
+    if engine is None:
+        return
+    run = active.run
+    if previous_root(store, actor.thread_id, run.ordinal) is not None:
+        return
+    workspace = actor.state.thread.workspace
+    # The attempt id makes the ref unique: a baseline whose record a crash
+    # lost is never in the way of the next one (refs are create-only).
+    ref = checkpoint_ref(actor.thread_id, "baseline", f"{run.ordinal - 1}-{active.attempt.id}")
+    try:
+        fields = capture_fields(await engine.capture(workspace, ref), ref)
+    except Exception as exc:  # noqa: BLE001 - recorded; the run starts anyway
+        fields = capture_fields(exc, ref, what=f"thread {actor.thread_id}: baseline capture for run {run.id}")
+    batch = ThreadBatch(thread_id=actor.thread_id, now=actor.host.wall_clock())
+    checkpoint = Checkpoint(
+        id=new_id("ckp"), thread_id=actor.thread_id, run_id=run.id, node_id=active.root.id, scope="root",
+        kind="baseline", ordinal=run.ordinal - 1, workspace=workspace, created_at=batch.now, **fields,
+    )
+    batch.put(checkpoint)
+    batch.emit(f"checkpoint.{checkpoint.status}", run_id=run.id, node_id=active.root.id, checkpoint=to_wire(checkpoint))
+    await store.commit(batch)
+
+
+async def wait_while_restored(actor: StarterHandle, workspace: str) -> None:
+    """Before a run starts in ``workspace``: wait for any restore writing there to end."""
+    folder = await trio.to_thread.run_sync(os.path.realpath, workspace)
+    await actor.host.restoring.wait_until_free(folder)
+
+
+async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
     """Get ``active``'s attempt running on the provider; report every outcome
     through ``actor``'s mailbox."""
     state = actor.state
@@ -94,10 +162,10 @@ async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
         cwd = state.thread.workspace
         await trio.to_thread.run_sync(lambda: os.makedirs(cwd, mode=0o700, exist_ok=True))
         # Another thread's restore writing here: start after it, on what it put back.
-        await workspace_guard.wait_while_restored(actor, cwd)
+        await wait_while_restored(actor, cwd)
         # Before the root execution starts: the workspace state this run's
         # checkpoint is diffed against (SPEC F13).
-        await checkpointing.ensure_baseline(actor, active)
+        await ensure_baseline(actor, active)
         session_id, conn = await actor.sessions.ensure_session(actor.thread_id, active.run.provider)
         # Known at once (same loop, no await in between): an exit of an
         # older session of this thread must not be blamed on this attempt.
@@ -137,37 +205,3 @@ async def start_attempt(actor: ThreadActor, active: ActiveRun) -> None:
             await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version))
     except (ProviderRuntimeError, AgentdError, OSError) as exc:
         await actor.post(AttemptStartFailed(attempt_id, "provider_start_failed", exc))
-
-
-async def on_provider_thread_ready(actor: ThreadActor, ready: ProviderThreadReady) -> None:
-    """Record the attempt's provider thread (new, natively forked or resumed)."""
-    state = actor.state
-    if not state.is_current(ready.attempt_id):
-        return
-    active = state.active
-    assert active is not None
-    batch = actor.batch()
-    if ready.created:
-        provider = active.run.provider
-        fields = lineage.new_provider_thread_fields(
-            active.context, lineage.provider_settings(actor.config.providers.get(provider)), ready.runtime_version,
-            forked=ready.forked,
-        )
-        pt = graph.provider_thread_ready(batch, state, ready, kind=actor.sessions.adapter(provider).kind, fields=fields)
-        lineage.provider_thread_made(batch, state, pt, native=ready.forked)
-    else:
-        graph.provider_thread_ready(batch, state, ready, kind="")
-    await actor.commit(batch)
-
-
-async def on_attempt_start_failed(actor: ThreadActor, failed: AttemptStartFailed) -> None:
-    """The turn could not start: the run ends (``interrupted`` if that was asked)."""
-    active = actor.state.active
-    if active is None or active.attempt.id != failed.attempt_id:
-        return
-    if actor.registry.shutting_down:
-        return  # the daemon is stopping: the restart reconciles this run
-    if active.interrupt_requested and active.pending_restart is None:
-        await actor.end_run(actor.batch(), "interrupted", reason=active.interrupt_reason)
-        return
-    await actor.end_run(actor.batch(), "failed", reason=f"{failed.reason}: {failed.error}")

@@ -18,7 +18,7 @@ Handlers (one per method): ``message_send``, ``queued_message_promote_to_steer``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
 from agentd.store.db import struct_copy
@@ -26,13 +26,12 @@ from agentd.store.ids import new_id
 from agentd.store.records import ConversationMessage, to_wire
 
 from . import graph, merge_back, run_control
+from .context import ThreadContext
+from .effects import ClaimSession, Commit, Decision, ReleaseClaim, SendSteer, StartNext, Transition
+from .ending import end_run, retry
 from .graph import ThreadBatch
-from .messages import Command, SteerDelivered, SteerFailed
-from .providers.base import ProviderConnection, ProviderRuntimeError
+from .messages import Command
 from .state import ActiveRun, PendingRestart, ThreadState
-
-if TYPE_CHECKING:
-    from .thread_actor import ThreadActor
 
 SteerMode = Literal["steer_active", "restart_active"]
 Strategy = Literal["native_steer", "superseding_run", "steering_restart"]
@@ -106,90 +105,68 @@ def steer_delivered(batch: ThreadBatch, message: ConversationMessage) -> None:
 # -- in the actor -----------------------------------------------------------------------
 
 
-async def steer_active(
-    actor: ThreadActor, command: Command | None, mode: SteerMode, active: ActiveRun, message: ConversationMessage,
+def steer_active(
+    ctx: ThreadContext, command: Command | None, mode: SteerMode, active: ActiveRun, message: ConversationMessage,
     batch: ThreadBatch,
-) -> dict[str, Any]:
-    """Steer ``active`` (``steer``), commit, then deliver the native steer or
-    interrupt the turn for the restart."""
-    can_steer = actor.sessions.adapter(active.run.provider).capabilities.steer
-    outcome = steer(batch, actor.state, mode, message, can_steer=can_steer)
+) -> Decision:
+    """Steer ``active`` (``steer``); after the commit, deliver the native
+    steer or interrupt the turn for the restart."""
+    can_steer = ctx.adapter(active.run.provider).capabilities.steer
+    outcome = steer(batch, ctx.state, mode, message, can_steer=can_steer)
     result = {"runId": outcome.run_id, "messageId": outcome.message.id, "strategy": outcome.strategy}
     if command is not None:
         batch.record_receipt(command.command_id, command.method, result)
-    committed = await actor.commit(batch)
     if outcome.strategy == "native_steer":
-        _deliver_steer(actor, active, outcome.message)
+        provider_thread = ctx.state.provider_thread
+        native_thread = provider_thread.native_thread_id if provider_thread else None
+        native_turn = active.provider_turn.native_turn_id if active.provider_turn else None
+        after: list[Any] = [SendSteer(outcome.message, native_thread, native_turn)]
     else:
-        run_control.request_interrupt(actor, active, "steering_restart")
-    return {**result, "seq": committed.seq}
+        after = run_control.request_interrupt(ctx, active, "steering_restart")
+    return Decision(batch, result, after)
 
 
-def _deliver_steer(actor: ThreadActor, active: ActiveRun, message: ConversationMessage) -> None:
-    live = actor.sessions.live_session(actor.thread_id)
-    provider_thread = actor.state.provider_thread
-    native_thread = provider_thread.native_thread_id if provider_thread else None
-    native_turn = active.provider_turn.native_turn_id if active.provider_turn else None
-    actor.spawn_effect(_send_steer, actor, live[1] if live else None, native_thread, native_turn, message)
-
-
-async def _send_steer(
-    actor: ThreadActor, conn: ProviderConnection | None, native_thread: str | None, native_turn: str | None,
-    message: ConversationMessage,
-) -> None:
-    try:
-        if conn is None or native_thread is None or native_turn is None:
-            raise ProviderRuntimeError("the provider session is gone")
-        await conn.steer_turn(native_thread, native_turn, text=message.text)
-    except ProviderRuntimeError as exc:
-        await actor.post(SteerFailed(message, str(exc)))
-    else:
-        await actor.post(SteerDelivered(message))
-
-
-async def on_steer_delivered(actor: ThreadActor, message: ConversationMessage) -> None:
+def on_steer_delivered(ctx: ThreadContext, message: ConversationMessage) -> Decision:
     """The provider took a native steer (``steer_delivered``)."""
-    batch = actor.batch()
+    batch = ctx.batch()
     steer_delivered(batch, message)
-    await actor.commit(batch)
+    return Decision(batch)
 
 
-async def on_steer_failed(actor: ThreadActor, message: ConversationMessage, why: str) -> None:
+def on_steer_failed(ctx: ThreadContext, message: ConversationMessage, why: str) -> Decision:
     """The provider refused the steer (e.g. the turn had just ended): fall
     back to a restart while the run is active, else run it next."""
-    state = actor.state
-    batch = actor.batch()
+    state = ctx.state
+    batch = ctx.batch()
     batch.emit("runtime.warning", run_id=message.run_id, node_id=message.node_id,
                message=f"native steer failed ({why}); falling back")
     active = state.active
     if active is not None and active.run.id == message.run_id and active.pending_restart is None:
-        await steer_active(actor, None, "restart_active", active, message, batch)
-        return
+        return steer_active(ctx, None, "restart_active", active, message, batch)
     run_control.enqueue(batch, state, message.text, state.thread.provider, dispatch_mode="queue_after_active", message=message)
-    await actor.commit(batch)
-    actor.start_next()
+    return Decision(batch, effects=[StartNext()])
 
 
-async def apply_restart(actor: ThreadActor, active: ActiveRun, batch: ThreadBatch) -> None:
+def apply_restart(ctx: ThreadContext, active: ActiveRun, batch: ThreadBatch) -> Transition:
     """The interrupted turn ended: continue as the pending steer asked."""
     pending = active.pending_restart
     assert pending is not None
     if pending.superseding_run_id is not None:
-        await actor.end_run(batch, "interrupted", reason=f"superseded by {pending.superseding_run_id}")
+        yield from end_run(ctx, batch, "interrupted", reason=f"superseded by {pending.superseding_run_id}")
     else:
-        await actor.retry(batch, "steering_restart", "restarted to apply a steering message",
-                          closing_status="interrupted", message=pending.message)
+        yield from retry(ctx, batch, "steering_restart", "restarted to apply a steering message",
+                         closing_status="interrupted", message=pending.message)
 
 
 # -- handlers ---------------------------------------------------------------------------
 
 
-def _check_provider(actor: ThreadActor, provider: str | None) -> str:
+def _check_provider(ctx: ThreadContext, provider: str | None) -> str:
     """The provider the run goes to: the named one (another than the thread's
     is a provider switch, resolved with a handoff when the run starts:
     transfers.py), else the thread's."""
-    providers = actor.config.providers
-    provider = provider or actor.state.thread.provider
+    providers = ctx.config.providers
+    provider = provider or ctx.state.thread.provider
     if provider not in providers:
         raise InvalidParams(
             f"unknown provider {provider!r}; configured: {', '.join(sorted(providers))}", field="provider",
@@ -197,10 +174,10 @@ def _check_provider(actor: ThreadActor, provider: str | None) -> str:
     return provider
 
 
-async def message_send(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def message_send(ctx: ThreadContext, command: Command) -> Transition:
     """``thread.message.send``: start or queue a run, or steer the active one."""
     params = command.params
-    state = actor.state
+    state = ctx.state
     mode = params.dispatch_mode.type if params.dispatch_mode is not None else None
     # Runs a Stop holds do not keep a new message waiting.
     has_open = state.active is not None or state.next_queued() is not None
@@ -209,32 +186,33 @@ async def message_send(actor: ThreadActor, command: Command) -> dict[str, Any]:
     if mode in ("steer_active", "restart_active"):
         if params.merge_back is not None:
             raise InvalidParams(f"a merge-back comes with a run of its own; send it without {mode}", field="mergeBack")
-        return await _steer_command(actor, command, mode, params.dispatch_mode.target_run_id, params.text)
+        return _steer_command(ctx, command, mode, params.dispatch_mode.target_run_id, params.text)  # type: ignore[arg-type]
     if mode == "start_immediately" and has_open:
         busy = state.active.run if state.active is not None else state.next_queued()
+        assert busy is not None
         raise InvalidState(
             f"thread {state.thread_id} already has run {busy.id} ({busy.status}); "
             "send with dispatchMode queue_after_active to run after it, or steer_active to change it",
             runId=busy.id,
         )
-    provider = _check_provider(actor, params.provider)
+    provider = _check_provider(ctx, params.provider)
     merge = files = None
     if params.merge_back is not None:
         # Checked before anything is stored; the delta itself is built when the run starts.
-        merge = merge_back.prepare(actor.store, state.thread_id, params.merge_back.fork_thread_id)
-        files = await merge_back.fork_files(actor, merge, state.thread.workspace)
+        merge = merge_back.prepare(ctx.store, state.thread_id, params.merge_back.fork_thread_id)
+        files = yield from merge_back.fork_files(ctx, merge, state.thread.workspace)
     # A run that starts now needs a provider session: past [daemon]
     # max_sessions (idle sessions are stopped first to make room) the message
     # is refused before anything is stored, rather than failing its run. A
     # thread whose idle session is still live needs no room: its claim only
     # keeps that session from being stopped for another until its run starts.
-    claim = await actor.sessions.claim_session(state.thread_id) if not has_open else None
+    claim = (yield ClaimSession()) if not has_open else None
     try:
-        batch = actor.batch()
+        batch = ctx.batch()
         run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode,
                                            clean_context=params.clean_context)
-        result = {"runId": run.id, "messageId": message.id, "queueHeld": state.thread.queue_held,
-                  "heldRunIds": [r.id for r in state.held_runs()]}
+        result: dict[str, Any] = {"runId": run.id, "messageId": message.id, "queueHeld": state.thread.queue_held,
+                                  "heldRunIds": [r.id for r in state.held_runs()]}
         if merge is not None and files is not None:
             transfer = merge_back.record_request(batch, state.thread_id, merge, run)
             result["mergeBack"] = {
@@ -242,40 +220,41 @@ async def message_send(actor: ThreadActor, command: Command) -> dict[str, Any]:
                 "forkWorkspace": files.fork_workspace, "filesDiffer": list(files.differ) if files.differ is not None else None,
             }
         batch.record_receipt(command.command_id, command.method, result)
-        committed = await actor.commit(batch)
-        actor.start_next()
+        committed = yield Commit(batch)
+        yield StartNext()
     finally:
         if claim is not None:
-            actor.sessions.release_claim(claim)  # the run is started (its busy thread holds the place), or failed
+            # The run is started (its busy thread holds the place), or failed.
+            yield ReleaseClaim(claim)
     return {**result, "seq": committed.seq}
 
 
-async def _steer_command(
-    actor: ThreadActor, command: Command, mode: SteerMode, target_run_id: str | None, text: str,
-) -> dict[str, Any]:
+def _steer_command(
+    ctx: ThreadContext, command: Command, mode: SteerMode, target_run_id: str | None, text: str,
+) -> Decision:
     if target_run_id is None:
         raise InvalidParams(f"dispatchMode {mode} needs targetRunId, the id of the active run", field="dispatchMode.targetRunId")
-    active = actor.state.active
+    active = ctx.state.active
     if active is None or active.run.id != target_run_id:
-        run = actor.thread_run(target_run_id)
+        run = ctx.thread_run(target_run_id)
         raise InvalidState(
             f"run {run.id} is {run.status}, not active: only the active run can be steered; "
             "send the message with queue_after_active instead",
             runId=run.id, status=run.status,
         )
-    batch = actor.batch()
+    batch = ctx.batch()
     message = ConversationMessage(
-        id=new_id("msg"), thread_id=actor.thread_id, run_id=active.run.id, role="user", text=text,
+        id=new_id("msg"), thread_id=ctx.thread_id, run_id=active.run.id, role="user", text=text,
         status="queued", created_at=batch.now,
     )
-    return await steer_active(actor, command, mode, active, message, batch)
+    return steer_active(ctx, command, mode, active, message, batch)
 
 
-async def queued_message_promote_to_steer(actor: ThreadActor, command: Command) -> dict[str, Any]:
+def queued_message_promote_to_steer(ctx: ThreadContext, command: Command) -> Decision:
     """``queued-message.promote-to-steer``: a queued message steers the active
     run instead of waiting for its own run (which is cancelled)."""
-    state = actor.state
-    message = actor.store.get(ConversationMessage, command.params.message_id)
+    state = ctx.state
+    message = ctx.store.get(ConversationMessage, command.params.message_id)
     run = next((r for r in state.queued if message is not None and r.user_message_id == message.id), None)
     if message is None or message.thread_id != state.thread_id:
         raise NotFound(f"no message {command.params.message_id} in thread {state.thread_id}", messageId=command.params.message_id)
@@ -287,6 +266,6 @@ async def queued_message_promote_to_steer(actor: ThreadActor, command: Command) 
     # Checked before the queued run is cancelled, so a refused promotion
     # leaves the queue as it was.
     check_steerable(active)
-    batch = actor.batch()
-    run_control.cancel_queued_run(actor, batch, run, "promoted_to_steer", message_status=None)
-    return await steer_active(actor, command, "steer_active", active, struct_copy(message, run_id=active.run.id), batch)
+    batch = ctx.batch()
+    run_control.cancel_queued_run(ctx, batch, run, "promoted_to_steer", message_status=None)
+    return steer_active(ctx, command, "steer_active", active, struct_copy(message, run_id=active.run.id), batch)

@@ -12,24 +12,12 @@ both stored and still held by its slot counts once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from agentd.store.db import Store
 from agentd.store.records import AppThread
 
-from .delegation import check_limits
+from .delegation import TaskSlot, check_limits
 
-
-@dataclass(eq=False)
-class TaskSlot:
-    """One delegation in flight under ``parent_id``."""
-
-    parent_id: str
-    #: the child thread, once the parent's actor has made it (set before its commit)
-    child_id: str | None = None
-    #: the caller gave up (cancelled, or failed) before a child was made:
-    #: the parent's actor must not make one now (its workspace copy is gone)
-    abandoned: bool = False
+__all__ = ["TaskSlot", "TaskSlots"]
 
 
 class TaskSlots:

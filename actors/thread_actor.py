@@ -2,13 +2,17 @@
 
 Client commands and provider events for a thread enter the same bounded
 mailbox (messages.py) and the actor handles them one at a time — that is the
-thread's lock, and no command ever waits on another thread's. Handling an item
-reads the in-memory state (state.py), decides, builds one write batch with the
-graph transitions (graph.py and the feature modules), commits it through the
-group-commit writer and only then replies; the writer publishes the batch's
-events before the actor wakes, so nothing is seen that is not durable. Work
-that waits on a provider or touches other threads runs after the commit as an
-effect task, outside the lock, and reports back through the mailbox.
+thread's lock, and no command ever waits on another thread's. For each item
+the actor checks a command's receipt, calls the item's transition (the
+feature modules below) with the thread's context (context.py), carries out
+the effects it yields and sends their results back in (effects.py), commits
+the batch of the Decision it returns through the group-commit writer, and
+only then replies and carries out the Decision's effects; the writer
+publishes the batch's events before the actor wakes, so nothing is seen that
+is not durable. The actor's own effects (timers, the attempt starter, the
+queue) are done here; everything else by the executor (executors.py), where
+work that waits on a provider or touches other threads runs as an effect
+task, outside the lock, and reports back through the mailbox.
 
 Streamed assistant text is the one exception to commit-then-publish: each
 delta is published at once as an ephemeral ``message.delta`` and buffered;
@@ -16,8 +20,8 @@ the buffer is written as one ``message.appended`` record on a short timer, when
 it grows large, when the message ends and at the completion barrier.
 
 This module is the loop — mailbox, timers, effect tasks, commit and reply —
-and the start and end of attempts, which start and stop tasks. What an item
-does lives with its feature:
+and the start of attempts, which starts their tasks. What an item does lives
+with its feature, as transitions that import neither trio nor this module:
 
 - starter.py: opening the runtime and native thread, starting the turn;
 - transfers.py / lineage.py: ``thread.fork`` and the context a run starts
@@ -26,32 +30,27 @@ does lives with its feature:
 - steering.py: ``thread.message.send``, steers and their fallbacks (F3);
 - run_control.py: interrupt, Stop and the queue (F10);
 - requests.py: approvals and user-input requests (F15);
-- artifacts.py: plans, todo lists and questions (F16).
+- artifacts.py: plans, todo lists and questions (F16);
+- ending.py: the completion barrier and retries.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
 
-from agentd.protocol.errors import AgentdError, CorruptRecord, NotFound, SchemaTooNew
-from agentd.store.db import Store
-from agentd.store.hub import EventHub
-from agentd.store.records import (
-    AppThread,
-    ConversationMessage,
-    Effect,
-    ExecutionNode,
-    ProviderThread,
-    Run,
-    RunAttempt,
-)
+from agentd.protocol.errors import AgentdError, CorruptRecord, InternalError, SchemaTooNew
+from agentd.store.records import AppThread, ConversationMessage, ExecutionNode, ProviderThread, Run, RunAttempt
 from agentd.store.writer import CommitResult
 
-from . import artifacts, checkpointing, child_checkpoints, delegation, graph, lineage, requests, run_control, starter, steering, transfers, turns
-from .graph import Ending, ThreadBatch
+from . import artifacts, effects as fx, requests, run_control, starter, starting, steering, transfers, turns
+from .context import ThreadContext
+from .executors import Executor
+from .graph import ThreadBatch
 from .messages import (
     AttemptStartFailed,
     CascadeDone,
@@ -74,16 +73,14 @@ from .providers.base import (
     RequestOpened,
     RuntimeWarning_,
     SessionExited,
-    SessionHost,
     TextDelta,
     TurnCompleted,
     TurnStarted,
 )
-from .config import DaemonConfig
 from .state import ActiveRun, ThreadState
 
 if TYPE_CHECKING:
-    from .registry import ThreadRegistry
+    from .host import ActorHost
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +93,7 @@ class ThreadActor:
     """Owns one AppThread's state and mailbox.
 
     Args:
-        registry: the registry that spawned it (for retiring and effects).
+        registry: the daemon that spawned it (host.py: for retiring and effects).
         thread: the thread record as stored.
         queued: its queued runs, in the order they will start.
         provider_thread: its current ProviderThread, if any.
@@ -104,19 +101,26 @@ class ThreadActor:
 
     def __init__(
         self,
-        registry: ThreadRegistry,
+        registry: ActorHost,
         thread: AppThread,
         queued: list[Run],
         provider_thread: ProviderThread | None,
     ) -> None:
         self.registry = registry
-        self.store: Store = registry.store
-        self.hub: EventHub = registry.hub
-        self.sessions: SessionHost = registry.sessions
-        self.config: DaemonConfig = registry.config
+        self.store = registry.store
+        self.hub = registry.hub
+        self.sessions = registry.sessions
+        self.config = registry.config
         #: the wall clock that stamps records and events
         self.now: Callable[[], float] = registry.wall_clock
         self.state = ThreadState(thread, queued, provider_thread)
+        #: what the thread's transitions read
+        self.ctx = ThreadContext(
+            state=self.state, store=self.store, config=self.config, sessions=self.sessions, now=self.now,
+            checkpoints_on=registry.checkpoints is not None, shutting_down=lambda: registry.shutting_down,
+            workspaces_dir=registry.workspaces_folder,
+        )
+        self.executor = Executor(registry, thread.id, self.spawn_effect, self.post)
         self.send_channel, self._receive_channel = trio.open_memory_channel[MailboxItem](MAILBOX_SIZE)
         #: timer -> trio-clock deadline; the loop wakes for the earliest
         self._timers: dict[Timer, float] = {}
@@ -140,7 +144,7 @@ class ThreadActor:
 
     # -- the loop -------------------------------------------------------------
 
-    async def run(self, *, idle_timeout: float, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, idle_timeout: float, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Handle mailbox items until idle for ``idle_timeout``, then retire."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -174,7 +178,7 @@ class ThreadActor:
                             del self._timers[timer]
                             await self._handle(timer)
                         continue
-                    if not self.busy and self.registry._retire(self):
+                    if not self.busy and self.registry.retire(self):
                         nursery.cancel_scope.cancel()
                         return
                     idle_since = now
@@ -220,48 +224,57 @@ class ThreadActor:
         match item:
             case Command():
                 await self._handle_command(item)
+            case ContextNeeded():
+                await self._answer_context(item)
+            case _:
+                await self.run_transition(self._transition_of(item))
+
+    def _transition_of(self, item: MailboxItem) -> Any:
+        """The transition that handles ``item`` (None: it is ignored)."""
+        ctx = self.ctx
+        match item:
             # Session-wide provider events, whatever attempt is running.
             case SessionExited():
-                await turns.on_session_exited(self, item)
+                return turns.on_session_exited(ctx, item)
             case RuntimeWarning_():
-                await turns.on_runtime_warning(self, item)
+                return turns.on_runtime_warning(ctx, item)
             # Events of one attempt count only while it is the active one.
             case ProviderEvent() if not self.state.is_current(item.attempt_id):
-                log.debug("thread %s: %s for attempt %s ignored (not active)", self.thread_id, type(item).__name__, item.attempt_id)
+                log.debug("thread %s: %s for attempt %s ignored (not active)", self.thread_id, type(item).__name__,
+                          item.attempt_id)
+                return None
             case TextDelta():
-                await turns.on_text_delta(self, item)
+                return turns.on_text_delta(ctx, item)
             case TurnStarted():
-                await turns.on_turn_started(self, item)
+                return turns.on_turn_started(ctx, item)
             case ItemStarted():
-                await turns.on_item_started(self, item)
+                return turns.on_item_started(ctx, item)
             case ItemCompleted():
-                await turns.on_item_completed(self, item)
+                return turns.on_item_completed(ctx, item)
             case TurnCompleted():
-                await turns.on_turn_completed(self, item)
+                return turns.on_turn_completed(ctx, item)
             case PlanUpdated():
-                await artifacts.on_plan_updated(self, item)
+                return artifacts.on_plan_updated(ctx, item)
             case RequestOpened():
-                await requests.on_request_opened(self, item)
-            case ContextNeeded():
-                await transfers.on_context_needed(self, item)
+                return requests.on_request_opened(ctx, item)
             case ProviderThreadReady():
-                await starter.on_provider_thread_ready(self, item)
+                return starting.on_provider_thread_ready(ctx, item)
             case AttemptStartFailed():
-                await starter.on_attempt_start_failed(self, item)
+                return starting.on_attempt_start_failed(ctx, item)
             case FlushTimer():
-                await turns.flush_text(self)
+                return turns.flush_text(ctx)
             case InterruptOverdue(attempt_id=attempt_id):
-                await run_control.on_interrupt_overdue(self, attempt_id)
+                return run_control.on_interrupt_overdue(ctx, attempt_id)
             case InterruptRefused(attempt_id=attempt_id, why=why):
-                await run_control.escalate_interrupt(self, attempt_id, why)
+                return run_control.escalate_interrupt(ctx, attempt_id, why)
             case SteerDelivered(message=message):
-                await steering.on_steer_delivered(self, message)
+                return steering.on_steer_delivered(ctx, message)
             case SteerFailed(message=message, why=why):
-                await steering.on_steer_failed(self, message, why)
+                return steering.on_steer_failed(ctx, message, why)
             case CascadeDone(effect_id=effect_id):
-                await run_control.on_cascade_done(self, effect_id)
-            case _:  # pragma: no cover - a programming error
-                log.error("thread %s: unknown mailbox item %r", self.thread_id, item)
+                return run_control.on_cascade_done(ctx, effect_id)
+        log.error("thread %s: unknown mailbox item %r", self.thread_id, item)  # pragma: no cover
+        return None
 
     async def _handle_command(self, command: Command) -> None:
         if command.command_id is not None:
@@ -269,13 +282,106 @@ class ThreadActor:
             if receipt is not None:
                 command.reply.set(self.registry.check_receipt(receipt, command.method))
                 return
-        command.reply.set(await command.handler(self, command))
+        command.reply.set(await self.run_transition(command.handler(self.ctx, command)))
 
-    # -- what handlers use ------------------------------------------------------
+    async def _answer_context(self, item: ContextNeeded) -> None:
+        """Resolve the attempt's start context and answer the starter — with
+        an error if that fails, so the starter never waits for nothing."""
+        try:
+            item.reply.set(await self.run_transition(transfers.on_context_needed(self.ctx, item)))
+        except Exception as exc:
+            log.exception("thread %s: resolving the context of attempt %s failed", self.thread_id, item.attempt_id)
+            item.reply.fail(exc if isinstance(exc, AgentdError) else InternalError(f"resolving the run's context failed: {exc}"))
+
+    # -- running a transition -------------------------------------------------------
+
+    async def run_transition(self, outcome: Any) -> Any:
+        """Run a transition to its end: carry out the effects it yields (each
+        answered with its result, or its error thrown back in), then the
+        Decision it returns (commit, then its effects); the reply."""
+        if inspect.isawaitable(outcome):
+            # A handler written as a coroutine (the test suite's probes of the loop).
+            outcome = await outcome
+        if isinstance(outcome, Generator):
+            outcome = await self._drive(outcome)
+        if isinstance(outcome, fx.Decision):
+            return await self._decide(outcome)
+        return outcome
+
+    async def _drive(self, transition: Generator[Any, Any, Any]) -> Any:
+        value: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                effect = transition.throw(error) if error is not None else transition.send(value)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                value = await self.perform(effect)
+            except Exception as exc:  # the effect's failure is the transition's input
+                error = exc
+            except BaseException as exc:
+                # Cancelled (the actor is stopping): the transition's finally
+                # blocks still give back what they hold.
+                self._unwind(transition, exc)
+                raise
+
+    def _unwind(self, transition: Generator[Any, Any, Any], exc: BaseException) -> None:
+        """Throw ``exc`` into an interrupted transition; the release effects
+        its finally blocks yield on the way out are carried out at once."""
+        try:
+            effect = transition.throw(exc)
+            while True:
+                if isinstance(effect, (fx.ReleaseClaim, fx.EndRestore)):
+                    self.executor.release(effect)
+                    effect = transition.send(None)
+                else:
+                    effect = transition.throw(exc)
+        except BaseException:  # noqa: BLE001 - the transition ended (it re-raised, or returned)
+            return
+
+    async def _decide(self, decision: fx.Decision) -> Any:
+        reply = decision.reply
+        if decision.batch is not None:
+            committed = await self.commit(decision.batch)
+            if decision.seq and isinstance(reply, dict):
+                reply = {**reply, "seq": committed.seq}
+        for effect in decision.effects:
+            await self.perform(effect)
+        return reply
+
+    async def perform(self, effect: Any) -> Any:
+        """Carry out one effect: the actor's own here, the rest by the executor."""
+        match effect:
+            case fx.Commit(batch=batch):
+                return await self.commit(batch)
+            case fx.StartNext():
+                self.start_next()
+            case fx.Activate(active=active):
+                self._activate(active)
+            case fx.StopAttemptTasks(attempt_id=attempt_id):
+                self._stop_attempt_tasks(attempt_id)
+            case fx.StartTimer(timer=timer, delay=delay):
+                self._timers.setdefault(timer, trio.current_time() + delay)
+            case fx.CancelTimer(timer=timer):
+                self._timers.pop(timer, None)
+            case fx.PublishDelta():
+                self.hub.publish_ephemeral(
+                    "message.delta", thread_id=self.thread_id, run_id=effect.run_id, node_id=effect.node_id,
+                    at=self.now(), messageId=effect.message_id, offset=effect.offset, text=effect.text,
+                )
+            case fx.MarkBusy(busy=busy):
+                self.sessions.mark_busy(self.thread_id, busy)
+            case _:
+                return await self.executor.perform(effect)
+        return None
+
+    # -- what effects use ---------------------------------------------------------------
 
     def batch(self) -> ThreadBatch:
         """An empty write batch of this thread, stamped now."""
-        return ThreadBatch(thread_id=self.thread_id, now=self.now())
+        return self.ctx.batch()
 
     async def commit(self, batch: ThreadBatch) -> CommitResult:
         """Make ``batch`` durable; its events are published before this returns."""
@@ -306,22 +412,7 @@ class ThreadActor:
         except (trio.BrokenResourceError, trio.ClosedResourceError):  # pragma: no cover - retired meanwhile
             pass
 
-    def start_timer(self, timer: Timer, delay: float) -> None:
-        """Handle ``timer`` in ``delay`` seconds, unless it is already pending."""
-        self._timers.setdefault(timer, trio.current_time() + delay)
-
-    def cancel_timer(self, timer: Timer) -> None:
-        """Forget ``timer`` if it is pending."""
-        self._timers.pop(timer, None)
-
-    def thread_run(self, run_id: str) -> Run:
-        """A run of this thread from the store (NotFound-safe for commands)."""
-        run = self.store.run(run_id)
-        if run is None or run.thread_id != self.thread_id:
-            raise NotFound(f"no run {run_id} in thread {self.thread_id}", runId=run_id)
-        return run
-
-    # -- starting and ending attempts ----------------------------------------------
+    # -- starting attempts ------------------------------------------------------------------
 
     def start_next(self) -> None:
         """Start the first queued run that no hold keeps, if nothing runs."""
@@ -332,9 +423,9 @@ class ThreadActor:
         if self.registry.shutting_down:
             return  # left queued: the next start reconciles it (cancelled, message not_sent)
         state.queued.remove(run)
-        attempt = self.store.get(RunAttempt, run.selected_attempt_id)
-        root = self.store.get(ExecutionNode, run.root_node_id)
-        message = self.store.get(ConversationMessage, run.user_message_id)
+        attempt = self.store.get(RunAttempt, run.selected_attempt_id) if run.selected_attempt_id else None
+        root = self.store.get(ExecutionNode, run.root_node_id) if run.root_node_id else None
+        message = self.store.get(ConversationMessage, run.user_message_id) if run.user_message_id else None
         if attempt is None or root is None or message is None:  # pragma: no cover - store corruption
             log.error("run %s is missing its attempt, root node or message; skipped", run.id)
             self.start_next()
@@ -352,57 +443,10 @@ class ThreadActor:
         # Cancelled if the attempt is closed first: a crash recovery must not
         # race a starter of the old attempt.
         with scope:
-            await starter.start_attempt(self, active)
+            await starter.start_attempt(starter.StarterHandle(self.registry, self.state, self.post), active)
 
-    def _stop_attempt_tasks(self, active: ActiveRun) -> None:
+    def _stop_attempt_tasks(self, attempt_id: str) -> None:
         if self._starter_scope is not None:
             self._starter_scope.cancel()
-        self.cancel_timer(FlushTimer())
-        self.cancel_timer(InterruptOverdue(active.attempt.id))
-
-    async def end_run(self, batch: ThreadBatch, status: Ending, *, reason: str | None) -> None:
-        """Pass the completion barrier (``graph.end_run``) in ``batch``, then
-        free the thread for the next queued run."""
-        state = self.state
-        active = state.active
-        assert active is not None
-        self._stop_attempt_tasks(active)
-        lineage.attempt_closing(batch, state, reason)
-        # The run's checkpoint (SPEC F13): an awaited git subprocess, after the
-        # provider's streams drained and before run.<status> is committed;
-        # mailbox items wait meanwhile, as they wait for any handler.
-        await child_checkpoints.capture_open_children(self, active)
-        checkpoint = await checkpointing.capture_run(self, active)
-        if checkpoint is not None:
-            checkpoint = (child_checkpoints.with_children(self.store, checkpoint[0]), checkpoint[1])
-        graph.end_run(
-            batch, state, status, reason=reason, artifacts=self.store.run_artifacts(active.run.id),
-            turn_start_effect=self.store.get(Effect, graph.turn_start_effect_id(active.run.id)),
-            checkpoint=checkpoint,
-        )
-        # A delegated task's result is durable with its run's end (SPEC F9).
-        task_ended = delegation.result_on_run_end(self, batch, active.run)
-        await self.commit(batch)
-        state.active = None
-        self.sessions.mark_busy(self.thread_id, False)
-        if task_ended:
-            self.registry.tasks.ended(self.thread_id)
-            delegation.release_task_session(self)
-        self.start_next()
-
-    async def retry(
-        self, batch: ThreadBatch, reason: str, why: str, *, closing_status: Ending = "failed",
-        message: ConversationMessage | None = None,
-    ) -> None:
-        """Close the active attempt and start attempt N+1 (``graph.retry``)."""
-        active = self.state.active
-        assert active is not None
-        self._stop_attempt_tasks(active)
-        lineage.attempt_closing(batch, self.state, why)
-        await child_checkpoints.capture_open_children(self, active)
-        next_attempt = graph.retry(
-            batch, self.state, reason, why, artifacts=self.store.run_artifacts(active.run.id),
-            closing_status=closing_status, message=message,
-        )
-        await self.commit(batch)
-        self._activate(next_attempt)
+        self._timers.pop(FlushTimer(), None)
+        self._timers.pop(InterruptOverdue(attempt_id), None)

@@ -9,23 +9,26 @@ in the same folder — the same resolved path, or one inside the other (a
 delegated task with ``workspace: same``, a second thread a person opened on
 the project, a thread on a subfolder). The method table wraps the three
 handlers with it (``refusing_while_shared``), so the restore code itself is
-untouched.
+untouched: the guard is the ``GuardRestore`` effect (executors.py), which
+marks the folder (restoring_folders.py) before it looks at the other
+threads' runs, and ``EndRestore`` ends the mark.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
-
-import trio
 
 from agentd.protocol.errors import InvalidState
 from agentd.store.records import Checkpoint
 
+from .effects import Commit, Decision, EndRestore, GuardRestore, Transition
+
 if TYPE_CHECKING:
+    from .context import ThreadContext
     from .messages import Command, Handler
-    from .thread_actor import ThreadActor
 
 
 def overlaps(a: str, b: str) -> bool:
@@ -33,97 +36,51 @@ def overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(os.path.join(b, "")) or b.startswith(os.path.join(a, ""))
 
 
-def restored_workspace(actor: ThreadActor, checkpoint_id: str | None) -> str:
+def restored_workspace(ctx: ThreadContext, checkpoint_id: str | None) -> str:
     """The folder a restore of ``checkpoint_id`` writes to (the thread's
     workspace when none is given or it names nothing; the handler reports that)."""
-    checkpoint = actor.store.get(Checkpoint, checkpoint_id) if checkpoint_id else None
+    checkpoint = ctx.store.get(Checkpoint, checkpoint_id) if checkpoint_id else None
     if checkpoint is not None and checkpoint.workspace:
         return checkpoint.workspace
-    return actor.state.thread.workspace
+    return ctx.state.thread.workspace
 
 
-class RestoringFolders:
-    """The folders restores are writing right now (resolved paths), so that
-    a run of another thread that starts meanwhile waits for them to end
-    instead of working — and taking its baseline — in a half-restored tree."""
-
-    def __init__(self) -> None:
-        self._folders: dict[int, str] = {}
-        self._next = 0
-        self._changed = trio.Event()
-
-    def add(self, folder: str) -> int:
-        self._next += 1
-        self._folders[self._next] = folder
-        return self._next
-
-    def remove(self, token: int) -> None:
-        self._folders.pop(token, None)
-        self._changed.set()
-        self._changed = trio.Event()
-
-    async def wait_until_free(self, folder: str) -> None:
-        """Return once no restore writes in ``folder`` (resolved) or around it."""
-        while any(overlaps(folder, other) for other in self._folders.values()):
-            await self._changed.wait()
-
-
-async def refuse_if_shared(actor: ThreadActor, method: str, *, checkpoint_id: str | None = None) -> int:
-    """Refuse ``method`` while another thread runs in the folder it restores;
-    else mark the folder as being restored (the returned token ends that).
-
-    The folder is marked *before* the other threads' runs are looked at: a
-    run that became active earlier is seen and refuses the restore; one that
-    becomes active later finds the mark when it starts, and waits.
-
-    Raises:
-        InvalidState: naming every other thread and run active there
-            (``data.activeRuns``: ``threadId``, ``runId``, ``status``, ``workspace``).
-    """
-    workspace = restored_workspace(actor, checkpoint_id)
-    # realpath touches the disk (symlinks): in a worker thread.
-    mine = await trio.to_thread.run_sync(os.path.realpath, workspace)
-    restoring = actor.registry.restoring
-    token = restoring.add(mine)
-    try:
-        others = [run for run in actor.registry.active_runs() if run[0] != actor.thread_id]
-
-        def resolve() -> list[tuple[str, str, str, str]]:
-            return [run for run in others if overlaps(mine, os.path.realpath(run[3]))]
-
-        busy = await trio.to_thread.run_sync(resolve) if others else []
-    except BaseException:
-        restoring.remove(token)
-        raise
-    if not busy:
-        return token
-    restoring.remove(token)
-    named = "; ".join(f"thread {thread_id} (run {run_id}, {status}, in {where})" for thread_id, run_id, status, where in busy)
-    raise InvalidState(
+def shared_refusal(method: str, workspace: str, thread_id: str, busy: list[tuple[str, str, str, str]]) -> InvalidState:
+    """The refusal of ``method`` while other threads run in ``workspace``:
+    naming every other thread and run active there (``data.activeRuns``:
+    ``threadId``, ``runId``, ``status``, ``workspace``)."""
+    named = "; ".join(f"thread {other} (run {run_id}, {status}, in {where})" for other, run_id, status, where in busy)
+    return InvalidState(
         f"{method} would overwrite files in {workspace} while another thread works there: {named}. "
         "Wait for its run to end or stop it (thread.stop), then try again",
-        threadId=actor.thread_id, workspace=workspace,
+        threadId=thread_id, workspace=workspace,
         activeRuns=[{"threadId": t, "runId": r, "status": s, "workspace": w} for t, r, s, w in busy],
     )
 
 
-async def wait_while_restored(actor: ThreadActor, workspace: str) -> None:
-    """Before a run starts in ``workspace``: wait for any restore writing there to end."""
-    folder = await trio.to_thread.run_sync(os.path.realpath, workspace)
-    await actor.registry.restoring.wait_until_free(folder)
-
-
 def refusing_while_shared(handler: Handler) -> Handler:
     """``handler`` (a method that restores a checkpoint's files; its params
-    may name the checkpoint, ``checkpointId``) with ``refuse_if_shared`` at
-    its entry, the folder marked as being restored while it runs."""
+    may name the checkpoint, ``checkpointId``) refused while another thread
+    runs in the folder it restores, and the folder marked as being restored
+    while it runs."""
 
     @functools.wraps(handler)
-    async def guarded(actor: ThreadActor, command: Command) -> dict[str, Any]:
-        token = await refuse_if_shared(actor, command.method, checkpoint_id=getattr(command.params, "checkpoint_id", None))
+    def guarded(ctx: ThreadContext, command: Command) -> Transition:
+        workspace = restored_workspace(ctx, getattr(command.params, "checkpoint_id", None))
+        token = yield GuardRestore(command.method, workspace)
         try:
-            return await handler(actor, command)
+            outcome = handler(ctx, command)
+            if isinstance(outcome, Generator):
+                outcome = yield from outcome
+            if isinstance(outcome, Decision) and outcome.batch is not None:
+                # The outcome is durable before the folder is let go.
+                committed = yield Commit(outcome.batch)
+                reply = outcome.reply
+                if outcome.seq and isinstance(reply, dict):
+                    reply = {**reply, "seq": committed.seq}
+                outcome = Decision(reply=reply, effects=outcome.effects)
+            return outcome
         finally:
-            actor.registry.restoring.remove(token)
+            yield EndRestore(token)
 
     return guarded

@@ -435,7 +435,7 @@ class Daemon:
     async def _replay_effects(self, store: Store, registry: ThreadRegistry) -> None:
         """Run again the replay-safe effects a previous instance did not
         finish (process-bound ones were retired by reconciliation)."""
-        from agentd.actors.run_control import stop_delegated_children
+        from agentd.actors.executors import stop_delegated_children
         from agentd.store.batch import WriteBatch
         from agentd.store.db import struct_copy
 

@@ -243,7 +243,8 @@ async def task_result(context: DaemonContext, params: wire.TaskResultParams, _co
         if run is not None and run.status in RUN_TERMINAL and transfer is None:
             # Ended by a restart, with no actor to write the result: the
             # parent's actor makes it (once), then it is read again.
-            await registry.call(task.parent_thread_id, _make_owed_results, task.parent_thread_id, method="task.result")
+            await registry.call(task.parent_thread_id, delegation.make_owed_results, task.parent_thread_id,
+                                method="task.result")
             transfer = store.get(ContextTransfer, delegation.result_transfer_id(run.id))
         if transfer is not None or not params.wait:
             break
@@ -265,15 +266,6 @@ async def task_result(context: DaemonContext, params: wire.TaskResultParams, _co
     transfer = store.get(ContextTransfer, transfer.id) or transfer
     return {**answer, **fields, "transferId": transfer.id, "handoffId": transfer.handoff_id,
             "transfer": to_wire(transfer), "delivered": consumed, "text": handoff.text if handoff else ""}
-
-
-async def _make_owed_results(actor: Any, command: Any) -> dict[str, Any]:
-    """In the parent's actor: results owed by tasks a restart ended."""
-    batch = actor.batch()
-    made = delegation.owed_results(actor, batch)
-    if made:
-        await actor.commit(batch)
-    return {"made": [transfer.id for transfer, _handoff in made]}
 
 
 async def thread_requests(context: DaemonContext, params: wire.ThreadRequestsParams, _conn: Connection) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from agentd.actors import turns
-from agentd.actors.graph import ThreadBatch
+from agentd.actors.context import ThreadContext
 from agentd.actors.providers.base import RuntimeWarning_
 from agentd.actors.state import ActiveRun, ThreadState
 from agentd.launch import start_daemon
@@ -338,8 +338,8 @@ def test_node_statuses_are_the_stores():
 
 
 async def test_a_providers_runtime_warning_is_placed_at_the_active_root():
-    """The provider path (turns.on_runtime_warning) with a stand-in actor:
-    the scenarios cannot make the scripted agent warn on its own."""
+    """The provider path (turns.on_runtime_warning), a transition run on its
+    own: the scenarios cannot make the scripted agent warn on its own."""
     run = records.Run(id="run_w", thread_id="thr_w", ordinal=1, root_node_id="nod_root")
     state = ThreadState(records.AppThread(id="thr_w"))
     state.active = ActiveRun(
@@ -347,18 +347,9 @@ async def test_a_providers_runtime_warning_is_placed_at_the_active_root():
         root=records.ExecutionNode(id="nod_root", thread_id="thr_w", run_id="run_w", kind="root_turn"),
         user_message=records.ConversationMessage(id="msg_w", thread_id="thr_w", role="user"),
     )
-    committed: list[ThreadBatch] = []
-
-    class Actor:
-        def __init__(self) -> None:
-            self.state = state
-
-        def batch(self) -> ThreadBatch:
-            return ThreadBatch(thread_id="thr_w", now=1.0)
-
-        async def commit(self, batch: ThreadBatch) -> None:
-            committed.append(batch)
-
-    await turns.on_runtime_warning(Actor(), RuntimeWarning_(attempt_id="att_w", message="rate limited"))
+    ctx = ThreadContext(state=state, store=None, config=None, sessions=None, now=lambda: 1.0,  # type: ignore[arg-type]
+                        checkpoints_on=False, shutting_down=lambda: False, workspaces_dir="/nonexistent")
+    decision = turns.on_runtime_warning(ctx, RuntimeWarning_(attempt_id="att_w", message="rate limited"))
+    committed = [decision.batch]
     (event,) = committed[0].events
     assert (event.type, event.run_id, event.node_id) == ("runtime.warning", "run_w", "nod_root")

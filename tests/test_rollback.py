@@ -406,7 +406,10 @@ async def test_a_run_that_starts_during_another_threads_restore_waits_for_it(tmp
     baseline) only after the restore ended — never in a half-restored tree."""
     from functools import partial
 
-    from agentd.actors.workspace_guard import RestoringFolders, overlaps, refusing_while_shared
+    from agentd.actors import effects as fx
+    from agentd.actors.executors import Executor
+    from agentd.actors.restoring_folders import RestoringFolders
+    from agentd.actors.workspace_guard import overlaps, refusing_while_shared
     from agentd.protocol.wire import CheckpointRestoreParams
     from tests.test_supervision import next_event, virtual_daemon
 
@@ -422,18 +425,24 @@ async def test_a_run_that_starts_during_another_threads_restore_waits_for_it(tmp
 
     monkeypatch.setattr(RestoringFolders, "wait_until_free", watched_wait)
 
-    async def slow_restore(actor, command):
+    async def slow_restore(_executor, _effect):
         (ws / "half.txt").write_text("restored first\n")
         half_done.set()
         await release.wait()
         (ws / "whole.txt").write_text("restored last\n")
+
+    # The restore's own effect, slowed down: the guard around it is the real one.
+    monkeypatch.setattr(Executor, "_restore", slow_restore)
+
+    def restore(_ctx, _command):
+        yield fx.RestoreFiles(str(ws), "0" * 40, "refs/x", (), lambda _capture: None)
         return {"restored": True}
 
     async with virtual_daemon(tmp_path) as (daemon, client):
         a = (await client.call("thread.create", workspace=str(ws)))["threadId"]
         b = (await client.call("thread.create", workspace=str(ws)))["threadId"]
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(daemon.registry.call, a, refusing_while_shared(slow_restore),
+            nursery.start_soon(partial(daemon.registry.call, a, refusing_while_shared(restore),
                                        CheckpointRestoreParams(checkpoint_id=None), method="checkpoint.restore"))
             await half_done.wait()
             sent = await client.call("thread.message.send", threadId=b, text="hello")

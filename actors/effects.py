@@ -1,0 +1,303 @@
+"""What a transition decides, and the effects it asks for (SPEC F2, F18).
+
+A transition (steering.py, run_control.py, turns.py and the other feature
+modules) is a function of the thread's state and one input. It never awaits:
+it builds the write batch and the in-memory state, and says what must happen
+in the world as values of this module. Two kinds:
+
+- an effect it *yields* is carried out at once by the actor, in the thread's
+  lock, and its result (or the error it raised) is sent back into the
+  transition as an input — ``result = yield Capture(...)``. That is how a
+  transition waits for git, the provider or a commit before it decides on.
+- the ``Decision`` it *returns* ends it: the actor commits its batch, answers
+  the command with its reply (plus the commit's ``seq``), then carries out its
+  effects in order.
+
+Transitions are generators so that both read top to bottom as the old
+handlers did; a transition with nothing to wait for is a plain function that
+returns a Decision (or nothing). This module imports neither trio nor the
+actor: effects are plain data, interpreted by the actor (its own timers,
+tasks and queue) and by ``executors.py`` (the store, the session host, the
+checkpoint engine, other threads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:
+    from agentd.store.records import ConversationMessage
+
+    from .checkpoints import CaptureResult
+    from .graph import ThreadBatch
+    from .messages import Timer
+    from .providers.base import SessionClaim
+    from .state import ActiveRun
+
+
+# -- the end of a transition ----------------------------------------------------------------
+
+
+@dataclass
+class Decision:
+    """What a transition decided: commit ``batch`` (None: nothing to write),
+    answer with ``reply`` (a command's result; with ``seq``, the commit's
+    sequence number is added to a dict reply), then carry out ``effects``."""
+
+    batch: ThreadBatch | None = None
+    reply: Any = None
+    effects: list[Any] = field(default_factory=list)
+    seq: bool = True
+
+
+#: a transition: yields effects (each answered with its result), returns a Decision or a reply
+Transition: TypeAlias = Generator[Any, Any, Any]
+
+
+# -- effects the actor carries out itself (its loop, timers and tasks) ----------------------
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Make ``batch`` durable now (its events are published first); answers
+    with the store's ``CommitResult``."""
+
+    batch: ThreadBatch
+
+
+@dataclass(frozen=True)
+class StartNext:
+    """Start the first queued run no hold keeps, if nothing runs."""
+
+
+@dataclass(frozen=True)
+class Activate:
+    """Make ``active`` the running attempt and start its starter task."""
+
+    active: ActiveRun
+
+
+@dataclass(frozen=True)
+class StopAttemptTasks:
+    """Cancel the attempt's starter and its timers (the attempt is closing)."""
+
+    attempt_id: str
+
+
+@dataclass(frozen=True)
+class StartTimer:
+    """Handle ``timer`` in ``delay`` seconds, unless it is already pending."""
+
+    timer: Timer
+    delay: float
+
+
+@dataclass(frozen=True)
+class CancelTimer:
+    """Forget ``timer`` if it is pending."""
+
+    timer: Timer
+
+
+@dataclass(frozen=True)
+class PublishDelta:
+    """Publish a streamed ``message.delta`` at once (ephemeral: the text is
+    made durable by a later flush)."""
+
+    run_id: str
+    node_id: str | None
+    message_id: str
+    offset: int
+    text: str
+
+
+@dataclass(frozen=True)
+class MarkBusy:
+    """Tell the session host whether the thread's session is in use."""
+
+    busy: bool
+
+
+# -- the provider session -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StopSession:
+    """Stop the thread's provider session (in a task of its own), with ``reason``."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class SendSteer:
+    """Give ``message`` to the running native turn (in a task); the outcome
+    comes back as ``SteerDelivered`` or ``SteerFailed``."""
+
+    message: ConversationMessage
+    native_thread_id: str | None
+    native_turn_id: str | None
+
+
+@dataclass(frozen=True)
+class InterruptTurn:
+    """Ask the provider to interrupt the native turn (in a task); a refusal
+    comes back as ``InterruptRefused``."""
+
+    attempt_id: str
+    native_thread_id: str
+    native_turn_id: str | None
+
+
+@dataclass(frozen=True)
+class AnswerRequest:
+    """Answer a provider's request through the live session ``session_id``;
+    raises ``ProviderRuntimeError`` when it cannot (no such session: the error
+    says so)."""
+
+    session_id: str | None
+    request_ref: str
+    response: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ClaimSession:
+    """Hold a place among ``[daemon] max_sessions`` for the thread's next
+    run; answers with the ``SessionClaim`` (raises ``overloaded``)."""
+
+
+@dataclass(frozen=True)
+class ReleaseClaim:
+    """Give back a ``ClaimSession``'s place."""
+
+    claim: SessionClaim
+
+
+@dataclass(frozen=True)
+class AllowRecovery:
+    """Ask the session host whether a crashed session may be restarted for
+    a new attempt (its crash budget); answers with its ``RecoveryDecision``."""
+
+    crash: str
+
+
+@dataclass(frozen=True)
+class ListNativeTurns:
+    """The native turns of ``native_thread_id`` on ``provider`` (the session
+    is opened and the thread resumed as needed), as the adapter lists them."""
+
+    provider: str
+    native_thread_id: str
+    cwd: str
+
+
+@dataclass(frozen=True)
+class RollbackNative:
+    """Cut the native thread's history before ``before_turn_id``."""
+
+    provider: str
+    native_thread_id: str
+    before_turn_id: str
+
+
+# -- other threads --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wake:
+    """Load thread ``thread_id``'s actor, which starts its queued runs."""
+
+    thread_id: str
+
+
+@dataclass(frozen=True)
+class SendInternal:
+    """Send ``text`` to thread ``thread_id`` as the daemon's own message (in a task)."""
+
+    thread_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class StopChildren:
+    """Stop every delegated descendant, depth-first (in a task); then
+    ``CascadeDone(effect_id)`` comes back."""
+
+    effect_id: str
+
+
+@dataclass(frozen=True)
+class TaskEnded:
+    """Wake the ``task.result`` callers waiting on this thread's task."""
+
+
+@dataclass(frozen=True)
+class CheckWorkspace:
+    """A client's workspace as the daemon accepts it (``invalid_params`` when
+    it cannot be used; None when none was given)."""
+
+    workspace: str | None
+
+
+@dataclass(frozen=True)
+class GuardRestore:
+    """Mark ``workspace`` as being restored and refuse (``invalid_state``)
+    while a run of another thread is active in it; answers with the token
+    that ``EndRestore`` ends."""
+
+    method: str
+    workspace: str
+
+
+@dataclass(frozen=True)
+class EndRestore:
+    """The restore marked by ``GuardRestore`` ended."""
+
+    token: int
+
+
+# -- the checkpoint engine and the files ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capture:
+    """Capture ``workspace`` into ``ref`` (diffed against ``base``);
+    answers with the engine's ``CaptureResult`` or raises its error."""
+
+    workspace: str
+    ref: str
+    base: str | None = None
+
+
+@dataclass(frozen=True)
+class Diff:
+    """The engine's diff of two commits in ``workspace``'s shadow repository."""
+
+    workspace: str
+    commit: str
+    base: str
+    max_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class RestoreFiles:
+    """Put ``commit``'s files back in ``workspace`` after a safety capture
+    into ``safety_ref``; before any file is touched, the batch that
+    ``record_safety`` builds from that capture is committed."""
+
+    workspace: str
+    commit: str
+    safety_ref: str
+    include: tuple[bytes, ...]
+    record_safety: Callable[[CaptureResult], ThreadBatch]
+
+
+@dataclass(frozen=True)
+class CompareFiles:
+    """Which of ``paths`` differ between folders ``theirs`` and ``ours``
+    (read in a worker thread); None when both are the same folder."""
+
+    theirs: str
+    ours: str
+    paths: tuple[str, ...]

@@ -1,0 +1,232 @@
+"""Carrying out the effects transitions ask for, in the world outside the
+thread's state (SPEC F2, F9, F10, F13, F18).
+
+The actor hands every effect that is not its own (timers, tasks, its queue:
+thread_actor.py) to ``Executor.perform``. Effects a transition yields are
+awaited here and answered with their result; effects that must not hold the
+thread's lock (a steer, an interrupt, a session stop, another thread's
+message) run as effect tasks of the actor and report back through its
+mailbox. Nothing here decides what the thread does next: an outcome is an
+input to the next transition.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from agentd.protocol.errors import CorruptRecord, InvalidState, NotFound, ThreadFailed
+
+from . import effects as fx
+from .messages import CascadeDone, InterruptRefused, MailboxItem, SteerDelivered, SteerFailed
+from .providers.base import ProviderConnection, ProviderRuntimeError
+from .run_control import DELEGATED, InternalStop, thread_stop
+from .workspace_guard import overlaps, shared_refusal
+
+if TYPE_CHECKING:
+    from .checkpoints import CheckpointEngine
+    from .host import ActorHost
+
+log = logging.getLogger(__name__)
+
+
+class Executor:
+    """The effects of one thread's transitions.
+
+    Args:
+        host: the daemon (the registry).
+        thread_id: the thread whose actor this serves.
+        spawn: runs an async function as an effect task of the actor.
+        post: puts an outcome into the actor's mailbox.
+    """
+
+    def __init__(self, host: ActorHost, thread_id: str, spawn: Callable[..., None],
+                 post: Callable[[MailboxItem], Awaitable[None]]) -> None:
+        self.host = host
+        self.thread_id = thread_id
+        self.spawn = spawn
+        self.post = post
+
+    @property
+    def engine(self) -> CheckpointEngine:
+        engine = self.host.checkpoints
+        if engine is None:  # pragma: no cover - transitions check ctx.checkpoints_on first
+            raise InvalidState("checkpoints are off in this agentd")
+        return engine
+
+    async def perform(self, effect: Any) -> Any:
+        """Carry out ``effect``; its result, or the error it raised."""
+        sessions = self.host.sessions
+        match effect:
+            # -- the provider session
+            case fx.StopSession(reason=reason):
+                self.spawn(sessions.stop_session, self.thread_id, reason)
+            # The live connection is taken now, as the transition saw it: a
+            # session that is replaced meanwhile does not get another's turn.
+            case fx.SendSteer():
+                self.spawn(self._send_steer, effect, sessions.live_session(self.thread_id))
+            case fx.InterruptTurn():
+                self.spawn(self._interrupt_turn, effect, sessions.live_session(self.thread_id))
+            case fx.AnswerRequest():
+                await self._answer_request(effect)
+            case fx.ClaimSession():
+                return await sessions.claim_session(self.thread_id)
+            case fx.ReleaseClaim() | fx.EndRestore():
+                self.release(effect)
+            case fx.AllowRecovery(crash=crash):
+                return sessions.allow_recovery(self.thread_id, crash)
+            case fx.ListNativeTurns():
+                return await self._list_native_turns(effect)
+            case fx.RollbackNative():
+                _session_id, conn = await sessions.ensure_session(self.thread_id, effect.provider)
+                await conn.rollback_thread(effect.native_thread_id, before_turn_id=effect.before_turn_id)
+            # -- other threads
+            case fx.Wake(thread_id=thread_id):
+                self.host.wake(thread_id)
+            case fx.SendInternal(thread_id=thread_id, text=text):
+                self.spawn(self.host.send_internal, thread_id, text)
+            case fx.StopChildren(effect_id=effect_id):
+                self.spawn(self._stop_children, effect_id)
+            case fx.TaskEnded():
+                self.host.tasks.ended(self.thread_id)
+            case fx.CheckWorkspace(workspace=workspace):
+                return self.host.checked_workspace(workspace)
+            case fx.GuardRestore():
+                return await self._guard_restore(effect)
+            # -- checkpoints and files
+            case fx.Capture():
+                return await self.engine.capture(effect.workspace, effect.ref, base=effect.base)
+            case fx.Diff():
+                return await self.engine.diff(effect.workspace, effect.commit, effect.base, max_bytes=effect.max_bytes)
+            case fx.RestoreFiles():
+                return await self._restore(effect)
+            case fx.CompareFiles():
+                return await trio.to_thread.run_sync(differing, effect.theirs, effect.ours, list(effect.paths))
+            case _:  # pragma: no cover - a programming error
+                raise TypeError(f"unknown effect {effect!r}")
+        return None
+
+    def release(self, effect: fx.ReleaseClaim | fx.EndRestore) -> None:
+        """Give back a session claim or a restore's mark at once (no await:
+        also while the actor is being cancelled)."""
+        if isinstance(effect, fx.ReleaseClaim):
+            self.host.sessions.release_claim(effect.claim)
+        else:
+            self.host.restoring.remove(effect.token)
+
+    # -- the provider session ------------------------------------------------------------
+
+    async def _send_steer(self, effect: fx.SendSteer, live: tuple[str, ProviderConnection] | None) -> None:
+        try:
+            if live is None or effect.native_thread_id is None or effect.native_turn_id is None:
+                raise ProviderRuntimeError("the provider session is gone")
+            await live[1].steer_turn(effect.native_thread_id, effect.native_turn_id, text=effect.message.text)
+        except ProviderRuntimeError as exc:
+            await self.post(SteerFailed(effect.message, str(exc)))
+        else:
+            await self.post(SteerDelivered(effect.message))
+
+    async def _interrupt_turn(self, effect: fx.InterruptTurn, live: tuple[str, ProviderConnection] | None) -> None:
+        try:
+            if live is None:
+                raise ProviderRuntimeError("the provider session is gone")
+            # A turn the provider never named is asked about as None, as before.
+            await live[1].interrupt_turn(effect.native_thread_id, effect.native_turn_id)  # type: ignore[arg-type]
+        except ProviderRuntimeError as exc:
+            await self.post(InterruptRefused(effect.attempt_id, f"the provider refused the interrupt: {exc}"))
+
+    async def _answer_request(self, effect: fx.AnswerRequest) -> None:
+        live = self.host.sessions.live_session(self.thread_id)
+        if live is None or live[0] != effect.session_id:
+            raise ProviderRuntimeError("the provider session that asked has ended")
+        await live[1].answer_request(effect.request_ref, effect.response)
+
+    async def _list_native_turns(self, effect: fx.ListNativeTurns) -> list[dict[str, Any]]:
+        _session_id, conn = await self.host.sessions.ensure_session(self.thread_id, effect.provider)
+        if effect.native_thread_id not in conn.loaded_threads:
+            await conn.resume_thread(effect.native_thread_id, cwd=effect.cwd)
+        return list(await conn.list_turns(effect.native_thread_id))
+
+    # -- other threads -------------------------------------------------------------------
+
+    async def _stop_children(self, effect_id: str) -> None:
+        await stop_delegated_children(self.host, self.thread_id)
+        await self.post(CascadeDone(effect_id))
+
+    async def _guard_restore(self, effect: fx.GuardRestore) -> int:
+        """Mark the folder as being restored *before* the other threads' runs
+        are looked at: a run that became active earlier is seen and refuses
+        the restore; one that becomes active later finds the mark when it
+        starts, and waits (workspace_guard.py)."""
+        # realpath touches the disk (symlinks): in a worker thread.
+        mine = await trio.to_thread.run_sync(os.path.realpath, effect.workspace)
+        restoring = self.host.restoring
+        token = restoring.add(mine)
+        try:
+            others = [run for run in self.host.active_runs() if run[0] != self.thread_id]
+
+            def resolve() -> list[tuple[str, str, str, str]]:
+                return [run for run in others if overlaps(mine, os.path.realpath(run[3]))]
+
+            busy = await trio.to_thread.run_sync(resolve) if others else []
+        except BaseException:
+            restoring.remove(token)
+            raise
+        if busy:
+            restoring.remove(token)
+            raise shared_refusal(effect.method, effect.workspace, self.thread_id, busy)
+        return token
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    async def _restore(self, effect: fx.RestoreFiles) -> Any:
+        async def record_safety(capture: Any) -> None:
+            await self.host.store.commit(effect.record_safety(capture))
+
+        return await self.engine.restore(effect.workspace, effect.commit, safety_ref=effect.safety_ref,
+                                         include=effect.include, before_files=record_safety)
+
+
+async def stop_delegated_children(host: ActorHost, thread_id: str) -> None:
+    """``thread.stop`` to every delegated descendant of ``thread_id``,
+    depth-first, each handled by its own actor (no cross-thread lock)."""
+    store = host.store
+    stack = [c for c in reversed(store.thread_children(thread_id)) if c.relationship_to_parent in DELEGATED]
+    while stack:
+        child = stack.pop()
+        try:
+            await host.call(child.id, thread_stop, InternalStop(child.id), method="thread.stop")
+        except NotFound:
+            continue
+        except (ThreadFailed, CorruptRecord) as exc:
+            # A child that failed has no run going (its recovery ended it);
+            # its own tasks are still stopped.
+            log.warning("stop of delegated task %s: %s", child.id, exc)
+        stack.extend(c for c in reversed(store.thread_children(child.id)) if c.relationship_to_parent in DELEGATED)
+
+
+def differing(fork_ws: str, here: str, paths: list[str]) -> list[str] | None:
+    """The paths whose content (or existence) is not the same in both
+    folders; None when they are the same folder."""
+    if os.path.realpath(fork_ws) == os.path.realpath(here):
+        return None
+    out = []
+    for path in paths:
+        if os.path.isabs(path) or ".." in path.split("/"):
+            continue
+        mine, theirs = _read(os.path.join(here, path)), _read(os.path.join(fork_ws, path))
+        if mine != theirs:
+            out.append(path)
+    return out
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError:
+        return None
