@@ -146,7 +146,9 @@ def capture_run(ctx: ThreadContext, active: ActiveRun) -> Transition:
     marker.put(effect)
     yield Commit(marker)
     base = previous_root(ctx.store, thread_id, run.ordinal)
-    ref = checkpoint_ref(thread_id, "root", run.ordinal)
+    # A run retried by the person ends again: its second capture needs a ref
+    # of its own (refs are create-only).
+    ref = checkpoint_ref(thread_id, "root", run.ordinal if run.checkpoint_id is None else f"{run.ordinal}-{active.attempt.id}")
     outcome = yield from capture(workspace, ref, base.commit if base else None)
     fields = capture_fields(outcome, ref, what=f"thread {thread_id}: capturing run {run.id}")
     checkpoint = Checkpoint(

@@ -24,6 +24,7 @@ from agentd.store.ids import new_id
 from agentd.store.records import (
     NODE_TERMINAL,
     Checkpoint,
+    ContextTransfer,
     ConversationMessage,
     Effect,
     EffectStatus,
@@ -439,6 +440,56 @@ def retry(
     batch.put_all(root, attempt, run)
     batch.emit("run.retrying", run_id=run.id, node_id=root_id, run=to_wire(run), attempt=to_wire(attempt), why=why)
     return ActiveRun(run=run, attempt=attempt, root=root, user_message=message or active.user_message)
+
+
+def retry_ended(batch: ThreadBatch, state: ThreadState, run: Run, *, why: str) -> Run:
+    """A user retry (SPEC F2, RunAttempt reason ``retry``): attempt N+1 of
+    the ended ``run``, with a new root node, on the provider thread of the
+    attempt it replaces; the run is queued again (its turn-start outbox
+    entry pending again) and put first in the queue. Its input is the run's
+    own message. Returns the queued run."""
+    now = batch.now
+    previous = run.selected_attempt_id
+    number = run.attempt_count + 1
+    attempt_id, root_id = new_id("att"), new_id("nod")
+    root = ExecutionNode(
+        id=root_id, thread_id=state.thread_id, run_id=run.id, attempt_id=attempt_id, kind="root_turn",
+        counts_for_run=True, title=f"run {run.ordinal} attempt {number}", created_at=now,
+    )
+    attempt = RunAttempt(
+        id=attempt_id, run_id=run.id, thread_id=state.thread_id, number=number, reason="retry",
+        root_node_id=root_id, created_at=now,
+    )
+    queued = struct_copy(run, status="queued", reason=None, ended_at=None, root_node_id=root_id,
+                         selected_attempt_id=attempt_id, attempt_count=number)
+    batch.put_all(root, attempt, queued)
+    batch.put(Effect(id=turn_start_effect_id(run.id), kind="provider.turn_start", thread_id=state.thread_id,
+                     payload={"runId": run.id}, replay_safe=False, created_at=now))
+    batch.emit("run.retrying", run_id=run.id, node_id=root_id, run=to_wire(queued), attempt=to_wire(attempt), why=why,
+               previousAttemptId=previous)
+    state.queued.insert(0, queued)
+    return queued
+
+
+#: transfers a run carries in that are meant for that run only (a merge-back's
+#: delta is built for the message it came with)
+RUN_BOUND_TRANSFERS = frozenset({"merge_back"})
+
+
+def supersede_transfers(batch: ThreadBatch, transfers: Iterable[ContextTransfer], run_ids: set[str], reason: str) -> list[ContextTransfer]:
+    """Transfers bound to a run in ``run_ids`` that no turn took in (still
+    ``pending``, or ``failed`` and owed again) end ``superseded`` with
+    ``reason``: the run that was to carry them will not (it was cancelled,
+    dropped or rolled back), so they never wait forever."""
+    out = []
+    for transfer in transfers:
+        if (transfer.type in RUN_BOUND_TRANSFERS and transfer.run_id in run_ids
+                and transfer.status in ("pending", "failed")):
+            ended = struct_copy(transfer, status="superseded", error=reason)
+            batch.put(ended)
+            batch.emit("context_transfer.superseded", run_id=transfer.run_id, transfer=to_wire(ended))
+            out.append(ended)
+    return out
 
 
 def provider_thread_failed(batch: ThreadBatch, state: ThreadState, reason: str) -> None:

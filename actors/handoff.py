@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from agentd.store.db import Store
-from agentd.store.records import ContextHandoff, ConversationMessage, ExecutionNode, HandoffStrategy, PlanArtifact, Run
+from agentd.store.records import (
+    Checkpoint,
+    ContextHandoff,
+    ConversationMessage,
+    ExecutionNode,
+    HandoffStrategy,
+    PlanArtifact,
+    Run,
+)
 
 #: how each strategy introduces itself to the agent
 INTRO: dict[str, str] = {
@@ -32,7 +40,10 @@ INTRO: dict[str, str] = {
         "This conversation continues in a fresh session; the earlier one is not used ({reason}). "
         "What happened so far, oldest first:"
     ),
-    "checkpoint_context": "The state of the conversation at a checkpoint, oldest first:",
+    "checkpoint_context": (
+        "You are continuing this conversation from a checkpoint: the files and the conversation as they "
+        "were at that point ({reason}). What happened up to it, oldest first:"
+    ),
     "merge_back": (
         "A fork of this conversation ({fork}) went on on its own since {since}. What it concluded and did, "
         "oldest first (its conversation is not repeated here, and none of its files were copied here):"
@@ -41,6 +52,10 @@ INTRO: dict[str, str] = {
 }
 
 COMMAND_KINDS = frozenset({"command_execution", "tool", "mcp_tool_call"})
+#: how every handoff's text ends
+END = "\n[end of handoff]"
+#: files a checkpoint_context handoff names before "and N more"
+FILES_NAMED = 200
 ANSWER_LIMIT = 4000  # characters of one answer before it is cut in a run's section
 
 
@@ -57,6 +72,15 @@ class BuiltHandoff:
     @property
     def size(self) -> int:
         return len(self.text)
+
+    def with_section(self, section: str) -> BuiltHandoff:
+        """This handoff with ``section`` last, before its end marker (the
+        cap still holds: the section is cut first)."""
+        body = self.text.removesuffix(END)
+        room = max(0, self.cap - len(body) - len(END) - 2) if self.cap else len(section)
+        text = body + "\n\n" + section[:room] + END
+        return BuiltHandoff(text=text, covered_run_ids=self.covered_run_ids, dropped_run_ids=self.dropped_run_ids,
+                            dropped=self.dropped, cap=self.cap)
 
 
 def _runs_and_messages(store: Store, run_ids: list[str]) -> tuple[list[Run], dict[str, list[ConversationMessage]]]:
@@ -130,7 +154,7 @@ def _assemble(header: str, sections: list[tuple[str, str]], dropped_ids: list[st
     if dropped_ids:
         parts.append(f"(… {len(dropped_ids)} earlier run(s) left out to keep this handoff short …)")
     parts += [text for _id, text in sections]
-    return "\n\n".join(parts) + "\n[end of handoff]"
+    return "\n\n".join(parts) + END
 
 
 def run_section(
@@ -248,6 +272,25 @@ class MergeFiles:
     checkpoints: tuple[str, str] | None = None
     fork_workspace: str | None = None
     differ: tuple[str, ...] | None = None
+
+
+def checkpoint_section(checkpoint: Checkpoint, files: list[str] | None, *, what: str) -> str:
+    """What a ``checkpoint_context`` handoff says of the files: which
+    checkpoint (``what`` it is the state of), its counts, and the files it
+    changed since the checkpoint before it (None: there is none to compare)."""
+    summary = checkpoint.summary or {}
+    counts = (f"{summary.get('filesChanged', 0)} file(s) changed, +{summary.get('insertions', 0)} "
+              f"−{summary.get('deletions', 0)}")
+    lines = [f"The files: checkpoint {checkpoint.id}, {what} ({counts} since the checkpoint before it)."]
+    if files is None:
+        lines.append("There is no earlier checkpoint to compare it with.")
+    elif files:
+        lines.append("Files it changed: " + "; ".join(files[:FILES_NAMED]) +
+                     (f"; and {len(files) - FILES_NAMED} more" if len(files) > FILES_NAMED else ""))
+    else:
+        lines.append("It changed no file.")
+    lines.append("The workspace may have changed since; the checkpoint holds these files as they were.")
+    return "\n".join(lines)
 
 
 def build_merge_handoff(

@@ -248,6 +248,11 @@ def _resolve_transfer(view: StartView, transfer: ContextTransfer) -> StartContex
             "native", reason=f"native fork of provider thread {source.id}", retire=retire, handoff=handoff,
             native=NativeFork(source, point.native_thread_id, point.native_turn_ref, covered), transfer=transfer,
         )
+    if point.type == "checkpoint" and point.checkpoint_id:
+        # The files matter as much as the talk: say what they were at the
+        # checkpoint, even before any run (a baseline fork).
+        return StartContext("portable", reason=why_not, retire=retire, transfer=transfer,
+                            handoff=HandoffPlan("checkpoint_context", history, why_not))
     if not history:
         return StartContext("none", reason=why_not, retire=retire, transfer=transfer)
     return StartContext("portable", reason=why_not, retire=retire, transfer=transfer,
@@ -408,7 +413,8 @@ def record_start(
         if handoff is not None:
             changes["handoff_id"] = handoff.id
         if ctx.native is None and ctx.kind in ("portable", "delta"):
-            changes.update(status="resolved_portable", resolution="portable", lower_fidelity=True, resolved_at=now)
+            how = "checkpoint_context" if ctx.handoff is not None and ctx.handoff.strategy == "checkpoint_context" else "portable"
+            changes.update(status="resolved_portable", resolution=how, lower_fidelity=True, resolved_at=now)
         transfer = struct_copy(transfer, **changes)
         batch.put(transfer)
         if transfer.status == "resolved_portable":

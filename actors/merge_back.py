@@ -155,6 +155,11 @@ def fork_files(ctx: ThreadContext, found: MergeDelta, workspace: str) -> Transit
     target = store.get(Checkpoint, runs[-1].checkpoint_id) if runs and runs[-1].checkpoint_id else None
     first = store.get(Checkpoint, runs[0].checkpoint_id) if runs and runs[0].checkpoint_id else None
     base = store.get(Checkpoint, first.base_checkpoint_id) if first and first.base_checkpoint_id else None
+    if base is None and found.base.checkpoint_id:
+        # No baseline of the fork's own (e.g. checkpoints came on later): the
+        # fork point's checkpoint — for a fork from a subagent node, the
+        # files as that child left them.
+        base = store.get(Checkpoint, found.base.checkpoint_id)
     if (ctx.checkpoints_on and target is not None and base is not None and target.commit and base.commit
             and target.status == "captured" and base.status == "captured" and target.workspace == base.workspace):
         try:
@@ -163,7 +168,7 @@ def fork_files(ctx: ThreadContext, found: MergeDelta, workspace: str) -> Transit
             result = None
         if result is not None:
             source, checkpoints = "checkpoint", (base.id, target.id)
-            files = tuple(_describe(f) for f in result.files)
+            files = tuple(describe_change(f) for f in result.files)
             paths = [f.path for f in result.files]
     if source == "nodes":
         paths = list(dict.fromkeys(path for run in runs for node in store.run_nodes(run.id)
@@ -178,7 +183,8 @@ def fork_files(ctx: ThreadContext, found: MergeDelta, workspace: str) -> Transit
     return MergeFiles(source, files, checkpoints, fork_workspace=fork_ws, differ=tuple(differ))
 
 
-def _describe(change: FileChange) -> str:
+def describe_change(change: FileChange) -> str:
+    """A changed file as handoffs name it: ``path (added, +3 −0)``."""
     sign = "binary" if change.binary else f"+{change.insertions} −{change.deletions}"
     renamed = f" from {change.old_path}" if change.old_path else ""
     return f"{change.path} ({change.change}{renamed}, {sign})"

@@ -180,7 +180,12 @@ def _node_point(store: Store, state: ThreadState, node_id: str) -> tuple[SourceP
     run = store.run(node.run_id)
     assert run is not None
     _check_run_stable(state, run)
-    point = run_point(store, "node", run, node_id=node.id)
+    # A child scope (a subagent, a delegated task) has its own checkpoint: the
+    # files as that child left them are the fork's baseline (SPEC F6, F13).
+    children = [c for c in store.thread_checkpoints(thread_id)
+                if c.scope == "child" and c.node_id == node.id and c.status == "captured"]
+    extra = {"checkpoint_id": max(children, key=lambda c: (c.created_at, c.id)).id} if children else {}
+    point = run_point(store, "node", run, node_id=node.id, **extra)
     native = _node_native_thread(node)
     if native is not None:
         # A native subagent's own thread backs a child thread (delegation.native_subagent):

@@ -126,6 +126,7 @@ def rollback_to_run(ctx: ThreadContext, command: Command) -> Transition:
     if state.thread.held_run_ids:
         graph.set_thread(batch, state, held_run_ids=[], queue_held=False)
     stale = _undo_runs(ctx.store, batch, thread_id, undone, params.target_ordinal, why)
+    graph.supersede_transfers(batch, ctx.store.thread_transfers(thread_id), {run.id for run in undone}, why)
     memory.apply(batch, state)
     safety = restored.safety  # committed before the files were touched
     graph.settle_effect(batch, restored.effect, "done")

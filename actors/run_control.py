@@ -261,6 +261,37 @@ def thread_stop(ctx: ThreadContext, command: Command) -> Decision:
     return Decision(batch, result, after)
 
 
+#: run statuses a person may retry (``run.retry``)
+RETRYABLE = ("failed", "interrupted")
+
+
+def run_retry(ctx: ThreadContext, command: Command) -> Decision:
+    """``run.retry``: a new attempt (reason ``retry``) of the thread's latest
+    run when it failed or was interrupted and nothing else is active or
+    waiting to start; the attempt starts at once, on the run's message."""
+    params = command.params
+    state = ctx.state
+    run = ctx.thread_run(params.run_id)
+    if run.status not in RETRYABLE:
+        hint = "it is still going" if run.status in ("queued", "running", "waiting") else "only a failed or interrupted run is"
+        raise InvalidState(f"run {run.id} is {run.status}: {hint} retried", runId=run.id, status=run.status)
+    busy = state.active.run if state.active is not None else state.next_queued()
+    if busy is not None:
+        raise InvalidState(f"thread {state.thread_id} has run {busy.id} {busy.status}: retry once it has ended",
+                           runId=busy.id, status=busy.status)
+    latest = max((r for r in ctx.store.thread_runs(state.thread_id) if r.status != "rolled_back"),
+                 key=lambda r: r.ordinal, default=None)
+    if latest is not None and latest.id != run.id:
+        raise InvalidState(f"run {run.id} is not the thread's latest (run {latest.ordinal}, {latest.id}, is): "
+                           "only the latest run is retried; send its message again instead",
+                           runId=run.id, latestRunId=latest.id)
+    batch = ctx.batch()
+    queued = graph.retry_ended(batch, state, run, why=f"retried by the user after it was {run.status}")
+    result = {"runId": queued.id, "attemptId": queued.selected_attempt_id, "attemptNumber": queued.attempt_count}
+    batch.record_receipt(command.command_id, command.method, result)
+    return Decision(batch, result, [StartNext()])
+
+
 def queue_release(ctx: ThreadContext, command: Command) -> Decision:
     """``thread.queue.release``: let queued runs start again."""
     state = ctx.state
@@ -294,6 +325,8 @@ def cancel_queued_run(
         message=store.get(ConversationMessage, run.user_message_id) if run.user_message_id else None,
         turn_start_effect=store.get(Effect, graph.turn_start_effect_id(run.id)), message_status=message_status,
     )
+    graph.supersede_transfers(batch, store.thread_transfers(ctx.thread_id), {run.id},
+                              f"its run {run.id} was cancelled ({reason}) before it started")
 
 
 def queued_run_cancel(ctx: ThreadContext, command: Command) -> Decision:

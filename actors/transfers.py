@@ -17,14 +17,16 @@ from __future__ import annotations
 from agentd.protocol import wire
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
-from agentd.store.records import ContextTransfer, ProviderThread, Run, to_wire
+from agentd.store.records import Checkpoint, ContextTransfer, ProviderThread, Run, to_wire
 
 from . import delegation, lineage, merge_back
+from .merge_back import describe_change
 from .context import ThreadContext
-from .effects import CheckWorkspace, Decision, Transition
+from .effects import CheckWorkspace, Decision, Diff, Transition
 from .ending import end_run
 from .graph import ThreadBatch
-from .handoff import build_handoff
+from .checkpoints.errors import CheckpointError
+from .handoff import build_handoff, checkpoint_section
 from .lineage import Limits, StartContext, StartView, Target
 from .messages import Command, ContextNeeded, StartPlan
 from .points import fork_transfer, resolve_source, thread_history, with_legacy_coverage
@@ -150,6 +152,10 @@ def on_context_needed(ctx: ThreadContext, item: ContextNeeded) -> Transition:
     if resolved.handoff is not None:
         built = build_handoff(ctx.store, resolved.handoff.run_ids, strategy=resolved.handoff.strategy,
                               reason=resolved.handoff.reason, cap=ctx.config.handoff_max_chars)
+        if resolved.handoff.strategy == "checkpoint_context" and resolved.transfer is not None:
+            section = yield from _checkpoint_files(ctx, resolved.transfer)
+            if section:
+                built = built.with_section(section)
     context = lineage.record_start(batch, state, view, resolved, built)
     text = delegation.take_inbox(ctx, batch, built.text if built is not None else None)
     if resolved.kind != "none" or resolved.retire is not None:
@@ -171,6 +177,31 @@ def on_context_needed(ctx: ThreadContext, item: ContextNeeded) -> Transition:
         context="\n\n".join(texts) if texts else None,
     )
     return Decision(batch, plan)
+
+
+def _checkpoint_files(ctx: ThreadContext, transfer: ContextTransfer) -> Transition:
+    """The ``checkpoint_context`` handoff's section on the files at the fork's
+    checkpoint: its counts and the files it changed since the checkpoint
+    before it (git's diff, an effect); None when the checkpoint is gone."""
+    store = ctx.store
+    checkpoint_id = transfer.source_point.checkpoint_id
+    checkpoint = store.get(Checkpoint, checkpoint_id) if checkpoint_id else None
+    if checkpoint is None or not checkpoint.commit:
+        return None
+    base = store.get(Checkpoint, checkpoint.base_checkpoint_id) if checkpoint.base_checkpoint_id else None
+    files: list[str] | None = None
+    if base is not None and base.commit and ctx.checkpoints_on:
+        try:
+            diff = yield Diff(checkpoint.workspace or ctx.state.thread.workspace, checkpoint.commit, base.commit)
+            files = [describe_change(change) for change in diff.files]
+        except CheckpointError:
+            files = None
+    run = store.run(checkpoint.run_id) if checkpoint.run_id else None
+    if checkpoint.kind == "baseline":
+        what = f"the workspace before run {checkpoint.ordinal + 1}"
+    else:
+        what = f"the workspace at the end of run {run.ordinal if run else checkpoint.ordinal}"
+    return checkpoint_section(checkpoint, files, what=what)
 
 
 def _unsupported(ctx: ThreadContext, batch: ThreadBatch, active: ActiveRun, resolved: StartContext) -> Transition:

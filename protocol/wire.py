@@ -182,6 +182,11 @@ class RunInterruptParams(Params):
     command_id: CommandId | None = None
 
 
+class RunRetryParams(Params):
+    run_id: Id
+    command_id: CommandId | None = None
+
+
 class ThreadStopParams(Params):
     thread_id: Id
     command_id: CommandId | None = None

@@ -38,7 +38,7 @@ CheckpointKind = Literal["baseline", "run", "pre_rollback", "child"]
 #: why context moves from a source point to a target (seed 002 "thread relationship")
 TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn", "subagent_result"]
 TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
-TransferResolution = Literal["native", "portable"]
+TransferResolution = Literal["native", "portable", "checkpoint_context"]
 #: ``portable_context`` is what agentd wrote before handoffs had strategies (kept for old data dirs)
 #: ``subagent_task``: a delegated task's instructions and framing (SPEC F9);
 #: ``subagent_result``: what a delegated task gives back to its parent

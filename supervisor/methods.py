@@ -103,6 +103,7 @@ METHODS = MethodTable([
             access=thread_create_access),
     _thread("thread.message.send", wire.MessageSendParams, steering.message_send, by_thread),
     _thread("run.interrupt", wire.RunInterruptParams, run_control.run_interrupt, by_run),
+    _thread("run.retry", wire.RunRetryParams, run_control.run_retry, by_run),
     _thread("thread.stop", wire.ThreadStopParams, run_control.thread_stop, by_thread),
     _thread("thread.queue.release", wire.ThreadIdParams, run_control.queue_release, by_thread),
     _thread("queued-run.cancel", wire.QueuedRunParams, run_control.queued_run_cancel, by_run),

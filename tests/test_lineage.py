@@ -281,6 +281,10 @@ async def test_fork_from_a_completed_subagent_node_and_from_a_provider_turn(clie
     forked = await client.call("thread.fork", threadId=thread_id, sourcePoint={"type": "node", "nodeId": node["id"]})
     (transfer,) = await transfers(client, forked["threadId"])
     assert (transfer["sourcePoint"]["nodeId"], transfer["sourcePoint"]["runId"]) == (node["id"], first["id"])
+    # Issue 23 item 8: the child's own checkpoint is the fork's baseline.
+    (child,) = [c for c in (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+                if c["scope"] == "child" and c["nodeId"] == node["id"]]
+    assert transfer["sourcePoint"]["checkpointId"] == child["id"]
     assert await recall(client, forked["threadId"], "alpha", "bravo") == {"alpha": "native", "bravo": "absent"}
 
     attempt = (await client.call("run.get", runId=first["id"]))["attempts"][0]
@@ -330,3 +334,25 @@ async def test_fork_from_a_checkpoint_is_a_fork_at_its_run(client):
     with pytest.raises(AgentdError) as info:
         await client.call("thread.fork", threadId=forked["threadId"], sourcePoint={"type": "checkpoint", "checkpointId": second["id"]})
     assert info.value.kind == "not_found"
+
+
+async def test_a_portable_fork_from_a_checkpoint_is_told_the_files_at_it(client):
+    """Issue 23 item 9: a fork from a ``checkpoint`` source point resolved
+    portably gets a ``checkpoint_context`` handoff (resolution
+    ``checkpoint_context``): the conversation up to the checkpoint and the
+    state of the files there — its counts and the files it changed."""
+    source = (await client.call("thread.create", title="source", provider="basic"))["threadId"]
+    first = await send_and_wait(client, source, script({"write": {"path": "kept.txt", "content": "one\n"}}, {"say": "alpha"}))
+    await send_and_wait(client, source, script({"write": {"path": "later.txt", "content": "two\n"}}, {"say": "bravo"}))
+    forked = await client.call("thread.fork", threadId=source,
+                               sourcePoint={"type": "checkpoint", "checkpointId": first["checkpointId"]})
+    seen = await recall(client, forked["threadId"], "alpha", "bravo", provider="basic")
+    assert seen == {"alpha": "context", "bravo": "absent"}
+    (transfer,) = await transfers(client, forked["threadId"])
+    assert (transfer["status"], transfer["resolution"]) == ("consumed", "checkpoint_context")
+    handoff = (await client.call("handoff.get", handoffId=transfer["handoffId"]))["handoff"]
+    text = handoff["text"]
+    assert handoff["strategy"] == "checkpoint_context" and text.startswith("[agentd context handoff: checkpoint_context]")
+    assert f"checkpoint {first['checkpointId']}, the workspace at the end of run 1" in text
+    assert "kept.txt (added, +1 −0)" in text and "later.txt" not in text
+    assert text.endswith("[end of handoff]") and handoff["size"] == len(text) <= handoff["cap"]

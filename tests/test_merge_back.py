@@ -170,3 +170,28 @@ async def test_sigkill_during_a_merges_resolution_leaves_it_failed_never_half_co
     finally:
         assert await daemon.terminate() == 0
 
+
+
+async def test_a_merge_back_whose_run_is_cancelled_is_superseded_and_the_fork_can_be_merged_again(client):
+    """Issue 23 item 10: the merge-back of a queued message whose run is
+    cancelled ends ``superseded`` (never ``pending`` for ever); the fork's
+    runs are still owed, so the next merge-back carries them."""
+    source = (await client.call("thread.create", title="main"))["threadId"]
+    await send_and_wait(client, source, say("alpha"))
+    fork = (await client.call("thread.fork", threadId=source))["threadId"]
+    done = await send_and_wait(client, fork, say("kilo"))
+    busy = await client.call("thread.message.send", threadId=source, text=script({"tool": {"name": "wait", "hang": True}}))
+    await wait_event(client, lambda e: e["type"] == "tool.started" and e.get("runId") == busy["runId"], thread_id=source)
+    queued = await client.call("thread.message.send", threadId=source, text="merge it", mergeBack={"forkThreadId": fork})
+    await client.call("queued-run.cancel", runId=queued["runId"])
+    (merge,) = await merge_transfers(client, source)
+    assert (merge["id"], merge["status"]) == (queued["mergeBack"]["transferId"], "superseded")
+    assert "was cancelled" in merge["error"]
+    event = await wait_event(client, lambda e: e["type"] == "context_transfer.superseded", thread_id=source)
+    assert event["payload"]["transfer"]["id"] == merge["id"] and event["runId"] == queued["runId"]
+    await client.call("run.interrupt", runId=busy["runId"])
+
+    seen = await recall(client, source, "kilo", mergeBack={"forkThreadId": fork})
+    assert seen == {"kilo": "context"}, "a superseded merge-back is no merge: the fork's run is still owed"
+    again = (await merge_transfers(client, source))[-1]
+    assert again["status"] == "consumed" and again["sourceRunIds"] == [done["id"]]

@@ -433,3 +433,59 @@ async def test_an_approval_asked_inside_a_subagent_stays_answerable(rc):
     run = await wait_run_terminal(rc, thread_id, sent["runId"])
     assert run["status"] == "completed"
     assert (await texts(rc, thread_id))[-2:] == ["approval: accept", "sub done"]
+
+
+# -- F2 a person's retry -----------------------------------------------------------------
+
+
+async def test_a_retry_of_an_interrupted_run_is_its_next_attempt_and_finishes_it(rc):
+    """Issue 23 item 5: ``run.retry`` gives the thread's latest run attempt
+    N+1 (reason ``retry``) on its own message; the first attempt stays in the
+    graph; the run then completes like any other."""
+    thread_id = await new_thread(rc)
+    sent = await rc.call("thread.message.send", threadId=thread_id,
+                         text=script({"approval": {"kind": "command", "command": "make"}}, {"say": "built"}))
+    requested = await started(rc, thread_id, "approval.requested", sent["runId"])
+    await rc.call("run.interrupt", runId=sent["runId"])
+    first = await wait_run_terminal(rc, thread_id, sent["runId"])
+    assert first["status"] == "interrupted"
+
+    retried = await rc.call("run.retry", runId=sent["runId"])
+    assert (retried["runId"], retried["attemptNumber"]) == (sent["runId"], 2)
+    again = await wait_event(rc, lambda e: e["type"] == "approval.requested" and e["seq"] > requested["seq"],
+                             thread_id=thread_id)
+    await rc.call("approval.respond", requestId=again["payload"]["request"]["id"], decision="accept")
+    run = await wait_run_terminal(rc, thread_id, sent["runId"], after_seq=retried["seq"])
+    assert run["status"] == "completed" and run["attemptCount"] == 2
+    got = await rc.call("run.get", runId=sent["runId"])
+    assert [(a["number"], a["reason"], a["status"]) for a in got["attempts"]] == [
+        (1, "initial", "interrupted"), (2, "retry", "completed")]
+    assert (await texts(rc, thread_id)).count("built") == 1
+    assert (await rc.call("thread.get", threadId=thread_id))["thread"]["runCount"] == 1, "a retry is no new run"
+    checkpoints = {c["id"]: c for c in (await rc.call("checkpoint.list", threadId=thread_id))["checkpoints"]}
+    assert run["checkpointId"] != first["checkpointId"], "the retry's end is captured again, as the run's checkpoint"
+    assert checkpoints[run["checkpointId"]]["status"] == checkpoints[first["checkpointId"]]["status"] == "captured"
+
+
+async def test_only_the_latest_ended_run_that_failed_or_was_interrupted_is_retried(rc):
+    """Issue 23 item 5: a completed run, a run that is not the latest and a
+    run while another is going are ``invalid_state``, saying why."""
+    thread_id = await new_thread(rc)
+    failed = await rc.call("thread.message.send", threadId=thread_id, text=script({"fail": "boom"}))
+    assert (await wait_run_terminal(rc, thread_id, failed["runId"]))["status"] == "failed"
+    ok = await rc.call("thread.message.send", threadId=thread_id, text="hello")
+    assert (await wait_run_terminal(rc, thread_id, ok["runId"]))["status"] == "completed"
+    for run_id, words in ((failed["runId"], "not the thread's latest"), (ok["runId"], "only a failed or interrupted run")):
+        with pytest.raises(Exception) as refused:
+            await rc.call("run.retry", runId=run_id)
+        assert refused.value.kind == "invalid_state" and words in str(refused.value)
+
+    hung = await rc.call("thread.message.send", threadId=thread_id, text=script({"fail": "again"}))
+    await wait_run_terminal(rc, thread_id, hung["runId"])
+    busy = await rc.call("thread.message.send", threadId=thread_id, text=HANG_TOOL)
+    await started(rc, thread_id, "run.started", busy["runId"])
+    with pytest.raises(Exception) as refused:
+        await rc.call("run.retry", runId=hung["runId"])
+    assert refused.value.kind == "invalid_state"
+    await rc.call("run.interrupt", runId=busy["runId"])
+    await wait_run_terminal(rc, thread_id, busy["runId"])

@@ -477,3 +477,25 @@ def test_answering_a_request_ends_its_node_and_runs_the_run_again_with_events(de
     assert last_one.events[-1].payload["run"]["status"] == "running"
     assert {e.node_id for e in last_one.events[:2]} == {other.node_id}
     assert last_one.events[-1].node_id == active.root.id
+
+
+def test_only_a_run_bound_transfer_no_turn_took_in_is_superseded():
+    """Issue 23 item 10: a merge-back bound to a dropped run ends
+    ``superseded`` if it was still owed (pending, or failed and owed again);
+    one already taken in, another run's, and other kinds stay as they are."""
+    from agentd.store.records import ContextTransfer, SourcePoint
+
+    point = SourcePoint(type="run", thread_id="thr_f")
+
+    def transfer(name: str, status: str, *, run_id: str = "run_gone", type: str = "merge_back") -> ContextTransfer:
+        return ContextTransfer(id=f"xfr_{name}", type=type, source_thread_id="thr_f", target_thread_id="thr_s",
+                               source_point=point, status=status, run_id=run_id)  # type: ignore[arg-type]
+
+    b = ThreadBatch(thread_id="thr_s", now=NOW)
+    ended = graph.supersede_transfers(b, [
+        transfer("pending", "pending"), transfer("failed", "failed"), transfer("consumed", "consumed"),
+        transfer("other_run", "pending", run_id="run_kept"), transfer("fork", "pending", type="fork"),
+    ], {"run_gone"}, "its run was cancelled")
+    assert [(t.id, t.status, t.error) for t in ended] == [
+        ("xfr_pending", "superseded", "its run was cancelled"), ("xfr_failed", "superseded", "its run was cancelled")]
+    assert [e.type for e in b.events] == ["context_transfer.superseded"] * 2
