@@ -26,7 +26,8 @@ with changes counts for SPEC F3 (``ActiveRun.changed_files``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Any
 
 from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
@@ -34,7 +35,9 @@ from agentd.store.records import NODE_TERMINAL, Checkpoint, Effect, ExecutionNod
 
 from .checkpointing import CAPTURE_EFFECT, capture, capture_fields, previous_root, writes_in_flight
 from .checkpoints.refs import checkpoint_ref
-from .effects import Commit, Transition
+from .effects import Commit, PeekMailbox, Transition
+from .handoff import detail_paths
+from .providers.base import ItemCompleted, ItemStarted
 from .graph import settle_effect
 
 if TYPE_CHECKING:
@@ -105,6 +108,11 @@ def capture_child(ctx: ThreadContext, active: ActiveRun, node: ExecutionNode, ba
     fields = capture_fields(outcome, ref, what=f"thread {thread_id}: capturing child {node.id} of run {run.id}")
     if not isinstance(outcome, BaseException) and outcome.files:
         active.changed_files = True
+        # What the agent said it wrote elsewhere while git read the files.
+        waiting = yield PeekMailbox()
+        concurrent = concurrent_paths(waiting, active.attempt.id, workspace, {f.path for f in outcome.files})
+        if concurrent:
+            fields["concurrent_paths"] = concurrent
     checkpoint = Checkpoint(
         id=checkpoint_id, thread_id=thread_id, run_id=run.id, node_id=node.id, scope="child", kind="child",
         ordinal=run.ordinal, base_checkpoint_id=base.id if base else None, workspace=workspace,
@@ -114,6 +122,26 @@ def capture_child(ctx: ThreadContext, active: ActiveRun, node: ExecutionNode, ba
     settle_effect(batch, effect, "done")
     batch.emit(f"checkpoint.{checkpoint.status}", run_id=run.id, node_id=node.id, checkpoint=to_wire(checkpoint))
     return checkpoint
+
+
+#: provider items that name the files they write
+WRITING_ITEMS = frozenset({"file_change"})
+
+
+def concurrent_paths(waiting: list[Any], attempt_id: str, workspace: str, captured: set[str]) -> list[str]:
+    """The paths among ``captured`` (a child checkpoint's changed files) that
+    file changes of the same attempt, reported after the child ended (the
+    provider events ``waiting`` in the mailbox when the capture finished),
+    name: written by the parent or a sibling meanwhile, not by the child."""
+    named: set[str] = set()
+    for item in waiting:
+        if isinstance(item, (ItemStarted, ItemCompleted)) and item.attempt_id == attempt_id \
+                and item.item_type in WRITING_ITEMS:
+            for path in detail_paths(item.detail):
+                if os.path.isabs(path):
+                    path = os.path.relpath(path, workspace)
+                named.add(path)
+    return sorted(named & captured)
 
 
 def capture_open_children(ctx: ThreadContext, active: ActiveRun) -> Transition:

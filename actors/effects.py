@@ -120,6 +120,13 @@ class MarkBusy:
     busy: bool
 
 
+@dataclass(frozen=True)
+class PeekMailbox:
+    """The items waiting in the thread's mailbox now, oldest first, without
+    taking them (they are handled next, in order): what the provider said
+    while the transition waited."""
+
+
 # -- the provider session -------------------------------------------------------------------
 
 

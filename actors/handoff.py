@@ -215,7 +215,11 @@ def _outcome(node: ExecutionNode) -> str:
 
 
 def _paths(node: ExecutionNode) -> list[str]:
-    detail = node.detail
+    return detail_paths(node.detail) or [node.title or "a file"]
+
+
+def detail_paths(detail: dict[str, Any]) -> list[str]:
+    """The paths a file change's detail names (none when it names none)."""
     if isinstance(detail.get("path"), str):
         return [detail["path"]]
     changes = detail.get("changes")
@@ -228,7 +232,7 @@ def _paths(node: ExecutionNode) -> list[str]:
         for key in ("file_path", "notebook_path", "path"):
             if isinstance(tool_input.get(key), str):
                 return [tool_input[key]]
-    return [node.title or "a file"]
+    return []
 
 
 #: the paths a file-change node names

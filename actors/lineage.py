@@ -1,5 +1,5 @@
 """Lineage and context transfer: the decisions and transitions (SPEC F4, F5,
-F6, F8; seed 002; seed 003 "frozen context").
+F6, F8; a provider thread's settings are frozen when it is made, F4).
 
 Every movement of context into a provider thread — a fork's first message, a
 switch to another provider, a return to an earlier one, a replacement for a
@@ -60,7 +60,7 @@ StartKind = Literal["none", "native", "portable", "delta", "unsupported"]
 INCOMPATIBLE_SETTINGS = ("kind", "model", "args")
 
 
-# -- frozen settings (seed 003) ------------------------------------------------------------
+# -- frozen settings (F4) ------------------------------------------------------------------
 
 
 def provider_settings(config: ProviderConfig | None) -> dict[str, Any]:

@@ -404,7 +404,7 @@ class ThreadRegistry:
     def retire(self, actor: ThreadActor) -> bool:
         """Drop an idle actor, unless something reached its mailbox meanwhile.
         Synchronous on purpose: no command can slip in between check and drop."""
-        if actor.send_channel.statistics().current_buffer_used:
+        if actor.send_channel.statistics().current_buffer_used or actor.holds_items:
             return False
         if self._actors.get(actor.thread_id) is actor:
             del self._actors[actor.thread_id]

@@ -27,7 +27,7 @@ from agentd.store.records import ConversationMessage, Effect, ExecutionNode, Mes
 
 from . import graph
 from .context import ThreadContext
-from .effects import Decision, InterruptTurn, StartNext, StartTimer, StopChildren, StopSession
+from .effects import Commit, Decision, InterruptTurn, StartNext, StartTimer, StopChildren, StopSession, Transition
 from .graph import ThreadBatch
 from .messages import Command, InterruptOverdue
 from .state import ActiveRun, ThreadState
@@ -292,14 +292,17 @@ def run_retry(ctx: ThreadContext, command: Command) -> Decision:
     return Decision(batch, result, [StartNext()])
 
 
-def queue_release(ctx: ThreadContext, command: Command) -> Decision:
-    """``thread.queue.release``: let queued runs start again."""
+def queue_release(ctx: ThreadContext, command: Command) -> Transition:
+    """``thread.queue.release``: let queued runs start again; the answer
+    names the runs still waiting once the next one started."""
     state = ctx.state
     if not state.thread.queue_held:
         raise InvalidState(f"the queue of thread {state.thread_id} is not held")
     batch = ctx.batch()
     release_queue(batch, state)
-    return Decision(batch, {"threadId": state.thread_id, "queuedRunIds": [r.id for r in state.queued]}, [StartNext()])
+    committed = yield Commit(batch)
+    yield StartNext()
+    return {"threadId": state.thread_id, "queuedRunIds": [r.id for r in state.queued], "seq": committed.seq}
 
 
 def queued_run_of(ctx: ThreadContext, run_id: str) -> Run:

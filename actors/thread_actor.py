@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from collections import deque
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -130,10 +131,17 @@ class ThreadActor:
         self._starter_scope: trio.CancelScope | None = None
         #: the mailbox item being handled (answered by the registry if the actor fails)
         self.handling: MailboxItem | None = None
+        #: items a transition looked at (``PeekMailbox``): handled next, before the channel's
+        self._peeked: deque[MailboxItem] = deque()
 
     @property
     def thread_id(self) -> str:
         return self.state.thread_id
+
+    @property
+    def holds_items(self) -> bool:
+        """True while items a transition looked at wait to be handled."""
+        return bool(self._peeked)
 
     @property
     def busy(self) -> bool:
@@ -164,12 +172,16 @@ class ThreadActor:
                     try:
                         if taken_in_a_row >= MAILBOX_BURST:
                             raise trio.WouldBlock
-                        item = self._receive_channel.receive_nowait()
+                        item = self._peeked.popleft() if self._peeked else self._receive_channel.receive_nowait()
                         taken_in_a_row += 1
                     except trio.WouldBlock:
                         taken_in_a_row = 0
-                        with trio.move_on_at(deadline):
-                            item = await self._receive_channel.receive()
+                        if self._peeked:
+                            await trio.lowlevel.checkpoint()
+                            item = self._peeked.popleft()
+                        else:
+                            with trio.move_on_at(deadline):
+                                item = await self._receive_channel.receive()
                 if item is None:
                     now = trio.current_time()
                     due = [timer for timer, at in self._timers.items() if at <= now]
@@ -211,6 +223,8 @@ class ThreadActor:
         registry answers them when the actor failed)."""
         self.send_channel.close()
         commands = [self.handling] if isinstance(self.handling, Command) else []
+        commands += [item for item in self._peeked if isinstance(item, Command)]
+        self._peeked.clear()
         while True:
             try:
                 item = self._receive_channel.receive_nowait()
@@ -373,9 +387,21 @@ class ThreadActor:
                 )
             case fx.MarkBusy(busy=busy):
                 self.sessions.mark_busy(self.thread_id, busy)
+            case fx.PeekMailbox():
+                # A turn of the scheduler first: what the provider already
+                # wrote to its pipe reaches the mailbox.
+                await trio.lowlevel.checkpoint()
+                return self._peek()
             case _:
                 return await self.executor.perform(effect)
         return None
+
+    def _peek(self) -> list[MailboxItem]:
+        while True:
+            try:
+                self._peeked.append(self._receive_channel.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return list(self._peeked)
 
     # -- what effects use ---------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 restore CHECKPOINT``: a thread's workspace checkpoints from the command line
 (SPEC F13).
 
-Kept apart from main.py, which only calls ``add_checkpoint_commands``.
+Their arguments are in commands.py; each asks on a blocking connection.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import argparse
 import sys
 from typing import Any
 
-from agentd.protocol.client import Client
-
-from .common import CliError, print_json, run_with_client
+from .common import CliError, print_json, with_daemon
+from .connection import DaemonConnection
+from .messages import in_cli_terms
 
 GREEN, RED, CYAN, BOLD, RESET = "\033[32m", "\033[31m", "\033[36m", "\033[1m", "\033[0m"
 
@@ -23,11 +23,11 @@ def _run(args: argparse.Namespace, method: str, **params: Any) -> dict[str, Any]
     one line and an exit code in main); print the result with ``--json``."""
     box: dict[str, Any] = {}
 
-    async def go(client: Client) -> int:
-        box.update(await client.call(method, **params))
+    def go(daemon: DaemonConnection) -> int:
+        box.update(daemon.call(method, **params))
         return 0
 
-    run_with_client(args, go)  # an error is raised, and main reports it
+    with_daemon(args, go)  # an error is raised, and main reports it
     if args.json:
         print_json(box)
     return box
@@ -78,13 +78,13 @@ def cmd_checkpoints(args: argparse.Namespace) -> int:
 RUN_PREFIX = "run_"
 
 
-async def run_checkpoint(client: Client, run_id: str) -> str:
+def run_checkpoint(daemon: DaemonConnection, run_id: str) -> str:
     """The checkpoint of run ``run_id`` (``Run.checkpointId``).
 
     Raises:
         CliError: the run has none (it never started, or ended before checkpoints).
     """
-    run = (await client.call("run.get", runId=run_id))["run"]
+    run = daemon.call("run.get", runId=run_id)["run"]
     if not run.get("checkpointId"):
         raise CliError(f"run {run_id} has no checkpoint (it is {run['status']}: "
                        "a run gets one when it ends after it started)")
@@ -94,19 +94,18 @@ async def run_checkpoint(client: Client, run_id: str) -> str:
 def cmd_diff(args: argparse.Namespace) -> int:
     box: dict[str, Any] = {}
 
-    async def go(client: Client) -> int:
+    def go(daemon: DaemonConnection) -> int:
         # A run id resolves to the run's checkpoint, on the same connection.
         checkpoint = args.checkpoint
         if checkpoint.startswith(RUN_PREFIX):
-            checkpoint = await run_checkpoint(client, checkpoint)
+            checkpoint = run_checkpoint(daemon, checkpoint)
         params: dict[str, Any] = {"checkpointId": checkpoint}
         if args.base:
-            params["baseCheckpointId"] = (await run_checkpoint(client, args.base)
-                                          if args.base.startswith(RUN_PREFIX) else args.base)
-        box.update(await client.call("checkpoint.diff", **params))
+            params["baseCheckpointId"] = run_checkpoint(daemon, args.base) if args.base.startswith(RUN_PREFIX) else args.base
+        box.update(daemon.call("checkpoint.diff", **params))
         return 0
 
-    run_with_client(args, go)
+    with_daemon(args, go)
     result = box
     if args.json:
         print_json(result)
@@ -127,29 +126,6 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print(f"restored {len(result['restored'])} files from {result['checkpointId']}; "
               f"undo with `agentd restore {result['safetyCheckpointId']}`")
         for item in result["notRestored"]:
-            detail = f": {item['detail']}" if item.get("detail") else ""
+            detail = f": {in_cli_terms(item['detail'])}" if item.get("detail") else ""
             print(f"  not restored: {item['path']} ({item['reason']}{detail})")
     return 0 if result["complete"] else 1
-
-
-def add_checkpoint_commands(sub: Any, results: argparse.ArgumentParser) -> None:
-    """Add ``checkpoints``, ``diff`` and ``restore`` to the ``agentd`` parser."""
-    p = sub.add_parser("checkpoints", parents=[results], help="a thread's workspace checkpoints")
-    p.add_argument("thread", help="the thread's id")
-    p.set_defaults(fn=cmd_checkpoints)
-
-    p = sub.add_parser("diff", parents=[results],
-                       help="what a checkpoint or a run changed (a coloured patch at a terminal)")
-    p.add_argument("checkpoint", metavar="CHECKPOINT|RUN",
-                   help="a checkpoint's id (agentd checkpoints THREAD lists them), or a run's: its checkpoint")
-    p.add_argument("--base", metavar="CHECKPOINT|RUN",
-                   help="diff against this checkpoint or run's checkpoint (default: the one it was captured against)")
-    p.set_defaults(fn=cmd_diff)
-
-    p = sub.add_parser("restore", parents=[results],
-                       help="put a checkpoint's files back (after a safety checkpoint that undoes it)")
-    p.add_argument("checkpoint", help="the checkpoint whose files to put back")
-    p.add_argument("--include", action="append", metavar="FOLDER",
-                   help="also restore the files of this folder although it is a nested repository now "
-                        "(its .git is never touched; repeat for more)")
-    p.set_defaults(fn=cmd_restore)

@@ -1,5 +1,6 @@
 """The daemon itself and what it says about itself: ``serve``, ``demo``,
-``status`` and ``providers``."""
+``status`` and ``providers``. Only ``serve`` and ``demo`` load trio and the
+daemon's modules."""
 
 from __future__ import annotations
 
@@ -9,14 +10,13 @@ import logging
 import os
 import sys
 
-import trio
-
-from agentd.protocol.client import Client
-
-from .common import EXIT_USAGE, CliError, paths, print_json, run_with_client, sole_error
+from .common import EXIT_USAGE, CliError, paths, print_json, sole_error, with_daemon
+from .connection import DaemonConnection
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import trio
+
     from agentd.actors.config import ConfigError, load_config
     from agentd.supervisor.daemon import DaemonAlreadyRunning, DaemonOptions, run_daemon
 
@@ -79,8 +79,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
-        status = await client.call("daemon.status")
+    def go(daemon: DaemonConnection) -> int:
+        status = daemon.call("daemon.status")
         if args.json:
             print_json(status)
             return 0
@@ -97,16 +97,16 @@ def cmd_status(args: argparse.Namespace) -> int:
                   f"thread={session['threadId']}" + (" busy" if session.get("busy") else ""))
         return 0
 
-    return run_with_client(args, go)
+    return with_daemon(args, go)
 
 
 def cmd_providers(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
-        providers = (await client.call("providers.list"))["providers"]
+    def go(daemon: DaemonConnection) -> int:
+        listed = daemon.call("providers.list")
         if args.json:
-            print_json(providers)
+            print_json(listed)
             return 0
-        for p in providers:
+        for p in listed["providers"]:
             state = f"{p.get('version', '?')} at {p.get('binary', '?')}" if p["usable"] else f"UNUSABLE: {p.get('why')}"
             print(f"{p['name']:12} {p['kind']:9} {state}")
             on = [k for k, v in p["capabilities"].items() if v]
@@ -114,4 +114,4 @@ def cmd_providers(args: argparse.Namespace) -> int:
             print(f"  can: {', '.join(on) or 'none'}" + (f"; cannot: {', '.join(off)}" if off else ""))
         return 0
 
-    return run_with_client(args, go)
+    return with_daemon(args, go)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable
 
-from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError
 
-from .common import EXIT_USAGE, CliError, print_json, run_with_client
+from .common import EXIT_USAGE, CliError, print_json, with_daemon
+from .connection import DaemonConnection
 from .render import answer_command, plural
 
 
@@ -22,12 +22,12 @@ def simple_call(method: str, build: Callable[[argparse.Namespace], dict[str, Any
     def command(args: argparse.Namespace) -> int:
         params = build(args)
 
-        async def go(client: Client) -> int:
-            result = await client.call(method, **params)
+        def go(daemon: DaemonConnection) -> int:
+            result = daemon.call(method, **params)
             print_json(result) if args.json else print(show(result))
             return 0
 
-        return run_with_client(args, go)
+        return with_daemon(args, go)
 
     return command
 
@@ -41,6 +41,11 @@ cmd_stop = simple_call("thread.stop", lambda a: {"threadId": a.thread}, _stopped
 cmd_interrupt = simple_call(
     "run.interrupt", lambda a: {"runId": a.run, "holdQueue": a.hold_queue},
     lambda r: f"interrupt requested for {r['runId']}" + (" (queue held)" if r["queueHeld"] else ""),
+)
+cmd_retry = simple_call(
+    "run.retry", lambda a: {"runId": a.run},
+    lambda r: f"run {r['runId']} retried as attempt {r['attemptNumber']} ({r['attemptId']}); "
+    "`agentd events` follows it",
 )
 cmd_release = simple_call(
     "thread.queue.release", lambda a: {"threadId": a.thread},
@@ -63,24 +68,24 @@ cmd_implement = simple_call(
 # -- answering requests ------------------------------------------------------------------
 
 
-async def find_request(client: Client, request_id: str) -> dict[str, Any] | None:
+def find_request(daemon: DaemonConnection, request_id: str) -> dict[str, Any] | None:
     """A pending request by id (only threads that wait can have one)."""
-    for thread in (await client.call("thread.list"))["threads"]:
-        if thread["status"] == "waiting":
-            for request in (await client.call("thread.requests", threadId=thread["id"]))["requests"]:
-                if request["id"] == request_id:
-                    return request
+    waiting = [t["id"] for t in daemon.call("thread.list")["threads"] if t.get("status") == "waiting"]
+    for found in daemon.call_all(("thread.requests", {"threadId": t}) for t in waiting):
+        for request in found["requests"]:
+            if request["id"] == request_id:
+                return request
     return None
 
 
-async def _respond(client: Client, args: argparse.Namespace, method: str, params: dict[str, Any]) -> int:
+def _respond(daemon: DaemonConnection, args: argparse.Namespace, method: str, params: dict[str, Any]) -> int:
     try:
-        result = await client.call(method, **params)
+        result = daemon.call(method, **params)
     except AgentdError as exc:
         if exc.kind != "invalid_params" or exc.data.get("field") != "requestId":
             raise
         # The request is of the other kind: say which command answers it.
-        request = await find_request(client, args.request)
+        request = find_request(daemon, args.request)
         if method == "approval.respond":
             command = answer_command(request) if request else f"agentd answer {args.request} KEY=VALUE…"
             raise CliError(f"request {args.request} is a question, not an approval; answer it with `{command}`") from None
@@ -92,7 +97,7 @@ async def _respond(client: Client, args: argparse.Namespace, method: str, params
 
 def cmd_approve(args: argparse.Namespace) -> int:
     params = {"requestId": args.request, "decision": "decline" if args.deny else "accept"}
-    return run_with_client(args, lambda client: _respond(client, args, "approval.respond", params))
+    return with_daemon(args, lambda daemon: _respond(daemon, args, "approval.respond", params))
 
 
 def parse_answers(pairs: list[str], request_id: str) -> dict[str, str | list[str]]:
@@ -113,4 +118,4 @@ def parse_answers(pairs: list[str], request_id: str) -> dict[str, str | list[str
 
 def cmd_answer(args: argparse.Namespace) -> int:
     params = {"requestId": args.request, "answers": parse_answers(args.answers, args.request)}
-    return run_with_client(args, lambda client: _respond(client, args, "user-input.respond", params))
+    return with_daemon(args, lambda daemon: _respond(daemon, args, "user-input.respond", params))

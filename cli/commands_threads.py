@@ -1,102 +1,126 @@
 """Commands that make and read threads: ``new``, ``threads``, ``show``,
-``requests`` and ``events``."""
+``requests`` and ``events``.
+
+All but ``events`` ask and print on a blocking connection (connection.py);
+``events`` follows the log on the async client.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+from typing import TYPE_CHECKING, Any
 
-from agentd.protocol.client import Client
-
-from .common import CliError, print_json, run_with_client
+from .common import CliError, print_json, run_with_client, with_daemon
+from .connection import DaemonConnection
 from .lineage_cmds import lineage_lines
 from .render import event_line, held_run_ids, message_lines, plan_lines, queue_lines, render_tree, request_lines
 
+if TYPE_CHECKING:
+    from agentd.protocol.client import Client
+
 
 def cmd_new(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
+    def go(daemon: DaemonConnection) -> int:
         params = {k: v for k, v in (("title", args.title), ("workspace", args.workspace), ("provider", args.provider)) if v}
         if params.get("workspace"):
             params["workspace"] = os.path.abspath(params["workspace"])
-        result = await client.call("thread.create", **params)
+        result = daemon.call("thread.create", **params)
         print_json(result) if args.json else print(result["threadId"])
         return 0
 
-    return run_with_client(args, go)
+    return with_daemon(args, go)
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
-        threads = (await client.call("thread.list"))["threads"]
+    def go(daemon: DaemonConnection) -> int:
+        listed = daemon.call("thread.list")
         if args.json:
-            print_json(threads)
+            print_json(listed)
+            return 0
+        threads = listed["threads"]
+        if args.ids:
+            print("".join(f"{t['id']}\n" for t in threads), end="")
             return 0
         if not threads:
             print("no threads yet; `agentd new` makes one")
             return 0
+        # Only a busy or held thread can have runs waiting.
+        busy = [t for t in threads if not t.get("corrupt") and (t["status"] != "idle" or t["queueHeld"])]
+        details = daemon.call_all([("thread.get", {"threadId": t["id"]}) for t in busy])
+        runs = {t["id"]: detail["runs"] for t, detail in zip(busy, details)}
         print(f"{'THREAD':30} {'STATUS':8} {'PROVIDER':10} {'RUNS':>4}  {'ACTIVE RUN':30} {'QUEUED':12} TITLE")
         for t in threads:
-            if t.get("corrupt"):  # its stored record cannot be decoded (agentd doctor lists it)
-                print(f"{t['id']:30} {'CORRUPT':8} {'-':10} {'-':>4}  {'-':30} {'-':12} unreadable record: {t['reason']}")
-                continue
-            queued = ""
-            if t["status"] != "idle" or t["queueHeld"]:
-                # Only a busy or held thread can have runs waiting.
-                runs = (await client.call("thread.get", threadId=t["id"]))["runs"]
-                waiting = [r for r in runs if r["status"] == "queued"]
-                held = len([r for r in waiting if r["id"] in held_run_ids(t)])
-                queued = f"{len(waiting)}" + (f" ({held} held)" if held else "") if waiting else ""
-            print(f"{t['id']:30} {t['status']:8} {t['provider']:10} {t['runCount']:>4}  {t['activeRunId'] or '-':30} "
-                  f"{queued or '-':12} {t['title']}")
+            print(thread_row(t, runs.get(t["id"], [])))
         return 0
 
-    return run_with_client(args, go)
+    return with_daemon(args, go)
+
+
+def thread_row(thread: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+    """One line of ``agentd threads``: ``runs`` are its runs, if it can have queued ones."""
+    t = thread
+    if t.get("corrupt"):  # its stored record cannot be decoded (agentd doctor lists it)
+        return f"{t['id']:30} {'CORRUPT':8} {'-':10} {'-':>4}  {'-':30} {'-':12} unreadable record: {t['reason']}"
+    waiting = [r for r in runs if r["status"] == "queued"]
+    held = len([r for r in waiting if r["id"] in held_run_ids(t)])
+    queued = f"{len(waiting)}" + (f" ({held} held)" if held else "") if waiting else ""
+    return (f"{t['id']:30} {t['status']:8} {t['provider']:10} {t['runCount']:>4}  {t['activeRunId'] or '-':30} "
+            f"{queued or '-':12} {t['title']}")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
-        detail = await client.call("thread.get", threadId=args.thread)
-        runs = [await client.call("run.get", runId=r["id"]) for r in detail["runs"]]
-        requests = (await client.call("thread.requests", threadId=args.thread))["requests"]
+    def go(daemon: DaemonConnection) -> int:
+        detail = daemon.call("thread.get", threadId=args.thread)
+        *runs, requested = daemon.call_all([*(("run.get", {"runId": r["id"]}) for r in detail["runs"]),
+                                            ("thread.requests", {"threadId": args.thread})])
+        requests = requested["requests"]
         if args.json:
-            print_json({**detail, "runs": runs, "requests": requests})
+            # thread.get's answer as it is, with what the other calls add under keys of their own
+            print_json({**detail, "runDetails": runs, "requests": requests})
             return 0
-        thread = detail["thread"]
-        lines = render_tree(thread, runs)
-        lines[1:1] = [f"  {line}" for line in queue_lines(thread, detail["runs"])]
-        for request in requests:
-            lines += [f"  {line}" for line in request_lines(request)]
-        lineage = (await lineage_lines(client, args.thread, detail=detail, with_runs=False))[1:]
-        if lineage:
-            lines += ["lineage:", *lineage]
-        lines += message_lines(detail["messages"], detail["runs"])
-        lines += plan_lines([a for run in runs for a in run["artifacts"]])
-        if detail.get("quarantine"):
-            q = detail["quarantine"]
-            lines.append(f"QUARANTINED after failures (first incident {q['firstIncidentId']}: {q['reason']}); "
-                         f"`agentd unquarantine {thread['id']}` lifts it")
-        unreadable = detail.get("unreadable", []) + [u for run in runs for u in run.get("unreadable", [])]
-        lines += [f"unreadable {u['kind']} record {u['id']}: {u['reason']} (left out above; `agentd doctor` lists all)"
-                  for u in unreadable]
-        print("\n".join(lines))
+        print("\n".join(show_lines(daemon, detail, runs, requests)))
         return 0
 
-    return run_with_client(args, go)
+    return with_daemon(args, go)
+
+
+def show_lines(daemon: DaemonConnection, detail: dict[str, Any], runs: list[dict[str, Any]],
+               requests: list[dict[str, Any]]) -> list[str]:
+    """``agentd show``: the tree, the queue, requests, lineage, messages, plans, what is unreadable."""
+    thread = detail["thread"]
+    lines = render_tree(thread, runs)
+    lines[1:1] = [f"  {line}" for line in queue_lines(thread, detail["runs"])]
+    for request in requests:
+        lines += [f"  {line}" for line in request_lines(request)]
+    lineage = lineage_lines(daemon, thread["id"], detail=detail, with_runs=False)[1:]
+    if lineage:
+        lines += ["lineage:", *lineage]
+    lines += message_lines(detail["messages"], detail["runs"])
+    lines += plan_lines([a for run in runs for a in run["artifacts"]])
+    if detail.get("quarantine"):
+        q = detail["quarantine"]
+        lines.append(f"QUARANTINED after failures (first incident {q['firstIncidentId']}: {q['reason']}); "
+                     f"`agentd unquarantine {thread['id']}` lifts it")
+    unreadable = detail.get("unreadable", []) + [u for run in runs for u in run.get("unreadable", [])]
+    lines += [f"unreadable {u['kind']} record {u['id']}: {u['reason']} (left out above; `agentd doctor` lists all)"
+              for u in unreadable]
+    return lines
 
 
 def cmd_requests(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
-        requests = (await client.call("thread.requests", threadId=args.thread))["requests"]
+    def go(daemon: DaemonConnection) -> int:
+        result = daemon.call("thread.requests", threadId=args.thread)
         if args.json:
-            print_json(requests)
-        elif not requests:
+            print_json(result)
+        elif not result["requests"]:
             print(f"nothing waits for an answer on thread {args.thread}")
-        for request in [] if args.json else requests:
+        for request in [] if args.json else result["requests"]:
             print("\n".join(request_lines(request)))
         return 0
 
-    return run_with_client(args, go)
+    return with_daemon(args, go)
 
 
 def cmd_events(args: argparse.Namespace) -> int:

@@ -12,12 +12,15 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-import trio
-
-from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError
+
+from .connection import DaemonConnection
+from .messages import in_cli_terms
+
+if TYPE_CHECKING:
+    from agentd.protocol.client import Client
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -43,7 +46,10 @@ def paths(args: argparse.Namespace, config: str | None = None):
     return Paths.resolve(args.data_dir, args.socket, config)
 
 
-def print_json(value: Any) -> None:
+def print_json(value: dict[str, Any]) -> None:
+    """``--json``: one object, the method's result as the socket answers it
+    (the one rule for every command's ``--json``)."""
+    assert isinstance(value, dict), "--json prints an object"
     print(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
 
 
@@ -52,26 +58,45 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def with_daemon(args: argparse.Namespace, fn: Callable[[DaemonConnection], int]) -> int:
+    """Connect to the daemon, run ``fn(daemon)`` on a blocking connection
+    (connection.py: no trio to import) and return its exit code."""
+    socket = paths(args).socket
+    try:
+        daemon = DaemonConnection.open(socket)
+    except OSError as exc:
+        raise _not_connected(socket, exc) from None
+    with daemon:
+        return fn(daemon)
+
+
 def run_with_client(args: argparse.Namespace, fn: Callable[[Client], Awaitable[int]]) -> int:
-    """Connect to the daemon, run ``fn(client)`` and return its exit code."""
+    """Connect to the daemon, run ``fn(client)`` on the async client (for
+    commands that stream or wait on events) and return its exit code."""
+    import trio
+
     return trio.run(_with_client, args, fn)
 
 
 async def _with_client(args: argparse.Namespace, fn: Callable[[Client], Awaitable[int]]) -> int:
+    from agentd.protocol.client import Client
+
     socket = paths(args).socket
     connected = False
     try:
         async with Client.connect(socket) as client:
             connected = True
             return await fn(client)
-    except (FileNotFoundError, ConnectionRefusedError):
-        if connected:
-            raise
-        raise CliError(f"no daemon is listening on {socket}; start one with `agentd serve`") from None
     except OSError as exc:
         if connected:
             raise
-        raise CliError(f"cannot connect to {socket}: {exc.strerror or exc}") from None
+        raise _not_connected(socket, exc) from None
+
+
+def _not_connected(socket: Any, exc: OSError) -> CliError:
+    if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
+        return CliError(f"no daemon is listening on {socket}; start one with `agentd serve`")
+    return CliError(f"cannot connect to {socket}: {exc.strerror or exc}")
 
 
 # -- errors as one line ---------------------------------------------------------------
@@ -85,6 +110,8 @@ NOT_FOUND_HINTS = {
     "requestId": "`agentd requests THREAD` lists what waits for an answer",
     "planId": "`agentd show THREAD` lists a thread's proposed plans",
     "messageId": "`agentd show THREAD` lists a thread's messages",
+    "checkpointId": "`agentd checkpoints THREAD` lists a thread's checkpoints",
+    "handoffId": "`agentd lineage THREAD` shows a thread's handoffs",
 }
 
 
@@ -102,13 +129,14 @@ def describe_error(exc: AgentdError) -> str:
         return "the daemon closed the connection (did it stop?); `agentd status` tells whether it is back"
     if exc.kind == "invalid_params" and exc.data.get("field") == "text" and "length" in message:
         return "the message is too long: the limit is 1,048,576 characters"
-    return message
+    return in_cli_terms(message, exc.data)
 
 
 def sole_error(exc: BaseException) -> BaseException:
     """The one error inside (nested) exception groups, else ``exc`` itself."""
+    trio = sys.modules.get("trio")  # without trio loaded there is no trio.Cancelled to skip
     while isinstance(exc, BaseExceptionGroup):
-        inner = [e for e in exc.exceptions if not isinstance(e, trio.Cancelled)]
+        inner = [e for e in exc.exceptions if trio is None or not isinstance(e, trio.Cancelled)]
         if len(inner) != 1:
             return exc
         exc = inner[0]

@@ -1,15 +1,14 @@
 """``agentd doctor`` (every corrupt record of a data dir, changing nothing)
 and ``agentd unquarantine THREAD`` (commands reach a thread that failed too
-often again). ``add_doctor_commands`` is the one hook in the parser."""
+often again). Their arguments are in commands.py."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from agentd.protocol.client import Client
-
-from .common import EXIT_ERROR, EXIT_OK, CliError, paths, print_json, run_with_client
+from .common import EXIT_ERROR, EXIT_OK, CliError, paths, print_json, with_daemon
+from .connection import DaemonConnection
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -34,8 +33,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_unquarantine(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
-        result: dict[str, Any] = await client.call("thread.unquarantine", threadId=args.thread)
+    def go(daemon: DaemonConnection) -> int:
+        result: dict[str, Any] = daemon.call("thread.unquarantine", threadId=args.thread)
         if args.json:
             print_json(result)
         elif result["wasQuarantined"]:
@@ -44,14 +43,4 @@ def cmd_unquarantine(args: argparse.Namespace) -> int:
             print(f"thread {args.thread} was not quarantined")
         return EXIT_OK
 
-    return run_with_client(args, go)
-
-
-def add_doctor_commands(sub: Any, results: argparse.ArgumentParser, thread_id: Any) -> None:
-    p = sub.add_parser("doctor", parents=[results],
-                       help="list every record of the data dir that cannot be read (changes nothing)")
-    p.set_defaults(fn=cmd_doctor)
-    p = sub.add_parser("unquarantine", parents=[results],
-                       help="let commands reach a thread whose actor failed too often again")
-    p.add_argument("thread", type=thread_id, metavar="THREAD", help="the quarantined thread")
-    p.set_defaults(fn=cmd_unquarantine)
+    return with_daemon(args, go)

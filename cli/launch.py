@@ -70,7 +70,9 @@ class DaemonProcess:
                     await self.process.wait()
         finally:
             self.release()
-        return self.process.returncode
+        code = self.process.returncode
+        assert code is not None, "waited for above"
+        return code
 
     async def kill(self) -> None:
         """SIGKILL: the daemon gets no chance to clean up."""
@@ -87,7 +89,7 @@ async def start_daemon(
     socket: Path,
     *,
     config: Path | None = None,
-    extra_args: list[str] = (),
+    extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
     timeout: float = 30.0,
     wrapper: Sequence[str] = (),

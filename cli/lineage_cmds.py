@@ -4,8 +4,7 @@
     agentd lineage THREAD       where a thread comes from, its forks, merge-backs, children and every handoff
     agentd handoff HANDOFF      the exact text an agent was given
 
-Kept in a module of their own while the command line is being split up;
-``add_lineage_commands`` is the one hook in the parser.
+Their arguments are in commands.py; each asks on a blocking connection.
 """
 
 from __future__ import annotations
@@ -13,35 +12,34 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agentd.protocol.client import Client
-
-from .common import print_json, run_with_client
+from .common import print_json, with_daemon
+from .connection import DaemonConnection
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
+    def go(daemon: DaemonConnection) -> int:
         params: dict[str, Any] = {"threadId": args.thread, "sideChat": args.side}
         if args.source and args.source != "latest":
             params["sourcePoint"] = {"type": "run", "runId": args.source}
         if args.title is not None:
             params["title"] = args.title
-        result = await client.call("thread.fork", **params)
+        result = daemon.call("thread.fork", **params)
         print_json(result) if args.json else print(result["threadId"])
         return 0
 
-    return run_with_client(args, go)
+    return with_daemon(args, go)
 
 
 def cmd_handoff(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
-        handoff = (await client.call("handoff.get", handoffId=args.handoff))["handoff"]
+    def go(daemon: DaemonConnection) -> int:
+        result = daemon.call("handoff.get", handoffId=args.handoff)
         if args.json:
-            print_json(handoff)
+            print_json(result)
         else:
-            print(handoff["text"])
+            print(result["handoff"]["text"])
         return 0
 
-    return run_with_client(args, go)
+    return with_daemon(args, go)
 
 
 def _size(handoff: dict[str, Any]) -> str:
@@ -54,19 +52,17 @@ INCOMING = {"fork": "fork of", "merge_back": "merge-back from", "subagent_spawn"
             "subagent_result": "result from"}
 
 
-async def lineage_lines(client: Client, thread_id: str, *, detail: dict[str, Any] | None = None,
+def lineage_lines(daemon: DaemonConnection, thread_id: str, *, detail: dict[str, Any] | None = None,
                         with_runs: bool = True) -> list[str]:
     """A thread's lineage as text: its parent and fork point, the transfers it
     takes part in with their handoffs (strategy and size), its forks, its
     merge-backs, its delegated and subagent children, and — ``with_runs`` —
     who ran each run."""
-    detail = detail or await client.call("thread.get", threadId=thread_id)
+    detail = detail or daemon.call("thread.get", threadId=thread_id)
     thread = detail["thread"]
-    transfers = (await client.call("thread.transfers", threadId=thread_id))["transfers"]
-    handoffs: dict[str, dict[str, Any]] = {}
-    for transfer in transfers:
-        if transfer.get("handoffId"):
-            handoffs[transfer["handoffId"]] = (await client.call("handoff.get", handoffId=transfer["handoffId"]))["handoff"]
+    transfers = (daemon.call("thread.transfers", threadId=thread_id))["transfers"]
+    wanted = list(dict.fromkeys(t["handoffId"] for t in transfers if t.get("handoffId")))
+    handoffs = {h: got["handoff"] for h, got in zip(wanted, daemon.call_all(("handoff.get", {"handoffId": h}) for h in wanted))}
     ordinals = {run["id"]: run["ordinal"] for run in detail["runs"]}
     lines = [f"{thread['id']} \"{thread['title']}\" created by {thread['createdBy']}"]
     if thread.get("parentThreadId"):
@@ -98,7 +94,7 @@ async def lineage_lines(client: Client, thread_id: str, *, detail: dict[str, Any
         else:
             drawn.add(target)
             lines.append(f"  {transfer['type']} at {at} → {target}: {_status(transfer, handoffs)}")
-    for child in await _children(client, thread_id):
+    for child in _children(daemon, thread_id):
         if child["id"] in drawn:
             continue
         how = child.get("relationshipToParent") or "child"
@@ -110,10 +106,10 @@ async def lineage_lines(client: Client, thread_id: str, *, detail: dict[str, Any
     return lines
 
 
-async def _children(client: Client, thread_id: str) -> list[dict[str, Any]]:
+def _children(daemon: DaemonConnection, thread_id: str) -> list[dict[str, Any]]:
     """The threads whose parent is ``thread_id`` (forks, delegated tasks,
     subagents, …), oldest first."""
-    threads = (await client.call("thread.list"))["threads"]
+    threads = (daemon.call("thread.list"))["threads"]
     return [t for t in threads if t.get("parentThreadId") == thread_id]
 
 
@@ -128,31 +124,12 @@ def _status(transfer: dict[str, Any], handoffs: dict[str, dict[str, Any]]) -> st
 
 
 def cmd_lineage(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
+    def go(daemon: DaemonConnection) -> int:
         if args.json:
-            print_json((await client.call("thread.transfers", threadId=args.thread))["transfers"])
+            print_json(daemon.call("thread.transfers", threadId=args.thread))
             return 0
-        for line in await lineage_lines(client, args.thread):
+        for line in lineage_lines(daemon, args.thread):
             print(line)
         return 0
 
-    return run_with_client(args, go)
-
-
-def add_lineage_commands(sub: Any, *, results: argparse.ArgumentParser) -> None:
-    """Add ``fork``, ``lineage`` and ``handoff`` to the ``agentd`` parser."""
-    p = sub.add_parser("fork", parents=[results], help="fork a thread (prints the fork's id); its first message picks the agent")
-    p.add_argument("thread", help="the thread to fork")
-    p.add_argument("--from", dest="source", metavar="RUN|latest", default="latest",
-                   help="the run to fork after (default: the latest completed one)")
-    p.add_argument("--side", action="store_true", help="a side chat: a fork shown only inside its parent")
-    p.add_argument("--title", help="the fork's title (default: fork of THREAD)")
-    p.set_defaults(fn=cmd_fork)
-
-    p = sub.add_parser("lineage", parents=[results], help="a thread's parent, forks and handoffs (strategy and size)")
-    p.add_argument("thread", help="the thread's id")
-    p.set_defaults(fn=cmd_lineage)
-
-    p = sub.add_parser("handoff", parents=[results], help="print the exact text a handoff gave an agent")
-    p.add_argument("handoff", help="the handoff's id (agentd lineage THREAD shows them)")
-    p.set_defaults(fn=cmd_handoff)
+    return with_daemon(args, go)

@@ -12,9 +12,8 @@ import argparse
 import sys
 from typing import Any
 
-from agentd.protocol.client import Client
-
-from .common import EXIT_USAGE, CliError, print_json, run_with_client
+from .common import EXIT_USAGE, CliError, print_json, with_daemon
+from .connection import DaemonConnection
 
 UNDOABLE = ("completed", "failed", "interrupted", "cancelled")
 
@@ -39,16 +38,14 @@ def confirm(prompt: str) -> bool:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    if args.ordinal < 0:
-        raise CliError("ORDINAL is a run's number (0: before the first run); it cannot be negative", EXIT_USAGE)
     interactive = sys.stdin.isatty()
     if not args.yes and not interactive:
         raise CliError("rollback undoes runs: pass --yes to confirm when not at a terminal", EXIT_USAGE)
     box: dict[str, Any] = {}
 
-    async def go(client: Client) -> int:
+    def go(daemon: DaemonConnection) -> int:
         if not args.yes:
-            got = await client.call("thread.get", threadId=args.thread)
+            got = daemon.call("thread.get", threadId=args.thread)
             undone = what_is_undone(got["runs"], args.ordinal)
             texts = {m["id"]: m["text"] for m in got["messages"]}
             target = "before its first run" if args.ordinal == 0 else f"after run {args.ordinal}"
@@ -64,10 +61,10 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             print("Your files as they are now are saved first (undo with `agentd restore`).", file=sys.stderr)
             if not confirm("Roll back? [y/N] "):
                 raise CliError("nothing was rolled back")
-        box.update(await client.call("rollback.toRun", threadId=args.thread, targetOrdinal=args.ordinal))
+        box.update(daemon.call("rollback.toRun", threadId=args.thread, targetOrdinal=args.ordinal))
         return 0
 
-    run_with_client(args, go)
+    with_daemon(args, go)
     if args.json:
         print_json(box)
         return 0
@@ -75,13 +72,3 @@ def cmd_rollback(args: argparse.Namespace) -> int:
           f"agent memory: {box['providerRollback']}")
     print(f"undo the file changes with `agentd restore {box['safetyCheckpointId']}`")
     return 0
-
-
-def add_rollback_command(sub: Any, results: argparse.ArgumentParser) -> None:
-    """Add ``rollback`` to the ``agentd`` parser."""
-    p = sub.add_parser("rollback", parents=[results],
-                       help="take a thread back to the state after a run: files and the agent's memory")
-    p.add_argument("thread", help="the thread's id")
-    p.add_argument("ordinal", type=int, help="the run to go back to (its number; 0: before the first run)")
-    p.add_argument("--yes", action="store_true", help="do not ask (required when not at a terminal)")
-    p.set_defaults(fn=cmd_rollback)

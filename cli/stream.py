@@ -26,7 +26,7 @@ from agentd.protocol.client import Client, EventStream
 from agentd.protocol.errors import AgentdError
 from agentd.protocol.wire import MAX_TEXT
 
-from .common import EXIT_INTERRUPTED, EXIT_USAGE, TERMINAL_RUN, CliError, run_with_client, say
+from .common import EXIT_INTERRUPTED, EXIT_USAGE, TERMINAL_RUN, CliError, describe_error, run_with_client, say
 from .render import describe_node_event, describe_request, held_line, proposed_plan_lines, request_lines, todo_lines
 
 
@@ -57,9 +57,9 @@ class AnswerPrinter:
             self.last_message = None
 
 
-async def prompt(text: str) -> str:
-    """Print ``text`` and read a line from the terminal; cancellable (a
-    thread blocked in ``input()`` would hold stdin past the exit)."""
+async def prompt(text: str) -> str | None:
+    """Print ``text`` and read a line from the terminal (None at Ctrl-D);
+    cancellable (a thread blocked in ``input()`` would hold stdin past the exit)."""
     sys.stdout.write(text)
     sys.stdout.flush()
     line = b""
@@ -67,23 +67,59 @@ async def prompt(text: str) -> str:
         while not line.endswith(b"\n"):
             chunk = await terminal.receive_some(4096)
             if not chunk:
-                break  # Ctrl-D: an empty answer
+                return None
             line += chunk
     return line.decode(errors="replace").strip()
 
 
-async def ask_person(request: dict[str, Any]) -> dict[str, Any]:
-    """Ask at the terminal; return the params of the answer."""
-    detail = request.get("detail", {})
+def choose(question: dict[str, Any], reply: str) -> str | None:
+    """The answer ``reply`` gives to ``question``: an option by its text
+    (any case) or its number (``2``: the second), free text where the
+    question takes it; None when it is not an option."""
+    options = [str(o) for o in question.get("options") or []]
+    if not options or reply in options:
+        return reply
+    folded = [o for o in options if o.casefold() == reply.casefold()]
+    if len(folded) == 1:
+        return folded[0]
+    if reply.isdigit() and 1 <= int(reply) <= len(options):
+        return options[int(reply) - 1]
+    if question.get("allowOther") and reply:
+        return reply
+    return None
 
+
+def question_prompt(question: dict[str, Any]) -> str:
+    """``Which color? [1 red, 2 blue] ``: the question and its numbered options."""
+    options = [str(o) for o in question.get("options") or []]
+    numbered = ", ".join(f"{n} {o}" for n, o in enumerate(options, 1))
+    other = ", or your own" if question.get("allowOther") else ""
+    return f"{question['question']}" + (f" [{numbered}{other}]" if options else "") + " "
+
+
+async def ask_person(request: dict[str, Any]) -> dict[str, Any] | None:
+    """Ask at the terminal; return the params of the answer (None: the
+    person pressed Ctrl-D, and answers some other way)."""
+    detail = request.get("detail", {})
     if request["kind"] == "approval":
         what = detail.get("command") or detail.get("kind") or "an action"
         reply = await prompt(f"approve {what}? [y/N] ")
-        return {"requestId": request["id"], "decision": "accept" if reply.strip().lower() in ("y", "yes") else "decline"}
+        if reply is None:
+            return None
+        return {"requestId": request["id"], "decision": "accept" if reply.lower() in ("y", "yes") else "decline"}
     answers = {}
     for question in detail.get("questions", []):
-        options = f" ({'/'.join(map(str, question.get('options', [])))})" if question.get("options") else ""
-        answers[question["id"]] = (await prompt(f"{question['question']}{options} ")).strip()
+        text = question_prompt(question)
+        while True:
+            reply = await prompt(text)
+            if reply is None:
+                return None
+            answer = choose(question, reply)
+            if answer is not None:
+                break
+            count = len(question["options"])
+            say(f"agentd: {reply!r} is not an option; type its number (1-{count}) or its text")
+        answers[question["id"]] = answer
     return {"requestId": request["id"], "answers": answers}
 
 
@@ -167,16 +203,21 @@ class RunFollower:
             self.line(*request_lines(request))
             return
         self.line(f"[{describe_request(request)}] {request['id']}")
-        with trio.CancelScope() as self._prompt:
-            answer = await ask_person(request)
-            method = "approval.respond" if request["kind"] == "approval" else "user-input.respond"
-            try:
-                await self.client.call(method, **answer)
-            except AgentdError as exc:
-                if exc.kind == "connection_lost":
-                    raise
-                say(f"agentd: {exc.message}")
-        self._prompt = None
+        try:
+            with trio.CancelScope() as self._prompt:
+                answer = await ask_person(request)
+                if answer is None:  # Ctrl-D: say how to answer it from elsewhere
+                    self.line("", *request_lines(request)[1:])
+                    return
+                method = "approval.respond" if request["kind"] == "approval" else "user-input.respond"
+                try:
+                    await self.client.call(method, **answer)
+                except AgentdError as exc:
+                    if exc.kind == "connection_lost":
+                        raise
+                    say(f"agentd: {describe_error(exc)}")
+        finally:
+            self._prompt = None
 
     async def follow(self, events: EventStream) -> dict[str, Any] | None:
         async for event in events:

@@ -8,7 +8,7 @@ user can read (``/proc/PID/cmdline``). It is opened with a one-time login
 code instead (``web.loginCode``, protocol/login.py): good once, for a
 minute, and only for this user's browser.
 
-``add_web_command`` is the one hook in the parser.
+Its arguments are in commands.py.
 """
 
 from __future__ import annotations
@@ -18,11 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-import trio
-
-from agentd.protocol.client import Client
-
-from .common import CliError, print_json, run_with_client
+from .common import CliError, print_json, with_daemon
+from .connection import DaemonConnection
 
 TOKEN_FILE = "websocket.token"  # as protocol/websocket.py names it (not imported: it loads the WebSocket stack)
 
@@ -39,14 +36,14 @@ def at_a_desktop() -> bool:
 
 
 def cmd_web(args: argparse.Namespace) -> int:
-    async def go(client: Client) -> int:
-        status = await client.call("daemon.status")
+    def go(daemon: DaemonConnection) -> int:
+        status = daemon.call("daemon.status")
         if not status.get("web"):
             raise CliError("the web console is off; start the daemon with `agentd serve --web` "
                            "(or `web = true` under [daemon] in config.toml)")
         token_path = Path(status["dataDir"]) / TOKEN_FILE
         try:
-            token = (await trio.Path(token_path).read_text()).strip()
+            token = token_path.read_text().strip()
         except OSError as exc:
             raise CliError(f"cannot read the WebSocket token in {token_path}: {exc.strerror or exc}") from None
         url = console_url(status["web"], token)
@@ -57,20 +54,12 @@ def cmd_web(args: argparse.Namespace) -> int:
         if not args.no_open and at_a_desktop():
             import webbrowser
 
-            login = await client.call("web.loginCode")
-            if not await trio.to_thread.run_sync(webbrowser.open, login["url"]):
+            login = daemon.call("web.loginCode")
+            if not webbrowser.open(login["url"]):
                 print("agentd: no browser could be started; open the URL above", file=sys.stderr)
             else:
                 print(f"opened the console with a one-time login link (good for {login['expiresIn']:.0f} s)",
                       file=sys.stderr)
         return 0
 
-    return run_with_client(args, go)
-
-
-def add_web_command(sub: argparse._SubParsersAction, results: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("web", parents=[results],
-                       help="print the web console's URL with its token; at a desktop, open the console "
-                            "with a one-time login code")
-    p.add_argument("--no-open", action="store_true", help="only print the URL, never open a browser")
-    p.set_defaults(fn=cmd_web)
+    return with_daemon(args, go)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import msgspec
 import trio
@@ -24,6 +24,9 @@ from . import framing
 from .errors import AgentdError, error_from_wire
 
 SUBSCRIPTION_BUFFER = 100_000
+
+#: a JSON-RPC message from the daemon, as decoded
+Message = dict[str, Any]
 
 
 class ConnectionLost(AgentdError):
@@ -39,8 +42,9 @@ class Client:
         self._stream = stream
         self._nursery = nursery
         self._ids = itertools.count(1)
-        self._waiting: dict[int, tuple[trio.MemorySendChannel, Any]] = {}
-        self._subscriptions: dict[str, trio.MemorySendChannel] = {}
+        #: request id -> where its reply goes, and what to call with its result first
+        self._waiting: dict[int, tuple[trio.MemorySendChannel[Message], Callable[[Any], None] | None]] = {}
+        self._subscriptions: dict[str, trio.MemorySendChannel[Message]] = {}
         self._send_lock = trio.Lock()
         self._lost: str | None = None
         #: subscriptions closed because their consumer fell behind
@@ -48,7 +52,7 @@ class Client:
 
     @classmethod
     @asynccontextmanager
-    async def connect(cls, path: str | os.PathLike) -> AsyncIterator[Client]:
+    async def connect(cls, path: str | os.PathLike[str]) -> AsyncIterator[Client]:
         """Connect to the daemon's socket at ``path``."""
         stream = await trio.open_unix_socket(os.fspath(path))
         try:
@@ -74,8 +78,8 @@ class Client:
     async def _read_loop(self) -> None:
         try:
             async for line in framing.LineReader(self._stream, limit=64 << 20).lines():
-                if isinstance(line, framing.LineTooLong):
-                    continue
+                if not isinstance(line, bytes):
+                    continue  # a LineTooLong (an InputOverloaded needs a budget: there is none)
                 try:
                     message = framing.decode(line)
                 except msgspec.DecodeError:
@@ -90,29 +94,31 @@ class Client:
                 send.close()
             self._subscriptions.clear()
 
-    def _dispatch(self, message: dict[str, Any]) -> None:
+    def _dispatch(self, message: Message) -> None:
         if "method" in message:
             params = message.get("params") or {}
             if message["method"] == "event" or message["method"] == "events.resync":
-                send = self._subscriptions.get(params.get("subscriptionId"))
+                subscription_id: str = params.get("subscriptionId") or ""  # "": none, never a subscription's
+                send = self._subscriptions.get(subscription_id)
                 if send is not None:
                     try:
                         send.send_nowait(message)
                     except trio.WouldBlock:
                         # The consumer fell far behind; it must resubscribe.
-                        self._fell_behind.add(params.get("subscriptionId"))
+                        self._fell_behind.add(subscription_id)
                         send.close()
                     if message["method"] == "events.resync":
                         send.close()
             return
-        entry = self._waiting.pop(message.get("id"), None)
+        request_id = message.get("id")
+        entry = self._waiting.pop(request_id, None) if isinstance(request_id, int) else None
         if entry is not None:
             send, on_result = entry
             if on_result is not None and "result" in message:
                 on_result(message["result"])  # synchronously, before any later line
             send.send_nowait(message)
 
-    async def call(self, method: str, _on_result: Any = None, **params: Any) -> Any:
+    async def call(self, method: str, _on_result: Callable[[Any], None] | None = None, /, **params: Any) -> Any:
         """Call ``method`` with camelCase ``params``; return its result.
 
         Raises:
@@ -121,7 +127,7 @@ class Client:
         if self._lost:
             raise ConnectionLost(self._lost)
         request_id = next(self._ids)
-        send, receive = trio.open_memory_channel(1)
+        send, receive = trio.open_memory_channel[Message](1)
         self._waiting[request_id] = (send, _on_result)
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         async with self._send_lock:
@@ -134,7 +140,7 @@ class Client:
     @asynccontextmanager
     async def subscribe(self, *, thread_id: str | None = None, after_seq: int = 0) -> AsyncIterator[EventStream]:
         """Replay events after ``after_seq`` and then follow live ones."""
-        send, receive = trio.open_memory_channel(SUBSCRIPTION_BUFFER)
+        send, receive = trio.open_memory_channel[Message](SUBSCRIPTION_BUFFER)
         holder: dict[str, str] = {}
 
         def register(result: dict[str, Any]) -> None:
@@ -169,7 +175,8 @@ class EventStream:
     after; if the connection was lost, iteration ends and ``lost`` says why.
     """
 
-    def __init__(self, subscription_id: str, receive: trio.MemoryReceiveChannel, why_closed: Any = None) -> None:
+    def __init__(self, subscription_id: str, receive: trio.MemoryReceiveChannel[Message],
+                 why_closed: Callable[[], str | None] | None = None) -> None:
         self.subscription_id = subscription_id
         self._receive = receive
         self._why_closed = why_closed or (lambda: None)

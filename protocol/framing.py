@@ -63,7 +63,7 @@ class LineReader:
 
     def __init__(
         self, stream: trio.abc.ReceiveStream | None = None, *, limit: int = MAX_LINE, budget: ByteBudget | None = None,
-        receive: Callable[[int], Awaitable[bytes]] | None = None,
+        receive: Callable[[int], Awaitable[bytes | bytearray]] | None = None,
     ) -> None:
         if receive is None and stream is not None:
             receive = stream.receive_some
@@ -129,7 +129,7 @@ class LineReader:
         """The next line (or report) that ``feed`` completed, or None."""
         return self._ready.popleft() if self._ready else None
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes | bytearray) -> None:
         """Take bytes read by someone else (b"": the input ended) and queue
         the lines they complete, for ``next_ready`` or the iterator."""
         if not chunk:

@@ -108,7 +108,7 @@ class ReplayStream(trio.abc.Stream):
         self._stream = stream
         self._prefix = prefix
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._prefix:
             await trio.lowlevel.checkpoint()
             size = len(self._prefix) if max_bytes is None else max_bytes

@@ -159,8 +159,9 @@ class ReserveDescriptor:
         """
         if self._fd is None and not self.take():
             return False
-        os.close(self._fd)
-        self._fd = None
+        reserve, self._fd = self._fd, None
+        assert reserve is not None, "held, or just taken"
+        os.close(reserve)
         try:
             listener = socket.socket(fileno=listener_fd)
             try:

@@ -13,11 +13,16 @@ in a worker thread, once per connection.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from .peer_uid import peer_socket_row
 
+#: a TCP socket's address as ``getsockname``/``getpeername`` give it: (host, port), or
+#: (host, port, flowinfo, scope_id) for IPv6
+Address = tuple[Any, ...]
 
-def socket_inode(client: tuple, server: tuple) -> int | None:
+
+def socket_inode(client: Address, server: Address) -> int | None:
     """The inode of the client's end of the connection ``client`` → ``server``
     (its row of the kernel's socket table, ``peer_uid.peer_socket_row``)."""
     row = peer_socket_row(server, client)
@@ -52,7 +57,7 @@ def _link(path: str) -> str | None:
         return None
 
 
-def loopback_peers(client: tuple, server: tuple) -> list[tuple[int, int]]:
+def loopback_peers(client: Address, server: Address) -> list[tuple[int, int]]:
     """``(pid, pidfd)`` of each process at the client end of a loopback
     connection (the caller closes the pidfds; empty: none found — it closed,
     or it is not this uid's). A pid is kept only if, once its pidfd is open,

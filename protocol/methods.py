@@ -1,23 +1,25 @@
 """What a method is: the entry type of the daemon's one method table.
 
 Each protocol method is declared once, as a ``Method``: its name, its params
-Struct, its owner (the daemon itself, or the actor of one thread) and its
-handler. The table is filled in by the daemon (``agentd.supervisor.methods``);
-the server decodes params with it, the router dispatches with it, and the
-contract test checks ``protocol/README.md`` against it. This module only knows
-the shape, so the protocol layer imports nothing above it.
+and result Structs (from ``signatures.py``), its owner (the daemon itself, or
+the actor of one thread) and its handler. The table is filled in by the daemon
+(``agentd.supervisor.methods``); the server decodes params with it, the router
+dispatches with it, and the contract test checks ``protocol/README.md`` against
+it. This module only knows the shape, so the protocol layer imports nothing
+above it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Literal
+from typing import Any, Awaitable, Callable, Literal, cast
 
 import msgspec
 
-from .errors import InvalidParams
+from .errors import InternalError, InvalidParams
+from .results import Never
 from .wire import Params
 
 Owner = Literal["daemon", "thread"]
@@ -49,6 +51,10 @@ class Method:
             params that says so (``thread.create`` is open only as an
             agent's). A method declared without one is ``control``: a new
             method is closed to agents until someone decides otherwise.
+        result: the Struct its answer must match (``results.py``;
+            ``results.Never`` for a method that always answers an error), held
+            to it by ``check_result``. None: undeclared (a test's ad-hoc
+            method); every method of the daemon's table declares one.
     """
 
     name: str
@@ -58,6 +64,7 @@ class Method:
     route: Callable[[Any, Any], str] | None = None
     quick: Callable[..., Any] | None = None
     access: Access | Callable[[Any], Access] = "control"
+    result: type | None = None
 
     def access_for(self, params: Params) -> Access:
         """Who may make this call, with these params."""
@@ -86,6 +93,29 @@ class Method:
             match = _FIELD.search(text)
             field = (match.group(1) or match.group(2)) if match else None
             raise InvalidParams(f"invalid params for {self.name}: {text}", field=field) from None
+
+    def check_result(self, result: Any) -> None:
+        """Hold a handler's answer to this method's result Struct (the server
+        does when ``AGENTD_CHECK_RESULTS`` is set, as the test suite's daemons
+        have it): the Struct itself, or the mapping it encodes to.
+
+        Raises:
+            ResultMismatch: the answer is not what the schema allows.
+        """
+        if self.result is None or isinstance(result, self.result):
+            return
+        if self.result is Never:
+            raise ResultMismatch(f"{self.name} never answers with a result, yet its handler returned one")
+        try:
+            msgspec.convert(result, self.result)
+        except msgspec.ValidationError as exc:
+            raise ResultMismatch(f"the answer of {self.name} does not match its schema "
+                                 f"({self.result.__name__}): {exc}") from None
+
+
+class ResultMismatch(InternalError):
+    """A handler answered something its method's result Struct does not allow:
+    a bug of agentd's, reported instead of sent (only when results are checked)."""
 
 
 #: what a ``quick`` handler returns when this call must run the full handler
@@ -130,7 +160,7 @@ def run_now(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
     suspend is a bug in the method table, reported as such."""
 
     def quick(*args: Any) -> Any:
-        coroutine = handler(*args)
+        coroutine = cast(Coroutine[Any, Any, Any], handler(*args))
         try:
             coroutine.send(None)
         except StopIteration as done:

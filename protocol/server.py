@@ -43,7 +43,7 @@ import trio
 from . import framing
 from .errors import AgentdError, Forbidden, InternalError, InvalidRequest, MethodNotFound, Overloaded, ParseError
 from .limits import ReserveDescriptor, ServerLimits, descriptor_limit
-from .methods import SLOW, Later, Method
+from .methods import SLOW, Later, Method, ResultMismatch
 from .peers import UNIDENTIFIED_PEER, Peer
 from .poller import ReadPoller
 from .wire import Params
@@ -51,6 +51,14 @@ from .wire import Params
 log = logging.getLogger(__name__)
 
 MAX_INFLIGHT = 256  # concurrent requests per connection
+
+#: hold every answer to its method's result Struct before it is sent
+#: (``Method.check_result``): the test suite's daemons run with
+#: ``AGENTD_CHECK_RESULTS=1``, so a handler that answers off the schema fails
+#: the test that called it. Off by default: the check converts the whole
+#: answer (a 10,000-thread ``thread.list`` is converted once more), and a
+#: person's daemon should answer rather than refuse over an extra field.
+CHECK_RESULTS = os.environ.get("AGENTD_CHECK_RESULTS", "") not in ("", "0")
 
 
 class Then:
@@ -68,7 +76,10 @@ class Router(Protocol):
     who a Unix-socket peer is (``identify_peer(pid, pidfd) -> Peer``; a
     router without it sees every peer as the person's)."""
 
-    methods: Mapping[str, Method]
+    @property
+    def methods(self) -> Mapping[str, Method]:
+        """The method table (read-only here, so a router's own Mapping type fits)."""
+        ...
 
     async def dispatch(self, method: Method, params: Params, connection: Connection) -> Any: ...
 
@@ -294,6 +305,7 @@ async def _take(router: Router, connection: Connection, limiter: trio.Semaphore,
     """Serve one message of a connection's input, in order: report a line
     that was too long, or start the request once it has one of the
     connection's slots. False: the connection is to be ended."""
+    error: AgentdError
     if isinstance(message, framing.LineTooLong):
         error = ParseError(
             f"request is longer than {message.limit} bytes and was dropped; send smaller requests",
@@ -418,7 +430,7 @@ class _Request:
         self.method: Method | None = None
         self.params: Params | None = None
 
-    def _parse(self, router: Router, line: bytes) -> None:
+    def _parse(self, router: Router, line: bytes) -> tuple[Method, Params]:
         try:
             message = framing.decode(line)
         except msgspec.DecodeError as exc:
@@ -448,16 +460,17 @@ class _Request:
         if method.access != "open" and method.access_for(self.params) == "control":
             _refuse_to_agents(method, self.connection)
         self.method = method
+        return method, self.params
 
     def serve_quickly(self, router: Router, line: bytes) -> bool:
         """Parse and, where that cannot block, answer where the request was read.
         False: the request needs a task (``serve``)."""
         try:
-            self._parse(router, line)
-            quick = self.method.quick
+            method, params = self._parse(router, line)
+            quick = method.quick
             if quick is None:
                 return False
-            result = quick(router, self.params, self.connection)
+            result = quick(router, params, self.connection)
             if result is SLOW:
                 return False
         except AgentdError as exc:
@@ -471,6 +484,8 @@ class _Request:
         return self._answer_now(result, None)
 
     def _message(self, result: Any, error: BaseException | None) -> bytes:
+        if error is None and CHECK_RESULTS:
+            error = _mismatch(self.method, result)
         if error is None:
             return framing.encode(framing.response(self.id, result))
         if not isinstance(error, AgentdError):
@@ -521,12 +536,14 @@ class _Request:
         connection = self.connection
         try:
             try:
-                if self.method is None:
+                if self.method is None or self.params is None:  # set together, by _parse
                     raise InternalError("request was not parsed")  # pragma: no cover - serve_quickly parses first
                 result = await router.dispatch(self.method, self.params, connection)
                 follow_up = None
                 if isinstance(result, Then):
                     result, follow_up = result.result, result.then
+                if CHECK_RESULTS and (mismatch := _mismatch(self.method, result)) is not None:
+                    raise mismatch
                 if not self.notification:
                     await connection.send(framing.response(self.id, result))
                 if follow_up is not None:
@@ -540,6 +557,18 @@ class _Request:
                     await connection.send(framing.error_response(self.id, InternalError(f"agentd failed: {exc}").to_error()))
         finally:
             self.limiter.release()
+
+
+def _mismatch(method: Method | None, result: Any) -> ResultMismatch | None:
+    """Why ``result`` is not an answer ``method`` may give (logged), or None."""
+    if method is None:
+        return None
+    try:
+        method.check_result(result)
+    except ResultMismatch as exc:
+        log.error("%s", exc.message)
+        return exc
+    return None
 
 
 def _refuse_to_agents(method: Method, connection: Connection) -> None:
@@ -592,7 +621,8 @@ def _peer_identifier(router: Router, pid: int | None, sock: trio.socket.SocketTy
         except ProcessLookupError:
             return Peer(pid=pid, agent_process=True, why="a process that exited before agentd could tell whose it was")
         try:
-            return identify_peer(pid, pidfd)
+            peer: Peer = identify_peer(pid, pidfd)  # the router's (a getattr: the method is optional)
+            return peer
         finally:
             if pidfd is not None:
                 os.close(pidfd)
@@ -728,7 +758,7 @@ def _out_of_descriptors_line(errno_: int) -> bytes:
 async def accept_loop(listener: trio.SocketListener, handler: Callable[[trio.SocketStream], Awaitable[None]],
                       *, reserve: ReserveDescriptor | None = None,
                       refusal: Callable[[int], bytes] = _out_of_descriptors_line,
-                      task_status=trio.TASK_STATUS_IGNORED) -> None:
+                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Accept clients until cancelled, each handled in a task of its own
     whose failure ends that connection only. Out of descriptors, it keeps
     serving the connections it has and says so once a minute (no
@@ -777,7 +807,7 @@ async def _contained(handler: Callable[[trio.SocketStream], Awaitable[None]], st
 
 
 async def serve_unix(path: Path, router: Router, *, limits: ServerLimits | None = None,
-                     task_status=trio.TASK_STATUS_IGNORED) -> None:
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Listen on the Unix socket at ``path`` until cancelled; unlink it after."""
     path = Path(path)
     limits = limits or ServerLimits.for_this_process()

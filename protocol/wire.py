@@ -1,12 +1,14 @@
 """Wire types: the params of every method, checked once at the boundary.
 
-Which method takes which params is said once, in the method table
-(``agentd.supervisor.methods``, entries of ``methods.Method``).
+Which method takes which params (and answers with which result) is said
+once, in its signature (``signatures.py``), which the method table
+(``agentd.supervisor.methods``) takes.
 
 Params are camelCase msgspec Structs that refuse unknown fields, so a typo
 (``threadID``) is an ``invalid_params`` error naming the field instead of a
-silently ignored value. Results and events are plain mappings built from the
-store's records (``store.records.to_wire``).
+silently ignored value. Results (``results.py``) and event payloads
+(``events.py``) are Structs too; handlers may build them as the plain
+mappings they encode to (``store.records.to_wire``).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from .records import (
     Effect,
     ExecutionNode,
     PlanArtifact,
+    Record,
     ProviderSession,
     ProviderThread,
     ProviderTurn,
@@ -72,7 +73,7 @@ class WriteBatch:
     events: list[EventDraft] = field(default_factory=list)
     receipt: tuple[str, str, dict[str, Any], float] | None = None
 
-    def put(self, record: msgspec.Struct) -> None:
+    def put(self, record: Record) -> None:
         """Store ``record`` under its id, with the index entries its kind has."""
         kind = kind_of(type(record))
         key = record.id.encode()
@@ -90,7 +91,7 @@ class WriteBatch:
         ``offset``: a flush writes only its new text (append-only)."""
         self.ops.append(("message_text", text_chunk_key(message_id, offset), text.encode()))
 
-    def put_all(self, *records: msgspec.Struct) -> None:
+    def put_all(self, *records: Record) -> None:
         for record in records:
             self.put(record)
 
@@ -119,7 +120,7 @@ class WriteBatch:
     def _idx(self, db: str, key: bytes, value: bytes | None = b"") -> None:
         self.ops.append((db, key, value))
 
-    def _index(self, record: msgspec.Struct) -> None:
+    def _index(self, record: Record) -> None:
         if isinstance(record, Run):
             self._idx("idx_thread_runs", index_key(record.thread_id, record.ordinal), record.id.encode())
             active = record.status in RUN_OPEN

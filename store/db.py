@@ -66,7 +66,7 @@ class Store:
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         on_commit: Callable[[list[Event]], None] = lambda events: None,
         inline_commits: bool = False,
@@ -137,7 +137,7 @@ class Store:
             data = txn.get(key, db=self.dbs[kind])
             return None if data is None else self._decode(txn, kind, key, data)
 
-    def _decode(self, txn: lmdb.Transaction, kind: str, key: bytes, data: bytes) -> Any:
+    def _decode(self, txn: lmdb.Transaction[bytes], kind: str, key: bytes, data: bytes) -> Any:
         """Decode a stored value; a streamed message gets its text back from
         its chunks. What cannot be decoded raises CorruptRecord (or
         SchemaTooNew) naming the kind and key."""
@@ -160,7 +160,7 @@ class Store:
             log.error("%s", error.message)
         return error
 
-    def _message_text(self, txn: lmdb.Transaction, message_id: str) -> str:
+    def _message_text(self, txn: lmdb.Transaction[bytes], message_id: str) -> str:
         """The chunks of a streamed message, joined in offset order."""
         prefix = message_id.encode() + SEP
         cursor = txn.cursor(db=self.dbs["message_text"])
@@ -246,7 +246,7 @@ class Store:
                 more = cursor.prev()
         return out, more
 
-    def _decode_or_error(self, txn: lmdb.Transaction, kind: str, key: bytes, value: bytes) -> Any:
+    def _decode_or_error(self, txn: lmdb.Transaction[bytes], kind: str, key: bytes, value: bytes) -> Any:
         try:
             return self._decode(txn, kind, bytes(key), value)
         except (CorruptRecord, SchemaTooNew) as exc:
@@ -361,7 +361,8 @@ class Store:
         as an ``event.corrupt`` placeholder with its seq, so a replay keeps
         its order and has no gap (the stored value is left as it is)."""
         try:
-            return decode_record("events", value)
+            event: Event = decode_record("events", value)
+            return event
         except RecordDecodeError as exc:
             seq = int.from_bytes(key, "big")
             error = self.corrupt("events", str(seq).encode(), str(exc))

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import lmdb
 
 from .batch import DATABASES, SEP
 from .records import RECORD_KINDS, RecordDecodeError, RecordTooNew, decode_record, is_message_head
+
+if TYPE_CHECKING:
+    # py-lmdb's stubs name a sub-database handle only privately.
+    from lmdb import _Database as Database
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ def scan(store_dir: Path) -> tuple[list[UnreadableRecord], int]:
     return found, count
 
 
-def _problem(txn: lmdb.Transaction, chunks_db, kind: str, key: bytes, value: bytes) -> UnreadableRecord | None:
+def _problem(txn: lmdb.Transaction[bytes], chunks_db: Database | None, kind: str, key: bytes, value: bytes) -> UnreadableRecord | None:
     record_id = str(int.from_bytes(key, "big")) if kind == "events" else key.decode("utf-8", "backslashreplace")
     try:
         record = decode_record(kind, value)

@@ -15,14 +15,18 @@ nothing external is rewritten as success or failure, and no text is lost.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from msgspec import Struct
+
+from agentd.protocol.errors import AgentdError
 
 from .batch import WriteBatch
 from .db import Store, struct_copy
 from .ids import new_id
-from agentd.protocol.errors import AgentdError
-
 from .records import NODE_TERMINAL, AppThread, Checkpoint, ConversationMessage, Effect, ProviderThread, Run, to_wire
+
+R = TypeVar("R", bound=Struct)
 
 RESTART_REASON = "daemon_restart"
 TOOL_NOT_RESUMED = "incomplete history: no tool result recorded; execution not resumed"
@@ -53,7 +57,10 @@ class ReconcileReport:
     restores_interrupted: list[str] = field(default_factory=list)
     transfers_failed: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
+        """How many of each, by field name: the ``daemon.reconciled`` payload.
+        (Values typed Any: the dict is spread into ``WriteBatch.event(**payload)``,
+        whose named ``str | None`` parameters mypy would match them against.)"""
         return {name: len(value) for name, value in self.__dict__.items()}
 
 
@@ -72,137 +79,182 @@ def plan_reconciliation(
     thread is next loaded), and no ``daemon.reconciled`` event is added (the
     caller reports the thread's failure). Records that cannot be decoded are
     skipped and left as they are."""
-    batch = WriteBatch()
-    report = ReconcileReport()
-    threads = {}
+    plan = _Plan(store, now, reason, thread_id)
+    # The steps' order is the batch's event order.
+    missing = plan.record_cut_off_captures()
+    plan.close_open_runs(missing)
+    if thread_id is None:
+        plan.mark_queued_messages_not_sent()
+    plan.interrupt_streaming_messages()
+    plan.close_pending_requests()
+    plan.stop_live_sessions()
+    plan.settle_open_effects()
+    plan.fail_inflight_transfers()
+    if plan.batch and thread_id is None:
+        plan.batch.event("daemon.reconciled", at=now, reason=reason, **plan.report.as_dict())
+    return plan.batch, plan.report
 
-    def ours(owner: str | None) -> bool:
-        return thread_id is None or owner == thread_id
 
-    def thread(owner: str):
-        if owner not in threads:
-            threads[owner] = _readable(store, AppThread, owner)
-        return threads[owner]
+class _Plan:
+    """One reconciliation pass: its batch and report as the steps fill them."""
 
-    # Captures cut off by the restart: recorded as missing (SPEC F12), never
-    # captured later from whatever is on disk by then.
-    missing: dict[str, Checkpoint] = {}
-    for effect in store.open_effects():
-        if not ours(effect.thread_id):
-            continue
-        if effect.kind == CHECKPOINT_CAPTURE and effect.status == "pending":
-            checkpoint = missing_checkpoint(effect, now, reason)
-            batch.put(checkpoint)
-            batch.put(struct_copy(effect, status="done", reason=f"{reason}: recorded as a missing checkpoint"))
-            batch.event("checkpoint.missing", thread_id=checkpoint.thread_id, run_id=checkpoint.run_id,
-                        node_id=checkpoint.node_id, at=now, checkpoint=to_wire(checkpoint))
-            report.checkpoints_missing.append(checkpoint.id)
+    def __init__(self, store: Store, now: float, reason: str, thread_id: str | None) -> None:
+        self.store, self.now, self.reason = store, now, reason
+        #: only this thread's work (its actor failed alone), or None for every thread's
+        self.thread_id = thread_id
+        self.batch = WriteBatch()
+        self.report = ReconcileReport()
+        #: each thread read once, and kept as this pass last put it
+        self._threads: dict[str, AppThread | None] = {}
+
+    def ours(self, owner: str | None) -> bool:
+        return self.thread_id is None or owner == self.thread_id
+
+    def record_cut_off_captures(self) -> dict[str, Checkpoint]:
+        """Captures cut off by the restart are recorded as missing (F12),
+        never captured later from whatever is on disk by then. Returns each
+        run's root checkpoint so recorded, by run id."""
+        missing: dict[str, Checkpoint] = {}
+        for effect in self.store.open_effects():
+            if not self.ours(effect.thread_id) or effect.kind != CHECKPOINT_CAPTURE or effect.status != "pending":
+                continue
+            checkpoint = missing_checkpoint(effect, self.now, self.reason)
+            self.batch.put(checkpoint)
+            self.batch.put(struct_copy(effect, status="done", reason=f"{self.reason}: recorded as a missing checkpoint"))
+            self.batch.event("checkpoint.missing", thread_id=checkpoint.thread_id, run_id=checkpoint.run_id,
+                             node_id=checkpoint.node_id, at=self.now, checkpoint=to_wire(checkpoint))
+            self.report.checkpoints_missing.append(checkpoint.id)
             if checkpoint.run_id and checkpoint.scope == "root":  # a child's is not the run's
                 missing[checkpoint.run_id] = checkpoint
+        return missing
 
-    for run in store.open_runs():
-        if not ours(run.thread_id) or (thread_id is not None and run.status == "queued"):
-            continue
-        started = run.status != "queued"
-        if started:
-            status, why = "interrupted", reason
-            report.runs_interrupted.append(run.id)
-        else:
-            status, why = "cancelled", f"{reason}: never started; its message is kept as not_sent"
-            report.runs_not_started.append(run.id)
-        for attempt in store.run_attempts(run.id):
+    def close_open_runs(self, missing: dict[str, Checkpoint]) -> None:
+        """A started run ends ``interrupted``, a queued one ``cancelled`` (its
+        message is kept as not_sent); a single thread's queued runs stay queued."""
+        for run in self.store.open_runs():
+            if not self.ours(run.thread_id) or (self.thread_id is not None and run.status == "queued"):
+                continue
+            if run.status != "queued":
+                status, why = "interrupted", self.reason
+                self.report.runs_interrupted.append(run.id)
+            else:
+                status, why = "cancelled", f"{self.reason}: never started; its message is kept as not_sent"
+                self.report.runs_not_started.append(run.id)
+            self._close_run_parts(run, status, why)
+            closed = struct_copy(run, status=status, reason=why, ended_at=self.now)
+            if run.id in missing:
+                closed = struct_copy(closed, checkpoint_id=missing[run.id].id)
+            self.batch.put(closed)
+            self.batch.event(f"run.{status}", thread_id=closed.thread_id, run_id=closed.id,
+                             node_id=closed.root_node_id, at=self.now, run=to_wire(closed))
+            self._idle(run.thread_id)
+
+    def _close_run_parts(self, run: Run, status: str, why: str) -> None:
+        """A closed run's open attempts, nodes and started provider turns."""
+        for attempt in self.store.run_attempts(run.id):
             if attempt.status not in ("completed", "failed", "interrupted", "cancelled"):
-                batch.put(struct_copy(attempt, status=status, error=why, ended_at=now))
-        for node in store.run_nodes(run.id):
+                self.batch.put(struct_copy(attempt, status=status, error=why, ended_at=self.now))
+        for node in self.store.run_nodes(run.id):
             if node.status in NODE_TERMINAL:
                 continue
             if node.kind == "root_turn":
-                node = struct_copy(node, status=status, ended_at=now, summary=why)
+                node = struct_copy(node, status=status, ended_at=self.now, summary=why)
             else:
                 text = BACKGROUND_NOT_OBSERVED if node.kind in BACKGROUND_KINDS else TOOL_NOT_RESUMED
-                node = struct_copy(node, status="incomplete", ended_at=now, summary=text)
-                report.nodes_incomplete.append(node.id)
-            batch.put(node)
-            batch.event(f"{node.kind}.{node.status}", thread_id=run.thread_id, run_id=run.id, node_id=node.id, at=now, node=to_wire(node))
-        for turn_id in (run.selected_attempt_id,):
-            if turn_id:
-                for turn in store.attempt_turns(turn_id):
-                    if turn.status == "started":
-                        batch.put(struct_copy(turn, status="interrupted", ended_at=now))
-        run = struct_copy(run, status=status, reason=why, ended_at=now)
-        if run.id in missing:
-            run = struct_copy(run, checkpoint_id=missing[run.id].id)
-        batch.put(run)
-        batch.event(f"run.{status}", thread_id=run.thread_id, run_id=run.id, node_id=run.root_node_id, at=now, run=to_wire(run))
-        t = thread(run.thread_id)
-        if t is not None and (t.active_run_id is not None or t.status != "idle"):
-            threads[run.thread_id] = t = struct_copy(t, status="idle", active_run_id=None, updated_at=now)
-            batch.put(t)
+                node = struct_copy(node, status="incomplete", ended_at=self.now, summary=text)
+                self.report.nodes_incomplete.append(node.id)
+            self.batch.put(node)
+            self.batch.event(f"{node.kind}.{node.status}", thread_id=run.thread_id, run_id=run.id, node_id=node.id,
+                             at=self.now, node=to_wire(node))
+        if run.selected_attempt_id:
+            for turn in self.store.attempt_turns(run.selected_attempt_id):
+                if turn.status == "started":
+                    self.batch.put(struct_copy(turn, status="interrupted", ended_at=self.now))
 
-    for message in store.queued_messages() if thread_id is None else []:
-        message = struct_copy(message, status="not_sent")
-        batch.put(message)
-        run = _readable(store, Run, message.run_id) if message.run_id else None
-        batch.event("message.not_sent", thread_id=message.thread_id, run_id=message.run_id,
-                    node_id=run.root_node_id if run else None, at=now, messageId=message.id, reason=reason)
-        report.messages_not_sent.append(message.id)
+    def _idle(self, thread_id: str) -> None:
+        """The thread of a closed run is idle, with no active run (put once)."""
+        if thread_id not in self._threads:
+            self._threads[thread_id] = _readable(self.store, AppThread, thread_id)
+        thread = self._threads[thread_id]
+        if thread is not None and (thread.active_run_id is not None or thread.status != "idle"):
+            self._threads[thread_id] = thread = struct_copy(thread, status="idle", active_run_id=None,
+                                                            updated_at=self.now)
+            self.batch.put(thread)
 
-    for message_id, thread_id in _streaming_messages(store, report):
-        message = _readable(store, ConversationMessage, message_id)
-        if message is None:
-            continue
-        message = struct_copy(message, status="interrupted", completed_at=now)
-        batch.put(message)
-        batch.event("message.completed", thread_id=thread_id, run_id=message.run_id, node_id=message.node_id, at=now,
-                    messageId=message.id, status="interrupted", length=len(message.text))
+    def mark_queued_messages_not_sent(self) -> None:
+        """Messages of the cancelled queued runs are kept, as ``not_sent``."""
+        for message in self.store.queued_messages():
+            message = struct_copy(message, status="not_sent")
+            self.batch.put(message)
+            run = _readable(self.store, Run, message.run_id) if message.run_id else None
+            self.batch.event("message.not_sent", thread_id=message.thread_id, run_id=message.run_id,
+                             node_id=run.root_node_id if run else None, at=self.now, messageId=message.id,
+                             reason=self.reason)
+            self.report.messages_not_sent.append(message.id)
 
-    for request in store.pending_requests(thread_id):
-        request = struct_copy(request, status="not_resumable", reason=f"{reason}: the provider callback is gone", resolved_at=now)
-        batch.put(request)
-        prefix = "approval" if request.kind == "approval" else "user_input"
-        batch.event(f"{prefix}.not_resumable", thread_id=request.thread_id, run_id=request.run_id, node_id=request.node_id,
-                    at=now, request=to_wire(request))
-        report.requests_not_resumable.append(request.id)
+    def interrupt_streaming_messages(self) -> None:
+        """Answers the interrupted runs were streaming end ``interrupted``,
+        with every character streamed so far."""
+        for message_id, owner in _streaming_messages(self.store, self.report):
+            message = _readable(self.store, ConversationMessage, message_id)
+            if message is None:
+                continue
+            message = struct_copy(message, status="interrupted", completed_at=self.now)
+            self.batch.put(message)
+            self.batch.event("message.completed", thread_id=owner, run_id=message.run_id, node_id=message.node_id,
+                             at=self.now, messageId=message.id, status="interrupted", length=len(message.text))
 
-    for session in store.live_sessions():
-        if not ours(session.thread_id):
-            continue
-        session = struct_copy(session, status="stopped", reason=reason, stopped_at=now)
-        batch.put(session)
-        batch.event("session.stopped", thread_id=session.thread_id, at=now, session=to_wire(session))
-        report.sessions_stopped.append(session.id)
+    def close_pending_requests(self) -> None:
+        """Approvals and questions cannot be answered: their callback is gone."""
+        for request in self.store.pending_requests(self.thread_id):
+            request = struct_copy(request, status="not_resumable",
+                                  reason=f"{self.reason}: the provider callback is gone", resolved_at=self.now)
+            self.batch.put(request)
+            prefix = "approval" if request.kind == "approval" else "user_input"
+            self.batch.event(f"{prefix}.not_resumable", thread_id=request.thread_id, run_id=request.run_id,
+                             node_id=request.node_id, at=self.now, request=to_wire(request))
+            self.report.requests_not_resumable.append(request.id)
 
-    for effect in store.open_effects():
-        if not ours(effect.thread_id):
-            continue
-        if effect.kind == ROLLBACK and effect.status == "pending":
-            _rollback_cut_off(store, batch, effect, now, reason, report)
-            continue
-        if effect.kind == RESTORE and effect.status == "pending":
-            _restore_cut_off(batch, effect, now, reason, report)
-            continue
-        if effect.replay_safe or effect.kind == CHECKPOINT_CAPTURE:
-            continue  # re-queued by the effect runner / settled above
-        batch.put(struct_copy(effect, status="retired", reason=f"{reason}: bound to the previous process"))
-        report.effects_retired.append(effect.id)
+    def stop_live_sessions(self) -> None:
+        for session in self.store.live_sessions():
+            if not self.ours(session.thread_id):
+                continue
+            session = struct_copy(session, status="stopped", reason=self.reason, stopped_at=self.now)
+            self.batch.put(session)
+            self.batch.event("session.stopped", thread_id=session.thread_id, at=self.now, session=to_wire(session))
+            self.report.sessions_stopped.append(session.id)
 
-    for transfer in store.inflight_transfers():
-        if not ours(transfer.target_thread_id):
-            continue
-        # Resolved, but no provider turn took it in: never half-consumed. The
-        # thread's next message resolves it again (a fork: portably).
-        transfer = struct_copy(transfer, status="failed", error=f"{reason}: resolved but not taken in by a provider turn")
-        batch.put(transfer)
-        batch.event("context_transfer.failed", thread_id=transfer.target_thread_id, run_id=transfer.run_id, at=now,
-                    transfer=to_wire(transfer))
-        report.transfers_failed.append(transfer.id)
+    def settle_open_effects(self) -> None:
+        """Cut-off rollbacks and restores are settled and reported; effects
+        bound to the previous process are retired; replay-safe ones stay for
+        the effect runner to re-queue."""
+        for effect in self.store.open_effects():
+            if not self.ours(effect.thread_id):
+                continue
+            if effect.kind == ROLLBACK and effect.status == "pending":
+                _rollback_cut_off(self.store, self.batch, effect, self.now, self.reason, self.report)
+            elif effect.kind == RESTORE and effect.status == "pending":
+                _restore_cut_off(self.batch, effect, self.now, self.reason, self.report)
+            elif not (effect.replay_safe or effect.kind == CHECKPOINT_CAPTURE):  # captures: settled above
+                self.batch.put(struct_copy(effect, status="retired",
+                                           reason=f"{self.reason}: bound to the previous process"))
+                self.report.effects_retired.append(effect.id)
 
-    if batch and thread_id is None:
-        batch.event("daemon.reconciled", at=now, reason=reason, **report.as_dict())
-    return batch, report
+    def fail_inflight_transfers(self) -> None:
+        """Resolved, but no provider turn took it in: never half-consumed. The
+        thread's next message resolves it again (a fork: portably)."""
+        for transfer in self.store.inflight_transfers():
+            if not self.ours(transfer.target_thread_id):
+                continue
+            transfer = struct_copy(transfer, status="failed",
+                                   error=f"{self.reason}: resolved but not taken in by a provider turn")
+            self.batch.put(transfer)
+            self.batch.event("context_transfer.failed", thread_id=transfer.target_thread_id, run_id=transfer.run_id,
+                             at=self.now, transfer=to_wire(transfer))
+            self.report.transfers_failed.append(transfer.id)
 
 
-def _readable(store: Store, cls: type, record_id: str) -> Any:
+def _readable(store: Store, cls: type[R], record_id: str) -> R | None:
     """``store.get``, or None where the record cannot be decoded: what is
     corrupt is left as it is and the rest is still reconciled."""
     try:

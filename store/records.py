@@ -35,7 +35,7 @@ CheckpointStatus = Literal["captured", "missing", "error", "stale"]
 #: after a run (its ordinal); ``pre_rollback``: the safety capture a restore takes first;
 #: ``child``: a child scope's, when a checkpointable child node (a subagent) ended
 CheckpointKind = Literal["baseline", "run", "pre_rollback", "child"]
-#: why context moves from a source point to a target (seed 002 "thread relationship")
+#: why context moves from a source point to a target (F8: one model of every movement of context)
 TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn", "subagent_result"]
 TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
 TransferResolution = Literal["native", "portable", "checkpoint_context"]
@@ -65,7 +65,7 @@ class Record(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=False, 
     id: str
 
 
-class AppThread(Record, kw_only=True):
+class AppThread(Record, kw_only=True, frozen=True):
     """The canonical, provider-neutral conversation a user sees (SPEC F1, F8)."""
 
     title: str = ""
@@ -89,7 +89,7 @@ class AppThread(Record, kw_only=True):
     created_by: str = "user"
 
 
-class ConversationMessage(Record, kw_only=True):
+class ConversationMessage(Record, kw_only=True, frozen=True):
     """A user or assistant message of a thread. Assistant text is written
     coalesced and append-only: each flush stores only the new text as a chunk
     (``message_text``), and the store joins the chunks back into ``text``
@@ -106,7 +106,7 @@ class ConversationMessage(Record, kw_only=True):
     completed_at: float | None = None
 
 
-class Run(Record, kw_only=True):
+class Run(Record, kw_only=True, frozen=True):
     """One user turn of an AppThread (SPEC F2). Only the root node ends it."""
 
     thread_id: str
@@ -130,7 +130,7 @@ class Run(Record, kw_only=True):
     rolled_back_at: float | None = None
 
 
-class RunAttempt(Record, kw_only=True):
+class RunAttempt(Record, kw_only=True, frozen=True):
     """One provider try at a run (SPEC F3, F11)."""
 
     run_id: str
@@ -154,7 +154,7 @@ class RunAttempt(Record, kw_only=True):
     extra_handoff_ids: list[str] = []
 
 
-class ExecutionNode(Record, kw_only=True):
+class ExecutionNode(Record, kw_only=True, frozen=True):
     """A node of the execution graph: the root turn, tool calls, approvals, …"""
 
     thread_id: str
@@ -172,7 +172,7 @@ class ExecutionNode(Record, kw_only=True):
     ended_at: float | None = None
 
 
-class ProviderSession(Record, kw_only=True):
+class ProviderSession(Record, kw_only=True, frozen=True):
     """One live provider runtime process. Disposable; its threads outlive it."""
 
     provider: str
@@ -187,7 +187,7 @@ class ProviderSession(Record, kw_only=True):
     stopped_at: float | None = None
 
 
-class ProviderThread(Record, kw_only=True):
+class ProviderThread(Record, kw_only=True, frozen=True):
     """The provider's own conversation behind an AppThread, with its durable
     native handle. Survives its sessions (SPEC F11)."""
 
@@ -207,14 +207,14 @@ class ProviderThread(Record, kw_only=True):
     covered_run_ids: list[str] = []
     #: consecutive runs on it that each needed a delta handoff (reset by a run without one)
     bridges_in_a_row: int = 0
-    #: the settings that shaped its context when it was made (seed 003 "frozen
+    #: the settings that shaped its context when it was made (F4: "frozen
     #: context"): kind, model, args, env names, capabilities, runtime version
     settings: dict[str, Any] = {}
     #: the provider thread it was natively forked from
     forked_from: str | None = None
 
 
-class ProviderTurn(Record, kw_only=True):
+class ProviderTurn(Record, kw_only=True, frozen=True):
     """One provider turn inside a ProviderThread, correlated to an attempt."""
 
     provider_thread_id: str
@@ -230,7 +230,7 @@ class ProviderTurn(Record, kw_only=True):
     native_end_ref: str | None = None
 
 
-class RuntimeRequest(Record, kw_only=True):
+class RuntimeRequest(Record, kw_only=True, frozen=True):
     """A provider waiting on the user (SPEC F15). The app owns the id; the
     provider's request id is only a reference, valid while its session lives."""
 
@@ -249,7 +249,7 @@ class RuntimeRequest(Record, kw_only=True):
     resolved_at: float | None = None
 
 
-class PlanArtifact(Record, kw_only=True):
+class PlanArtifact(Record, kw_only=True, frozen=True):
     """A proposed plan, a todo list or a set of questions (SPEC F16)."""
 
     thread_id: str
@@ -268,7 +268,7 @@ class PlanArtifact(Record, kw_only=True):
 
 
 class SourcePoint(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
-    """The exact state a ContextTransfer moves (seed 002 "source point"): what
+    """The exact state a ContextTransfer moves (F6, F8: its "source point"): what
     the client named (``type`` and its id) and what agentd resolved it to —
     the run it ends at and, where the provider has one, the native handle to
     fork from."""
@@ -288,9 +288,9 @@ class SourcePoint(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
     native_turn_ref: str | None = None
 
 
-class ContextTransfer(Record, kw_only=True):
+class ContextTransfer(Record, kw_only=True, frozen=True):
     """A durable, cheap record that context must flow from a source point to a
-    target thread (SPEC F8, seed 002), resolved lazily by the target's next run
+    target thread (SPEC F8), resolved lazily by the target's next run
     start: ``pending`` → ``resolved_native`` / ``resolved_portable`` →
     ``consumed`` (a provider turn took it in). ``failed`` says why
     (``error``); a failed fork is resolved again, portably, by the next message."""
@@ -323,7 +323,7 @@ class ContextTransfer(Record, kw_only=True):
     error: str | None = None
 
 
-class ContextHandoff(Record, kw_only=True):
+class ContextHandoff(Record, kw_only=True, frozen=True):
     """Materialised context given to a provider thread that lacks it (SPEC F5,
     F11). Always stored, so what the provider was told is auditable: no hidden
     prompt splicing. ``text`` is exactly what the agent was given."""
@@ -348,7 +348,7 @@ class ContextHandoff(Record, kw_only=True):
     target_provider: str | None = None
 
 
-class Checkpoint(Record, kw_only=True):
+class Checkpoint(Record, kw_only=True, frozen=True):
     """A capture of the thread's workspace in the checkpoint engine's shadow
     repository (SPEC F13): after a run (``kind`` ``run``), before the first
     run that has no earlier one (``baseline``), or before a restore
@@ -383,6 +383,10 @@ class Checkpoint(Record, kw_only=True):
     #: a ``child`` checkpoint's parent scope: the node it ran under (the run's
     #: root node, or the enclosing child node)
     parent_node_id: str | None = None
+    #: a child scope's checkpoint: the paths in it that the agent reported
+    #: writing elsewhere (the parent, a sibling) between the child's end and
+    #: the capture — not the child's own work (issue 23 item 1)
+    concurrent_paths: list[str] = []
 
 
 class Event(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
@@ -406,7 +410,7 @@ class CommandReceipt(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
     at: float = 0.0
 
 
-class Effect(Record, kw_only=True):
+class Effect(Record, kw_only=True, frozen=True):
     """Work owed after a commit (the outbox). ``replay_safe`` effects are
     re-queued at startup; process-bound ones are retired with a reason."""
 
@@ -455,7 +459,7 @@ def kind_of(cls: type) -> str:
         raise TypeError(f"{cls.__name__} is not a stored record type") from None
 
 _encoder = msgspec.msgpack.Encoder()
-_decoders = {name: msgspec.msgpack.Decoder(cls) for name, (cls, _v) in RECORD_KINDS.items()}
+_decoders: dict[str, msgspec.msgpack.Decoder[Any]] = {name: msgspec.msgpack.Decoder(cls) for name, (cls, _v) in RECORD_KINDS.items()}
 
 
 class RecordDecodeError(Exception):
@@ -529,4 +533,5 @@ def is_message_head(data: bytes | memoryview) -> bool:
 
 def to_wire(record: msgspec.Struct) -> dict[str, Any]:
     """A record as the plain camelCase mapping clients receive."""
-    return msgspec.to_builtins(record)
+    wire: dict[str, Any] = msgspec.to_builtins(record)  # a Struct's builtins are a dict
+    return wire

@@ -24,8 +24,9 @@ import logging
 import os
 import queue
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import lmdb
 import trio
@@ -34,9 +35,12 @@ from .batch import SEP, WriteBatch
 from .errors import StoreError
 from .records import CommandReceipt, Event, encode_record
 
+if TYPE_CHECKING:
+    # py-lmdb's stubs name a sub-database handle only privately.
+    from lmdb import _Database as Database
+
 log = logging.getLogger(__name__)
 
-_STOP = object()
 
 #: with less than this free, a write that failed with an I/O error is put
 #: down to a full disk (LMDB reports a short write as EIO, not ENOSPC)
@@ -112,10 +116,10 @@ class _Pending:
 
     __slots__ = ("batch", "ops", "events", "receipt", "task", "done", "result", "error")
 
-    def __init__(self, batch: WriteBatch, dbs: dict[str, object]) -> None:
+    def __init__(self, batch: WriteBatch, dbs: Mapping[str, Database]) -> None:
         self.batch = batch
         #: (db handle, key, value or None for a delete)
-        self.ops = [(dbs[db], key, value) for db, key, value in batch.ops]
+        self.ops: list[tuple[Database, bytes, bytes | None]] = [(dbs[db], key, value) for db, key, value in batch.ops]
         #: (encoded event with _SEQ_MARK, thread id)
         self.events = [
             (encode_record("events", Event(seq=_SEQ_MARK, type=d.type, thread_id=d.thread_id, run_id=d.run_id,
@@ -133,7 +137,7 @@ class _Pending:
         self.error: BaseException | None = None
 
 
-def _refuse_cancel(_raise_cancel) -> trio.lowlevel.Abort:
+def _refuse_cancel(_raise_cancel: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
     # Once queued the batch will be written whatever happens to the caller;
     # it waits for the answer so in-memory state never runs ahead of disk.
     return trio.lowlevel.Abort.FAILED
@@ -155,7 +159,7 @@ class GroupCommitWriter:
     def __init__(
         self,
         env: lmdb.Environment,
-        dbs: dict[str, object],
+        dbs: Mapping[str, Database],
         *,
         last_seq: int,
         on_commit: Callable[[list[Event]], None],
@@ -168,7 +172,8 @@ class GroupCommitWriter:
         self._on_commit = on_commit
         self._inline = inline
         self._max_group = max_group
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        #: groups of batches for the writer thread; None stops it
+        self._queue: queue.SimpleQueue[list[_Pending] | None] = queue.SimpleQueue()
         #: batches committed in this scheduler pass, handed off together
         self._outbox: list[_Pending] = []
         self._handoff_task: trio.lowlevel.Task | None = None
@@ -185,7 +190,7 @@ class GroupCommitWriter:
         """The highest ``seq`` known durable."""
         return self._last_seq
 
-    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the writer thread until cancelled; then drain what is queued
         and stop. Start with ``await nursery.start(writer.serve)``."""
         self._token = trio.lowlevel.current_trio_token()
@@ -203,7 +208,7 @@ class GroupCommitWriter:
                 if self._outbox:
                     self._queue.put(self._outbox)
                     self._outbox = []
-                self._queue.put(_STOP)
+                self._queue.put(None)
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(self._thread.join)
 
@@ -253,7 +258,7 @@ class GroupCommitWriter:
 
     def _submit(self, pending: _Pending) -> None:
         self._outbox.append(pending)
-        if self._handoff_parked:
+        if self._handoff_parked and self._handoff_task is not None:
             # Runs after every task of this scheduler pass: one hand-off for all.
             self._handoff_parked = False
             trio.lowlevel.reschedule(self._handoff_task)
@@ -271,10 +276,12 @@ class GroupCommitWriter:
     # -- writer thread ------------------------------------------------------
 
     def _thread_main(self) -> None:
+        token = self._token
+        assert token is not None, "serve() takes the trio token before it starts this thread"
         stopping = False
         while not stopping:
             first = self._queue.get()
-            if first is _STOP:
+            if first is None:
                 break
             group = list(first)
             while len(group) < self._max_group:
@@ -282,17 +289,17 @@ class GroupCommitWriter:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is _STOP:
+                if item is None:
                     stopping = True
                     break
                 group.extend(item)
             results = self._apply_group(group)
             try:
-                self._token.run_sync_soon(self._deliver, group, results)
+                token.run_sync_soon(self._deliver, group, results)
             except trio.RunFinishedError:  # pragma: no cover - loop gone mid-shutdown
                 return
 
-    def _apply_group(self, group: list[_Pending]) -> list[tuple[int, int] | BaseException]:
+    def _apply_group(self, group: list[_Pending]) -> Sequence[tuple[int, int] | BaseException]:
         """Write ``group`` in one transaction; if that fails, write each batch
         alone so one bad batch cannot fail its neighbours."""
         try:
@@ -332,17 +339,17 @@ class GroupCommitWriter:
                 for encoded, thread_id in pending.events:
                     seq += 1
                     key = seq.to_bytes(8, "big")
-                    value = bytearray(encoded)
-                    value[_EVENT_SEQ_AT:_EVENT_SEQ_AT + 8] = key
-                    put(key, value, db=events_db)
+                    event = bytearray(encoded)
+                    event[_EVENT_SEQ_AT:_EVENT_SEQ_AT + 8] = key
+                    put(key, event, db=events_db)
                     if thread_id is not None:
                         put(thread_id.encode() + SEP + key, b"", db=by_thread)
                 if pending.receipt is not None:
                     command_id, encoded = pending.receipt
                     at = encoded.rindex(_RECEIPT_MARK) + 5
-                    value = bytearray(encoded)
-                    value[at:at + 8] = seq.to_bytes(8, "big")
-                    put(command_id, value, db=receipts)
+                    answer = bytearray(encoded)
+                    answer[at:at + 8] = seq.to_bytes(8, "big")
+                    put(command_id, answer, db=receipts)
                 spans.append((first, seq))
         self._last_seq = seq
         self.transactions += 1
@@ -351,7 +358,7 @@ class GroupCommitWriter:
 
     # -- back on the trio loop ------------------------------------------------
 
-    def _deliver(self, group: list[_Pending], results: list[tuple[int, int] | BaseException]) -> None:
+    def _deliver(self, group: list[_Pending], results: Sequence[tuple[int, int] | BaseException]) -> None:
         committed: list[Event] = []
         for pending, result in zip(group, results):
             if isinstance(result, BaseException):

@@ -135,7 +135,7 @@ async def end_orphan(pid: int, start_ticks: int | None, *, timeout: float = 10.0
     """SIGKILL ``pid`` if it is still the runtime process that started at
     ``start_ticks``, and wait until it has exited (a pidfd becomes readable
     then), so nothing it did can overlap the new instance. Only the runtime:
-    the processes its tools started are not agentd's to end (seed 003).
+    the processes its tools started are not agentd's to end (F12).
     Returns whether a process was ended."""
     try:
         pidfd = os.pidfd_open(pid)

@@ -1,12 +1,13 @@
 """The method table: every protocol method, declared once.
 
-An entry names the method, its params Struct, who owns it, its handler and
-who may call it (``access``: reads are open to every client, agentd's tool
+An entry names the method, who owns it, its handler and who may call it (``access``: reads are open to every client, agentd's tool
 methods need an agent session's credential, commands are the person's).
-The server decodes params with it, the router dispatches with it, thread
+Its params and result Structs are the method's signature, declared in the
+protocol layer (``protocol/signatures.py``) so the schema can be read without
+the daemon; every entry takes them from there. The server decodes params with it, the router dispatches with it, thread
 actors run the handlers they are given, and a test checks that
 ``protocol/README.md`` documents exactly these methods. Adding a method
-touches this table, its handler and the README — nothing else.
+touches this table, its signature, its handler and the README — nothing else.
 
 Thread-owned methods carry a ``route``: which thread's actor handles the call,
 from the params (reading the store when the params name a run, a request, a
@@ -23,6 +24,7 @@ from agentd.actors.workspace_guard import refusing_while_shared
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
 from agentd.protocol.methods import Access, Method, MethodTable, run_now
+from agentd.protocol.signatures import SIGNATURES
 from agentd.store.db import Store
 from agentd.store.records import Checkpoint, ConversationMessage, ExecutionNode, PlanArtifact, Run, RuntimeRequest
 
@@ -75,19 +77,21 @@ def by_checkpoint(store: Store, params: Any) -> str:
     return _owner_thread(store, Checkpoint, params.checkpoint_id, "checkpoint")
 
 
-def _daemon(name: str, params: type[wire.Params], handler: Any, *, access: Access | Any, quick: Any = None) -> Method:
-    return Method(name, params, "daemon", handler, quick=quick, access=access)
+def _daemon(name: str, handler: Any, *, access: Access | Any, quick: Any = None) -> Method:
+    params, result = SIGNATURES[name]
+    return Method(name, params, "daemon", handler, quick=quick, access=access, result=result)
 
 
-def _read(name: str, params: type[wire.Params], handler: Any, *, access: Access = "open") -> Method:
+def _read(name: str, handler: Any, *, access: Access = "open") -> Method:
     """A daemon-owned method that never blocks: answered where the request is read, with no task.
     A read is open to every client unless ``access`` says otherwise."""
-    return _daemon(name, params, handler, access=access, quick=run_now(handler))
+    return _daemon(name, handler, access=access, quick=run_now(handler))
 
 
-def _thread(name: str, params: type[wire.Params], handler: Any, route: Any) -> Method:
+def _thread(name: str, handler: Any, route: Any) -> Method:
     """A thread-owned method: a command of the person's, closed to agents' processes."""
-    return Method(name, params, "thread", handler, route, access="control")
+    params, result = SIGNATURES[name]
+    return Method(name, params, "thread", handler, route, access="control", result=result)
 
 
 def thread_create_access(params: wire.ThreadCreateParams) -> Access:
@@ -99,44 +103,41 @@ def thread_create_access(params: wire.ThreadCreateParams) -> Access:
 
 METHODS = MethodTable([
     # commands
-    _daemon("thread.create", wire.ThreadCreateParams, queries.thread_create, quick=queries.thread_create_quick,
-            access=thread_create_access),
-    _thread("thread.message.send", wire.MessageSendParams, steering.message_send, by_thread),
-    _thread("run.interrupt", wire.RunInterruptParams, run_control.run_interrupt, by_run),
-    _thread("run.retry", wire.RunRetryParams, run_control.run_retry, by_run),
-    _thread("thread.stop", wire.ThreadStopParams, run_control.thread_stop, by_thread),
-    _thread("thread.queue.release", wire.ThreadIdParams, run_control.queue_release, by_thread),
-    _thread("queued-run.cancel", wire.QueuedRunParams, run_control.queued_run_cancel, by_run),
-    _thread("queued-run.reorder", wire.QueueReorderParams, run_control.queued_run_reorder, by_thread),
-    _thread("queued-message.promote-to-steer", wire.PromoteParams,
-            steering.queued_message_promote_to_steer, by_message),
-    _thread("approval.respond", wire.ApprovalRespondParams, requests.approval_respond, by_request),
-    _thread("user-input.respond", wire.UserInputRespondParams, requests.user_input_respond, by_request),
-    _thread("plan.implement", wire.PlanImplementParams, artifacts.plan_implement, by_plan),
-    _thread("thread.fork", wire.ThreadForkParams, transfers.thread_fork, by_thread),
-    _read("run.resume", wire.RunResumeParams, queries.run_resume),
-    _daemon("task.delegate", wire.TaskDelegateParams, tasks.task_delegate, access="tool"),
+    _daemon("thread.create", queries.thread_create, quick=queries.thread_create_quick, access=thread_create_access),
+    _thread("thread.message.send", steering.message_send, by_thread),
+    _thread("run.interrupt", run_control.run_interrupt, by_run),
+    _thread("run.retry", run_control.run_retry, by_run),
+    _thread("thread.stop", run_control.thread_stop, by_thread),
+    _thread("thread.queue.release", run_control.queue_release, by_thread),
+    _thread("queued-run.cancel", run_control.queued_run_cancel, by_run),
+    _thread("queued-run.reorder", run_control.queued_run_reorder, by_thread),
+    _thread("queued-message.promote-to-steer", steering.queued_message_promote_to_steer, by_message),
+    _thread("approval.respond", requests.approval_respond, by_request),
+    _thread("user-input.respond", requests.user_input_respond, by_request),
+    _thread("plan.implement", artifacts.plan_implement, by_plan),
+    _thread("thread.fork", transfers.thread_fork, by_thread),
+    _read("run.resume", queries.run_resume),
+    _daemon("task.delegate", tasks.task_delegate, access="tool"),
     # Restores refuse while another thread runs in the folder they write (workspace_guard).
-    _thread("checkpoint.restore", wire.CheckpointRestoreParams, refusing_while_shared(restoring.checkpoint_restore),
-            by_checkpoint),
-    _thread("rollback.toRun", wire.RollbackToRunParams, refusing_while_shared(rollback.rollback_to_run), by_thread),
-    _thread("rollback.node", wire.RollbackNodeParams, refusing_while_shared(rollback.rollback_node), by_node),
-    _daemon("thread.unquarantine", wire.ThreadIdParams, queries.thread_unquarantine, access="control"),
+    _thread("checkpoint.restore", refusing_while_shared(restoring.checkpoint_restore), by_checkpoint),
+    _thread("rollback.toRun", refusing_while_shared(rollback.rollback_to_run), by_thread),
+    _thread("rollback.node", refusing_while_shared(rollback.rollback_node), by_node),
+    _daemon("thread.unquarantine", queries.thread_unquarantine, access="control"),
     # reads
-    _read("thread.list", wire.ThreadListParams, queries.thread_list),
-    _read("thread.get", wire.ThreadGetParams, queries.thread_get),
-    _read("run.get", wire.RunGetParams, queries.run_get),
-    _read("thread.requests", wire.ThreadRequestsParams, tasks.thread_requests),
-    _daemon("task.result", wire.TaskResultParams, tasks.task_result, access="tool"),
-    _read("thread.transfers", wire.ThreadIdParams, queries.thread_transfers),
-    _read("handoff.get", wire.HandoffGetParams, queries.handoff_get),
-    _read("daemon.status", wire.NoParams, queries.daemon_status),
+    _read("thread.list", queries.thread_list),
+    _read("thread.get", queries.thread_get),
+    _read("run.get", queries.run_get),
+    _read("thread.requests", tasks.thread_requests),
+    _daemon("task.result", tasks.task_result, access="tool"),
+    _read("thread.transfers", queries.thread_transfers),
+    _read("handoff.get", queries.handoff_get),
+    _read("daemon.status", queries.daemon_status),
     # A login code is a way to the WebSocket's token: the person's, not an agent's.
-    _read("web.loginCode", wire.NoParams, queries.web_login_code, access="control"),
-    _daemon("providers.list", wire.NoParams, queries.providers_list, access="open"),
-    _read("checkpoint.list", wire.ThreadIdParams, queries.checkpoint_list),
-    _daemon("checkpoint.diff", wire.CheckpointDiffParams, queries.checkpoint_diff, access="open"),
+    _read("web.loginCode", queries.web_login_code, access="control"),
+    _daemon("providers.list", queries.providers_list, access="open"),
+    _read("checkpoint.list", queries.checkpoint_list),
+    _daemon("checkpoint.diff", queries.checkpoint_diff, access="open"),
     # events
-    _daemon("events.subscribe", wire.SubscribeParams, subscriptions.subscribe, access="open"),
-    _read("events.unsubscribe", wire.UnsubscribeParams, subscriptions.unsubscribe),
+    _daemon("events.subscribe", subscriptions.subscribe, access="open"),
+    _read("events.unsubscribe", subscriptions.unsubscribe),
 ])

@@ -1,5 +1,11 @@
 """Shared fixtures: a real daemon process on a private data dir and socket,
-and a connected client. Seeds of randomized tests are printed on failure."""
+and a connected client. Seeds of randomized tests are printed on failure.
+
+Every daemon of the suite holds its answers to their result Structs
+(``AGENTD_CHECK_RESULTS``, set before agentd is imported here and inherited
+by every daemon the suite starts), and the test client holds every answer and
+event it receives to ``agentd schema``'s document (``tests/schema_check.py``):
+the whole suite exercises the schema."""
 
 from __future__ import annotations
 
@@ -9,10 +15,36 @@ import sys
 import tempfile
 from pathlib import Path
 
-import pytest
+os.environ.setdefault("AGENTD_CHECK_RESULTS", "1")
 
-from agentd.protocol.client import Client
-from agentd.launch import start_daemon
+import pytest  # noqa: E402 - after the environment the daemons inherit
+
+from agentd.protocol.client import Client, EventStream  # noqa: E402
+from agentd.launch import start_daemon  # noqa: E402
+from tests import schema_check  # noqa: E402
+
+
+def _checked_client() -> None:
+    """Wrap the client's calls and event streams with the schema checks."""
+    call, next_event = Client.call, EventStream.__anext__
+
+    async def checked_call(self, method, _on_result=None, **params):
+        result = await call(self, method, _on_result, **params)
+        schema_check.check_result(method, result)
+        return result
+
+    async def checked_next(self):
+        event = await next_event(self)
+        schema_check.check_event(event)
+        return event
+
+    checked_call.__wrapped__ = call
+    checked_next.__wrapped__ = next_event
+    Client.call = checked_call
+    EventStream.__anext__ = checked_next
+
+
+_checked_client()
 
 
 def pytest_configure(config):

@@ -6,6 +6,9 @@ base; the run count never moves; the run's checkpoint lists its children."""
 from __future__ import annotations
 
 
+import os
+import subprocess
+
 import pytest
 
 from agentd.launch import start_daemon
@@ -172,3 +175,40 @@ async def test_f3_changed_files_make_a_steer_supersede(tmp_path, short_dir, chan
             assert [(f["path"], f["change"]) for f in diff["files"]] == [("x.txt", "added")]
     finally:
         assert await daemon.terminate() == 0
+
+
+async def test_f13_a_write_of_the_parent_while_a_child_is_captured_is_named_not_given_to_the_child(
+        data_dir, socket_path, tmp_path):
+    """Issue 23 item 1: the parent writes ``after.txt`` right after its
+    subagent ended, while agentd's git reads the child's files (git is held
+    at the child capture until the write landed). The child checkpoint does
+    not silently take it for the child's: ``concurrentPaths`` names it, and
+    what the child wrote (``sub.txt``) is the rest."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
+    wrapper = tmp_path / "git-wrapper"
+    # Held only while the child's file exists and the parent's does not yet
+    # (the baseline and the run's own capture pass straight through); bounded.
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" update-index "*) n=0; while [ -e "{ws}/sub.txt" ] && [ ! -e "{ws}/after.txt" ] '
+        '&& [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done;; esac\n'
+        f'exec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    daemon = await start_daemon(data_dir, socket_path, env={**os.environ, "AGENTD_CHECKPOINT_GIT": str(wrapper)})
+    try:
+        async with Client.connect(socket_path) as client:
+            thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+            run = await send_and_wait(client, thread_id, script(
+                {"subagent": {"steps": [write("sub.txt", "the child's\n")]}}, write("after.txt", "the parent's\n")))
+            assert run["status"] == "completed"
+            listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+            (child,) = child_checkpoints(listed)
+            assert child["status"] == "captured" and child["concurrentPaths"] == ["after.txt"]
+            files = {f["path"] for f in (await client.call("checkpoint.diff", checkpointId=child["id"]))["files"]}
+            assert files - set(child["concurrentPaths"]) == {"sub.txt"}, "the child's own work is what is left"
+            own = next(c for c in listed if c["id"] == run["checkpointId"])
+            assert own["concurrentPaths"] == [], "a run's own checkpoint has nothing concurrent to name"
+    finally:
+        await daemon.terminate()

@@ -377,7 +377,7 @@ def test_capabilities_are_claudes_and_config_only_switches_off():
 
 
 async def test_the_runtime_version_is_probed_once_per_binary_file(tmp_path):
-    """Seed 003: Claude reports no version before a turn, so the adapter asks
+    """F4: Claude reports no version before a turn, so the adapter asks
     ``claude --version`` — once per binary file; a replaced binary (an
     upgrade) is asked again."""
     calls = tmp_path / "calls"

@@ -33,7 +33,7 @@ async def test_new_send_show_threads_status(daemon):
     assert "[file_change] write f.txt: completed" in sent.stdout.decode()
     shown = (await run(daemon, "show", thread_id)).stdout.decode()
     assert "run 2" in shown and "file_change write f.txt completed" in shown
-    threads = json.loads((await run(daemon, "threads", "--json")).stdout)
+    threads = json.loads((await run(daemon, "threads", "--json")).stdout)["threads"]
     assert [t["id"] for t in threads] == [thread_id]
     status = json.loads((await run(daemon, "status", "--json")).stdout)
     assert status["pid"] == daemon.pid

@@ -42,7 +42,13 @@ ERRORS = [
     (["cancel", "run_missing"], 1, "agentd: no run run_missing; `agentd show THREAD` lists a thread's runs"),
     (["approve", "req_missing"], 1, "agentd: no request req_missing; `agentd requests THREAD` lists what waits for an answer"),
     (["implement", "art_missing"], 1, "agentd: no plan art_missing; `agentd show THREAD` lists a thread's proposed plans"),
+    (["restore", "ckp_missing"], 1, "agentd: no checkpoint ckp_missing; `agentd checkpoints THREAD` lists a thread's checkpoints"),
+    (["handoff", "hof_missing"], 1, "agentd: no handoff hof_missing; `agentd lineage THREAD` shows a thread's handoffs"),
+    (["new", "--title", "t" * 600], 1, "agentd: --title: expected `str` of length <= 500"),
     (["show", ""], 2, "agentd: argument thread: the thread id is empty; see `agentd show --help`"),
+    (["interrupt", "r" * 129], 2, "agentd: argument run: the run id is 129 characters; an id has at most 128; "
+                                  "see `agentd interrupt --help`"),
+    (["events", "--after", "-5"], 2, "agentd: argument --after: -5 is negative; it counts from 0; see `agentd events --help`"),
     (["approve", " "], 2, "agentd: argument request: the request id is empty; see `agentd approve --help`"),
     (["answer", "req_x", "blue"], 2, "agentd: answers are KEY=VALUE, not 'blue': e.g. `agentd answer req_x color=blue` "
                                      "(`agentd requests THREAD` shows the keys)"),

@@ -82,7 +82,7 @@ async def test_cancel_reorder_and_requests(daemon, client):
     assert first_line((await run(daemon, "cancel", q2)).stdout) == f"{q2} cancelled"
     assert first_line((await run(daemon, "reorder", thread_id, q3, q1)).stdout) == f"queue: {q3}, {q1}"
     wrong = await run(daemon, "reorder", thread_id, q1, check=False)
-    assert wrong.returncode == 1 and first_line(wrong.stderr).startswith("agentd: runIds must list exactly the queued runs")
+    assert wrong.returncode == 1 and first_line(wrong.stderr).startswith("agentd: RUN… must name exactly the queued runs")
     await run(daemon, "approve", request["id"])
     assert (await wait_run_terminal(client, thread_id, q1))["status"] == "completed"
     runs = {r["id"]: r for r in (await client.call("thread.get", threadId=thread_id))["runs"]}
@@ -107,3 +107,17 @@ async def test_implement_a_proposed_plan(daemon, client):
     assert (await wait_run_terminal(client, thread_id, run_id))["status"] == "completed"
     shown = (await run(daemon, "show", thread_id)).stdout.decode()
     assert f"  {plans[0]} implemented — by {run_id}" in shown
+
+
+async def test_retry_runs_a_failed_run_again_as_its_next_attempt(daemon, client):
+    """Issue 23 item 5: ``agentd retry RUN`` after a failure; the run's next
+    attempt finishes it (the scripted step fails only the first time)."""
+    thread_id = await new_thread(daemon)
+    run_id = await detached(daemon, thread_id, script({"fail": "flaky network", "once": True}, {"say": "done"}))
+    assert (await wait_run_terminal(client, thread_id, run_id))["status"] == "failed"
+    retried = await run(daemon, "retry", run_id)
+    assert first_line(retried.stdout).startswith(f"run {run_id} retried as attempt 2 (att_")
+    done = await wait_event(client, lambda e: e["type"] == "run.completed" and e.get("runId") == run_id, thread_id=thread_id)
+    assert done["payload"]["run"]["attemptCount"] == 2
+    again = await run(daemon, "retry", run_id, check=False)
+    assert again.returncode == 1 and "only a failed or interrupted run" in again.stderr.decode()

@@ -7,6 +7,9 @@
   placeholder must be emitted at least once, every other type exactly as
   written.
 - Every event that has a ``runId`` has a ``nodeId`` (SPEC F17).
+- The events table names exactly the event types of ``agentd schema``
+  (``protocol/events.py``), its patterned rows spelled out, and every event
+  the scenarios emit matches that schema (issue 22).
 - The Records section names exactly the statuses the store writes.
 """
 
@@ -27,8 +30,10 @@ from agentd.actors.providers.base import RuntimeWarning_
 from agentd.actors.state import ActiveRun, ThreadState
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
+from agentd.protocol.events import EVENTS
 from agentd.store import records
 from tests.helpers import script, stored_events, wait_event, wait_run_terminal
+from tests.schema_check import check_event, schema
 
 CONTRACT = Path(__file__).resolve().parents[1] / "protocol" / "README.md"
 TEXT = CONTRACT.read_text(encoding="utf-8")
@@ -75,6 +80,35 @@ def documented_events() -> tuple[set[str], list[re.Pattern[str]], dict[str, str]
             patterns.append(pattern)
             source[pattern.pattern] = name
     return concrete, patterns, source
+
+
+def documented_event_types() -> set[str]:
+    """Every event type the events table names, its placeholders spelled out:
+    ``<node kind>`` as each kind its row lists, ``<status>`` as each status
+    the contract lists (a ``<node kind>.started`` row stands for ``started`` too)."""
+    concrete, patterns, source = documented_events()
+    kinds_row = next(r for r in section("Events").splitlines() if r.startswith("| `<node kind>"))
+    # the kinds, before the row goes on about how an approval's node ends
+    node_kinds = re.findall(r"`([a-z_]+)`", kinds_row.split("|")[3].split(";")[0])
+    types_ = set(concrete)
+    for pattern in patterns:
+        name = source[pattern.pattern]
+        statuses = record_statuses("RunAttempt") if name.startswith("attempt.") else node_statuses()
+        kinds = node_kinds if "<node kind>" in name else [""]
+        for kind in kinds:
+            with_kind = name.replace("<node kind>", kind)
+            types_ |= {with_kind.replace("<status>", status) for status in statuses} if "<status>" in name else {with_kind}
+    return types_
+
+
+def test_the_events_table_names_exactly_the_schemas_events():
+    """Issue 22: what ``agentd schema`` exports under ``events`` is the table, type for type."""
+    documented = documented_event_types()
+    exported = set(schema()["events"])
+    assert exported == set(EVENTS)
+    assert documented == exported, (
+        f"in the table, not the schema: {sorted(documented - exported)}; "
+        f"in the schema, not the table: {sorted(exported - documented)}")
 
 
 # -- the scenarios ------------------------------------------------------------------------------
@@ -255,6 +289,8 @@ EMITTED_ELSEWHERE = {
     "checkpoint.error": ("test_checkpoints_daemon", "test_git_missing_gives_error_checkpoints_and_the_run_ends_normally"),
     "checkpoint.missing": ("test_checkpoints_daemon", "test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptured"),
     "context_transfer.failed": ("test_lineage", "test_a_failed_native_fork_says_why_and_the_retry_resolves_portably"),
+    "context_transfer.superseded": ("test_merge_back",
+                                    "test_a_merge_back_whose_run_is_cancelled_is_superseded_and_the_fork_can_be_merged_again"),
     "thread.rollback_interrupted": ("test_rollback", "test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust"),
     "checkpoint.restore_interrupted": ("test_checkpoints_hostile",
                                        "test_sigkill_during_a_restore_keeps_the_way_back_listed_and_restorable"),
@@ -289,6 +325,17 @@ def test_no_emitted_event_type_is_undocumented(emitted):
     concrete, patterns, _source = documented_events()
     undocumented = sorted({e["type"] for e in emitted if e["type"] not in concrete and not any(p.match(e["type"]) for p in patterns)})
     assert not undocumented, f"emitted but not in protocol/README.md: {undocumented}"
+
+
+def test_every_emitted_event_matches_the_schema(emitted):
+    """Issue 22: the stored log of the scenarios — every documented type but
+    the few staged elsewhere — against ``agentd schema``'s document (the
+    suite's client checks each event as it arrives too; this says it once
+    for the whole log)."""
+    stored = [e for e in emitted if "payload" in e]
+    assert len({e["type"] for e in stored}) > 60
+    for event in stored:
+        check_event(event)
 
 
 def test_every_event_of_a_run_is_placed_at_a_node(emitted):

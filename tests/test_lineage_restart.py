@@ -1,4 +1,4 @@
-"""Lineage across daemon restarts (SPEC F6, F12; seed 003 "frozen context"):
+"""Lineage across daemon restarts (SPEC F6, F12; F4 "frozen context"):
 a transfer is pending or failed after a SIGKILL — never half-consumed — and
 the next message resolves it; a thread's recorded provider settings are not
 overwritten by a later config, and an incompatible change is explicit in the
@@ -95,7 +95,7 @@ idle_timeout = {idle}
 
 
 async def test_frozen_settings_an_incompatible_change_is_a_fresh_provider_thread_with_the_reason(tmp_path, short_dir):
-    """Seed 003: the settings a thread's provider thread was made under are
+    """F4: the settings a thread's provider thread was made under are
     recorded; a later config changing the model gives the next run a fresh
     provider thread with a full_thread_summary (settings_changed), while a
     compatible change (the idle timeout) just applies."""
@@ -167,7 +167,7 @@ async def test_repeated_bridges_and_runs_behind_fall_back_to_a_summary(tmp_path,
 
 
 async def test_frozen_settings_a_new_major_runtime_version_is_a_fresh_provider_thread(tmp_path, short_dir):
-    """Seed 003: the runtime's version is frozen with the provider thread; a
+    """F4: the runtime's version is frozen with the provider thread; a
     runtime of another major version does not silently continue it (a minor
     upgrade does). The scripted agent reports the version in its home's
     ``version`` file, standing in for an upgraded binary."""

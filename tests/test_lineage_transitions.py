@@ -1,5 +1,5 @@
 """Lineage decisions and transitions as plain functions (SPEC F4, F5, F6,
-F8; seed 003): ``resolve_start_context`` on hand-made views, the transitions
+F8, F4): ``resolve_start_context`` on hand-made views, the transitions
 on the batches they fill, and the handoff text's cap — no trio, no daemon."""
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """The method table is the one declaration of the protocol's methods (issue 8):
-the contract documents exactly its methods, and every entry is well formed."""
+the contract documents exactly its methods, and every entry is well formed.
+Each method's signature (its params and result Structs, ``protocol/signatures.py``)
+is what the contract's heading says it takes and answers, and what
+``agentd schema`` exports (issue 22)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,11 @@ from pathlib import Path
 
 import msgspec
 
+from agentd import __version__
+from agentd.protocol import results
 from agentd.protocol.methods import Method, MethodTable
+from agentd.protocol.schema import document
+from agentd.protocol.signatures import SIGNATURES
 from agentd.protocol.wire import Params
 from agentd.supervisor.methods import METHODS
 
@@ -32,11 +39,74 @@ def test_contract_documents_exactly_the_table():
     )
 
 
+def test_the_table_the_signatures_and_the_schema_name_the_same_methods():
+    assert list(SIGNATURES) == list(METHODS)
+    assert list(document(__version__)["methods"]) == list(METHODS)
+
+
+def headings() -> dict[str, tuple[str, str]]:
+    """``name -> (params, answer)`` from the contract's ``### `name {params}` → answer`` headings."""
+    text = CONTRACT.read_text(encoding="utf-8")
+    section = text.split("\n## Methods", 1)[1].split("\n## ", 1)[0]
+    found = re.findall(r"^### `([a-z][a-zA-Z.-]*[a-zA-Z]) (\{.*?\})` → (.*)$", section, flags=re.MULTILINE)
+    return {name: (params, answer) for name, params, answer in found}
+
+
+def top_level_fields(braced: str) -> dict[str, bool]:
+    """``{a, b?, c: [{x}]}`` -> ``{"a": True, "b": False, "c": True}`` (name -> required)."""
+    inner, depth, fields, field = braced.strip()[1:-1], 0, {}, ""
+    for char in inner + ",":
+        if char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+        if char == "," and depth == 0:
+            name = field.split(":", 1)[0].strip()
+            if name:
+                fields[name.rstrip("?")] = not name.endswith("?")
+            field = ""
+        else:
+            field += char
+    return fields
+
+
+def struct_fields(struct: type) -> dict[str, bool]:
+    """The wire names of a Struct's fields -> whether they are required."""
+    return {f.encode_name: f.required for f in msgspec.structs.fields(struct)}
+
+
+def test_the_contract_headings_name_each_signatures_fields():
+    """Issue 22: the params a heading lists are the params Struct's (``?``
+    exactly where a param may be left out), and the answer it lists names
+    the result Struct's fields (an answer that is not an object is said in
+    words: ``like steer_active``, ``always unsupported``)."""
+    documented = headings()
+    assert sorted(documented) == sorted(SIGNATURES)
+    for name, (params, answer) in documented.items():
+        signature = SIGNATURES[name]
+        assert top_level_fields(params) == struct_fields(signature.params), name
+        if signature.result is results.Never:
+            assert answer == "always `unsupported`", name
+        elif answer.startswith("`{"):
+            listed = top_level_fields(answer.strip("`"))
+            assert set(listed) == set(struct_fields(signature.result)), (
+                f"{name}: the contract lists {sorted(listed)}, its result Struct has "
+                f"{sorted(struct_fields(signature.result))}")
+        else:
+            assert answer == "like `steer_active`" and signature.result is SIGNATURES["thread.message.send"].result, name
+
+
 def test_every_entry_is_well_formed():
     for name, method in METHODS.items():
         assert method.name == name
         assert issubclass(method.params, Params), name
-        assert inspect.iscoroutinefunction(method.handler), name
+        assert (method.params, method.result) == SIGNATURES[name], name
+        if method.owner == "daemon":
+            assert inspect.iscoroutinefunction(method.handler), name
+        else:
+            # a thread's handler is a transition of its context (a Decision, or a
+            # generator of effects that ends in one: actors/thread_actor.py)
+            assert callable(method.handler), name
         if method.owner == "thread":
             assert method.route is not None, name
         # Params Structs refuse unknown fields, so a typo is invalid_params.

@@ -1,5 +1,5 @@
 """A hostile host (issue 9): agents die with a SIGKILLed daemon while what
-their tools started is left alone (seed 003), and what the daemon keeps is
+their tools started is left alone (F12), and what the daemon keeps is
 private to its user."""
 
 from __future__ import annotations

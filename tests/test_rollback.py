@@ -244,7 +244,7 @@ async def test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust(t
 async def test_rollback_in_a_fork_keeps_its_inherited_history_and_the_source_rollback_leaves_the_fork_alone(client, tmp_path):
     """F6 + F14: a fork rolled back to 0 forgets its own runs but keeps what it
     inherited at the fork point; a source rolled back after the fork does not
-    touch the fork's history (seed 002: a fork is its own thread)."""
+    touch the fork's history (F6: a fork is its own thread)."""
     ws = user_repo(tmp_path, repo=False)
     source = (await client.call("thread.create", workspace=str(ws)))["threadId"]
     runs = [await send_and_wait(client, source, script({"say": f"the word is {w}"})) for w in WORDS]

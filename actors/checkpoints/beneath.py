@@ -57,7 +57,7 @@ class _Openat2:
         caller walks the components to find out which and why."""
         if not self.available:
             return None
-        fd = self._syscall(_SYS_OPENAT2, dir_fd, path, ctypes.byref(self._how), ctypes.sizeof(self._how))
+        fd: int = self._syscall(_SYS_OPENAT2, dir_fd, path, ctypes.byref(self._how), ctypes.sizeof(self._how))
         if fd >= 0:
             return fd
         if ctypes.get_errno() in (errno.ENOSYS, errno.EPERM, errno.EINVAL):

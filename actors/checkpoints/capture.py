@@ -43,9 +43,12 @@ from dataclasses import dataclass, field
 
 import trio
 
-from . import modes, objects
 from .errors import CheckpointExistsError, GitCommandError, UnknownCheckpointError
 from .modes import Modes
+from .modes import scan as scan_modes
+from .modes import update as update_modes
+from .objects import commit_and_ref
+from .objects import supported as objects_supported
 from .names import exact, exact_map, shown
 from .paths import PathGuard
 from .rawdiff import file_changes
@@ -182,13 +185,34 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
     check_ref(ref)
     if base is not None:
         check_commitish(base)
-    layout, state = shadow.layout, shadow.state
     if os.path.lexists(os.path.join(shadow.git_dir, os.fsencode(ref))):
         raise CheckpointExistsError(f"checkpoint {ref} already exists")
+    staged = await stage(shadow, max_file_bytes)
+    tree, files, now_modes = await tree_and_modes(shadow, base, staged)
+    commit = await _commit_capture(shadow, ref, tree, base, files, now_modes, message)
+    return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=base is None or bool(files),
+                         summary=_summary(shadow, files, staged.skipped), files=files)
+
+
+@dataclass
+class Staged:
+    """What steps 1–4 put in the shadow index, and left out of it."""
+
+    found: Sorted
+    #: work-tree-relative paths taken out of the index
+    drop: list[bytes]
+    skipped: list[SkippedFile]
+    #: the index file's stat before this capture touched it (``Shadow.index_stat``)
+    index_before: tuple[int, int, int] | None
+
+
+async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
+    """Steps 1–4: list and sort what changed, drop what the ignore rules now
+    ignore, and update the shadow index (and its state) to match."""
+    layout, state = shadow.layout, shadow.state
     # Nested repositories that are gone are no longer excluded: their files are the workspace's now.
     state.nested = [p for p in state.nested if os.path.lexists(os.path.join(layout.top, p, b".git"))]
     fingerprint = shadow.refresh_excludes()
-    spec = layout.pathspec()
     index_before = shadow.index_stat()
     started = time.time()
     entries = await list_changes(shadow)
@@ -200,24 +224,41 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
     drop = list(found.drop)
     skipped = [skipped_file(layout.from_top(p), r, s) for p, r, s in found.skipped]
     if fingerprint != state.excludes_fingerprint or found.ignore_rules_touched:
-        # Tracked files the ignore rules now ignore leave the shadow: ignored files are never stored.
-        ignored = await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec])
-        for path in filter(None, ignored.stdout.split(b"\0")):
-            drop.append(path)
-            if not _under(path, state.nested):
-                skipped.append(skipped_file(layout.from_top(path), "ignored"))
-    if drop or found.keep:
-        shadow.index_tree = None
-    if drop:
-        await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z(drop))
-    if found.keep:
-        await shadow.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], stdin=_z(found.keep))
+        await _drop_ignored(shadow, drop, skipped)
+    await _update_index(shadow, found.keep, drop)
     if state.excludes_fingerprint != fingerprint:
         state.excludes_fingerprint = fingerprint
         shadow.save_state()
     elif new_nested:
         shadow.save_state()
+    return Staged(found, drop, skipped, index_before)
 
+
+async def _drop_ignored(shadow: Shadow, drop: list[bytes], skipped: list[SkippedFile]) -> None:
+    """Step 3: tracked files the ignore rules now ignore leave the shadow
+    (added to ``drop``, and reported in ``skipped`` unless a nested
+    repository holds them): ignored files are never stored."""
+    layout, nested = shadow.layout, shadow.state.nested
+    ignored = await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *layout.pathspec()])
+    for path in filter(None, ignored.stdout.split(b"\0")):
+        drop.append(path)
+        if not _under(path, nested):
+            skipped.append(skipped_file(layout.from_top(path), "ignored"))
+
+
+async def _update_index(shadow: Shadow, keep: list[bytes], drop: list[bytes]) -> None:
+    """Step 4: ``drop`` out of the index, ``keep`` into it (added, updated or removed)."""
+    if drop or keep:
+        shadow.index_tree = None
+    if drop:
+        await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z(drop))
+    if keep:
+        await shadow.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], stdin=_z(keep))
+
+
+async def tree_and_modes(shadow: Shadow, base: str | None, staged: Staged) -> tuple[str, list[FileChange], Modes]:
+    """Steps 5 and 6 at once: the index's tree, what changed from ``base``,
+    and the modes of what the index holds."""
     found_modes: list[Modes] = []
     found_tree: list[tuple[str, list[FileChange]]] = []
 
@@ -225,27 +266,35 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
         found_tree.append(await tree_and_changes(shadow, base))
 
     async def modes_step() -> None:
-        found_modes.append(await modes_after(shadow, found, drop, index_before))
+        found_modes.append(await modes_after(shadow, staged.found, staged.drop, staged.index_before))
 
     await both(tree_step, modes_step)
     (tree, files), (now_modes,) = found_tree[0], found_modes
     shadow.remember_index_tree(tree)
-    changed = base is None or bool(files)
     if base is not None and not files:
         shadow.trees[base] = tree  # nothing changed: the base's commit is this checkpoint's
+    return tree, files, now_modes
+
+
+async def _commit_capture(shadow: Shadow, ref: str, tree: str, base: str | None, files: list[FileChange],
+                          now_modes: Modes, message: str | None) -> str:
+    """Step 7: the checkpoint's commit (its message ends with the modes) under ``ref``."""
     # Nothing changed, modes included: the base's commit is this checkpoint's.
-    reuse = base if not changed and await shadow.commit_modes(base) == now_modes else None
+    unchanged = base is not None and not files and await shadow.commit_modes(base) == now_modes
     body = (message or ref).rstrip("\n") + "\n\n" + now_modes.encode().decode("ascii")
-    commit = await _commit_and_ref(shadow, ref, tree, base, body, reuse=reuse)
+    commit = await _commit_and_ref(shadow, ref, tree, base, body, reuse=base if unchanged else None)
     shadow.modes[commit] = now_modes
     shadow.remember_modes(now_modes)
-    nested = [layout.from_top(p) + b"/" for p in state.nested]
-    summary = CheckpointSummary(
+    return commit
+
+
+def _summary(shadow: Shadow, files: list[FileChange], skipped: list[SkippedFile]) -> CheckpointSummary:
+    nested = [shadow.layout.from_top(p) + b"/" for p in shadow.state.nested]
+    return CheckpointSummary(
         files_changed=len(files), insertions=sum(f.insertions for f in files),
         deletions=sum(f.deletions for f in files), skipped=skipped,
         nested_repos=[shown(p) for p in nested], path_bytes=exact_map(nested),
     )
-    return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=changed, summary=summary, files=files)
 
 
 async def modes_after(shadow: Shadow, found: Sorted, drop: list[bytes],
@@ -265,7 +314,7 @@ async def modes_after(shadow: Shadow, found: Sorted, drop: list[bytes],
         return now
     changed = {layout.from_top(p): m for p, m in found.modes.items()}
     removed = [layout.from_top(p) for p in (*drop, *found.gone)]
-    updated, recent = await trio.to_thread.run_sync(modes.update, previous, layout.workspace, changed, removed,
+    updated, recent = await trio.to_thread.run_sync(update_modes, previous, layout.workspace, changed, removed,
                                                     shadow.modes_recent, since)
     shadow.modes_recent = recent | {layout.from_top(p) for p in found.recent}
     return updated
@@ -278,7 +327,7 @@ async def modes_now(shadow: Shadow, since: float) -> tuple[Modes, set[bytes]]:
     layout = shadow.layout
     listed = await shadow.run(["ls-files", "-z", "-c", "--", *layout.pathspec()])
     paths = [layout.from_top(p) for p in listed.stdout.split(b"\0") if p]
-    return await trio.to_thread.run_sync(modes.scan, layout.workspace, paths, since)
+    return await trio.to_thread.run_sync(scan_modes, layout.workspace, paths, since)
 
 
 async def tree_and_changes(shadow: Shadow, base: str | None) -> tuple[str, list[FileChange]]:
@@ -292,13 +341,13 @@ async def tree_and_changes(shadow: Shadow, base: str | None) -> tuple[str, list[
         box: list[str] = []
         files: list[FileChange] = []
 
-        async def tree() -> None:
+        async def write() -> None:
             box.append(await write_tree(shadow))
 
-        async def summary() -> None:
+        async def diff() -> None:
             files.extend(await summarize(shadow, base, cached_index=True))
 
-        await both(tree, summary)
+        await both(write, diff)
         return box[0], files
     tree = cached or await write_tree(shadow)
     if base is None or shadow.trees.get(base) == tree:
@@ -326,8 +375,8 @@ async def _commit_and_ref(shadow: Shadow, ref: str, tree: str, parent: str | Non
     """Step 6: the commit (``reuse``: an existing one) and the create-only
     ref, written in a worker thread (``objects``); git does it for a
     repository whose object ids are not SHA-1."""
-    if objects.supported(tree):
-        commit = await trio.to_thread.run_sync(objects.commit_and_ref, shadow.git_dir, ref, tree, parent, message, reuse)
+    if objects_supported(tree):
+        commit = await trio.to_thread.run_sync(commit_and_ref, shadow.git_dir, ref, tree, parent, message, reuse)
     else:
         commit = reuse or await _commit(shadow, tree, parent, message)
         try:

@@ -56,14 +56,15 @@ async def stream_blobs(shadow: Shadow, oids: Sequence[str], consume: Callable[[i
         [path, "cat-file", "--batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=shadow.env, cwd=shadow.layout.top,
     )
-    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
+    assert stdin is not None and stdout is not None and stderr is not None
 
     async def send() -> None:
         try:
-            async with process.stdin:
+            async with stdin:
                 request = "".join(f"{oid}\n" for oid in oids).encode()
                 for start in range(0, len(request), _CHUNK):
-                    await process.stdin.send_all(request[start:start + _CHUNK])
+                    await stdin.send_all(request[start:start + _CHUNK])
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # git died: the reader sees the end of its output
 
@@ -73,7 +74,7 @@ async def stream_blobs(shadow: Shadow, oids: Sequence[str], consume: Callable[[i
         async with trio.open_nursery() as nursery:
             nursery.start_soon(send)
             try:
-                await _read_all(process.stdout, oids, consume)
+                await _read_all(stdout, oids, consume)
             except Exception as exc:  # raised bare below, not wrapped in the nursery's ExceptionGroup
                 failure = exc
                 nursery.cancel_scope.cancel()
@@ -84,8 +85,8 @@ async def stream_blobs(shadow: Shadow, oids: Sequence[str], consume: Callable[[i
         with trio.CancelScope(shield=True):
             if not finished and process.returncode is None:
                 process.kill()
-            await process.stdout.aclose()
-            await process.stderr.aclose()
+            await stdout.aclose()
+            await stderr.aclose()
             await process.wait()
 
 

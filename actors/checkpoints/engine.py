@@ -8,9 +8,11 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
-from . import capture as _capture
-from . import diff as _diff
-from . import restore as _restore
+from .capture import capture as capture_workspace
+from .diff import diff as diff_checkpoints
+from .restore import apply as apply_restore
+from .restore import prepare as prepare_restore
+from .restore import sweep_interrupted
 from .gitproc import Git
 from .layout import default_refused, discover, nearest_dotgit, resolve_workspace
 from .locks import WorkspaceLocks
@@ -78,7 +80,7 @@ class CheckpointEngine:
         lock_file = Shadow.lock_file(self.root, real)
         async with self.locks.hold(real, lock_file, os.path.join(os.path.dirname(lock_file), b"shadow.git")):
             shadow = await self._open(real)
-            _restore.sweep_interrupted(shadow)
+            sweep_interrupted(shadow)
             yield LockedWorkspace(self, shadow, real)
 
     async def _open(self, real: bytes) -> Shadow:
@@ -126,7 +128,7 @@ class CheckpointEngine:
         if shadow is None:
             async with self.locked(workspace) as locked:
                 shadow = locked.shadow
-        return await _diff.diff(shadow, target, base, max_bytes)
+        return await diff_checkpoints(shadow, target, base, max_bytes)
 
     async def restore(self, workspace: PathLike, target: str, *, safety_ref: str,
                       safety_base: str | None = None, include: Iterable[bytes] = (),
@@ -213,7 +215,7 @@ class LockedWorkspace:
 
     async def capture(self, ref: str, *, base: str | None = None, message: str | None = None) -> CaptureResult:
         """See ``CheckpointEngine.capture``."""
-        result = await _capture.capture(self.shadow, check_ref(ref), base=base,
+        result = await capture_workspace(self.shadow, check_ref(ref), base=base,
                                         max_file_bytes=self.engine.max_file_bytes, message=message)
         self._captured()
         return result
@@ -222,14 +224,14 @@ class LockedWorkspace:
                       include: Iterable[bytes] = (),
                       before_files: Callable[[CaptureResult], Awaitable[None]] | None = None) -> RestoreResult:
         """See ``CheckpointEngine.restore``."""
-        plan = await _restore.prepare(self.shadow, target, safety_ref=check_ref(safety_ref), safety_base=safety_base,
+        plan = await prepare_restore(self.shadow, target, safety_ref=check_ref(safety_ref), safety_base=safety_base,
                                       max_file_bytes=self.engine.max_file_bytes)
         self._captured()  # its safety capture
         if before_files is not None:
             await before_files(plan.safety)
-        return await _restore.apply(self.shadow, plan, fsync=self.engine.fsync, include=include)
+        return await apply_restore(self.shadow, plan, fsync=self.engine.fsync, include=include)
 
     async def diff(self, target: str, base: str | None = None, *,
                    max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> DiffResult:
         """See ``CheckpointEngine.diff``."""
-        return await _diff.diff(self.shadow, target, base, max_bytes)
+        return await diff_checkpoints(self.shadow, target, base, max_bytes)

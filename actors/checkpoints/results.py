@@ -33,7 +33,7 @@ class _Struct(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
     pass
 
 
-class FileChange(_Struct):
+class FileChange(_Struct, frozen=True):
     """One file of a diff between two checkpoints.
 
     Attributes:
@@ -56,7 +56,7 @@ class FileChange(_Struct):
     old_path_bytes: str | None = None
 
 
-class SkippedFile(_Struct):
+class SkippedFile(_Struct, frozen=True):
     """A workspace file left out of a checkpoint, and why (never silently)."""
 
     path: str
@@ -67,7 +67,7 @@ class SkippedFile(_Struct):
     path_bytes: str | None = None
 
 
-class CheckpointSummary(_Struct):
+class CheckpointSummary(_Struct, frozen=True):
     """A checkpoint against its base: counts, skipped files, nested repositories."""
 
     files_changed: int = 0
@@ -80,7 +80,7 @@ class CheckpointSummary(_Struct):
     path_bytes: dict[str, str] = {}
 
 
-class CaptureResult(_Struct):
+class CaptureResult(_Struct, frozen=True):
     """A captured checkpoint.
 
     Attributes:
@@ -103,7 +103,7 @@ class CaptureResult(_Struct):
     files: list[FileChange] = []
 
 
-class DiffResult(_Struct):
+class DiffResult(_Struct, frozen=True):
     """Files and patch between two checkpoints; ``patch`` is cut at the
     requested size with ``truncated`` set."""
 
@@ -114,7 +114,7 @@ class DiffResult(_Struct):
     truncated: bool
 
 
-class NotRestored(_Struct):
+class NotRestored(_Struct, frozen=True):
     """A path a restore did not put back, and why."""
 
     path: str
@@ -124,7 +124,7 @@ class NotRestored(_Struct):
     path_bytes: str | None = None
 
 
-class RestoreResult(_Struct):
+class RestoreResult(_Struct, frozen=True):
     """What a restore did.
 
     Attributes:

@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import msgspec
+
+if TYPE_CHECKING:
+    import trio
+
+    from .agentd_tool import AgentdTool
 
 
 class Capabilities(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
@@ -156,14 +161,17 @@ class ProviderConnection(abc.ABC):
     """
 
     capabilities: Capabilities
-    #: native thread ids this process has created or resumed
-    loaded_threads: set[str]
-    #: the runtime's version as it reported it, when it does (frozen settings, seed 003)
+    #: the runtime's version as it reported it, when it does (frozen settings, F4)
     runtime_version: str | None = None
 
     @property
     @abc.abstractmethod
     def pid(self) -> int | None: ...
+
+    @property
+    @abc.abstractmethod
+    def loaded_threads(self) -> set[str]:
+        """Native thread ids this process has created or resumed (callers read it)."""
 
     @abc.abstractmethod
     async def create_thread(self, *, cwd: str) -> str:
@@ -227,6 +235,9 @@ class ProviderAdapter(abc.ABC):
     name: str
     kind: str
     capabilities: Capabilities
+    #: how this instance's sessions start ``agentd mcp`` (the daemon sets it;
+    #: None: its agents get no agentd tool)
+    agentd_tool: AgentdTool | None
 
     @abc.abstractmethod
     async def open(
@@ -234,7 +245,7 @@ class ProviderAdapter(abc.ABC):
         *,
         session_id: str,
         emit: EventSink,
-        task_status: Any,
+        task_status: trio.TaskStatus[ProviderConnection],
     ) -> None:
         """Start a runtime process and serve it until it exits or is cancelled.
 

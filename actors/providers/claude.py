@@ -103,7 +103,7 @@ from ..config import ProviderConfig
 from .agentd_tool import AgentdTool
 from .jsonl import RequestCorrelator, RequestTimeout
 from .runtime import RuntimeBinary, StderrLog, parse_version
-from .transport import Spawn, spawn_process
+from .transport import ProcessLike, Spawn, spawn_process
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +183,8 @@ class ClaudeAdapter(ProviderAdapter):
     async def runtime_version(self) -> str | None:
         """The binary's ``X.Y.Z`` (``claude --version``), probed once per
         binary file — a replaced file is probed again — so a provider thread's
-        frozen settings can be held to it before a session is resumed (seed
-        003); None when it does not say."""
+        frozen settings can be held to it before a session is resumed (F4);
+        None when it does not say."""
         try:
             stat = await trio.Path(self.binary).stat()
         except OSError:
@@ -225,7 +225,8 @@ class ClaudeAdapter(ProviderAdapter):
             return Path(env["CLAUDE_CONFIG_DIR"])
         return Path(env.get("HOME") or os.path.expanduser("~")) / ".claude"
 
-    async def open(self, *, session_id: str, emit: EventSink, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def open(self, *, session_id: str, emit: EventSink,
+                   task_status: trio.TaskStatus[ProviderConnection] = trio.TASK_STATUS_IGNORED) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         connection = ClaudeConnection(self, session_id, emit)
         connection.runtime_version = await self.runtime_version()
@@ -254,7 +255,7 @@ class ClaudeConnection(ProviderConnection):
         self._timeout = adapter.request_timeout
         stderr = StderrLog(adapter.home)
 
-        async def start():
+        async def start() -> ProcessLike:
             return await adapter.spawn(adapter.command(session_id), env=adapter.environment(), cwd=None, stderr_path=stderr.path)
 
         self._claude = ClaudeProcess(start, stderr=stderr, timeout=adapter.request_timeout)

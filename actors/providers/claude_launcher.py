@@ -189,8 +189,10 @@ class ClaudeProcess:
                     break
                 self._respawned.set()
         finally:
-            await stop_process(self.process, polite=self.polite_stop, grace=grace)
-            self.exit_status = exit_status(self.process.returncode)
+            process = self.process
+            assert process is not None, "spawn() started one before the try"
+            await stop_process(process, polite=self.polite_stop, grace=grace)
+            self.exit_status = exit_status(process.returncode)
             on_exit("the claude session ended")
             self._respawned.set()
 
@@ -252,8 +254,10 @@ class ClaudeProcess:
         data = _encoder.encode(message) + b"\n"
         with trio.move_on_after(self.bound) as scope:
             async with self._send_lock:
+                process = self.process  # the current one, once the lock is ours (a respawn may replace it)
+                assert process is not None, "not closed: a process was started"
                 try:
-                    await self.process.stdin.send_all(data)
+                    await process.stdin.send_all(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                     raise ProviderRuntimeError(f"claude's input is closed ({exc.__class__.__name__})") from exc
         if scope.cancelled_caught:

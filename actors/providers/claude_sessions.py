@@ -58,6 +58,7 @@ def count_turns(config_dir: Path, session: str) -> int | None:
 def session_cwd(config_dir: Path, session: str) -> str | None:
     """The directory the session ran in (None when it cannot be read here)."""
     for entry in _entries(config_dir, session, b'"cwd"'):
-        if isinstance(entry.get("cwd"), str):
-            return entry["cwd"]
+        cwd = entry.get("cwd")
+        if isinstance(cwd, str):
+            return cwd
     return None

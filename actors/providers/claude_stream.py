@@ -292,6 +292,7 @@ class StreamMapper:
             return
         message_id = self._streaming.get(parent) or message.get("api_message_id") or ""
         index = event.get("index", 0)
+        item_id: str | None  # the text item a block is, where it is one
         if kind == "content_block_start":
             block = event.get("content_block") or {}
             if block.get("type") in ("tool_use", "server_tool_use"):

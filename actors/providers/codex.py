@@ -44,7 +44,7 @@ import os
 import platform
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import trio
@@ -216,9 +216,11 @@ SERVER_NOTIFICATIONS = (
 )
 
 _encode = msgspec.to_builtins
+#: a wire Struct of codex_wire
+W = TypeVar("W", bound=msgspec.Struct)
 
 
-def _decode(shape: type[msgspec.Struct], data: Any, what: str) -> Any:
+def _decode(shape: type[W], data: Any, what: str) -> W:
     try:
         return msgspec.convert(data, shape)
     except msgspec.ValidationError as exc:
@@ -330,7 +332,8 @@ class CodexAdapter(ProviderAdapter):
         info = await CODEX.probe(self.executable, env=self.environment(), timeout=PROBE_TIMEOUT)
         return {"binary": str(self.binary), **info}
 
-    async def open(self, *, session_id: str, emit: EventSink, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def open(self, *, session_id: str, emit: EventSink,
+                   task_status: trio.TaskStatus[ProviderConnection] = trio.TASK_STATUS_IGNORED) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         stderr = StderrLog(self.home)
         stderr.mark()
@@ -465,7 +468,7 @@ class CodexConnection(ProviderConnection):
     def __init__(self, adapter: CodexAdapter, process: ProcessLike, emit: EventSink) -> None:
         self.adapter = adapter
         self.capabilities = adapter.capabilities
-        self.loaded_threads: set[str] = set()
+        self._loaded_threads: set[str] = set()
         self.user_agent: str | None = None
         self._process = process
         self._emit = emit
@@ -497,6 +500,10 @@ class CodexConnection(ProviderConnection):
         return self._process.pid
 
     @property
+    def loaded_threads(self) -> set[str]:
+        return self._loaded_threads
+
+    @property
     def exit_status(self) -> tuple[int | None, int | None]:
         return self._exit_status
 
@@ -523,7 +530,7 @@ class CodexConnection(ProviderConnection):
     async def create_thread(self, *, cwd: str) -> str:
         params = ThreadStartParams(cwd=cwd, model=self.adapter.config.model)
         result = _decode(ThreadStartResponse, await self._peer.request("thread/start", _encode(params)), "thread/start answer")
-        self.loaded_threads.add(result.thread.id)
+        self._loaded_threads.add(result.thread.id)
         self._models[result.thread.id] = result.model
         return result.thread.id
 
@@ -536,7 +543,7 @@ class CodexConnection(ProviderConnection):
                 raise NativeThreadMissing(str(exc), code=exc.code) from exc
             raise
         result = _decode(ThreadResumeResponse, raw, "thread/resume answer")
-        self.loaded_threads.add(native_thread_id)
+        self._loaded_threads.add(native_thread_id)
         self._models[native_thread_id] = result.model
         turns = await self._turns(native_thread_id, items_view="notLoaded")
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=len(turns))
@@ -591,7 +598,7 @@ class CodexConnection(ProviderConnection):
     async def _fork(self, native_thread_id: str, last_turn_id: str | None) -> str:
         params = ThreadForkParams(thread_id=native_thread_id, last_turn_id=last_turn_id, exclude_turns=True)
         result = _decode(ThreadForkResponse, await self._peer.request("thread/fork", _encode(params)), "thread/fork answer")
-        self.loaded_threads.add(result.thread.id)
+        self._loaded_threads.add(result.thread.id)
         return result.thread.id
 
     async def _revert_after(self, fork: str, last_turn_id: str) -> None:
@@ -704,34 +711,34 @@ class CodexConnection(ProviderConnection):
             # (a URL or device verification is not agentd's to complete).
             if params.get("mode") not in MCP_APPROVAL_MODES:
                 return None
-            detail = {"method": method, "kind": kind, "server": params.get("serverName"), "message": params.get("message")}
+            form = {"method": method, "kind": kind, "server": params.get("serverName"), "message": params.get("message")}
             return RequestOpened(
                 attempt_id=self._attempts.get(str(params.get("threadId"))), request_ref="", kind="approval", item_id=None,
-                detail={k: v for k, v in detail.items() if v is not None},
+                detail={k: v for k, v in form.items() if v is not None},
             )
         detail: dict[str, Any] = {"method": method, "kind": kind}
         if method == "item/commandExecution/requestApproval":
-            p = _decode(CommandExecutionRequestApprovalParams, params, method)
-            thread_id, item_id = p.thread_id, p.item_id
-            detail.update(command=p.command, cwd=p.cwd, reason=p.reason)
+            command = _decode(CommandExecutionRequestApprovalParams, params, method)
+            thread_id, item_id = command.thread_id, command.item_id
+            detail.update(command=command.command, cwd=command.cwd, reason=command.reason)
             if params.get("availableDecisions") is not None:
                 detail["availableDecisions"] = params["availableDecisions"]
         elif method == "item/fileChange/requestApproval":
-            p = _decode(FileChangeRequestApprovalParams, params, method)
-            thread_id, item_id = p.thread_id, p.item_id
-            detail.update(reason=p.reason, grantRoot=p.grant_root)
+            change = _decode(FileChangeRequestApprovalParams, params, method)
+            thread_id, item_id = change.thread_id, change.item_id
+            detail.update(reason=change.reason, grantRoot=change.grant_root)
         elif method == "item/permissions/requestApproval":
-            p = _decode(PermissionsRequestApprovalParams, params, method)
-            thread_id, item_id = p.thread_id, p.item_id
-            detail.update(cwd=p.cwd, permissions=p.permissions, reason=p.reason)
+            permissions = _decode(PermissionsRequestApprovalParams, params, method)
+            thread_id, item_id = permissions.thread_id, permissions.item_id
+            detail.update(cwd=permissions.cwd, permissions=permissions.permissions, reason=permissions.reason)
         elif method == "execCommandApproval":
-            p = _decode(ExecCommandApprovalParams, params, method)
-            thread_id, item_id = p.conversation_id, p.call_id
-            detail.update(command=" ".join(p.command), cwd=p.cwd, reason=p.reason)
+            legacy_command = _decode(ExecCommandApprovalParams, params, method)
+            thread_id, item_id = legacy_command.conversation_id, legacy_command.call_id
+            detail.update(command=" ".join(legacy_command.command), cwd=legacy_command.cwd, reason=legacy_command.reason)
         else:  # applyPatchApproval
-            p = _decode(ApplyPatchApprovalParams, params, method)
-            thread_id, item_id = p.conversation_id, p.call_id
-            detail.update(files=sorted(p.file_changes), reason=p.reason)
+            patch = _decode(ApplyPatchApprovalParams, params, method)
+            thread_id, item_id = patch.conversation_id, patch.call_id
+            detail.update(files=sorted(patch.file_changes), reason=patch.reason)
         detail = {k: v for k, v in detail.items() if v is not None}
         return RequestOpened(
             attempt_id=self._attempts.get(thread_id), request_ref="", kind="approval", item_id=item_id, detail=detail,

@@ -11,7 +11,7 @@ it SIGKILLs the runtimes still alive and exits.
 
 It kills the runtime processes only, never their process groups: what a
 runtime started (a dev server, a build) is the person's, not agentd's to end
-(seed 003); the next start reports such processes instead.
+(F12); the next start reports such processes instead.
 
 Run as ``python -m agentd.actors.providers.guard``; the daemon side is
 ``ProcessGuard``.

@@ -99,7 +99,8 @@ class ScriptedAdapter(ProviderAdapter):
     def command(self) -> list[str]:
         return [sys.executable, "-m", "agentd.actors.providers.scripted_agent", "--home", str(self.home)]
 
-    async def open(self, *, session_id: str, emit: EventSink, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def open(self, *, session_id: str, emit: EventSink,
+                   task_status: trio.TaskStatus[ProviderConnection] = trio.TASK_STATUS_IGNORED) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         if self.agentd_tool is not None:
@@ -123,7 +124,7 @@ class ScriptedConnection(ProviderConnection):
     def __init__(self, adapter: ScriptedAdapter, process: ProcessLike, emit: EventSink) -> None:
         self.adapter = adapter
         self.capabilities = adapter.capabilities
-        self.loaded_threads: set[str] = set()
+        self._loaded_threads: set[str] = set()
         self._process = process
         self._emit = emit
         self._exit_status: tuple[int | None, int | None] = (None, None)
@@ -142,6 +143,10 @@ class ScriptedConnection(ProviderConnection):
     @property
     def pid(self) -> int | None:
         return self._process.pid
+
+    @property
+    def loaded_threads(self) -> set[str]:
+        return self._loaded_threads
 
     @property
     def exit_status(self) -> tuple[int | None, int | None]:
@@ -167,8 +172,9 @@ class ScriptedConnection(ProviderConnection):
 
     async def create_thread(self, *, cwd: str) -> str:
         result = await self._peer.request("thread/start", {"cwd": cwd})
-        self.loaded_threads.add(result["threadId"])
-        return result["threadId"]
+        thread_id: str = result["threadId"]
+        self._loaded_threads.add(thread_id)
+        return thread_id
 
     async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
         try:
@@ -177,7 +183,7 @@ class ScriptedConnection(ProviderConnection):
             if exc.code in (THREAD_NOT_FOUND, THREAD_CORRUPT):
                 raise NativeThreadMissing(str(exc), code=exc.code) from exc
             raise
-        self.loaded_threads.add(native_thread_id)
+        self._loaded_threads.add(native_thread_id)
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=result.get("turnCount"))
 
     async def start_turn(
@@ -190,7 +196,8 @@ class ScriptedConnection(ProviderConnection):
         if context:
             params["context"] = context
         result = await self._peer.request("turn/start", params)
-        return result["turnId"]
+        turn_id: str = result["turnId"]
+        return turn_id
 
     async def start_first_turn(
         self, *, text: str, attempt_id: str, cwd: str, context: str | None = None
@@ -202,7 +209,7 @@ class ScriptedConnection(ProviderConnection):
         if context:
             params["context"] = context
         result = await self._peer.request("turn/start", params)
-        self.loaded_threads.add(result["threadId"])
+        self._loaded_threads.add(result["threadId"])
         return result["threadId"], result["turnId"]
 
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
@@ -218,7 +225,8 @@ class ScriptedConnection(ProviderConnection):
         if last_turn_id is not None:
             params["lastTurnId"] = last_turn_id
         result = await self._peer.request("thread/fork", params)
-        return result["threadId"]
+        thread_id: str = result["threadId"]
+        return thread_id
 
     async def list_turns(self, native_thread_id: str) -> list[dict[str, Any]]:
         result = await self._peer.request("thread/turns/list", {"threadId": native_thread_id})

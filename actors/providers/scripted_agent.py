@@ -51,6 +51,7 @@ import shlex
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,7 @@ class NativeStore:
         os.replace(temp, path)
 
 
-def _param(params: dict, name: str, kind: type, method: str) -> Any:
+def _param(params: dict[str, Any], name: str, kind: type, method: str) -> Any:
     value = params.get(name)
     if not isinstance(value, kind):
         raise RpcError(INVALID_PARAMS, f"{method} needs a {kind.__name__} '{name}'")
@@ -180,8 +181,8 @@ class Agent:
         self._write_lock = trio.Lock()
         self._nursery = nursery
         self._request_ids = itertools.count(1)
-        self._pending: dict[str, trio.MemorySendChannel] = {}
-        self._after_reply: list = []
+        self._pending: dict[str, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self._after_reply: list[Callable[[], None]] = []
         self._stopping = False
         self._methods = {
             "initialize": self._initialize,
@@ -198,7 +199,7 @@ class Agent:
 
     # -- Output --------------------------------------------------------------
 
-    async def send(self, message: dict) -> None:
+    async def send(self, message: dict[str, Any]) -> None:
         line = msgspec.json.encode(message) + b"\n"
         # Shielded: an interrupted turn must never leave half a line behind.
         with trio.CancelScope(shield=True):
@@ -210,10 +211,10 @@ class Agent:
                     self._stopping = True
                     self._nursery.cancel_scope.cancel()
 
-    async def notify(self, method: str, params: dict) -> None:
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
         await self.send({"method": method, "params": params})
 
-    async def request(self, method: str, params: dict) -> dict:
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Send a server request and wait for the client's result."""
         request_id = f"srv-{next(self._request_ids)}"
         answers, answer = trio.open_memory_channel(1)
@@ -272,7 +273,7 @@ class Agent:
         else:
             await self._warn("ignored a message with neither 'method' nor 'id'")
 
-    async def _answer(self, message: dict) -> None:
+    async def _answer(self, message: dict[str, Any]) -> None:
         method, params = message["method"], message.get("params")
         if params is None:
             params = {}
@@ -327,7 +328,7 @@ class Agent:
         self.threads[thread.threadId] = thread
         return thread
 
-    def _initialize(self, params: dict) -> dict:
+    def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         switches = params.get("capabilities") or {}
         if not isinstance(switches, dict):
             raise RpcError(INVALID_PARAMS, "initialize capabilities must be an object")
@@ -341,24 +342,24 @@ class Agent:
         self.capabilities = capabilities
         return {"agent": "scripted", "version": self.store.version(), "capabilities": capabilities}
 
-    def _thread_start(self, params: dict) -> dict:
+    def _thread_start(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("emptyThreads")
         return {"threadId": self._thread_for_cwd(params, "thread/start").threadId}
 
-    def _thread_for_cwd(self, params: dict, method: str) -> ThreadRecord:
+    def _thread_for_cwd(self, params: dict[str, Any], method: str) -> ThreadRecord:
         cwd = _param(params, "cwd", str, method)
         if not os.path.isdir(cwd):
             raise RpcError(INVALID_PARAMS, f"cwd {cwd} is not a directory")
         return self._new_thread(os.path.realpath(cwd), [])
 
-    def _thread_resume(self, params: dict) -> dict:
+    def _thread_resume(self, params: dict[str, Any]) -> dict[str, Any]:
         thread_id = _param(params, "threadId", str, "thread/resume")
         thread = self.threads.get(thread_id)
         if thread is None:
             thread = self.threads[thread_id] = self.store.load(thread_id)
         return {"threadId": thread_id, "turnCount": len(thread.turns)}
 
-    def _thread_fork(self, params: dict) -> dict:
+    def _thread_fork(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("nativeFork")
         source = self._stored(_param(params, "threadId", str, "thread/fork"))
         turns = source.turns
@@ -367,7 +368,7 @@ class Agent:
         fork = self._new_thread(source.cwd, list(turns))
         return {"threadId": fork.threadId}
 
-    def _thread_turns_list(self, params: dict) -> dict:
+    def _thread_turns_list(self, params: dict[str, Any]) -> dict[str, Any]:
         thread = self._stored(_param(params, "threadId", str, "thread/turns/list"))
         return {
             "turns": [
@@ -376,7 +377,7 @@ class Agent:
             ]
         }
 
-    def _thread_rollback(self, params: dict) -> dict:
+    def _thread_rollback(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("rollback")
         thread = self._stored(_param(params, "threadId", str, "thread/rollback"))
         if thread.threadId in self.active:
@@ -385,7 +386,7 @@ class Agent:
         self.store.save(thread)
         return {"turnCount": len(thread.turns)}
 
-    def _turn_start(self, params: dict) -> dict:
+    def _turn_start(self, params: dict[str, Any]) -> dict[str, Any]:
         text = _param(params, "input", str, "turn/start")
         result = {}
         if "threadId" in params:
@@ -411,20 +412,20 @@ class Agent:
         result["turnId"] = turn.id
         return result
 
-    def _turn_interrupt(self, params: dict) -> dict:
+    def _turn_interrupt(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("interrupt")
         thread_id = _param(params, "threadId", str, "turn/interrupt")
         self._active_turn(thread_id, params.get("turnId")).scope.cancel()
         return {}
 
-    def _turn_steer(self, params: dict) -> dict:
+    def _turn_steer(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("steer")
         thread_id = _param(params, "threadId", str, "turn/steer")
         turn = self._active_turn(thread_id, params.get("expectedTurnId"))
         turn.steers.append(_param(params, "input", str, "turn/steer"))
         return {"turnId": turn.id}
 
-    def _shutdown(self, params: dict) -> dict:
+    def _shutdown(self, params: dict[str, Any]) -> dict[str, Any]:
         self._stopping = True
         return {}
 
@@ -450,7 +451,7 @@ def _chunks(text: str, count: int) -> list[str]:
     return pieces
 
 
-def _expect(value: Any, kind: type | tuple, what: str) -> Any:
+def _expect(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
     # bool is an int to Python but never a sensible number in a script.
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise TurnFailed(f"{what}, got {msgspec.json.encode(value).decode()}")
@@ -458,10 +459,10 @@ def _expect(value: Any, kind: type | tuple, what: str) -> Any:
 
 
 def _number(value: Any, what: str) -> float:
-    value = _expect(value, (int, float), f"{what} must be a number of seconds")
-    if value < 0:
+    seconds: float = _expect(value, (int, float), f"{what} must be a number of seconds")
+    if seconds < 0:
         raise TurnFailed(f"{what} must not be negative")
-    return value
+    return seconds
 
 
 def _as_text(value: Any) -> str:
@@ -486,7 +487,7 @@ class Turn:
     ``{"sleep": SECONDS}`` / ``{"hang": true}``
         Wait for a while / until interrupted (``"ignoreInterrupt": true``:
         forever — a runtime that never honours an interrupt).
-    ``{"crash": CODE}`` / ``{"fail": MESSAGE}``
+    ``{"crash": CODE}`` / ``{"fail": MESSAGE}`` (either with ``"once": true``: only the first time)
         Kill the process at once / end the turn ``failed``. With
         ``"once": true`` the crash happens only the first time this thread
         runs this input (a recovered retry then goes on).
@@ -535,7 +536,7 @@ class Turn:
         # Created now so turn/interrupt works even before run() begins.
         self.scope = trio.CancelScope()
         self.steers: list[str] = []
-        self._open_items: list[dict] = []
+        self._open_items: list[dict[str, Any]] = []
         self._output: list[str] = []
         self.context = ""
 
@@ -563,7 +564,7 @@ class Turn:
         ending = {"status": status} if error is None else {"status": status, "error": error}
         await self._notify("turn/completed", **ending)
 
-    def _steps(self) -> list:
+    def _steps(self) -> list[Any]:
         first, _, rest = self.input.partition("\n")
         if first.strip() != "@script":
             return [{"say": f"You said: {self.input}", "chunks": 3}]
@@ -571,21 +572,22 @@ class Turn:
             steps = msgspec.json.decode(rest)
         except msgspec.DecodeError as exc:
             raise TurnFailed(f"the @script body is not valid JSON: {exc}") from None
-        return _expect(steps, list, "the @script body must be a JSON array of steps")
+        checked: list[Any] = _expect(steps, list, "the @script body must be a JSON array of steps")
+        return checked
 
     async def _notify(self, method: str, **params: Any) -> None:
         await self.agent.notify(
             method, {"threadId": self.thread.threadId, "turnId": self.id, **params}
         )
 
-    async def _server_request(self, method: str, item: dict, **params: Any) -> dict:
+    async def _server_request(self, method: str, item: dict[str, Any], **params: Any) -> dict[str, Any]:
         return await self.agent.request(
             method,
             {"threadId": self.thread.threadId, "turnId": self.id, "itemId": item["id"], **params},
         )
 
     @asynccontextmanager
-    async def _item(self, parent: str | None, kind: str, /, **fields: Any):
+    async def _item(self, parent: str | None, kind: str, /, **fields: Any) -> AsyncIterator[dict[str, Any]]:
         """Report an item as started, then as completed when the block ends.
 
         If the block raises, the item stays open and run() completes it with
@@ -614,7 +616,7 @@ class Turn:
         while self.steers:
             await self._message(f"steered: {self.steers.pop(0)}", parent=None)
 
-    async def _run_steps(self, steps: list, parent: str | None) -> None:
+    async def _run_steps(self, steps: list[Any], parent: str | None) -> None:
         for step in steps:
             await self._say_steers()
             # Lets an interrupt land between steps that never block.
@@ -627,7 +629,7 @@ class Turn:
 
     # -- Steps ---------------------------------------------------------------
 
-    async def _say(self, step: dict, parent: str | None) -> None:
+    async def _say(self, step: dict[str, Any], parent: str | None) -> None:
         text = _expect(step["say"], str, "say needs text")
         chunks = _expect(step.get("chunks", 1), int, "say chunks must be a whole number")
         repeat = _expect(step.get("repeat", 1), int, "say repeat must be a whole number")
@@ -638,7 +640,7 @@ class Turn:
             raise TurnFailed(f"say phase must be one of {', '.join(PHASES)}")
         await self._message(text * repeat, parent, chunks, phase)
 
-    async def _write(self, step: dict, parent: str | None) -> None:
+    async def _write(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["write"], dict, "write needs an object with path and content")
         path = _expect(spec.get("path"), str, "write needs a string path")
         content = _expect(spec.get("content"), str, "write needs string content")
@@ -672,7 +674,7 @@ class Turn:
                 # A full disk or a read-only file: this step fails, the turn goes on.
                 item.update(status="failed", error=f"could not write {path}: {exc.strerror or exc}")
 
-    async def _delete(self, step: dict, parent: str | None) -> None:
+    async def _delete(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["delete"], dict, "delete needs an object with a path")
         path = _expect(spec.get("path"), str, "delete needs a string path")
         if os.path.isabs(path) or "\0" in path:
@@ -687,33 +689,42 @@ class Turn:
             except OSError as exc:
                 item.update(status="failed", error=f"could not delete {path}: {exc.strerror or exc}")
 
-    async def _sleep(self, step: dict, parent: str | None) -> None:
+    async def _sleep(self, step: dict[str, Any], parent: str | None) -> None:
         await trio.sleep(_number(step["sleep"], "sleep"))
 
-    async def _hang(self, step: dict, parent: str | None) -> None:
+    async def _hang(self, step: dict[str, Any], parent: str | None) -> None:
         if step.get("ignoreInterrupt"):
             # A runtime that never honours an interrupt: agentd must escalate.
             with trio.CancelScope(shield=True):
                 await trio.sleep_forever()
         await trio.sleep_forever()
 
-    async def _crash(self, step: dict, parent: str | None) -> None:
+    async def _crash(self, step: dict[str, Any], parent: str | None) -> None:
         code = _expect(step["crash"], int, "crash needs an exit code")
-        if step.get("once"):
-            # Crash only the first time this thread runs this input: a marker
-            # in the agent's home survives the crash, so the retry goes on.
-            digest = hashlib.sha256(f"{self.thread.threadId}\0{self.input}".encode()).hexdigest()[:32]
-            marker = self.agent.store.home / "crashed-once" / digest
-            if marker.exists():
-                return
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
+        if step.get("once") and not self._first_time("crashed-once"):
+            return
         os._exit(code)
 
-    async def _fail(self, step: dict, parent: str | None) -> None:
+    def _first_time(self, what: str) -> bool:
+        """Whether this thread runs this input for the first time (for a
+        step with ``"once": true``): a marker in the agent's home survives a
+        crash, so the retry goes on."""
+        digest = hashlib.sha256(f"{self.thread.threadId}\0{self.input}".encode()).hexdigest()[:32]
+        marker = self.agent.store.home / what / digest
+        if marker.exists():
+            return False
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        return True
+
+    async def _fail(self, step: dict[str, Any], parent: str | None) -> None:
+        # ``"once": true``: only the first time this thread runs this input
+        # (a person's retry then goes on).
+        if step.get("once") and not self._first_time("failed-once"):
+            return
         raise TurnFailed(_as_text(step["fail"]))
 
-    async def _tool(self, step: dict, parent: str | None) -> None:
+    async def _tool(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["tool"], dict, "tool needs an object with a name")
         name = _expect(spec.get("name"), str, "tool needs a string name")
         seconds = None if spec.get("hang") else _number(spec.get("seconds", 0), "tool seconds")
@@ -730,7 +741,7 @@ class Turn:
                 await trio.sleep_forever()
             await trio.sleep(seconds)
 
-    async def _command(self, step: dict, parent: str | None) -> None:
+    async def _command(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["command"], dict, "command needs an object with argv")
         argv = spec.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(arg, str) for arg in argv):
@@ -759,14 +770,14 @@ class Turn:
             item.update(exitCode=done.returncode, aggregatedOutput=output,
                         status="completed" if done.returncode == 0 else "failed")
 
-    async def _report_history(self, step: dict, parent: str | None) -> None:
+    async def _report_history(self, step: dict[str, Any], parent: str | None) -> None:
         count = len(self.thread.turns)
         text = f"history: {count} turn{'' if count == 1 else 's'}"
         if self.context:
             text += f" + {len(self.context)} chars of context"
         await self._message(text, parent)
 
-    async def _recall(self, step: dict, parent: str | None) -> None:
+    async def _recall(self, step: dict[str, Any], parent: str | None) -> None:
         words = _expect(step["recall"], list, "recall needs a list of words")
         for word in words:
             _expect(word, str, "each recall word must be a string")
@@ -785,7 +796,7 @@ class Turn:
             answers.append(f"{word}={where}")
         await self._message("recall: " + " ".join(answers), parent)
 
-    async def _approval(self, step: dict, parent: str | None) -> None:
+    async def _approval(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["approval"], dict, "approval needs an object with kind and command")
         kind = _expect(spec.get("kind"), str, "approval needs a string kind")
         command = _expect(spec.get("command"), str, "approval needs a string command")
@@ -798,7 +809,7 @@ class Turn:
             item["decision"] = decision
         await self._message(f"approval: {decision}", parent)
 
-    async def _ask(self, step: dict, parent: str | None) -> None:
+    async def _ask(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["ask"], dict, "ask needs an object with questions")
         questions = _expect(spec.get("questions"), list, "ask needs a list of questions")
         for question in questions:
@@ -820,17 +831,17 @@ class Turn:
         pairs = (f"{q['id']}={_as_text(answers[q['id']])}" for q in questions)
         await self._message("answers: " + ", ".join(pairs), parent)
 
-    async def _plan(self, step: dict, parent: str | None) -> None:
+    async def _plan(self, step: dict[str, Any], parent: str | None) -> None:
         plan = _expect(step["plan"], list, "plan needs a list of steps")
         extra = {} if parent is None else {"itemId": parent}
         await self._notify("turn/plan/updated", **extra, plan=plan)
 
-    async def _propose_plan(self, step: dict, parent: str | None) -> None:
+    async def _propose_plan(self, step: dict[str, Any], parent: str | None) -> None:
         text = _expect(step["proposePlan"], str, "proposePlan needs markdown text")
         async with self._item(parent, "plan", text=text):
             pass
 
-    async def _subagent(self, step: dict, parent: str | None) -> None:
+    async def _subagent(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["subagent"], dict, "subagent needs an object with steps")
         steps = _expect(spec.get("steps"), list, "subagent needs a list of steps")
         own = _expect(spec.get("thread", False), bool, "subagent thread must be true or false")
@@ -848,7 +859,7 @@ class Turn:
                                                    "\n".join(self._output[said:])))
                 self.agent.store.save(sub_thread)
 
-    async def _delegate(self, step: dict, parent: str | None) -> None:
+    async def _delegate(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["delegate"], dict, "delegate needs an object with instructions")
         arguments = {
             "instructions": _expect(spec.get("instructions"), str, "delegate needs string instructions"),
@@ -892,7 +903,7 @@ class Turn:
     }
 
 
-async def call_agentd_tool(tool: str, arguments: dict) -> tuple[str | None, dict]:
+async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """Call one of agentd's MCP tools through ``agentd mcp``, started as a
     stdio MCP server the way agentd configures it for every runtime
     (``AGENTD_MCP_COMMAND``, with the session's identity in the

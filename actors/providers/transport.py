@@ -25,7 +25,7 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol, cast
 
 import msgspec
 import trio
@@ -47,10 +47,19 @@ def exit_status(returncode: int | None) -> tuple[int | None, int | None]:
 
 
 class ProcessLike(Protocol):
-    stdin: trio.abc.SendStream
-    stdout: trio.abc.ReceiveStream
-    pid: int | None
-    returncode: int | None
+    """What an adapter uses of its runtime process (read-only: adapters never set them)."""
+
+    @property
+    def stdin(self) -> trio.abc.SendStream: ...
+
+    @property
+    def stdout(self) -> trio.abc.ReceiveStream: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def returncode(self) -> int | None: ...
 
     async def wait(self) -> int: ...
 
@@ -76,7 +85,9 @@ async def spawn_process(args: list[str], *, env: dict[str, str], cwd: str | None
             start_new_session=True,
         )
     watch_spawned(process.pid)
-    return process
+    # trio types a Process's pipes as Optional; both were asked for (PIPE), so they are there.
+    assert process.stdin is not None and process.stdout is not None
+    return cast(ProcessLike, process)
 
 
 # -- recording -----------------------------------------------------------------------
@@ -105,7 +116,7 @@ class _TeeSend(trio.abc.SendStream):
     def __init__(self, inner: trio.abc.SendStream, recorder: _Recorder) -> None:
         self.inner, self.recorder, self.buffer = inner, recorder, b""
 
-    async def send_all(self, data: bytes) -> None:
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         self.buffer += bytes(data)
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
@@ -125,7 +136,7 @@ class _TeeReceive(trio.abc.ReceiveStream):
     def __init__(self, inner: trio.abc.ReceiveStream, recorder: _Recorder) -> None:
         self.inner, self.recorder, self.buffer = inner, recorder, b""
 
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         data = await self.inner.receive_some(max_bytes)
         self.buffer += data
         *lines, self.buffer = self.buffer.split(b"\n")
@@ -143,7 +154,7 @@ class _TeeReceive(trio.abc.ReceiveStream):
 
 
 class _RecordedProcess:
-    def __init__(self, process: trio.Process, recorder: _Recorder) -> None:
+    def __init__(self, process: ProcessLike, recorder: _Recorder) -> None:
         self._process, self._recorder = process, recorder
         self.stdin = _TeeSend(process.stdin, recorder)
         self.stdout = _TeeReceive(process.stdout, recorder)
@@ -198,14 +209,14 @@ def matches(expected: Any, actual: Any) -> bool:
         return isinstance(actual, dict) and all(k in actual and matches(v, actual[k]) for k, v in expected.items())
     if isinstance(expected, list):
         return isinstance(actual, list) and len(expected) == len(actual) and all(map(matches, expected, actual))
-    return expected == actual
+    return bool(expected == actual)
 
 
 class _ReplaySend(trio.abc.SendStream):
     def __init__(self, replay: ReplayProcess) -> None:
         self.replay, self.buffer = replay, b""
 
-    async def send_all(self, data: bytes) -> None:
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if self.replay.stdin_closed:
             raise trio.ClosedResourceError("stdin closed")
         self.buffer += bytes(data)
@@ -275,6 +286,7 @@ class ReplayProcess:
 
     async def wait(self) -> int:
         await self._exited.wait()
+        assert self.returncode is not None, "_exit sets it before the event"
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
@@ -285,7 +297,7 @@ class ReplayProcess:
 
 
 class _ChannelReceive(trio.abc.ReceiveStream):
-    def __init__(self, channel: trio.MemoryReceiveChannel) -> None:
+    def __init__(self, channel: trio.MemoryReceiveChannel[bytes]) -> None:
         self.channel = channel
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
