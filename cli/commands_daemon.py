@@ -34,10 +34,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(str(exc), EXIT_USAGE) from None
 
     def on_ready(daemon) -> None:
-        url = daemon.router.websocket_url
+        url = daemon.endpoints.websocket
         print(f"agentd {os.getpid()} listening on {where.socket}" + (f" and {url}" if url else ""), file=sys.stderr, flush=True)
-        if daemon.router.web_url:
-            print(f"web console: {daemon.router.web_url} (`agentd web` prints its URL with the token)", file=sys.stderr, flush=True)
+        if daemon.endpoints.web:
+            print(f"web console: {daemon.endpoints.web} (`agentd web` prints its URL with the token)", file=sys.stderr, flush=True)
         if args.ready_fd is not None:
             os.write(args.ready_fd, b"ready\n")
             os.close(args.ready_fd)

@@ -116,7 +116,7 @@ async def websocket_peer(router: Router, stream: trio.SocketStream) -> Peer:
         client = server = None
     holders = await trio.to_thread.run_sync(loopback_peers, client, server) if client else []
     try:
-        peers = [identify_peer(pid, pidfd) for pid, pidfd in holders]
+        peers: list[Peer] = [identify_peer(pid, pidfd) for pid, pidfd in holders]
     finally:
         for _pid, pidfd in holders:
             os.close(pidfd)
@@ -135,7 +135,7 @@ async def serve_websocket(
     limits: ServerLimits | None = None,
     console: bool = False,
     login_codes: login.LoginCodes | None = None,
-    task_status=trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; ``task_status.started(port)`` with the bound port.
     ``limits`` are shared with the daemon's other transports.
@@ -153,81 +153,45 @@ async def serve_websocket(
     pages = http.Console(files, host=host, port=bound)
     allowed = frozenset(allowed_origins) | (
         frozenset(f"http://{h}" for h in pages.hosts) if console else frozenset())
+    front = _Front(router, token=token, allowed=allowed, limits=limits, pages=pages,
+                   login_codes=login_codes if console else None)
+    reserve = ReserveDescriptor()
+    try:
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                await nursery.start(partial(accept_loop, listener, front.handle_connection, reserve=reserve,
+                                            refusal=_out_of_descriptors_response))
+            task_status.started(bound)
+    finally:
+        reserve.close()
+        with trio.CancelScope(shield=True):
+            for listener in listeners:
+                await listener.aclose()
 
-    async def handle_websocket(request: trio_websocket.WebSocketRequest, stream: trio.SocketStream) -> None:
-        origin = _origin(request)
-        if origin is not None and origin not in allowed:
-            await request.reject(403, body=f"origin {origin} is not allowed".encode())
-            return
-        presented = _presented_token(request)
-        if presented is None or not hmac.compare_digest(presented.encode(), token.encode()):
-            await request.reject(401, body=b"a valid token is required (see <data-dir>/websocket.token)")
-            return
-        if limits.connections >= limits.max_connections:
-            await request.reject(503, body=f"agentd is serving its maximum of {limits.max_connections} connections".encode())
-            return
-        peer = await websocket_peer(router, stream)
-        ws = await request.accept()
 
-        async def messages() -> AsyncIterator[bytes]:
-            while True:
-                try:
-                    message = await ws.get_message()
-                except trio_websocket.ConnectionClosed:
-                    return
-                yield message.encode() if isinstance(message, str) else bytes(message)
+class _Front:
+    """One port's connections: an HTTP head read first, then the console's
+    files, a login, or an upgrade to the WebSocket that serves the protocol.
 
-        async def send_frames(batch: list[bytes]) -> None:
-            try:
-                for data in batch:
-                    await ws.send_message(data.rstrip(b"\n").decode())
-            except trio_websocket.ConnectionClosed as exc:
-                raise trio.BrokenResourceError("websocket closed") from exc
+    Args:
+        allowed: the origins a browser's request may come from.
+        pages: the console's files (none when it is off: 404).
+        login_codes: ``POST /login`` trades these for the token (None: no login).
+    """
 
-        limits.connections += 1
+    def __init__(self, router: Router, *, token: str, allowed: frozenset[str], limits: ServerLimits,
+                 pages: http.Console, login_codes: login.LoginCodes | None) -> None:
+        self.router = router
+        self.token = token
+        self.allowed = allowed
+        self.limits = limits
+        self.pages = pages
+        self.login_codes = login_codes
+
+    async def handle_connection(self, stream: trio.SocketStream) -> None:
+        """Serve one accepted connection, then close it."""
         try:
-            await serve_messages(router, messages(), send_frames, limits=limits, identify=lambda: peer)
-        finally:
-            limits.connections -= 1
-            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
-                await ws.aclose()
-
-    async def handle_connection(stream: trio.SocketStream) -> None:
-        try:
-            try:
-                head_bytes = await http.read_head(stream)
-            except http.HeadTooLong:
-                await http.send_response(stream, 431, [], b"request head too long\n")
-                return
-            except trio.TooSlowError:
-                return
-            head = http.parse_head(head_bytes) if head_bytes else None
-            if head is None:
-                if head_bytes:
-                    await http.send_response(stream, 400, [], b"not an HTTP/1.1 request\n")
-                return
-            if head.repeated:
-                # Refused outright, never judged by one of the copies.
-                names = ", ".join(sorted(head.repeated))
-                await http.send_response(stream, 400, [], f"repeated header: {names}; send each once\n".encode())
-                return
-            if not head.is_websocket:
-                if console and login_codes is not None and head.path.split("?", 1)[0] == login.LOGIN_PATH:
-                    await http.send_response(stream, *await login.exchange(
-                        stream, head, head_bytes, login_codes, hosts=pages.hosts))
-                    return
-                await http.send_response(stream, *pages.respond(head))
-                return
-            async with trio.open_nursery() as nursery:
-                # A handshake wsproto refuses is answered (400) by its reader
-                # task and never becomes a request: bounded, as the head was.
-                request = None
-                with trio.move_on_after(http.HEAD_TIMEOUT):
-                    request = await trio_websocket.wrap_server_stream(
-                        nursery, http.ReplayStream(stream, head_bytes), max_message_size=framing.MAX_LINE)
-                if request is not None:
-                    await handle_websocket(request, stream)
-                nursery.cancel_scope.cancel()
+            await self._serve_head(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio_websocket.ConnectionClosed):
             pass
         except Exception:  # noqa: BLE001 - a defect on one connection must not end the server
@@ -236,18 +200,98 @@ async def serve_websocket(
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 
-    reserve = ReserveDescriptor()
-    try:
+    async def _serve_head(self, stream: trio.SocketStream) -> None:
+        try:
+            head_bytes = await http.read_head(stream)
+        except http.HeadTooLong:
+            await http.send_response(stream, 431, [], b"request head too long\n")
+            return
+        except trio.TooSlowError:
+            return
+        head = http.parse_head(head_bytes) if head_bytes else None
+        if head is None:
+            if head_bytes:
+                await http.send_response(stream, 400, [], b"not an HTTP/1.1 request\n")
+            return
+        if head.repeated:
+            # Refused outright, never judged by one of the copies.
+            names = ", ".join(sorted(head.repeated))
+            await http.send_response(stream, 400, [], f"repeated header: {names}; send each once\n".encode())
+            return
+        if not head.is_websocket:
+            await self._answer_http(stream, head, head_bytes)
+            return
+        await self._upgrade(stream, head_bytes)
+
+    async def _answer_http(self, stream: trio.SocketStream, head: http.Head, head_bytes: bytes) -> None:
+        """A plain HTTP request: a login, or one of the console's files."""
+        if self.login_codes is not None and head.path.split("?", 1)[0] == login.LOGIN_PATH:
+            await http.send_response(stream, *await login.exchange(
+                stream, head, head_bytes, self.login_codes, hosts=self.pages.hosts))
+            return
+        await http.send_response(stream, *self.pages.respond(head))
+
+    async def _upgrade(self, stream: trio.SocketStream, head_bytes: bytes) -> None:
         async with trio.open_nursery() as nursery:
-            for listener in listeners:
-                await nursery.start(partial(accept_loop, listener, handle_connection, reserve=reserve,
-                                            refusal=_out_of_descriptors_response))
-            task_status.started(bound)
-    finally:
-        reserve.close()
-        with trio.CancelScope(shield=True):
-            for listener in listeners:
-                await listener.aclose()
+            # A handshake wsproto refuses is answered (400) by its reader
+            # task and never becomes a request: bounded, as the head was.
+            request = None
+            with trio.move_on_after(http.HEAD_TIMEOUT):
+                request = await trio_websocket.wrap_server_stream(
+                    nursery, http.ReplayStream(stream, head_bytes), max_message_size=framing.MAX_LINE)
+            if request is not None:
+                await self._handle_websocket(request, stream)
+            nursery.cancel_scope.cancel()
+
+    def _refusal(self, request: trio_websocket.WebSocketRequest) -> tuple[int, bytes] | None:
+        """Why the handshake is refused (status, body), or None to accept it."""
+        origin = _origin(request)
+        if origin is not None and origin not in self.allowed:
+            return 403, f"origin {origin} is not allowed".encode()
+        presented = _presented_token(request)
+        if presented is None or not hmac.compare_digest(presented.encode(), self.token.encode()):
+            return 401, b"a valid token is required (see <data-dir>/websocket.token)"
+        limits = self.limits
+        if limits.connections >= limits.max_connections:
+            return 503, f"agentd is serving its maximum of {limits.max_connections} connections".encode()
+        return None
+
+    async def _handle_websocket(self, request: trio_websocket.WebSocketRequest, stream: trio.SocketStream) -> None:
+        refusal = self._refusal(request)
+        if refusal is not None:
+            status, body = refusal
+            await request.reject(status, body=body)
+            return
+        peer = await websocket_peer(self.router, stream)
+        ws = await request.accept()
+        limits = self.limits
+        limits.connections += 1
+        try:
+            await serve_messages(self.router, _messages(ws), partial(_send_frames, ws), limits=limits,
+                                 identify=lambda: peer)
+        finally:
+            limits.connections -= 1
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                await ws.aclose()
+
+
+async def _messages(ws: trio_websocket.WebSocketConnection) -> AsyncIterator[bytes]:
+    """The client's messages, as the lines of the protocol, until it closes."""
+    while True:
+        try:
+            message = await ws.get_message()
+        except trio_websocket.ConnectionClosed:
+            return
+        yield message.encode() if isinstance(message, str) else bytes(message)
+
+
+async def _send_frames(ws: trio_websocket.WebSocketConnection, batch: list[bytes]) -> None:
+    """Lines out, one text frame each."""
+    try:
+        for data in batch:
+            await ws.send_message(data.rstrip(b"\n").decode())
+    except trio_websocket.ConnectionClosed as exc:
+        raise trio.BrokenResourceError("websocket closed") from exc
 
 
 def _out_of_descriptors_response(errno_: int) -> bytes:

@@ -18,7 +18,7 @@ on a stalled connection: it stops waiting), and its stream ends with
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncGenerator, Callable
 
 import msgspec
 import trio
@@ -184,7 +184,7 @@ async def replay_then_live(
     after_seq: int,
     capacity: int = DEFAULT_CAPACITY,
     on_overflow: Callable[[], None] | None = None,
-) -> AsyncIterator[list[dict[str, Any]]]:
+) -> AsyncGenerator[list[dict[str, Any]], None]:
     """Yield lists of wire events: every stored event after ``after_seq``, then
     live ones, with no gap and no duplicate.
 

@@ -34,12 +34,12 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
 from agentd.actors.providers.guard import guarding
-from agentd.actors.providers.base import ProviderAdapter, ProviderRuntimeError
+from agentd.actors.providers.base import EventSink, ProviderAdapter, ProviderConnection, ProviderEvent, ProviderRuntimeError
 from agentd.actors.checkpoints import CheckpointEngine
 from agentd.actors.checkpoints.compaction import Compactor
 from agentd.actors.config import DaemonConfig, ProviderConfig
@@ -51,13 +51,22 @@ from agentd.protocol.limits import ServerLimits, return_freed_memory_promptly
 from agentd.protocol.server import serve_unix
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
-from agentd.store.reconcile import RESTART_REASON, plan_reconciliation
+from agentd.store.reconcile import RESTART_REASON, ReconcileReport, plan_reconciliation
 
-from .paths import Paths
 from agentd.actors.providers.procinfo import is_same_process, process_group_members
+
+from .context import DaemonContext, Endpoints
+from .methods import METHODS
+from .paths import Paths
 from .router import DaemonRouter
 from .sessions import ProviderSessionManager
 from .tree import ChildSpec, Restart, RestartIntensity, Strategy, Supervisor
+
+if TYPE_CHECKING:
+    # Loaded only when a WebSocket is served (it loads h11), or a runtime of that kind is configured.
+    from agentd.actors.providers.claude import ClaudeAdapter
+    from agentd.actors.providers.codex import CodexAdapter
+    from agentd.protocol.login import LoginCodes
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +102,17 @@ class DaemonOptions:
     lifeline_fd: int | None = None
 
 
+@dataclass(frozen=True)
+class _WebSocketPlan:
+    """How the WebSocket is served: its port (0: any free one), whether the
+    web console is served on it too, its token and the console's login codes."""
+
+    port: int
+    console: bool
+    token: str
+    login_codes: LoginCodes | None
+
+
 class UnavailableAdapter(ProviderAdapter):
     """A configured provider whose runtime cannot be used here; every session
     start fails with the reason, and ``agentd providers`` shows it."""
@@ -103,7 +123,8 @@ class UnavailableAdapter(ProviderAdapter):
         self.capabilities = config.capabilities
         self.why = why
 
-    async def open(self, *, session_id: str, emit: Any, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def open(self, *, session_id: str, emit: EventSink,
+                   task_status: trio.TaskStatus[ProviderConnection] = trio.TASK_STATUS_IGNORED) -> None:
         raise ProviderRuntimeError(f"provider {self.name} ({self.kind}) is unusable: {self.why}")
 
     async def probe(self) -> dict[str, Any]:
@@ -141,24 +162,30 @@ def build_adapters(
     adapters: dict[str, ProviderAdapter] = {}
     for name, provider in config.providers.items():
         home = providers_dir / name
+        adapter: ScriptedAdapter | CodexAdapter | ClaudeAdapter
         if provider.kind == "scripted":
-            adapters[name] = ScriptedAdapter(
-                name, home=home, capabilities=provider.capabilities, request_timeout=request_timeout
-            )
-            if provider.agentd_tool != "off":
-                adapters[name].agentd_tool = agentd_tool
-            continue
-        try:
-            if provider.kind == "codex":
-                from agentd.actors.providers.codex import CodexAdapter as adapter_class
-            else:
-                from agentd.actors.providers.claude import ClaudeAdapter as adapter_class
-            adapters[name] = adapter_class(provider, home=home, request_timeout=request_timeout)
-            if provider.agentd_tool != "off":
-                adapters[name].agentd_tool = agentd_tool
-        except (ImportError, ProviderRuntimeError) as exc:
-            adapters[name] = UnavailableAdapter(provider, str(exc))
+            adapter = ScriptedAdapter(name, home=home, capabilities=provider.capabilities, request_timeout=request_timeout)
+        else:
+            try:
+                adapter = _runtime_adapter(provider, home, request_timeout)
+            except (ImportError, ProviderRuntimeError) as exc:
+                adapters[name] = UnavailableAdapter(provider, str(exc))
+                continue
+        if provider.agentd_tool != "off":
+            adapter.agentd_tool = agentd_tool
+        adapters[name] = adapter
     return adapters
+
+
+def _runtime_adapter(provider: ProviderConfig, home: Path, request_timeout: float | None) -> CodexAdapter | ClaudeAdapter:
+    """The adapter of a real runtime (``codex`` or ``claude``), imported only when one is configured."""
+    if provider.kind == "codex":
+        from agentd.actors.providers.codex import CodexAdapter
+
+        return CodexAdapter(provider, home=home, request_timeout=request_timeout)
+    from agentd.actors.providers.claude import ClaudeAdapter
+
+    return ClaudeAdapter(provider, home=home, request_timeout=request_timeout)
 
 
 def make_private_dir(path: Path) -> None:
@@ -190,7 +217,15 @@ class Daemon:
         self.hub: EventHub | None = None
         self.registry: ThreadRegistry | None = None
         self.sessions: ProviderSessionManager | None = None
-        self.reconcile_report = None
+        #: where clients reach the daemon (the WebSocket's URLs once it listens)
+        self.endpoints = Endpoints(socket=str(self.paths.socket))
+        self.reconcile_report: ReconcileReport | None = None
+        # Made by ``serve``:
+        self.context: DaemonContext
+        self.router: DaemonRouter
+        self.supervisor: Supervisor
+        self.core: Supervisor
+        self.maintenance: Supervisor
 
     def request_shutdown(self) -> None:
         """Begin an orderly shutdown (what SIGINT/SIGTERM do)."""
@@ -216,7 +251,8 @@ class Daemon:
             os.close(self._lock_fd)
             self._lock_fd = None
 
-    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``request_shutdown``; ``task_status.started(self)`` once the socket accepts."""
         self.paths.check_socket()
         self._lock_data_dir()
         try:
@@ -226,113 +262,31 @@ class Daemon:
         finally:
             self._unlock_data_dir()
 
-    async def _serve(self, task_status) -> None:
+    async def _serve(self, task_status: trio.TaskStatus[Daemon]) -> None:
+        """Make the daemon's parts in the order they depend on each other, then run
+        the supervision tree over them until ``request_shutdown``."""
         opts = self.options
         hub = self.hub = EventHub()
         store = self.store = Store(self.paths.store, on_commit=hub.publish, inline_commits=opts.inline_commits)
         hub.last_seq = store.last_seq
-        registry_box: list[ThreadRegistry] = []
-
-        async def deliver(thread_id: str, event: Any) -> None:
-            await registry_box[0].deliver(thread_id, event)
-
         # agentd mcp's own credential per session: the tool methods take no
         # guessable session id for proof (hostile-round item 11).
         credentials = ToolCredentials(self.paths.tool_credentials)
         credentials.reset()
-        sessions = self.sessions = ProviderSessionManager(
-            store, build_adapters(opts.config, self.paths.providers, request_timeout=opts.request_timeout,
-                                  agentd_tool=AgentdTool(socket=str(self.paths.socket), credentials=credentials)),
-            deliver=deliver, wall_clock=opts.wall_clock, idle_timeouts=self._idle_timeouts(),
-            restart_intensity=opts.restart_intensity, max_sessions=opts.config.max_sessions,
-            credentials=credentials,
-        )
-        # One checkpoint engine per daemon; $AGENTD_CHECKPOINT_GIT names the git
-        # executable (default: git on PATH), so tests can make it missing or slow.
-        checkpoint_settings = opts.config.checkpoints
-        checkpoints = CheckpointEngine(self.paths.checkpoints, git=os.environ.get("AGENTD_CHECKPOINT_GIT") or None,
-                                       max_file_bytes=checkpoint_settings.max_file_bytes)
-        # Shadow repositories are compacted in the background, after every
-        # compact_after captures of a workspace (actors/checkpoints/compaction.py).
-        compactor = Compactor(checkpoints, after=checkpoint_settings.compact_after,
-                              delay=checkpoint_settings.compact_delay)
+        sessions = self.sessions = self._session_manager(store, credentials)
+        checkpoints, compactor = self._checkpoints()
         registry = self.registry = ThreadRegistry(
             store, hub, sessions, opts.config, workspaces_dir=self.paths.workspaces,
             wall_clock=opts.wall_clock, actor_idle_timeout=opts.actor_idle_timeout, checkpoints=checkpoints,
         )
-        registry_box.append(registry)
-        router = self.router = DaemonRouter(store, hub, registry, sessions, socket_path=str(self.paths.socket),
-                                            credentials=credentials)
-        # One set of bounds for every transport: connections, buffered bytes, subscriptions.
-        return_freed_memory_promptly()
-        limits = ServerLimits.for_this_process()
-        children_tail = [ChildSpec("socket-server", partial(serve_unix, self.paths.socket, router, limits=limits))]
-        websocket_port = opts.websocket_port if opts.websocket_port is not None else opts.config.websocket_port
-        web = opts.web or opts.config.web
-        if web and websocket_port is None:
-            websocket_port = DEFAULT_WEB_PORT
-        if websocket_port is not None:
-            # Only here: trio-websocket, wsproto and h11 are a quarter of the
-            # daemon's start-up, and most daemons serve the Unix socket alone.
-            from agentd.protocol.login import LoginCodes
-            from agentd.protocol.websocket import load_or_create_token, serve_websocket
-
-            token = load_or_create_token(self.paths.data_dir)
-            # The console's one-time login codes (`agentd web`), issued over the Unix socket.
-            router.login_codes = LoginCodes(token) if web else None
-
-            async def serve_ws(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
-                async with trio.open_nursery() as nursery:
-                    port = await nursery.start(partial(
-                        serve_websocket, router, host=opts.websocket_host, port=websocket_port, token=token,
-                        allowed_origins=opts.config.websocket_origins, limits=limits, console=web,
-                        login_codes=router.login_codes,
-                    ))
-                    router.websocket_url = f"ws://{opts.websocket_host}:{port}/"
-                    router.web_url = f"http://{opts.websocket_host}:{port}/" if web else None
-                    task_status.started()
-
-            children_tail.append(ChildSpec("websocket-server", serve_ws))
-
-        async def serve_registry(*, task_status=trio.TASK_STATUS_IGNORED) -> None:
-            # rest_for_one: every actor, provider session and connection of an
-            # earlier life ended before this start, so whatever the store still
-            # shows open has no owner left and reconciliation may close it.
-            registry.shutting_down = False
-            await self._reconcile(store, self._reconcile_reason())
-            async with trio.open_nursery() as nursery:
-                await nursery.start(registry.serve)
-                nursery.start_soon(self._replay_effects, store, registry)
-                task_status.started()
-
-        # The order is the dependency order, and rest_for_one restarts a child
-        # with everything after it: the registry's actors commit through the
-        # writer; the sessions deliver to the actors; the socket calls them all.
-        # Stopping runs backwards: the socket closes first, the provider
-        # sessions stop while their actors can still record how the runs ended,
-        # the actors retire, and the writer commits last.
-        self.core = Supervisor(
-            [
-                ChildSpec("store-writer", store.writer.serve),
-                ChildSpec("thread-registry", serve_registry),
-                ChildSpec("provider-sessions", sessions.serve, stop=partial(self._stop_sessions, registry, sessions),
-                          shutdown=SESSIONS_SHUTDOWN),
-                *children_tail,
-            ],
-            strategy=Strategy.REST_FOR_ONE,
-            intensity=RestartIntensity(3, 60.0),
+        websocket = self._websocket_plan()
+        context = self.context = DaemonContext(
+            store, hub, registry, sessions, self.endpoints, started_at=trio.current_time(), credentials=credentials,
+            login_codes=websocket.login_codes if websocket is not None else None,
         )
-        maintenance = self.maintenance = Supervisor([ChildSpec("checkpoint-compactor", compactor.serve)],
-                                 strategy=Strategy.ONE_FOR_ONE, intensity=RestartIntensity(3, 60.0))
-        # The root restarts nothing itself: a core that gave up ends the
-        # daemon (as a crash loop should), a maintenance branch that gave up
-        # is dropped with its error logged.
-        self.supervisor = Supervisor(
-            [self.core.child_spec("core", shutdown=SESSIONS_SHUTDOWN + 60.0),
-             maintenance.child_spec("maintenance", restart=Restart.TEMPORARY)],
-            strategy=Strategy.ONE_FOR_ONE,
-            intensity=RestartIntensity(0, 60.0),
-        )
+        router = self.router = DaemonRouter(METHODS, context)
+        self.supervisor = self._supervision_tree(store, registry, sessions, compactor,
+                                                 servers=self._servers(router, websocket))
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.supervisor.serve)
@@ -342,6 +296,122 @@ class Daemon:
                 self.supervisor.request_stop()
         finally:
             store.close()
+
+    async def _deliver(self, thread_id: str, event: ProviderEvent) -> None:
+        """A provider session's event, to its thread's actor (the sessions
+        are made before the registry they deliver to)."""
+        assert self.registry is not None
+        await self.registry.deliver(thread_id, event)
+
+    def _session_manager(self, store: Store, credentials: ToolCredentials) -> ProviderSessionManager:
+        opts = self.options
+        adapters = build_adapters(opts.config, self.paths.providers, request_timeout=opts.request_timeout,
+                                  agentd_tool=AgentdTool(socket=str(self.paths.socket), credentials=credentials))
+        return ProviderSessionManager(
+            store, adapters, deliver=self._deliver, wall_clock=opts.wall_clock, idle_timeouts=self._idle_timeouts(),
+            restart_intensity=opts.restart_intensity, max_sessions=opts.config.max_sessions, credentials=credentials,
+        )
+
+    def _checkpoints(self) -> tuple[CheckpointEngine, Compactor]:
+        """One checkpoint engine per daemon, and the compactor of its shadow repositories."""
+        settings = self.options.config.checkpoints
+        # $AGENTD_CHECKPOINT_GIT names the git executable (default: git on
+        # PATH), so tests can make it missing or slow.
+        checkpoints = CheckpointEngine(self.paths.checkpoints, git=os.environ.get("AGENTD_CHECKPOINT_GIT") or None,
+                                       max_file_bytes=settings.max_file_bytes)
+        # Shadow repositories are compacted in the background, after every
+        # compact_after captures of a workspace (actors/checkpoints/compaction.py).
+        return checkpoints, Compactor(checkpoints, after=settings.compact_after, delay=settings.compact_delay)
+
+    def _websocket_plan(self) -> _WebSocketPlan | None:
+        """How the WebSocket is served (``--websocket-port``, ``--web`` or the
+        config), or None: the Unix socket alone."""
+        opts = self.options
+        port = opts.websocket_port if opts.websocket_port is not None else opts.config.websocket_port
+        console = opts.web or opts.config.web
+        if console and port is None:
+            port = DEFAULT_WEB_PORT
+        if port is None:
+            return None
+        # Only here: trio-websocket, wsproto and h11 are a quarter of the
+        # daemon's start-up, and most daemons serve the Unix socket alone.
+        from agentd.protocol.login import LoginCodes
+        from agentd.protocol.websocket import load_or_create_token
+
+        token = load_or_create_token(self.paths.data_dir)
+        # The console's one-time login codes (`agentd web`), issued over the Unix socket.
+        return _WebSocketPlan(port, console, token, LoginCodes(token) if console else None)
+
+    def _servers(self, router: DaemonRouter, websocket: _WebSocketPlan | None) -> list[ChildSpec]:
+        """The protocol servers, last children of the core: the Unix socket, then the WebSocket if any."""
+        # One set of bounds for every transport: connections, buffered bytes, subscriptions.
+        return_freed_memory_promptly()
+        limits = ServerLimits.for_this_process()
+        servers = [ChildSpec("socket-server", partial(serve_unix, self.paths.socket, router, limits=limits))]
+        if websocket is not None:
+            servers.append(ChildSpec("websocket-server", partial(self._serve_websocket, router, websocket, limits)))
+        return servers
+
+    async def _serve_websocket(self, router: DaemonRouter, plan: _WebSocketPlan, limits: ServerLimits, *,
+                               task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The WebSocket server; its URLs are known once it listens (``plan.port`` may be 0: any free port)."""
+        from agentd.protocol.websocket import serve_websocket
+
+        host = self.options.websocket_host
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(partial(
+                serve_websocket, router, host=host, port=plan.port, token=plan.token,
+                allowed_origins=self.options.config.websocket_origins, limits=limits, console=plan.console,
+                login_codes=plan.login_codes,
+            ))
+            self.endpoints.websocket = f"ws://{host}:{port}/"
+            self.endpoints.web = f"http://{host}:{port}/" if plan.console else None
+            task_status.started()
+
+    async def _serve_registry(self, store: Store, registry: ThreadRegistry, *,
+                              task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The thread registry, after reconciling what the store still shows open."""
+        # rest_for_one: every actor, provider session and connection of an
+        # earlier life ended before this start, so whatever the store still
+        # shows open has no owner left and reconciliation may close it.
+        registry.shutting_down = False
+        await self._reconcile(store, self._reconcile_reason())
+        async with trio.open_nursery() as nursery:
+            await nursery.start(registry.serve)
+            nursery.start_soon(self._replay_effects, store, registry)
+            task_status.started()
+
+    def _supervision_tree(self, store: Store, registry: ThreadRegistry, sessions: ProviderSessionManager,
+                          compactor: Compactor, *, servers: list[ChildSpec]) -> Supervisor:
+        """The root supervisor, over the core (``self.core``) and maintenance (``self.maintenance``)."""
+        # The order is the dependency order, and rest_for_one restarts a child
+        # with everything after it: the registry's actors commit through the
+        # writer; the sessions deliver to the actors; the socket calls them all.
+        # Stopping runs backwards: the socket closes first, the provider
+        # sessions stop while their actors can still record how the runs ended,
+        # the actors retire, and the writer commits last.
+        self.core = Supervisor(
+            [
+                ChildSpec("store-writer", store.writer.serve),
+                ChildSpec("thread-registry", partial(self._serve_registry, store, registry)),
+                ChildSpec("provider-sessions", sessions.serve, stop=partial(self._stop_sessions, registry, sessions),
+                          shutdown=SESSIONS_SHUTDOWN),
+                *servers,
+            ],
+            strategy=Strategy.REST_FOR_ONE,
+            intensity=RestartIntensity(3, 60.0),
+        )
+        self.maintenance = Supervisor([ChildSpec("checkpoint-compactor", compactor.serve)],
+                                      strategy=Strategy.ONE_FOR_ONE, intensity=RestartIntensity(3, 60.0))
+        # The root restarts nothing itself: a core that gave up ends the
+        # daemon (as a crash loop should), a maintenance branch that gave up
+        # is dropped with its error logged.
+        return Supervisor(
+            [self.core.child_spec("core", shutdown=SESSIONS_SHUTDOWN + 60.0),
+             self.maintenance.child_spec("maintenance", restart=Restart.TEMPORARY)],
+            strategy=Strategy.ONE_FOR_ONE,
+            intensity=RestartIntensity(0, 60.0),
+        )
 
     async def _stop_sessions(self, registry: ThreadRegistry, sessions: ProviderSessionManager) -> None:
         # First no new run may start (a run the stop interrupts would otherwise
@@ -443,9 +513,10 @@ async def run_daemon(options: DaemonOptions, on_ready: Callable[[Daemon], None] 
                     waiters.cancel_scope.cancel()
 
                 waiters.start_soon(on_signal)
-                if options.lifeline_fd is not None:
+                lifeline_fd = options.lifeline_fd
+                if lifeline_fd is not None:
                     async def on_lifeline_end() -> None:
-                        await wait_for_end_of_file(options.lifeline_fd)
+                        await wait_for_end_of_file(lifeline_fd)
                         log.info("the process that launched agentd is gone; shutting down")
                         waiters.cancel_scope.cancel()
 

@@ -17,7 +17,7 @@ any actor is disturbed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from agentd.actors import artifacts, requests, restoring, rollback, run_control, steering, transfers
 from agentd.actors.workspace_guard import refusing_while_shared
@@ -31,11 +31,22 @@ from agentd.store.records import Checkpoint, ConversationMessage, ExecutionNode,
 from . import queries, subscriptions, tasks
 
 
-def by_thread(_store: Store, params: Any) -> str:
+class _NamesThread(Protocol):
+    """Params that name the thread they act on."""
+
+    @property
+    def thread_id(self) -> str: ...
+
+
+#: the records a thread-owned method's params may name instead of the thread
+_Owned = Run | RuntimeRequest | ConversationMessage | PlanArtifact | ExecutionNode | Checkpoint
+
+
+def by_thread(_store: Store, params: _NamesThread) -> str:
     return params.thread_id
 
 
-def _owner_thread(store: Store, kind: type[Any], record_id: str, what: str) -> str:
+def _owner_thread(store: Store, kind: type[_Owned], record_id: str, what: str) -> str:
     record = store.get(kind, record_id)
     if record is None:
         raise NotFound(f"no {what} {record_id}", **{f"{what}Id": record_id})

@@ -39,8 +39,8 @@ class Paths:
     config_is_default: bool = False
 
     @classmethod
-    def resolve(cls, data_dir: str | os.PathLike | None = None, socket: str | os.PathLike | None = None,
-                config: str | os.PathLike | None = None) -> Paths:
+    def resolve(cls, data_dir: str | os.PathLike[str] | None = None, socket: str | os.PathLike[str] | None = None,
+                config: str | os.PathLike[str] | None = None) -> Paths:
         data = Path(data_dir).expanduser().resolve() if data_dir else default_data_dir()
         sock = Path(socket).expanduser().absolute() if socket else default_socket_path(data)
         if config:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -16,8 +16,7 @@ from agentd.protocol.errors import AgentdError, InvalidState, NotFound, Unsuppor
 from agentd.protocol.server import Connection
 from agentd.store.records import AppThread, ContextHandoff, to_wire
 
-if TYPE_CHECKING:
-    from .router import DaemonRouter
+from .context import DaemonContext
 
 try:
     VERSION = version("agentd")
@@ -25,19 +24,19 @@ except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
     VERSION = "unknown"
 
 
-async def thread_create(router: DaemonRouter, params: wire.ThreadCreateParams, _conn: Connection) -> dict[str, Any]:
+async def thread_create(context: DaemonContext, params: wire.ThreadCreateParams, _conn: Connection) -> dict[str, Any]:
     """SPEC F1: an AppThread only (the registry makes it; no actor is needed)."""
-    return await router.registry.create_thread(params, params.command_id)
+    return await context.registry.create_thread(params, params.command_id)
 
 
-def thread_create_quick(router: DaemonRouter, params: wire.ThreadCreateParams, _conn: Connection) -> Any:
+def thread_create_quick(context: DaemonContext, params: wire.ThreadCreateParams, _conn: Connection) -> Any:
     """``thread_create`` where the request is read (no task of its own) (see ``create_thread_quick``)."""
-    return router.registry.create_thread_quick(params, params.command_id)
+    return context.registry.create_thread_quick(params, params.command_id)
 
 
-async def run_resume(router: DaemonRouter, params: wire.RunResumeParams, _conn: Connection) -> dict[str, Any]:
+async def run_resume(context: DaemonContext, params: wire.RunResumeParams, _conn: Connection) -> dict[str, Any]:
     """SPEC F12: execution is never resumed after a restart; say so plainly."""
-    run = router.store.run(params.run_id)
+    run = context.store.run(params.run_id)
     if run is None:
         raise NotFound(f"no run {params.run_id}", runId=params.run_id)
     raise Unsupported(
@@ -62,22 +61,22 @@ def _thread_entry(item: AppThread | AgentdError) -> dict[str, Any]:
     return to_wire(item)
 
 
-async def thread_list(router: DaemonRouter, params: wire.ThreadListParams, _conn: Connection) -> dict[str, Any]:
+async def thread_list(context: DaemonContext, params: wire.ThreadListParams, _conn: Connection) -> dict[str, Any]:
     """Every thread, oldest first; with ``limit``, one page, newest first,
     and ``next`` (the ``before`` of the next page; null on the last). A
     thread whose record cannot be decoded is listed as ``{id, corrupt, reason}``."""
     if params.limit is None:
-        return {"threads": [_thread_entry(t) for t in router.store.list_threads_keeping_unreadable()]}
-    threads, more = router.store.list_threads_page(params.limit, params.before)
+        return {"threads": [_thread_entry(t) for t in context.store.list_threads_keeping_unreadable()]}
+    threads, more = context.store.list_threads_page(params.limit, params.before)
     last = threads[-1] if threads else None
     last_id = (last.id if isinstance(last, AppThread) else last.data.get("recordId")) if last is not None else None
     return {"threads": [_thread_entry(t) for t in threads], "next": last_id if more else None}
 
 
-async def thread_get(router: DaemonRouter, params: wire.ThreadGetParams, _conn: Connection) -> dict[str, Any]:
+async def thread_get(context: DaemonContext, params: wire.ThreadGetParams, _conn: Connection) -> dict[str, Any]:
     """The thread, its runs and messages; records that cannot be decoded are
     left out and named in ``unreadable`` (the rest is still answered)."""
-    store = router.store
+    store = context.store
     thread = store.thread(params.thread_id)
     if thread is None:
         raise NotFound(f"no thread {params.thread_id}; list threads with thread.list", threadId=params.thread_id)
@@ -86,19 +85,19 @@ async def thread_get(router: DaemonRouter, params: wire.ThreadGetParams, _conn: 
         "thread": to_wire(thread),
         "runs": [to_wire(r) for r in store.thread_runs(thread.id, unreadable=unreadable)],
         "messages": [to_wire(m) for m in store.thread_messages(thread.id, unreadable=unreadable)],
-        "quarantine": router.registry.quarantine_of(thread.id),
+        "quarantine": context.registry.quarantine_of(thread.id),
     }
     result["unreadable"] = unreadable_wire(unreadable)
     return result
 
 
-async def thread_unquarantine(router: DaemonRouter, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
+async def thread_unquarantine(context: DaemonContext, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
     """Lift a thread's quarantine (its actor failed too often): commands reach it again."""
-    return await router.registry.unquarantine(params.thread_id)
+    return await context.registry.unquarantine(params.thread_id)
 
 
-async def run_get(router: DaemonRouter, params: wire.RunGetParams, _conn: Connection) -> dict[str, Any]:
-    store = router.store
+async def run_get(context: DaemonContext, params: wire.RunGetParams, _conn: Connection) -> dict[str, Any]:
+    store = context.store
     run = store.run(params.run_id)
     if run is None:
         raise NotFound(f"no run {params.run_id}", runId=params.run_id)
@@ -112,20 +111,20 @@ async def run_get(router: DaemonRouter, params: wire.RunGetParams, _conn: Connec
     }
 
 
-async def checkpoint_list(router: DaemonRouter, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
+async def checkpoint_list(context: DaemonContext, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
     """A thread's checkpoints (root, child and safety ones) by ordinal, then creation."""
-    if router.store.thread(params.thread_id) is None:
+    if context.store.thread(params.thread_id) is None:
         raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
     unreadable: list[AgentdError] = []
-    checkpoints = router.store.thread_checkpoints(params.thread_id, unreadable=unreadable)
+    checkpoints = context.store.thread_checkpoints(params.thread_id, unreadable=unreadable)
     return {"checkpoints": [to_wire(c) for c in checkpoints], "unreadable": unreadable_wire(unreadable)}
 
 
-async def checkpoint_diff(router: DaemonRouter, params: wire.CheckpointDiffParams, _conn: Connection) -> dict[str, Any]:
+async def checkpoint_diff(context: DaemonContext, params: wire.CheckpointDiffParams, _conn: Connection) -> dict[str, Any]:
     """Files and patch from a base checkpoint (default: the one it was
     captured against) to a checkpoint; reads the shadow's objects only."""
-    store = router.store
-    engine = router.registry.checkpoints
+    store = context.store
+    engine = context.registry.checkpoints
     if engine is None:
         raise InvalidState("checkpoints are off in this agentd")
     target = captured_checkpoint(store, params.checkpoint_id)
@@ -135,6 +134,7 @@ async def checkpoint_diff(router: DaemonRouter, params: wire.CheckpointDiffParam
         raise InvalidState(f"checkpoints {target.id} and {base.id} belong to different threads",
                            checkpointId=target.id, baseCheckpointId=base.id)
     max_bytes = DEFAULT_MAX_PATCH_BYTES if params.max_bytes is None else params.max_bytes
+    assert target.commit is not None  # captured_checkpoint refuses one without files
     try:
         result = await engine.diff(target.workspace, target.commit, base.commit if base else None, max_bytes=max_bytes)
     except CheckpointError as exc:
@@ -148,24 +148,24 @@ async def checkpoint_diff(router: DaemonRouter, params: wire.CheckpointDiffParam
     }
 
 
-async def thread_transfers(router: DaemonRouter, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
+async def thread_transfers(context: DaemonContext, params: wire.ThreadIdParams, _conn: Connection) -> dict[str, Any]:
     """SPEC F8: the ContextTransfers the thread takes part in (source or target), oldest first."""
-    if router.store.thread(params.thread_id) is None:
+    if context.store.thread(params.thread_id) is None:
         raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
-    return {"transfers": [to_wire(t) for t in router.store.thread_transfers(params.thread_id)]}
+    return {"transfers": [to_wire(t) for t in context.store.thread_transfers(params.thread_id)]}
 
 
-async def handoff_get(router: DaemonRouter, params: wire.HandoffGetParams, _conn: Connection) -> dict[str, Any]:
+async def handoff_get(context: DaemonContext, params: wire.HandoffGetParams, _conn: Connection) -> dict[str, Any]:
     """SPEC F5: a stored ContextHandoff — exactly what an agent was given."""
-    handoff = router.store.get(ContextHandoff, params.handoff_id)
+    handoff = context.store.get(ContextHandoff, params.handoff_id)
     if handoff is None:
         raise NotFound(f"no handoff {params.handoff_id}", handoffId=params.handoff_id)
     return {"handoff": to_wire(handoff)}
 
 
-async def providers_list(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
+async def providers_list(context: DaemonContext, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
     out = []
-    for adapter in router.sessions.adapters.values():
+    for adapter in context.sessions.adapters.values():
         try:
             probe = await adapter.probe()
         except Exception as exc:  # noqa: BLE001 - a probe failure is what to show
@@ -174,30 +174,30 @@ async def providers_list(router: DaemonRouter, _params: wire.NoParams, _conn: Co
     return {"providers": out}
 
 
-async def web_login_code(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
+async def web_login_code(context: DaemonContext, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
     """A one-time code that logs the web console in (``agentd web`` opens
     ``url``): good once, for ``expiresIn`` seconds (protocol/login.py)."""
-    if router.login_codes is None or router.web_url is None:
+    if context.login_codes is None or context.endpoints.web is None:
         raise InvalidState("the web console is off; start the daemon with `agentd serve --web` "
                            "(or `web = true` under [daemon] in config.toml)")
-    code = router.login_codes.issue()
-    return {"code": code, "url": f"{router.web_url}#code={code}", "expiresIn": router.login_codes.ttl}
+    code = context.login_codes.issue()
+    return {"code": code, "url": f"{context.endpoints.web}#code={code}", "expiresIn": context.login_codes.ttl}
 
 
-async def daemon_status(router: DaemonRouter, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
-    store = router.store
+async def daemon_status(context: DaemonContext, _params: wire.NoParams, _conn: Connection) -> dict[str, Any]:
+    store = context.store
     return {
         "version": VERSION,
         "pid": os.getpid(),
-        "uptime": trio.current_time() - router.started_at,
-        "socket": router.socket_path,
-        "websocket": router.websocket_url,
-        "web": router.web_url,
+        "uptime": trio.current_time() - context.started_at,
+        "socket": context.endpoints.socket,
+        "websocket": context.endpoints.websocket,
+        "web": context.endpoints.web,
         "dataDir": str(store.path.parent),
         "lastSeq": store.last_seq,
-        "loadedActors": router.registry.loaded,
-        "quarantined": sorted(router.registry.failures.quarantined),
-        "sessions": router.sessions.status(),
-        "subscribers": router.hub.subscriber_count,
+        "loadedActors": context.registry.loaded,
+        "quarantined": sorted(context.registry.failures.quarantined),
+        "sessions": context.sessions.status(),
+        "subscribers": context.hub.subscriber_count,
         "commits": {"batches": store.writer.batches_committed, "transactions": store.writer.transactions},
     }

@@ -1,73 +1,71 @@
 """The router: the one small interface through which the protocol servers
-reach the daemon. It reads the method table: daemon-owned methods run here,
-thread-owned ones go to the actor of the thread their route names. It also
-tells the socket server who a peer is (an agent's process or the person's,
-``peers.py``) and holds the sessions' tool credentials."""
+reach the daemon. It reads the method table it is given: daemon-owned
+methods run here, with the daemon's context (``context.py``); thread-owned
+ones go to the actor of the thread their route names. It also tells the
+socket server who a peer is (an agent's process or the person's,
+``peers.py``).
+
+The daemon (``daemon.py``) builds it with the table and the context: this
+module imports neither the table nor any handler."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
 
-import trio
-
-from agentd.actors.providers.tool_credentials import ToolCredentials
-from agentd.actors.registry import ThreadRegistry
-from agentd.actors.task_slots import TaskSlots
 from agentd.protocol.methods import Method, MethodTable
 from agentd.protocol.peers import Peer
 from agentd.protocol.server import Connection
 from agentd.protocol.wire import Params
-from agentd.store.db import Store
-from agentd.store.hub import EventHub
 
-from .methods import METHODS
+from .context import DaemonContext
 from .peers import AgentProcesses
-from .sessions import ProviderSessionManager
-
-if TYPE_CHECKING:  # imported by the daemon only when the console is on (it loads h11)
-    from agentd.protocol.login import LoginCodes
 
 
 class DaemonRouter:
-    """What the servers call: ``methods`` to decode, ``dispatch`` to run."""
+    """What the servers call: ``methods`` to decode, ``dispatch`` to run.
 
-    def __init__(
-        self,
-        store: Store,
-        hub: EventHub,
-        registry: ThreadRegistry,
-        sessions: ProviderSessionManager,
-        *,
-        socket_path: str,
-        methods: MethodTable = METHODS,
-        credentials: ToolCredentials | None = None,
-    ) -> None:
-        self.store = store
-        self.hub = hub
-        self.registry = registry
-        self.sessions = sessions
-        self.methods = methods
-        self.socket_path = socket_path
-        self.websocket_url: str | None = None
-        #: the web console's URL (``agentd serve --web``), None when it is off
-        self.web_url: str | None = None
-        #: the console's one-time login codes (``agentd web``), None when it is off
-        self.login_codes: LoginCodes | None = None
-        self.started_at = trio.current_time()
-        #: fan-out slots of ``task.delegate`` calls under way (SPEC F9)
-        self.task_slots = TaskSlots()
-        #: the sessions' tool credentials (None: every tool call from an agent is refused)
-        self.credentials = credentials
-        self.agent_processes = AgentProcesses(sessions.runtime_processes)
+    Args:
+        methods: the method table (``agentd.supervisor.methods.METHODS``);
+            its daemon-owned handlers take ``(context, params, connection)``.
+        context: what those handlers are given.
+    """
+
+    def __init__(self, methods: MethodTable, context: DaemonContext) -> None:
+        self.context = context
+        self.methods: Mapping[str, Method] = _quick_with_context(methods, context)
+        self.agent_processes = AgentProcesses(context.sessions.runtime_processes)
 
     def identify_peer(self, pid: int, pidfd: int | None) -> Peer:
         """Who the Unix-socket peer ``pid`` is (the server asks once per connection)."""
         return self.agent_processes.identify(pid, pidfd)
 
     async def dispatch(self, method: Method, params: Params, connection: Connection) -> Any:
+        """Run ``method``: here, or in the actor of the thread it routes to."""
+        context = self.context
         if method.owner == "daemon":
-            return await method.handler(self, params, connection)
+            return await method.handler(context, params, connection)
         assert method.route is not None
-        thread_id = method.route(self.store, params)
+        thread_id = method.route(context.store, params)
         command_id = getattr(params, "command_id", None)
-        return await self.registry.call(thread_id, method.handler, params, command_id, method=method.name)
+        return await context.registry.call(thread_id, method.handler, params, command_id, method=method.name)
+
+
+def _quick_with_context(methods: MethodTable, context: DaemonContext) -> MethodTable:
+    """``methods`` as the servers are given it. A server runs a ``quick``
+    handler itself, where it reads the request, passing the router it
+    serves as the first argument (protocol/methods.py); the daemon's quick
+    handlers take the context instead, so each is bound to it here."""
+    return MethodTable(
+        method if method.quick is None else replace(method, quick=_bound(method.quick, context))
+        for method in methods.values()
+    )
+
+
+def _bound(quick: Callable[..., Any], context: DaemonContext) -> Callable[..., Any]:
+    def with_context(_router: object, params: Params, connection: Connection) -> Any:
+        return quick(context, params, connection)
+
+    with_context.__qualname__ = f"with_context({getattr(quick, '__qualname__', quick)})"
+    return with_context

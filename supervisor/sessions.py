@@ -114,7 +114,7 @@ class ProviderSessionManager(SessionHost):
         self._closing = False
         self._nursery: trio.Nursery | None = None
 
-    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Host session tasks and the idle reaper until cancelled; cancelled
         sessions are stopped with the shutdown ladder by their adapter.
 
@@ -130,7 +130,7 @@ class ProviderSessionManager(SessionHost):
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                nursery.start_soon(self._reap_idle_sessions)
+                nursery.start_soon(self._reap_idle_sessions, nursery)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -146,7 +146,7 @@ class ProviderSessionManager(SessionHost):
             return None
         return live.last_active + self.idle_timeouts.get(live.adapter.name, 600.0)
 
-    async def _reap_idle_sessions(self) -> None:
+    async def _reap_idle_sessions(self, nursery: trio.Nursery) -> None:
         """Stop every session idle past its provider's timeout, through the
         same stop path as everything else (reason ``idle_timeout``). Its
         ProviderThread stays durable; the next message resumes it."""
@@ -161,7 +161,7 @@ class ProviderSessionManager(SessionHost):
                 deadline = self.idle_deadline(thread_id)
                 if deadline is not None and deadline <= now:
                     log.info("reaping idle session of thread %s", thread_id)
-                    self._nursery.start_soon(self.stop_session, thread_id, "idle_timeout")
+                    nursery.start_soon(self.stop_session, thread_id, "idle_timeout")
 
     def _touch(self) -> None:
         self._changed.set()
@@ -340,7 +340,8 @@ class ProviderSessionManager(SessionHost):
             raise
         return live.record.id, conn
 
-    async def _run_session(self, live: _LiveSession, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def _run_session(self, live: _LiveSession, *,
+                           task_status: trio.TaskStatus[ProviderConnection] = trio.TASK_STATUS_IGNORED) -> None:
         thread_id = live.record.thread_id or ""
         emit = functools.partial(self._emit, live)
         started = False

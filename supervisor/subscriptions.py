@@ -12,7 +12,7 @@ in total, since each one costs every publish a little.
 from __future__ import annotations
 
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -22,12 +22,11 @@ from agentd.protocol.server import Connection, Then
 from agentd.store.hub import Resync, replay_then_live
 from agentd.store.ids import new_id
 
-if TYPE_CHECKING:
-    from .router import DaemonRouter
+from .context import DaemonContext
 
 
-async def subscribe(router: DaemonRouter, params: wire.SubscribeParams, conn: Connection) -> Then:
-    store, hub = router.store, router.hub
+async def subscribe(context: DaemonContext, params: wire.SubscribeParams, conn: Connection) -> Then:
+    store, hub = context.store, context.hub
     if params.thread_id is not None and store.thread(params.thread_id) is None:
         raise NotFound(f"no thread {params.thread_id} to subscribe to", threadId=params.thread_id)
     if params.after_seq > store.last_seq:
@@ -90,7 +89,7 @@ async def subscribe(router: DaemonRouter, params: wire.SubscribeParams, conn: Co
     return Then({"subscriptionId": subscription_id, "seq": store.last_seq}, stream)
 
 
-async def unsubscribe(router: DaemonRouter, params: wire.UnsubscribeParams, conn: Connection) -> dict[str, Any]:
+async def unsubscribe(context: DaemonContext, params: wire.UnsubscribeParams, conn: Connection) -> dict[str, Any]:
     scope = conn.subscriptions.pop(params.subscription_id, None)
     if scope is None:
         raise NotFound(

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -36,12 +36,10 @@ from agentd.store.hub import Resync
 from agentd.store.records import RUN_TERMINAL, AppThread, ContextHandoff, ContextTransfer, ProviderSession, to_wire
 
 from . import workspace_copy
-
-if TYPE_CHECKING:
-    from .router import DaemonRouter
+from .context import DaemonContext
 
 
-def delegating_thread(router: DaemonRouter, session_id: str | None, thread_id: str | None) -> AppThread:
+def delegating_thread(context: DaemonContext, session_id: str | None, thread_id: str | None) -> AppThread:
     """The thread that delegates: the one the provider session ``session_id``
     runs, else ``thread_id``.
 
@@ -49,7 +47,7 @@ def delegating_thread(router: DaemonRouter, session_id: str | None, thread_id: s
         InvalidParams: neither is given.
         NotFound: it names nothing.
     """
-    store = router.store
+    store = context.store
     if session_id is not None:
         session = store.get(ProviderSession, session_id)
         if session is None or session.thread_id is None:
@@ -65,7 +63,7 @@ def delegating_thread(router: DaemonRouter, session_id: str | None, thread_id: s
     return thread
 
 
-def authorize_tool_call(router: DaemonRouter, connection: Connection, method: str, session_id: str | None,
+def authorize_tool_call(context: DaemonContext, connection: Connection, method: str, session_id: str | None,
                         credential: str | None) -> None:
     """Who may call agentd's tool methods (``access: tool``).
 
@@ -85,7 +83,7 @@ def authorize_tool_call(router: DaemonRouter, connection: Connection, method: st
     if credential is not None and session_id is None:
         raise InvalidParams(f"{method}: a credential comes with the sessionId it belongs to", field="sessionId")
     if session_id is not None:
-        credentials = router.credentials
+        credentials = context.credentials
         if credentials is None or not credentials.check(session_id, credential):
             raise Forbidden(
                 f"{method} for session {session_id} needs that session's tool credential (agentd mcp reads it from "
@@ -109,7 +107,7 @@ def authorize_tool_call(router: DaemonRouter, connection: Connection, method: st
         )
 
 
-async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _conn: Connection) -> dict[str, Any]:
+async def task_delegate(context: DaemonContext, params: wire.TaskDelegateParams, _conn: Connection) -> dict[str, Any]:
     """``task.delegate``: a child thread and its first run, with the task's
     instructions as a stored ``subagent_spawn`` handoff.
 
@@ -119,26 +117,26 @@ async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _
     session; then a ``fork`` copy, bounded in bytes. A copy whose
     task is not made — refused by the parent's actor, failed, or the call
     cancelled — is removed."""
-    authorize_tool_call(router, _conn, "task.delegate", params.session_id, params.credential)
-    registry = router.registry
+    authorize_tool_call(context, _conn, "task.delegate", params.session_id, params.credential)
+    registry = context.registry
     config = registry.config
-    parent = delegating_thread(router, params.session_id, params.parent_thread_id)
+    parent = delegating_thread(context, params.session_id, params.parent_thread_id)
     provider = params.provider or parent.provider
     if provider not in config.providers:
         raise InvalidParams(
             f"unknown provider {provider!r} for the task; configured: {', '.join(sorted(config.providers))}",
             field="provider",
         )
-    if params.command_id is not None and (receipt := router.store.receipt(params.command_id)) is not None:
+    if params.command_id is not None and (receipt := context.store.receipt(params.command_id)) is not None:
         return registry.check_receipt(receipt, "task.delegate")
-    slot = router.task_slots.take(router.store, parent, max_depth=config.delegate_max_depth,
+    slot = context.task_slots.take(context.store, parent, max_depth=config.delegate_max_depth,
                                   max_fanout=config.delegate_max_fanout)
     copy: Path | None = None
     claim: SessionClaim | None = None
     try:
         # The task's session, within [daemon] max_sessions (idle sessions are
         # stopped to make room): refused here, before anything is made.
-        claim = await router.sessions.claim_session(None)
+        claim = await context.sessions.claim_session(None)
         workspace: str | None = None
         if params.workspace == "same":
             workspace = parent.workspace
@@ -148,23 +146,25 @@ async def task_delegate(router: DaemonRouter, params: wire.TaskDelegateParams, _
                 await workspace_copy.copy_workspace(parent.workspace, target, limit=config.delegate_max_copy_bytes)
                 copy = target
             workspace = str(target)
-        await _tool_call_recorded(router, params.session_id, parent.id)
+        await _tool_call_recorded(context, params.session_id, parent.id)
         command = DelegateCommand(
             parent_thread_id=parent.id, instructions=params.instructions, provider=provider, workspace=workspace,
             workspace_mode=params.workspace, wait=params.wait, max_depth=config.delegate_max_depth,
             max_fanout=config.delegate_max_fanout, slot=slot, session_claim=claim,
         )
-        return await registry.call(parent.id, delegation.delegate, command, params.command_id, method="task.delegate")
+        answer: dict[str, Any] = await registry.call(parent.id, delegation.delegate, command, params.command_id,
+                                                     method="task.delegate")
+        return answer
     except BaseException as exc:
-        if _task_not_made(router.store, slot, exc):
+        if _task_not_made(context.store, slot, exc):
             slot.abandoned = True  # the parent's actor, if it still holds the command, makes nothing
             if claim is not None:
-                router.sessions.release_claim(claim)
+                context.sessions.release_claim(claim)
             if copy is not None:
                 await workspace_copy.remove_copy(copy)
         raise
     finally:
-        router.task_slots.release(slot)
+        context.task_slots.release(slot)
 
 
 def _task_not_made(store: Store, slot: TaskSlot, exc: BaseException) -> bool:
@@ -183,20 +183,20 @@ def _task_not_made(store: Store, slot: TaskSlot, exc: BaseException) -> bool:
 TOOL_CALL_WAIT = 3.0
 
 
-async def _tool_call_recorded(router: DaemonRouter, session_id: str | None, parent_id: str) -> None:
+async def _tool_call_recorded(context: DaemonContext, session_id: str | None, parent_id: str) -> None:
     """Wait (at most ``TOOL_CALL_WAIT``) until the parent's running turn that
     asks has its call of agentd's tool recorded as a node, so that the
     spawn's source point is that node. The provider reports the call on its
     own pipe while the call itself comes through ``agentd mcp`` and the
     socket: either can reach the daemon first. Past the wait (a provider
     that reports no such node), the source point is the run's root node."""
-    if _asking_attempt(router, session_id, parent_id) is None:
+    if _asking_attempt(context, session_id, parent_id) is None:
         return
     with trio.move_on_after(TOOL_CALL_WAIT):
         while True:
-            events = router.hub.subscribe(parent_id)  # before the check: no missed event
+            events = context.hub.subscribe(parent_id)  # before the check: no missed event
             try:
-                if _has_tool_call(router.store, parent_id):
+                if _has_tool_call(context.store, parent_id):
                     return
                 await events.take()
             except Resync:
@@ -212,30 +212,30 @@ def _has_tool_call(store: Store, thread_id: str) -> bool:
     return any(delegation.is_tool_call(node) for node in store.run_nodes(thread.active_run_id))
 
 
-def _asking_attempt(router: DaemonRouter, session_id: str | None, parent_id: str) -> str | None:
+def _asking_attempt(context: DaemonContext, session_id: str | None, parent_id: str) -> str | None:
     """The attempt of the parent's running turn when the asking session runs
     the parent (the tool's answer is then delivered there), else None."""
     if session_id is None:
         return None
-    session = router.store.get(ProviderSession, session_id)
+    session = context.store.get(ProviderSession, session_id)
     if session is None or session.thread_id != parent_id:
         return None
-    thread = router.store.thread(parent_id)
-    run = router.store.run(thread.active_run_id) if thread and thread.active_run_id else None
+    thread = context.store.thread(parent_id)
+    run = context.store.run(thread.active_run_id) if thread and thread.active_run_id else None
     return run.selected_attempt_id if run is not None and run.status not in RUN_TERMINAL else None
 
 
-async def task_result(router: DaemonRouter, params: wire.TaskResultParams, _conn: Connection) -> dict[str, Any]:
+async def task_result(context: DaemonContext, params: wire.TaskResultParams, _conn: Connection) -> dict[str, Any]:
     """``task.result``: where a delegated task stands; its result once it
     ended (with ``wait``, once it ends). Asked from the parent's session, the
     result is delivered to (``consumed`` by) the parent's running turn."""
-    authorize_tool_call(router, _conn, "task.result", params.session_id, params.credential)
-    store = router.store
-    registry = router.registry
+    authorize_tool_call(context, _conn, "task.result", params.session_id, params.credential)
+    store = context.store
+    registry = context.registry
     task = store.thread(params.task_id)
     if task is None or task.relationship_to_parent != delegation.DELEGATED_TASK or task.parent_thread_id is None:
         raise NotFound(f"no delegated task {params.task_id}", taskId=params.task_id)
-    attempt = _asking_attempt(router, params.session_id, task.parent_thread_id)
+    attempt = _asking_attempt(context, params.session_id, task.parent_thread_id)
     while True:
         ended = registry.tasks.watch(task.id)  # taken before the check: no missed wake-up
         run = delegation.task_run(store, task.id)
@@ -268,10 +268,10 @@ async def task_result(router: DaemonRouter, params: wire.TaskResultParams, _conn
             "transfer": to_wire(transfer), "delivered": consumed, "text": handoff.text if handoff else ""}
 
 
-async def thread_requests(router: DaemonRouter, params: wire.ThreadRequestsParams, _conn: Connection) -> dict[str, Any]:
+async def thread_requests(context: DaemonContext, params: wire.ThreadRequestsParams, _conn: Connection) -> dict[str, Any]:
     """``thread.requests``: the thread's pending requests and, with
     ``includeChildren``, those of its delegated children, depth-first."""
-    store = router.store
+    store = context.store
     if store.thread(params.thread_id) is None:
         raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
     requests = list(store.pending_requests(params.thread_id))

@@ -151,7 +151,7 @@ class Supervisor:
         """This supervisor as a child of another one."""
         return ChildSpec(name, self.serve, restart=restart, stop=self.stop, shutdown=shutdown)
 
-    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Start every child, report ready, supervise until ``request_stop``
         (or escalation), then stop the children in reverse order."""
         self._stopped = trio.Event()
@@ -224,7 +224,7 @@ class Supervisor:
             self._running[index] = None
             raise
 
-    async def _run(self, child: _Child, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def _run(self, child: _Child, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """One life of a child: start it, report ready, and once it has been
         ready tell the supervisor how it ended unless the supervisor ended it."""
         error: BaseException | None = None
