@@ -153,7 +153,7 @@ class Unused:
 
 
 def add_command(sub: Subcommands, name: str, target: str, help: str,
-                parents: list[argparse.ArgumentParser] = ()) -> Any:
+                parents: Sequence[argparse.ArgumentParser] = ()) -> Any:
     """Add command ``name``, run by ``target`` (``module:function``); its
     parser, to add its arguments to."""
     if sub.only is not None and name != sub.only:

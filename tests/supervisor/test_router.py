@@ -16,7 +16,7 @@ from agentd.protocol.wire import NoParams, ThreadIdParams
 from agentd.supervisor.context import DaemonContext, Endpoints
 from agentd.supervisor.router import DaemonRouter
 
-from .test_protocol import raw_connection
+from tests.protocol.test_protocol import raw_connection
 
 
 class Sessions:
