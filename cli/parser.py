@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Sequence
 from typing import Any
 
 #: the exit code of a usage error (common.py lists them all; not imported
