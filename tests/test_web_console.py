@@ -487,6 +487,9 @@ async def test_f6_fork_from_a_run_and_see_the_fork_under_its_parent(web, page):
     assert order.index(other) < order.index(thread_id)
     assert "delegated task" in page.css(f".thread-row[data-thread-id='{child}']").text
     assert "fork of" in page.css(".lineage").text and "parent" in page.css(".lineage").text
+    page.click(".lineage .transfers summary")
+    transfer = page.wait_css(".transfers li[data-type='fork']", "the fork's transfer").text
+    assert transfer.startswith("fork ← parent pending") and "from run #1" in transfer, transfer  # issue 28 item 6: the fork point
     page.shot("fork-under-parent")
     async with Client.connect(web.process.socket) as client:
         transfers = (await client.call("thread.transfers", threadId=fork_id))["transfers"]
@@ -524,7 +527,7 @@ async def test_f13_f5_view_a_checkpoint_diff_and_switch_provider_to_see_the_hand
         page.open(web.thread_url(thread_id))
         type_and_send(page, script({"write": {"path": "notes.txt", "content": "alpha\nbeta\n"}}, {"say": "wrote it"}))
         page.wait_css(".run[data-status='completed'] .checkpoint[data-status='captured']", "the run's checkpoint")
-        assert "1 files +2 −0" in page.css(".run .checkpoint").text
+        assert "1 file +2 −0" in page.css(".run .checkpoint").text, "one file, not '1 files' (issue 28 item 7)"
         page.click(".run .checkpoint button[data-action='diff']")
         dialog = page.wait_css("#text-dialog[open]", "the diff")
         assert "notes.txt" in dialog.find_element("css selector", "table.files").text
@@ -545,8 +548,34 @@ async def test_f13_f5_view_a_checkpoint_diff_and_switch_provider_to_see_the_hand
         page.shot("handoff-text")
         page.click("#text-dialog button[value='close']")
         assert "basic ·" in page.css(".thread-head .title-row").text, "the thread moved to the other provider"
+        page.click(".lineage .transfers summary")
+        switch = page.wait_css(".transfers li[data-type='provider_handoff']", "the switch's transfer").text
+        assert "scripted → basic" in switch, f"the providers on each side (issue 28 item 6): {switch}"
     finally:
         await web.process.terminate()
+
+
+@needs_browser
+async def test_f14_f13_a_stale_checkpoint_still_shows_its_diff(web, page):
+    """Issue 28 item 6: a rollback makes the later runs' checkpoints stale;
+    they can still be diffed (protocol: rollback.toRun), so they keep "View diff"."""
+    thread_id = await new_thread(web, "stale diff")
+    async with Client.connect(web.process.socket) as client:
+        from tests.helpers import send_and_wait
+
+        await send_and_wait(client, thread_id, script({"write": {"path": "a.txt", "content": "one\n"}}))
+        await send_and_wait(client, thread_id, script({"write": {"path": "b.txt", "content": "two\nlines\n"}}))
+        await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+    page.open(web.thread_url(thread_id))
+    badge = page.wait_css(".run[data-ordinal='2'][data-status='rolled_back'] .checkpoint[data-status='stale']", "the stale checkpoint")
+    assert "stale (rolled back): 1 file +2 −0" in badge.text, badge.text
+    badge.find_element("css selector", "button[data-action='diff']").click()
+    dialog = page.wait_css("#text-dialog[open]", "the stale checkpoint's diff")
+    assert "b.txt" in dialog.find_element("css selector", "table.files").text
+    assert "+lines" in dialog.find_element("css selector", "pre.patch").text
+    assert "stale" in page.css("#text-title").text
+    page.shot("stale-diff")
+    page.click("#text-dialog button[value='close']")
 
 
 @needs_browser

@@ -118,7 +118,7 @@ export function transferView(tr, d, sourceDetail = null) {
     : tr.targetProvider ?? tr.sourceProvider ?? null;
   return {
     type: words(tr.type),
-    arrow: self ? '↻' : outgoing ? '→' : '←',
+    arrow: self ? null : outgoing ? '→' : '←',
     otherThreadId: self ? null : outgoing ? tr.targetThreadId : tr.sourceThreadId,
     status: words(tr.status),
     resolution: tr.resolution ? `${tr.resolution}${tr.lowerFidelity ? ', lower fidelity' : ''}` : null,

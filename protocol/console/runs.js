@@ -3,7 +3,7 @@
 
 import { h, button, badge } from './dom.js';
 import { $, ui } from './ui.js';
-import { words, runActions, nodeChildren, runLabel } from './derive.js';
+import { words, runActions, nodeChildren, runLabel, checkpointText, canDiff } from './derive.js';
 import { showDiff, handoffButton } from './dialogs.js';
 import { fork, rollback } from './actions.js';
 
@@ -34,10 +34,8 @@ export function runElement(d, run) {
 }
 
 function checkpointBadge(cp) {
-  const s = cp.summary ?? {};
-  const text = cp.status === 'captured' ? `${s.filesChanged ?? 0} files +${s.insertions ?? 0} −${s.deletions ?? 0}` : `checkpoint ${cp.status}${cp.reason ? `: ${cp.reason}` : ''}`;
-  return h('span', { class: 'checkpoint', dataset: { checkpointId: cp.id, status: cp.status } }, text,
-    cp.status === 'captured' ? [' ', button('View diff', 'diff', () => showDiff(cp))] : null);
+  return h('span', { class: 'checkpoint', dataset: { checkpointId: cp.id, status: cp.status } }, checkpointText(cp),
+    canDiff(cp) ? [' ', button('View diff', 'diff', () => showDiff(cp))] : null);
 }
 
 function runDetail(d, run) {

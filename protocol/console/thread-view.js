@@ -4,7 +4,7 @@
 
 import { h, button, badge } from './dom.js';
 import { $, ui, threadLink } from './ui.js';
-import { words, hasQueued, childrenOf, requestChildren } from './derive.js';
+import { words, hasQueued, childrenOf, requestChildren, transferView } from './derive.js';
 import { handoffButton } from './dialogs.js';
 import { fork, rollback } from './actions.js';
 import { composer, renderComposerState } from './composer.js';
@@ -158,10 +158,14 @@ function renderHeader(d) {
 function transfersList(d) {
   if (!d.transfers.size) return null;
   return h('details', { class: 'transfers' }, h('summary', {}, `Transfers (${d.transfers.size})`),
-    h('ul', {}, [...d.transfers.values()].map((tr) => h('li', { dataset: { transferId: tr.id } },
-      `${words(tr.type)} ${tr.sourceThreadId === d.id ? '→' : '←'} `,
-      threadLink(tr.sourceThreadId === d.id ? tr.targetThreadId : tr.sourceThreadId), ` ${tr.status}`,
-      tr.resolution ? ` (${tr.resolution}${tr.lowerFidelity ? ', lower fidelity' : ''})` : '',
-      tr.handoffId ? [' ', handoffButton(d, tr.handoffId)] : null,
-      tr.error ? h('span', { class: 'reason' }, ` ${tr.error}`) : null))));
+    h('ul', {}, [...d.transfers.values()].map((tr) => {
+      const t = transferView(tr, d, ui.model.details.get(tr.sourceThreadId));
+      return h('li', { dataset: { transferId: tr.id, type: tr.type } },
+        t.type, t.otherThreadId ? [` ${t.arrow} `, threadLink(t.otherThreadId)] : null, ` ${t.status}`,
+        t.resolution ? ` (${t.resolution})` : '',
+        t.providers ? h('span', { class: 'providers' }, ` · ${t.providers}`) : null,
+        t.point ? h('span', { class: 'point' }, ` · from ${t.point}`) : null,
+        tr.handoffId ? [' ', handoffButton(d, tr.handoffId)] : null,
+        tr.error ? h('span', { class: 'reason' }, ` ${tr.error}`) : null);
+    })));
 }

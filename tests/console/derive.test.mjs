@@ -113,7 +113,7 @@ test('a transfer shows its direction, providers and fork point where the record 
   assert.deepEqual([fromSource.arrow, fromSource.otherThreadId], ['→', 'thr_1']);
   const sw = { id: 'ctx_2', type: 'provider_handoff', sourceThreadId: 'thr_1', targetThreadId: 'thr_1', status: 'pending', targetProvider: 'basic' };
   const seenSwitch = derive.transferView(sw, here);
-  assert.deepEqual([seenSwitch.type, seenSwitch.arrow, seenSwitch.otherThreadId, seenSwitch.providers, seenSwitch.point], ['provider handoff', '↻', null, 'basic', null]);
+  assert.deepEqual([seenSwitch.type, seenSwitch.arrow, seenSwitch.otherThreadId, seenSwitch.providers, seenSwitch.point], ['provider handoff', null, null, 'basic', null]);
   assert.equal(derive.pointText({ type: 'checkpoint', checkpointId: 'ckp_3' }), 'checkpoint ckp_3');
   assert.equal(derive.pointText({ type: 'latest_stable' }), null, 'an unresolved point names nothing');
 });
