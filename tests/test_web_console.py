@@ -387,6 +387,64 @@ async def test_f2_create_a_thread_from_the_page_and_stream_an_answer(web, page):
     assert rows == 1, "deltas, appends and the snapshot made one message"
 
 
+def after_frames(page: browser.Page, frames: int = 3) -> None:
+    """Return once the page has drawn ``frames`` more animation frames (what
+    it scrolls after drawing is done by then)."""
+    page.driver.set_script_timeout(browser.WAIT)
+    page.driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        let n = arguments[0];
+        const next = () => (n-- > 0 ? requestAnimationFrame(next) : done());
+        next();""", frames)
+
+
+PANE_BOTTOM = "const b = document.getElementById('messages'); return b.scrollHeight - b.scrollTop - b.clientHeight"
+
+
+@needs_browser
+async def test_f2_the_conversation_follows_a_streaming_answer_unless_scrolled_up(web, page):
+    """Issue 28 item 6: the pane scrolls with a growing answer; once the
+    person scrolls up it stays where they put it, and follows again when
+    they scroll back to the end."""
+    thread_id = await new_thread(web, "follow me")
+    page.open(web.thread_url(thread_id))
+    lines = lambda tag: "".join(f"{tag} line {i}\n" for i in range(150))  # noqa: E731
+    type_and_send(page, script(
+        {"say": lines("first"), "chunks": 60}, {"approval": {"kind": "command", "command": "go on"}},
+        {"say": lines("second"), "chunks": 60}, {"approval": {"kind": "command", "command": "and again"}},
+        {"say": lines("third"), "chunks": 60}))
+    answer = "return [...document.querySelectorAll('.msg[data-role=assistant] .text')].some(e => e.textContent.includes(arguments[0]))"
+    page.wait_js(answer, "the first answer", "first line 149")
+    page.wait_css(".request[data-kind='approval']", "the first approval")
+    after_frames(page)
+    assert page.js("const b = document.getElementById('messages'); return b.scrollHeight > 2 * b.clientHeight"), "the answer overflows the pane"
+    assert page.js(PANE_BOTTOM) < 4, "the pane followed the answer to its end"
+    page.shot("followed")
+
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
+
+    pane = ScrollOrigin.from_element(page.css("#messages"))
+    ActionChains(page.driver).scroll_from_origin(pane, 0, -100_000).perform()  # the person scrolls up to read
+    after_frames(page)
+    assert page.js("return document.getElementById('messages').scrollTop") == 0
+    page.click(".request[data-kind='approval'] button[data-action='approve']")
+    page.wait_js(answer, "the second answer", "second line 149")
+    page.wait_js("return document.querySelector('.request[data-kind=approval] code')?.textContent === 'and again'", "the second approval")
+    after_frames(page)
+    assert page.js("return document.getElementById('messages').scrollTop") == 0, "the pane stayed where the person put it"
+    page.shot("stayed-up")
+
+    ActionChains(page.driver).scroll_from_origin(pane, 0, 100_000).perform()  # back to the end
+    after_frames(page)
+    page.click(".request[data-kind='approval'] button[data-action='approve']")
+    page.wait_js(answer, "the third answer", "third line 149")
+    page.wait_css(".run[data-status='completed']", "the run completed")
+    after_frames(page)
+    assert page.js(PANE_BOTTOM) < 4, "following again from the end"
+    page.shot("followed-again")
+
+
 async def new_thread(web: WebDaemon, title: str) -> str:
     async with Client.connect(web.process.socket) as client:
         return (await client.call("thread.create", title=title))["threadId"]

@@ -5,18 +5,36 @@ import { h, button } from './dom.js';
 import { $, ui } from './ui.js';
 import { words } from './derive.js';
 import { send } from './composer.js';
+import { messageText } from './rich.js';
 
 /** A message's element (kept in view.messages). */
 export function messageElement(d, m) {
-  const text = document.createTextNode(m.text);
-  const el = h('li', { class: `msg role-${m.role}`, dataset: { messageId: m.id, runId: m.runId, status: m.status, role: m.role } },
-    h('div', { class: 'meta' }, m.role, ' ', h('span', { class: 'mstatus' }, m.status === 'complete' ? '' : words(m.status))),
-    h('div', { class: 'text' }, text),
-    m.status === 'not_sent' || m.status === 'cancelled' ? button('Send again', 'resend', () => send(d, m.text)) : null);
+  const el = h('li', { class: `msg role-${m.role}`, dataset: { messageId: m.id, runId: m.runId, role: m.role } },
+    h('div', { class: 'meta' }, m.role, ' ', h('span', { class: 'mstatus' })),
+    h('div', { class: 'text' }));
+  el._status = el.querySelector('.mstatus');
   el._body = el.querySelector('.text');
-  el._shown = m.text.length;
+  el._resend = null;
+  setStatus(el, d, m);
   ui.view.messages.set(m.id, el);
+  ui.view.grown?.observe(el);
   return el;
+}
+
+/**
+ * Show `m`'s status on its element, and draw its text whole. The element
+ * stays (a new one would be laid out at its placeholder size first, and
+ * the pane would lose its place).
+ */
+function setStatus(el, d, m) {
+  el.dataset.status = m.status;
+  el._status.textContent = m.status === 'complete' ? '' : words(m.status);
+  el._body.replaceChildren(messageText(m));
+  el._block = null;
+  el._shown = m.text.length;
+  const resend = m.status === 'not_sent' || m.status === 'cancelled';
+  if (resend && !el._resend) el.append(el._resend = button('Send again', 'resend', () => send(d, m.text)));
+  else if (!resend && el._resend) { el._resend.remove(); el._resend = null; }
 }
 
 /** Draw what changed in message `id`: new text, or a new status. */
@@ -27,12 +45,10 @@ export function renderMessage(d, id) {
   const el = view.messages.get(id);
   if (!el && view.hiddenMessages.has(id)) return; // on an earlier page, drawn when that is shown
   if (!el) $('messages').append(messageElement(d, m));
-  else {
-    if (m.text.length > el._shown) {
-      appendStreaming(el, m.text.slice(el._shown));
-      el._shown = m.text.length;
-    }
-    if (el.dataset.status !== m.status) el.replaceWith(messageElement(d, m));
+  else if (el.dataset.status !== m.status) setStatus(el, d, m);
+  else if (m.text.length > el._shown) {
+    appendStreaming(el, m.text.slice(el._shown));
+    el._shown = m.text.length;
   }
 }
 
@@ -54,4 +70,46 @@ function appendStreaming(el, piece) {
     el._blockLength += part.length;
     el._blockEnded = part.endsWith('\n');
   }
+}
+
+// How near its end (in pixels) the pane counts as at its end.
+const FOLLOW_SLACK = 8;
+const UP_KEYS = new Set(['ArrowUp', 'PageUp', 'Home']);
+
+/**
+ * Keep the conversation pane `box` at its end while what it shows grows
+ * (streamed text, a new message, blocks laid out late, the pane itself
+ * shrinking as a request card appears), unless the person scrolled up:
+ * then it stays where they put it until they scroll back to the end.
+ */
+export function followConversation(box) {
+  const view = ui.view;
+  view.follow = true;
+  // Only the person stops the following: the page's own writes move the
+  // pane too (a message laid out late can pull it up for a frame).
+  let holding = false; // a pointer or a finger is down on the pane (its scrollbar, a text selection)
+  let lastTop = box.scrollTop;
+  box.addEventListener('wheel', (e) => { if (e.deltaY < 0) view.follow = false; }, { passive: true });
+  box.addEventListener('keydown', (e) => { if (UP_KEYS.has(e.key)) view.follow = false; });
+  for (const type of ['pointerdown', 'touchstart']) box.addEventListener(type, () => { holding = true; }, { passive: true });
+  for (const type of ['pointerup', 'pointercancel', 'touchend', 'touchcancel']) window.addEventListener(type, () => { holding = false; }, { passive: true });
+  box.addEventListener('scroll', () => {
+    if (box.scrollHeight - box.scrollTop - box.clientHeight <= FOLLOW_SLACK) view.follow = true;
+    else if (holding && box.scrollTop < lastTop) view.follow = false;
+    lastTop = box.scrollTop;
+  }, { passive: true });
+  // Sizes are known after layout; scroll in the next frame, not inside the
+  // observer (scrolling lays out blocks that were skipped, which would
+  // change sizes again within the same observation).
+  let pending = 0;
+  view.grown = new ResizeObserver(() => {
+    if (!pending) pending = requestAnimationFrame(() => { pending = 0; stickToEnd(box); });
+  });
+  view.grown.observe(box);
+  stickToEnd(box);
+}
+
+/** Scroll `box` to its end if the pane follows the conversation. */
+export function stickToEnd(box) {
+  if (ui.view.follow) box.scrollTop = box.scrollHeight;
 }

@@ -7,3 +7,8 @@ import { h } from './dom.js';
 export function patchElement(patch, attrs = {}) {
   return h('pre', attrs, patch);
 }
+
+/** A message's text as shown once it is no longer streaming. */
+export function messageText(m) {
+  return document.createTextNode(m.text);
+}

@@ -8,7 +8,7 @@ import { words, hasQueued, childrenOf, requestChildren, transferView } from './d
 import { handoffButton } from './dialogs.js';
 import { fork, rollback } from './actions.js';
 import { composer, renderComposerState } from './composer.js';
-import { messageElement, renderMessage } from './messages.js';
+import { messageElement, renderMessage, followConversation, stickToEnd } from './messages.js';
 import { renderRequests } from './requests.js';
 import { renderArtifacts } from './artifacts.js';
 import { runElement, expandRun, renderRun, placeRuns } from './runs.js';
@@ -79,8 +79,7 @@ function buildThreadView(d) {
   renderRequests(d);
   renderArtifacts(d);
   renderComposerState(d);
-  const box = $('messages');
-  box.scrollTop = box.scrollHeight;
+  followConversation($('messages'));
 }
 
 /** Draw what the model marks dirty in the open thread `d`. */
@@ -90,11 +89,8 @@ export function renderThread(d, dirty) {
   if (dirty.requests) renderRequests(d);
   if (dirty.artifacts || dirty.runs.size) renderArtifacts(d);
   if (dirty.messages.size) {
-    // Read the scroll position before writing (one layout per frame, not one per message).
-    const box = $('messages');
-    const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
     for (const id of dirty.messages) renderMessage(d, id);
-    if (atBottom) box.scrollTop = box.scrollHeight;
+    stickToEnd($('messages')); // one layout per frame, after every message is written
   }
   let order = false;
   for (const id of dirty.runs) {
