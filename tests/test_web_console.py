@@ -637,6 +637,33 @@ async def test_f14_f13_a_stale_checkpoint_still_shows_its_diff(web, page):
 
 
 @needs_browser
+async def test_f2_a_long_failure_reason_is_shown_whole(web, page):
+    """Issue 28 item 6: a failed run's reason (and its attempt's error) is
+    shown in full, wrapped within the runs pane, however long its words."""
+    thread_id = await new_thread(web, "long failure")
+    page.open(web.thread_url(thread_id))
+    token = "0123456789abcdef" * 24  # no place to break: a hash, base64, a URL
+    why = ("the build broke in /work/" + "very-long-folder-name/" * 12 + "main.c: " + "an error that goes on " * 20 + token + " the end")
+    type_and_send(page, script({"fail": why}))
+    run = page.wait_css(".run[data-ordinal='1'][data-status='failed']", "the failed run")
+    page.wait_js("return document.querySelector('.run[data-ordinal=\"1\"] .attempt[data-status=failed]')", "its attempt")
+    after_frames(page)
+    shown = page.js("""
+        const pane = document.querySelector('.graph').getBoundingClientRect();
+        return [...document.querySelectorAll('.run[data-ordinal="1"] :is(.reason, .node .summary)')].map((e) => {
+          const box = e.getBoundingClientRect();
+          return [e.textContent, box.left >= pane.left - 1 && box.right <= pane.right + 1, e.scrollWidth <= e.clientWidth + 1,
+                  getComputedStyle(e).textOverflow];
+        });""")
+    assert shown, "the reason is shown"
+    for text, inside, not_cut, overflow in shown:
+        assert "the end" in text and "very-long-folder-name/" * 12 in text and token in text, text
+        assert inside and not_cut and overflow == "clip", (text[:40], inside, not_cut, overflow)
+    assert page.js("const g = document.querySelector('.graph'); return g.scrollWidth <= g.clientWidth"), "no sideways scrolling"
+    page.shot("long-failure")
+
+
+@needs_browser
 async def test_f16_todo_list_and_implementing_a_proposed_plan_from_the_page(web, page):
     thread_id = await new_thread(web, "plans")
     page.open(web.thread_url(thread_id))
