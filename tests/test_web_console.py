@@ -545,8 +545,7 @@ async def test_f6_fork_from_a_run_and_see_the_fork_under_its_parent(web, page):
     assert order.index(other) < order.index(thread_id)
     assert "delegated task" in page.css(f".thread-row[data-thread-id='{child}']").text
     assert "fork of" in page.css(".lineage").text and "parent" in page.css(".lineage").text
-    page.click(".lineage .transfers summary")
-    transfer = page.wait_css(".transfers li[data-type='fork']", "the fork's transfer").text
+    transfer = page.wait_js("return document.querySelector(\".transfers li[data-type='fork']\")?.textContent", "the fork's transfer")
     assert transfer.startswith("fork ← parent pending") and "from run #1" in transfer, transfer  # issue 28 item 6: the fork point
     page.shot("fork-under-parent")
     async with Client.connect(web.process.socket) as client:
@@ -590,6 +589,8 @@ async def test_f13_f5_view_a_checkpoint_diff_and_switch_provider_to_see_the_hand
         dialog = page.wait_css("#text-dialog[open]", "the diff")
         assert "notes.txt" in dialog.find_element("css selector", "table.files").text
         assert "+alpha" in dialog.find_element("css selector", "pre.patch").text
+        added = page.js("return [...document.querySelectorAll('#text-dialog pre.patch .diff-add')].map(e => e.textContent)")
+        assert added == ["+alpha\n+beta\n"], f"added lines coloured (issue 28 item 6): {added}"
         page.shot("checkpoint-diff")
         page.click("#text-dialog button[value='close']")
 
@@ -607,7 +608,8 @@ async def test_f13_f5_view_a_checkpoint_diff_and_switch_provider_to_see_the_hand
         page.click("#text-dialog button[value='close']")
         assert "basic ·" in page.css(".thread-head .title-row").text, "the thread moved to the other provider"
         page.click(".lineage .transfers summary")
-        switch = page.wait_css(".transfers li[data-type='provider_handoff']", "the switch's transfer").text
+        switch = page.wait_js("return document.querySelector(\".transfers[open] li[data-type='provider_handoff']\")?.textContent",
+                              "the switch's transfer")
         assert "scripted → basic" in switch, f"the providers on each side (issue 28 item 6): {switch}"
     finally:
         await web.process.terminate()
@@ -625,9 +627,11 @@ async def test_f14_f13_a_stale_checkpoint_still_shows_its_diff(web, page):
         await send_and_wait(client, thread_id, script({"write": {"path": "b.txt", "content": "two\nlines\n"}}))
         await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
     page.open(web.thread_url(thread_id))
-    badge = page.wait_css(".run[data-ordinal='2'][data-status='rolled_back'] .checkpoint[data-status='stale']", "the stale checkpoint")
-    assert "stale (rolled back): 1 file +2 −0" in badge.text, badge.text
-    badge.find_element("css selector", "button[data-action='diff']").click()
+    page.wait_css(".run[data-ordinal='2'] .attempt", "the last run's graph read (its row is drawn anew then)")
+    stale = ".run[data-ordinal='2'][data-status='rolled_back'] .checkpoint[data-status='stale']"
+    text = page.wait_js("return document.querySelector(arguments[0])?.textContent", "the stale checkpoint", stale)
+    assert "stale (rolled back): 1 file +2 −0" in text, text
+    page.click(f"{stale} button[data-action='diff']")
     dialog = page.wait_css("#text-dialog[open]", "the stale checkpoint's diff")
     assert "b.txt" in dialog.find_element("css selector", "table.files").text
     assert "+lines" in dialog.find_element("css selector", "pre.patch").text
@@ -661,6 +665,74 @@ async def test_f2_a_long_failure_reason_is_shown_whole(web, page):
         assert inside and not_cut and overflow == "clip", (text[:40], inside, not_cut, overflow)
     assert page.js("const g = document.querySelector('.graph'); return g.scrollWidth <= g.clientWidth"), "no sideways scrolling"
     page.shot("long-failure")
+
+
+MARKDOWN_ANSWER = """# Done
+
+The fix is **in** and *tested*, see `parse()` and [the docs](https://example.org/docs).
+Not links: [run](javascript:alert(1)) and <img src=x onerror="window.pwned=1">, snake_case_names stay.
+
+- [x] read the code
+- write the fix
+  - with a nested point
+2. two
+3. three
+
+```python
+def f(x):
+    return "s" # why
+```
+
+```diff
+@@ -1 +1 @@
+-old
++new
+```
+
+| file | lines |
+| --- | ---: |
+| a.py | 12 |
+"""
+
+
+@needs_browser
+async def test_f2_an_answer_is_shown_as_markdown_built_from_text_nodes(web, page):
+    """Issue 28 item 6: assistant Markdown is rendered — headings, emphasis,
+    code, links, lists, tables, highlighted code and coloured diffs — with
+    elements and text nodes only: HTML and script links in the text stay text."""
+    thread_id = await new_thread(web, "markdown")
+    page.open(web.thread_url(thread_id))
+    type_and_send(page, script({"say": MARKDOWN_ANSWER, "chunks": 8}))
+    msg = ".msg[data-role=assistant][data-status=complete] .text"
+    page.wait_css(f"{msg} table", "the answer drawn as Markdown")
+    out = page.js("""
+        const m = document.querySelector(arguments[0]);
+        const all = (s) => [...m.querySelectorAll(s)].map((e) => e.textContent);
+        const link = m.querySelector('a');
+        return {
+          heading: all('.md-heading'), strong: all('strong'), em: all('em'), code: all(':not(pre) > code'),
+          links: [...m.querySelectorAll('a')].map((a) => [a.textContent, a.getAttribute('href'), a.target, a.rel]),
+          items: all('ul > li').map((t) => t.trim()), nested: all('ul ul li'), ordered: [m.querySelector('ol')?.getAttribute('start'), all('ol > li')],
+          tasks: [...m.querySelectorAll('li[data-checked]')].map((e) => e.dataset.checked),
+          kw: all('pre.code[data-lang=python] .hl-kw'), str: all('.hl-str'), com: all('.hl-com'),
+          add: all('pre.patch .diff-add'), del: all('pre.patch .diff-del'), hunk: all('pre.patch .diff-hunk'),
+          table: [all('th'), all('td'), m.querySelector('td + td').className],
+          elements: [...new Set([...m.querySelectorAll('*')].map((e) => e.tagName.toLowerCase()))].sort(),
+          text: m.textContent, pwned: window.pwned === 1,
+        };""", msg)
+    assert out["heading"] == ["Done"]
+    assert (out["strong"], out["em"], out["code"]) == (["in"], ["tested"], ["parse()"])
+    assert out["links"] == [["the docs", "https://example.org/docs", "_blank", "noopener noreferrer"]]
+    assert "[run](javascript:alert(1))" in out["text"] and '<img src=x onerror="window.pwned=1">' in out["text"]
+    assert "snake_case_names" in out["text"]
+    assert not out["pwned"] and "img" not in out["elements"] and "script" not in out["elements"], out["elements"]
+    assert out["items"][0].startswith("☑") and out["tasks"] == ["true"]
+    assert out["nested"] == ["with a nested point"]
+    assert out["ordered"] == ["2", ["two", "three"]]
+    assert out["kw"] == ["def", "return"] and out["str"] == ['"s"'] and out["com"] == ["# why"]
+    assert (out["add"], out["del"], out["hunk"]) == (["+new"], ["-old\n"], ["@@ -1 +1 @@\n"])
+    assert out["table"] == [["file", "lines"], ["a.py", "12"], "align-right"]
+    page.shot("markdown-answer")
 
 
 @needs_browser

@@ -4,6 +4,7 @@
 import { h, button } from './dom.js';
 import { $, ui } from './ui.js';
 import { shownArtifacts, stepMark } from './derive.js';
+import { markdownNodes } from './rich.js';
 
 export function renderArtifacts(d) {
   const box = $('artifacts');
@@ -14,7 +15,7 @@ export function renderArtifacts(d) {
       h('strong', {}, `Todo (${todo.status})`),
       h('ul', {}, (todo.steps ?? []).map((s) => h('li', { dataset: { status: s.status } }, `${stepMark(s.status)} ${s.step}`)))) : null,
     ...plans.map((p) => h('div', { class: 'plan', dataset: { artifactId: p.id, runId: p.runId, status: p.status } },
-      h('strong', {}, `Proposed plan (${p.status})`), h('pre', {}, p.text ?? ''),
+      h('strong', {}, `Proposed plan (${p.status})`), h('div', { class: 'plan-text md' }, markdownNodes(p.text ?? '')),
       p.status === 'proposed' ? h('div', { class: 'actions' },
         button('Implement', 'implement', () => ui.call('plan.implement', { planId: p.id, mode: 'new_run' }).catch(() => {})),
         button('Implement in a new thread', 'implement-thread', () => ui.call('plan.implement', { planId: p.id, mode: 'new_thread' }).then((r) => ui.openThread(r.threadId)).catch(() => {}))) : null)),

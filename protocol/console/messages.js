@@ -11,7 +11,7 @@ import { messageText } from './rich.js';
 export function messageElement(d, m) {
   const el = h('li', { class: `msg role-${m.role}`, dataset: { messageId: m.id, runId: m.runId, role: m.role } },
     h('div', { class: 'meta' }, m.role, ' ', h('span', { class: 'mstatus' })),
-    h('div', { class: 'text' }));
+    h('div', { class: 'text md' }));
   el._status = el.querySelector('.mstatus');
   el._body = el.querySelector('.text');
   el._resend = null;

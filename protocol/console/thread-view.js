@@ -134,6 +134,7 @@ function renderHeader(d) {
   const active = t.activeRunId;
   const forks = childrenOf(ui.model.threads, t.id);
   const parent = t.parentThreadId;
+  const transfersOpen = head.querySelector('.transfers')?.open; // the person opened it: it stays open
   head.replaceChildren(
     h('div', { class: 'title-row' },
       h('h2', {}, t.title || t.id),
@@ -149,6 +150,7 @@ function renderHeader(d) {
       parent ? h('span', {}, `${words(t.relationshipToParent ?? 'child')} of `, threadLink(parent)) : null,
       forks.length ? h('span', {}, ' Children: ', forks.map((c, i) => [i ? ', ' : '', threadLink(c.id, `${c.title || c.id} (${words(c.relationshipToParent)}${c.sideChat ? ', side chat' : ''})`)])) : null,
       transfersList(d)));
+  if (transfersOpen) head.querySelector('.transfers').open = true;
 }
 
 function transfersList(d) {
