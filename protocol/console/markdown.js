@@ -2,8 +2,8 @@
 // (paragraphs, headings, fenced code, lists with task boxes, quotes, tables,
 // rules) holding inline runs (code, emphasis, strong, strikethrough, links).
 // rich.js draws the result with text nodes only, so nothing an agent writes
-// is ever parsed as HTML; HTML in the text stays text. Also the light
-// tokenizers for code (highlight) and patches (diffRuns).
+// is ever parsed as HTML; HTML in the text stays text. Code blocks' and
+// patches' tokenizers are in code.js.
 
 const FENCE = /^( {0,3})(`{3,}|~{3,})[ \t]*([^`\s]*)[^`]*$/;
 const HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
@@ -139,6 +139,10 @@ function parseTable(lines, i, blocks) {
 const PUNCT = /[!"#$%&'()*+,\-./:;<=>?@[\\\]^_`{|}~]/;
 const WORD = /[\p{L}\p{N}]/u;
 const BARE_URL = /^https?:\/\/[^\s<>]+/;
+const SPECIAL = /[\\`*_~[!<hH]/g;
+// How far ahead an opener looks for its closer (a code span, emphasis, a
+// link's brackets): text with many unmatched openers stays linear.
+const REACH = 4000;
 const URL_TAIL = /[.,:;!?'"\]}*_~]$/;
 
 /** Whether `url` may be a link: http(s) and mail only (never javascript: or data:). */
@@ -152,14 +156,19 @@ export function safeHref(url) {
  * {type: 'em'|'strong'|'del', children}, {type: 'link', href, children}.
  */
 export function parseInline(text) {
+  const index = new InlineIndex(text);
   const out = [];
   let plain = '';
   const flush = () => { if (plain) { out.push({ type: 'text', text: plain }); plain = ''; } };
   const push = (node) => { flush(); out.push(node); };
   let i = 0;
   while (i < text.length) {
+    // plain text up to the next character that may start something
+    SPECIAL.lastIndex = i;
+    const next = SPECIAL.exec(text)?.index ?? text.length;
+    if (next > i) { plain += text.slice(i, next); i = next; continue; }
     const c = text[i];
-    const rest = text.slice(i);
+    const rest = c === 'h' || c === 'H' ? text.slice(i, i + 8) : text.slice(i, i + REACH);
     if (c === '\\' && PUNCT.test(text[i + 1] ?? '')) { plain += text[i + 1]; i += 2; continue; }
     if (c === '`') {
       const run = /^`+/.exec(rest)[0];
@@ -173,19 +182,19 @@ export function parseInline(text) {
       continue;
     }
     if (c === '*' || c === '_' || c === '~') {
-      const span = emphasis(text, i);
+      const span = emphasis(index, i);
       if (span) { push(span.node); i = span.end; continue; }
     }
     if (c === '[' || (c === '!' && text[i + 1] === '[')) {
-      const link = bracketLink(text, c === '!' ? i + 1 : i);
+      const link = bracketLink(index, c === '!' ? i + 1 : i);
       if (link) { push(link.node); i = link.end; continue; }
     }
     if (c === '<') {
       const auto = /^<((?:https?:\/\/|mailto:)[^\s<>]+)>/i.exec(rest);
       if (auto && safeHref(auto[1])) { push({ type: 'link', href: auto[1], children: [{ type: 'text', text: auto[1] }] }); i += auto[0].length; continue; }
     }
-    if ((c === 'h' || c === 'H') && !WORD.test(text[i - 1] ?? '')) {
-      const url = BARE_URL.exec(rest);
+    if ((c === 'h' || c === 'H') && /^https?:\/\//i.test(rest) && !WORD.test(text[i - 1] ?? '')) {
+      const url = BARE_URL.exec(text.slice(i, i + REACH));
       if (url) {
         // punctuation after a URL is the sentence's, and so is a closing
         // parenthesis the URL did not open
@@ -207,7 +216,8 @@ export function parseInline(text) {
 
 /** Where a run of exactly `n` `ch` starts at or after `from`, or -1. */
 function findRun(text, ch, n, from) {
-  for (let j = from; j < text.length; j++) {
+  const stop = Math.min(text.length, from + REACH);
+  for (let j = from; j < stop; j++) {
     if (text[j] !== ch) continue;
     let k = j;
     while (text[k] === ch) k++;
@@ -217,8 +227,76 @@ function findRun(text, ch, n, from) {
   return -1;
 }
 
+/**
+ * What parseInline looks up in its text, each found in one pass when first
+ * needed, so that many openers without closers cost no more than the text:
+ * emphasis closers by mark, backticks before a place, matching brackets.
+ */
+class InlineIndex {
+  constructor(text) {
+    this.text = text;
+    this.closerLists = new Map();
+    this.ticks = null;
+    this.brackets = null;
+  }
+
+  /** Where `mark` (a run of exactly its length) may close emphasis: after text, and `_` not inside a word. */
+  closers(mark) {
+    let list = this.closerLists.get(mark);
+    if (list) return list;
+    const { text } = this;
+    const c = mark[0];
+    list = [];
+    for (let j = text.indexOf(c); j >= 0; j = text.indexOf(c, j)) {
+      let end = j;
+      while (text[end] === c) end++;
+      if (end - j === mark.length && j > 0 && !/\s/.test(text[j - 1]) && !(c === '_' && WORD.test(text[end] ?? ''))) list.push(j);
+      j = end;
+    }
+    this.closerLists.set(mark, list);
+    return list;
+  }
+
+  /** How many backticks come before `j`. */
+  ticksBefore(j) {
+    if (!this.ticks) {
+      const { text } = this;
+      this.ticks = new Int32Array(text.length + 1);
+      for (let k = 0; k < text.length; k++) this.ticks[k + 1] = this.ticks[k] + (text[k] === '`' ? 1 : 0);
+    }
+    return this.ticks[j];
+  }
+
+  /** The `]` matching the `[` at `i` (escapes skipped), or -1. */
+  bracketClose(i) {
+    if (!this.brackets) {
+      const { text } = this;
+      this.brackets = new Map();
+      const open = [];
+      for (let j = 0; j < text.length; j++) {
+        if (text[j] === '\\') j++;
+        else if (text[j] === '[') open.push(j);
+        else if (text[j] === ']' && open.length) this.brackets.set(open.pop(), j);
+      }
+    }
+    return this.brackets.get(i) ?? -1;
+  }
+}
+
+/** The first element of sorted `list` at or above `x` (its index). */
+function lowerBound(list, x) {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (list[mid] < x) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
 /** Emphasis, strong or strikethrough opening at `i`: {node, end}, or null. */
-function emphasis(text, i) {
+function emphasis(index, i) {
+  const { text } = index;
   const c = text[i];
   const kinds = c === '~' ? [['~~', 'del']] : [[c + c, 'strong'], [c, 'em']];
   for (const [mark, type] of kinds) {
@@ -226,13 +304,10 @@ function emphasis(text, i) {
     const open = i + mark.length;
     if (/\s/.test(text[open] ?? ' ')) continue; // an opener is followed by text
     if (c === '_' && WORD.test(text[i - 1] ?? '')) continue; // snake_case is not emphasis
-    for (let j = text.indexOf(mark, open + 1); j >= 0; j = text.indexOf(mark, j + 1)) {
-      let end = j;
-      while (text[end] === c) end++;
-      if (text[j - 1] === c || end - j !== mark.length) { j = end - 1; continue; } // a run of another length
-      if (/\s/.test(text[j - 1])) continue; // a closer follows text
-      if (c === '_' && WORD.test(text[j + mark.length] ?? '')) continue;
-      if ((text.slice(open, j).match(/`/g)?.length ?? 0) % 2) continue; // not across a code span's edge
+    const closers = index.closers(mark);
+    for (let k = lowerBound(closers, open + 1); k < closers.length && closers[k] < open + REACH; k++) {
+      const j = closers[k];
+      if ((index.ticksBefore(j) - index.ticksBefore(open)) % 2) continue; // not across a code span's edge
       return { node: { type, children: parseInline(text.slice(open, j)) }, end: j + mark.length };
     }
   }
@@ -240,18 +315,13 @@ function emphasis(text, i) {
 }
 
 /** `[text](url)` (or the `[alt](src)` of an image, shown as a link) at `i`: {node, end}, or null. */
-function bracketLink(text, i) {
-  let depth = 0;
-  let close = -1;
-  for (let j = i; j < text.length; j++) {
-    if (text[j] === '\\') { j++; continue; }
-    if (text[j] === '[') depth++;
-    else if (text[j] === ']' && --depth === 0) { close = j; break; }
-  }
+function bracketLink(index, i) {
+  const { text } = index;
+  const close = index.bracketClose(i);
   if (close < 0 || text[close + 1] !== '(') return null;
-  depth = 0;
+  let depth = 0;
   let end = -1;
-  for (let j = close + 1; j < text.length; j++) {
+  for (let j = close + 1; j < Math.min(text.length, close + REACH); j++) {
     if (text[j] === '(') depth++;
     else if (text[j] === ')' && --depth === 0) { end = j; break; }
   }
@@ -261,68 +331,4 @@ function bracketLink(text, i) {
   if (!href) return null; // shown as written
   const label = text.slice(i + 1, close);
   return { node: { type: 'link', href, children: label ? parseInline(label) : [{ type: 'text', text: href }] }, end: end + 1 };
-}
-
-// --- code and patches ---------------------------------------------------------
-
-const KEYWORDS = new Set(('if else elif for while do return function def class import from export const let var new try catch ' +
-  'except finally raise throw async await yield in of not and or is None True False null true false undefined this self fn ' +
-  'pub struct enum impl match case switch break continue with as lambda static void public private protected package func ' +
-  'type interface use mod mut where then fi esac done local extends implements super typeof instanceof delete default pass ' +
-  'global assert del go defer chan select int float bool string char long double unsigned').split(' '));
-const HASH = new Set(['python', 'py', 'sh', 'bash', 'shell', 'zsh', 'console', 'yaml', 'yml', 'toml', 'ruby', 'rb', 'perl', 'r', 'make', 'makefile', 'dockerfile', 'nix', 'ini', 'conf']);
-const SLASH = new Set(['js', 'javascript', 'mjs', 'ts', 'typescript', 'jsx', 'tsx', 'c', 'h', 'cpp', 'c++', 'cc', 'hpp', 'java', 'go', 'rust', 'rs', 'swift', 'kotlin', 'kt', 'cs', 'csharp', 'scala', 'php', 'css', 'scss', 'json', 'jsonc', 'zig', 'dart', 'proto']);
-const DASH = new Set(['sql', 'lua', 'haskell', 'hs']);
-
-/**
- * Code as runs of {kind, text}, kind one of 'kw', 'str', 'com', 'num' or
- * null (plain): minimal highlighting for the languages agents write in;
- * an unknown language stays plain.
- */
-export function highlight(code, lang) {
-  const family = HASH.has(lang) ? 'hash' : SLASH.has(lang) ? 'slash' : DASH.has(lang) ? 'dash' : null;
-  if (!family) return [{ kind: null, text: code }];
-  const comment = { hash: '#[^\\n]*', slash: '//[^\\n]*|/\\*[\\s\\S]*?(?:\\*/|$)', dash: '--[^\\n]*' }[family];
-  const strings = `"""[\\s\\S]*?(?:"""|$)|'''[\\s\\S]*?(?:'''|$)|"(?:\\\\.|[^"\\\\\\n])*"?|'(?:\\\\.|[^'\\\\\\n])*'?|\`(?:\\\\.|[^\`\\\\])*\`?`;
-  const re = new RegExp(`(${comment})|(${strings})|(\\b(?:0[xX][\\da-fA-F_]+|\\d[\\d_]*(?:\\.\\d+)?(?:[eE][+-]?\\d+)?)\\b)|([A-Za-z_$][\\w$]*)`, 'g');
-  const out = [];
-  let last = 0;
-  const add = (kind, text) => {
-    if (!text) return;
-    const prev = out.at(-1);
-    if (prev && prev.kind === kind) prev.text += text; else out.push({ kind, text });
-  };
-  for (let m; (m = re.exec(code));) {
-    add(null, code.slice(last, m.index));
-    const word = m[4];
-    const kind = m[1] ? 'com' : m[2] ? 'str' : m[3] ? 'num' : KEYWORDS.has(family === 'dash' ? word.toLowerCase() : word) ? 'kw' : null;
-    add(kind, m[0]);
-    last = m.index + m[0].length;
-  }
-  add(null, code.slice(last));
-  return out;
-}
-
-/**
- * A git patch as runs of whole lines of one kind: 'add', 'del', 'hunk',
- * 'meta' (file headers) or 'context'; each run's text keeps its newlines.
- */
-export function diffRuns(patch) {
-  const runs = [];
-  let inHunk = false;
-  for (const line of patch.split(/(?<=\n)/)) {
-    let kind;
-    if (line.startsWith('diff ')) { inHunk = false; kind = 'meta'; }
-    else if (line.startsWith('@@')) { inHunk = true; kind = 'hunk'; }
-    else if (!inHunk) kind = 'meta';
-    else kind = line[0] === '+' ? 'add' : line[0] === '-' ? 'del' : 'context';
-    const prev = runs.at(-1);
-    if (prev && prev.kind === kind) prev.text += line; else runs.push({ kind, text: line });
-  }
-  return runs;
-}
-
-/** Whether code in an unlabelled block reads as a patch. */
-export function looksLikePatch(code) {
-  return /^(diff --git |--- \S|@@ -\d)/m.test(code) && /^@@ -\d+(?:,\d+)? \+\d+/m.test(code);
 }

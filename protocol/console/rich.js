@@ -4,11 +4,12 @@
 // patches get a span per run of added, deleted, hunk and header lines.
 
 import { h } from './dom.js';
-import { parseMarkdown, highlight, diffRuns, looksLikePatch } from './markdown.js';
+import { parseMarkdown } from './markdown.js';
+import { highlight, diffRuns, looksLikePatch } from './code.js';
 
 // Past this size an answer is shown as plain text: parsing it would cost a
 // long frame for little.
-const MARKDOWN_MAX = 200_000;
+const MARKDOWN_MAX = 100_000;
 
 /** A message's text as shown: an assistant's, once it no longer streams, as Markdown. */
 export function messageText(m) {

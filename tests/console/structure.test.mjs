@@ -53,8 +53,8 @@ test('every module is loaded from app.js and preloaded by the page', () => {
     'modules without a modulepreload link load one import round trip later');
 });
 
-test('the model and the derivations need no DOM (they run here, under node)', () => {
-  for (const f of ['model.js', 'derive.js']) {
+test('the model, the derivations and the parsers need no DOM (they run here, under node)', () => {
+  for (const f of ['model.js', 'derive.js', 'markdown.js', 'code.js']) {
     assert.doesNotMatch(source(f), /\b(document|window|HTMLElement|requestAnimationFrame)\b/, f);
   }
 });
