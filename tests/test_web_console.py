@@ -117,7 +117,10 @@ async def test_f20_the_console_is_served_on_the_websocket_port_and_its_origin_on
         csp = headers["content-security-policy"]
         assert "default-src 'self'" in csp and f"connect-src ws://127.0.0.1:{web.port}" in csp, csp
         assert headers["referrer-policy"] == "no-referrer"
-        for asset in ("/app.js", "/model.js", "/rpc.js", "/list.js", "/dom.js", "/console.css"):
+        from pathlib import Path
+
+        console = Path(__file__).resolve().parent.parent / "protocol" / "console"
+        for asset in sorted(f"/{p.name}" for p in console.iterdir() if p.is_file()):  # every module of the page
             status, headers, _ = await http_get(web.port, asset)
             assert status == 200, asset
         assert (await http_get(web.port, "/app.js"))[1]["content-type"].startswith("text/javascript")
