@@ -738,6 +738,55 @@ async def test_f2_an_answer_is_shown_as_markdown_built_from_text_nodes(web, page
     page.shot("markdown-answer")
 
 
+LIVE = """
+const [threadId, pieces, status] = arguments;
+return import('/ui.js').then(({ ui }) => {
+  const d = ui.model.details.get(threadId);
+  if (!d.messages.has('msg_live')) ui.model._putMessage(d, { id: 'msg_live', role: 'assistant', text: '', status: 'streaming' });
+  const m = d.messages.get('msg_live');
+  for (const text of pieces) ui.model.apply({ ephemeral: true, type: 'message.delta', threadId, payload: { messageId: 'msg_live', offset: m.length, text } });
+  if (status) { m.status = status; ui.model.dirty.messages.add('msg_live'); }
+  ui.scheduleRender();
+  return true;
+});"""
+
+
+@needs_browser
+async def test_f2_a_streaming_answer_is_drawn_as_markdown_block_by_block(web, page):
+    """Issue 28 item 6: while an answer streams, each block that can no
+    longer change (the text up to its last blank line outside a code fence)
+    is drawn as Markdown; the text after it stays plain until more comes.
+    Deltas are applied to the page's model directly, so each step is exact."""
+    thread_id = await new_thread(web, "live markdown")
+    page.open(web.thread_url(thread_id))
+    page.wait_css(f".thread[data-thread-id='{thread_id}'] #messages")
+    live = ".msg[data-message-id='msg_live']"
+    state = f"""
+        const m = document.querySelector("{live}");
+        return m && [[...m.querySelectorAll('.settled')].map((e) => e.textContent).join(''),
+                     [...m.querySelectorAll('.text > span.block')].map((e) => e.textContent).join('')];"""
+
+    page.js(LIVE, thread_id, ["# Li", "ve\n\nSome **bo", "ld** text\n\n- a\n- b"], None)
+    page.wait_js(f"return document.querySelector(\"{live} .settled strong\")", "the settled blocks drawn")
+    assert page.js(state) == ["LiveSome bold text", "- a\n- b"], "the list may still grow: plain"
+    assert page.js(f"return document.querySelector(\"{live} .md-heading\").textContent") == "Live"
+
+    page.js(LIVE, thread_id, ["\n\n```python\ndef f():\n\n    return 1\n"], None)
+    page.wait_js(f"return document.querySelector(\"{live} .settled li\")", "the list settled")
+    assert page.js(state) == ["LiveSome bold textab", "```python\ndef f():\n\n    return 1\n"], "a blank line inside a fence settles nothing"
+
+    page.js(LIVE, thread_id, ["```\n\nafter"], None)
+    page.wait_js(f"return document.querySelector(\"{live} .settled pre.code .hl-kw\")", "the code block settled")
+    assert page.js(state)[1] == "after"
+
+    page.js(LIVE, thread_id, [], "complete")
+    page.wait_js(f"return document.querySelector(\"{live}[data-status='complete']\") && !document.querySelector(\"{live} .block\")",
+                 "the answer drawn whole")
+    drawn = page.js(f"const t = document.querySelector(\"{live} .text\"); return [t.children.length, t.querySelector('ul').children.length, t.lastElementChild.textContent]")
+    assert drawn == [5, 2, "after"], drawn
+    page.shot("live-markdown")
+
+
 @needs_browser
 async def test_f16_todo_list_and_implementing_a_proposed_plan_from_the_page(web, page):
     thread_id = await new_thread(web, "plans")

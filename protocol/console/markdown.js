@@ -332,3 +332,29 @@ function bracketLink(index, i) {
   const label = text.slice(i + 1, close);
   return { node: { type: 'link', href, children: label ? parseInline(label) : [{ type: 'text', text: href }] }, end: end + 1 };
 }
+
+const FENCE_CLOSE = /^ {0,3}(`{3,}|~{3,})[ \t]*$/;
+
+/**
+ * How much of a streaming text is settled: the end of its last blank line
+ * outside a code fence, after which no earlier block can change. `state`
+ * ({scanned, fence, settled}, all 0/null at first) carries the scan over
+ * calls, so each call reads only the lines that came since.
+ */
+export function settledEnd(text, state) {
+  let at = state.scanned;
+  for (let nl = text.indexOf('\n', at); nl >= 0; nl = text.indexOf('\n', at)) {
+    const line = text.slice(at, nl);
+    if (state.fence) {
+      const close = FENCE_CLOSE.exec(line);
+      if (close && close[1][0] === state.fence[0] && close[1].length >= state.fence.length) state.fence = null;
+    } else {
+      const open = FENCE.exec(line);
+      if (open) state.fence = open[2];
+      else if (BLANK.test(line)) state.settled = nl + 1;
+    }
+    at = nl + 1;
+  }
+  state.scanned = at;
+  return state.settled;
+}

@@ -5,7 +5,8 @@ import { h, button } from './dom.js';
 import { $, ui } from './ui.js';
 import { words } from './derive.js';
 import { send } from './composer.js';
-import { messageText } from './rich.js';
+import { messageText, markdownNodes, MARKDOWN_MAX } from './rich.js';
+import { settledEnd } from './markdown.js';
 
 /** A message's element (kept in view.messages). */
 export function messageElement(d, m) {
@@ -29,8 +30,17 @@ export function messageElement(d, m) {
 function setStatus(el, d, m) {
   el.dataset.status = m.status;
   el._status.textContent = m.status === 'complete' ? '' : words(m.status);
-  el._body.replaceChildren(messageText(m));
   el._block = null;
+  el._raw = [];
+  if (m.status === 'streaming') {
+    el._body.replaceChildren();
+    el._live = m.role === 'assistant' ? { scanned: 0, fence: null, settled: 0, drawn: 0 } : null;
+    appendStreaming(el, m.text);
+    settle(el, m);
+  } else {
+    el._body.replaceChildren(messageText(m));
+    el._live = null;
+  }
   el._shown = m.text.length;
   const resend = m.status === 'not_sent' || m.status === 'cancelled';
   if (resend && !el._resend) el.append(el._resend = button('Send again', 'resend', () => send(d, m.text)));
@@ -49,6 +59,7 @@ export function renderMessage(d, id) {
   else if (m.text.length > el._shown) {
     appendStreaming(el, m.text.slice(el._shown));
     el._shown = m.text.length;
+    settle(el, m);
   }
 }
 
@@ -56,20 +67,44 @@ export function renderMessage(d, id) {
  * Add streamed text to a message without laying out what is already shown:
  * the text goes into blocks of a paragraph each (or about 2,000 characters of
  * one long paragraph, cut before a space), so a frame lays out only the last
- * block. When the message ends it is drawn again as one text.
+ * block.
  */
 const BLOCK = 2000;
 function appendStreaming(el, piece) {
   for (const part of piece.split(/(?<=\n)/)) {
-    if (!el._block || el._blockEnded || (el._blockLength > BLOCK && /^\s/.test(part))) {
-      el._block = h('span', { class: 'block' });
-      el._body.append(el._block);
-      el._blockLength = 0;
+    if (!part) continue;
+    if (!el._block || el._block.ended || (el._block.length > BLOCK && /^\s/.test(part))) {
+      el._block = { el: h('span', { class: 'block' }), length: 0, ended: false };
+      el._raw.push(el._block);
+      el._body.append(el._block.el);
     }
-    el._block.append(document.createTextNode(part));
-    el._blockLength += part.length;
-    el._blockEnded = part.endsWith('\n');
+    el._block.el.append(document.createTextNode(part));
+    el._block.length += part.length;
+    el._block.ended = part.endsWith('\n');
   }
+}
+
+/**
+ * Draw what is settled of a streaming answer as Markdown: the text up to its
+ * last blank line outside a code fence can no longer change its blocks, so
+ * it becomes elements once, in place of the plain blocks that held it (each
+ * ends at a line's end, as that text does); only the text after it stays
+ * plain. When the answer ends it is drawn whole again.
+ */
+function settle(el, m) {
+  const live = el._live;
+  if (!live || m.text.length > MARKDOWN_MAX) return;
+  const end = settledEnd(m.text, live);
+  if (end <= live.drawn) return;
+  const chunk = h('div', { class: 'block settled' }, markdownNodes(m.text.slice(live.drawn, end)));
+  el._body.insertBefore(chunk, el._raw[0]?.el ?? null);
+  for (let left = end - live.drawn; left > 0 && el._raw.length;) {
+    const block = el._raw.shift();
+    left -= block.length;
+    block.el.remove();
+  }
+  if (!el._raw.length) el._block = null;
+  live.drawn = end;
 }
 
 // How near its end (in pixels) the pane counts as at its end.

@@ -9,7 +9,7 @@ import { highlight, diffRuns, looksLikePatch } from './code.js';
 
 // Past this size an answer is shown as plain text: parsing it would cost a
 // long frame for little.
-const MARKDOWN_MAX = 100_000;
+export const MARKDOWN_MAX = 100_000;
 
 /** A message's text as shown: an assistant's, once it no longer streams, as Markdown. */
 export function messageText(m) {

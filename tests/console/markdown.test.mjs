@@ -4,7 +4,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseMarkdown, parseInline, safeHref } from '../../protocol/console/markdown.js';
+import { parseMarkdown, parseInline, safeHref, settledEnd } from '../../protocol/console/markdown.js';
 import { highlight, diffRuns, looksLikePatch } from '../../protocol/console/code.js';
 
 /** Inline runs as compact text: `**x**` → ['strong', ['x']]. */
@@ -93,4 +93,16 @@ test('patches come as runs of whole lines by kind; lines inside a hunk are never
   assert.equal(diffRuns(patch).map((r) => r.text).join(''), patch);
   assert.equal(looksLikePatch('@@ -1 +1 @@\n-a\n+b'), true);
   assert.equal(looksLikePatch('- a list\n+ not a patch'), false);
+});
+
+test('a streaming text is settled up to its last blank line outside a fence, read once line by line', () => {
+  const state = { scanned: 0, fence: null, settled: 0 };
+  let text = '';
+  const grow = (piece) => { text += piece; return text.slice(0, settledEnd(text, state)); };
+  assert.equal(grow('# T'), '');
+  assert.equal(grow('itle\n\npara'), '# Title\n\n');
+  assert.equal(grow('graph\n\n```py\nx\n\ny\n'), '# Title\n\nparagraph\n\n', 'not inside the open fence');
+  assert.equal(grow('~~~\n\n'), '# Title\n\nparagraph\n\n', 'another fence character closes nothing');
+  assert.equal(grow('````\nafter\n\nnext'), text.slice(0, text.length - 'next'.length));
+  assert.equal(state.scanned, text.length - 'next'.length, 'an unfinished line waits');
 });
