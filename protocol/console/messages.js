@@ -110,6 +110,10 @@ function settle(el, m) {
 // How near its end (in pixels) the pane counts as at its end.
 const FOLLOW_SLACK = 8;
 const UP_KEYS = new Set(['ArrowUp', 'PageUp', 'Home']);
+// Whether a pointer or a finger is down on the pane (its scrollbar, a text
+// selection): set by the pane, cleared wherever it is let go.
+const pointer = { down: false };
+for (const type of ['pointerup', 'pointercancel', 'touchend', 'touchcancel']) window.addEventListener(type, () => { pointer.down = false; }, { passive: true });
 
 /**
  * Keep the conversation pane `box` at its end while what it shows grows
@@ -122,15 +126,13 @@ export function followConversation(box) {
   view.follow = true;
   // Only the person stops the following: the page's own writes move the
   // pane too (a message laid out late can pull it up for a frame).
-  let holding = false; // a pointer or a finger is down on the pane (its scrollbar, a text selection)
   let lastTop = box.scrollTop;
   box.addEventListener('wheel', (e) => { if (e.deltaY < 0) view.follow = false; }, { passive: true });
   box.addEventListener('keydown', (e) => { if (UP_KEYS.has(e.key)) view.follow = false; });
-  for (const type of ['pointerdown', 'touchstart']) box.addEventListener(type, () => { holding = true; }, { passive: true });
-  for (const type of ['pointerup', 'pointercancel', 'touchend', 'touchcancel']) window.addEventListener(type, () => { holding = false; }, { passive: true });
+  for (const type of ['pointerdown', 'touchstart']) box.addEventListener(type, () => { pointer.down = true; }, { passive: true });
   box.addEventListener('scroll', () => {
     if (box.scrollHeight - box.scrollTop - box.clientHeight <= FOLLOW_SLACK) view.follow = true;
-    else if (holding && box.scrollTop < lastTop) view.follow = false;
+    else if (pointer.down && box.scrollTop < lastTop) view.follow = false;
     lastTop = box.scrollTop;
   }, { passive: true });
   // Sizes are known after layout; scroll in the next frame, not inside the
@@ -141,6 +143,7 @@ export function followConversation(box) {
     if (!pending) pending = requestAnimationFrame(() => { pending = 0; stickToEnd(box); });
   });
   view.grown.observe(box);
+  for (const el of view.messages.values()) view.grown.observe(el); // those drawn before: their size settles late too
   stickToEnd(box);
 }
 

@@ -67,6 +67,7 @@ function buildThreadView(d) {
       h('section', { class: 'graph', 'aria-label': 'Runs' },
         h('h2', {}, 'Runs'),
         h('ol', { id: 'runs', class: 'runs' }))));
+  ui.view.grown?.disconnect(); // the last thread's elements go
   $('thread-view').replaceChildren(root);
   const view = ui.view = { root, messages: new Map(), runs: new Map(), expanded: new Set() };
   view.messageList = [...d.messages.values()];
