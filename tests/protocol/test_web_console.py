@@ -117,7 +117,10 @@ async def test_f20_the_console_is_served_on_the_websocket_port_and_its_origin_on
         csp = headers["content-security-policy"]
         assert "default-src 'self'" in csp and f"connect-src ws://127.0.0.1:{web.port}" in csp, csp
         assert headers["referrer-policy"] == "no-referrer"
-        for asset in ("/app.js", "/model.js", "/rpc.js", "/list.js", "/dom.js", "/console.css"):
+        from pathlib import Path
+
+        console = Path(__file__).resolve().parent.parent / "protocol" / "console"
+        for asset in sorted(f"/{p.name}" for p in console.iterdir() if p.is_file()):  # every module of the page
             status, headers, _ = await http_get(web.port, asset)
             assert status == 200, asset
         assert (await http_get(web.port, "/app.js"))[1]["content-type"].startswith("text/javascript")
@@ -387,6 +390,64 @@ async def test_f2_create_a_thread_from_the_page_and_stream_an_answer(web, page):
     assert rows == 1, "deltas, appends and the snapshot made one message"
 
 
+def after_frames(page: browser.Page, frames: int = 3) -> None:
+    """Return once the page has drawn ``frames`` more animation frames (what
+    it scrolls after drawing is done by then)."""
+    page.driver.set_script_timeout(browser.WAIT)
+    page.driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        let n = arguments[0];
+        const next = () => (n-- > 0 ? requestAnimationFrame(next) : done());
+        next();""", frames)
+
+
+PANE_BOTTOM = "const b = document.getElementById('messages'); return b.scrollHeight - b.scrollTop - b.clientHeight"
+
+
+@needs_browser
+async def test_f2_the_conversation_follows_a_streaming_answer_unless_scrolled_up(web, page):
+    """Issue 28 item 6: the pane scrolls with a growing answer; once the
+    person scrolls up it stays where they put it, and follows again when
+    they scroll back to the end."""
+    thread_id = await new_thread(web, "follow me")
+    page.open(web.thread_url(thread_id))
+    lines = lambda tag: "".join(f"{tag} line {i}\n" for i in range(150))  # noqa: E731
+    type_and_send(page, script(
+        {"say": lines("first"), "chunks": 60}, {"approval": {"kind": "command", "command": "go on"}},
+        {"say": lines("second"), "chunks": 60}, {"approval": {"kind": "command", "command": "and again"}},
+        {"say": lines("third"), "chunks": 60}))
+    answer = "return [...document.querySelectorAll('.msg[data-role=assistant] .text')].some(e => e.textContent.includes(arguments[0]))"
+    page.wait_js(answer, "the first answer", "first line 149")
+    page.wait_css(".request[data-kind='approval']", "the first approval")
+    after_frames(page)
+    assert page.js("const b = document.getElementById('messages'); return b.scrollHeight > 2 * b.clientHeight"), "the answer overflows the pane"
+    assert page.js(PANE_BOTTOM) < 4, "the pane followed the answer to its end"
+    page.shot("followed")
+
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
+
+    pane = ScrollOrigin.from_element(page.css("#messages"))
+    ActionChains(page.driver).scroll_from_origin(pane, 0, -100_000).perform()  # the person scrolls up to read
+    after_frames(page)
+    assert page.js("return document.getElementById('messages').scrollTop") == 0
+    page.click(".request[data-kind='approval'] button[data-action='approve']")
+    page.wait_js(answer, "the second answer", "second line 149")
+    page.wait_js("return document.querySelector('.request[data-kind=approval] code')?.textContent === 'and again'", "the second approval")
+    after_frames(page)
+    assert page.js("return document.getElementById('messages').scrollTop") == 0, "the pane stayed where the person put it"
+    page.shot("stayed-up")
+
+    ActionChains(page.driver).scroll_from_origin(pane, 0, 100_000).perform()  # back to the end
+    after_frames(page)
+    page.click(".request[data-kind='approval'] button[data-action='approve']")
+    page.wait_js(answer, "the third answer", "third line 149")
+    page.wait_css(".run[data-status='completed']", "the run completed")
+    after_frames(page)
+    assert page.js(PANE_BOTTOM) < 4, "following again from the end"
+    page.shot("followed-again")
+
+
 async def new_thread(web: WebDaemon, title: str) -> str:
     async with Client.connect(web.process.socket) as client:
         return (await client.call("thread.create", title=title))["threadId"]
@@ -487,6 +548,8 @@ async def test_f6_fork_from_a_run_and_see_the_fork_under_its_parent(web, page):
     assert order.index(other) < order.index(thread_id)
     assert "delegated task" in page.css(f".thread-row[data-thread-id='{child}']").text
     assert "fork of" in page.css(".lineage").text and "parent" in page.css(".lineage").text
+    transfer = page.wait_js("return document.querySelector(\".transfers li[data-type='fork']\")?.textContent", "the fork's transfer")
+    assert transfer.startswith("fork ← parent pending") and "from run #1" in transfer, transfer  # issue 28 item 6: the fork point
     page.shot("fork-under-parent")
     async with Client.connect(web.process.socket) as client:
         transfers = (await client.call("thread.transfers", threadId=fork_id))["transfers"]
@@ -524,11 +587,13 @@ async def test_f13_f5_view_a_checkpoint_diff_and_switch_provider_to_see_the_hand
         page.open(web.thread_url(thread_id))
         type_and_send(page, script({"write": {"path": "notes.txt", "content": "alpha\nbeta\n"}}, {"say": "wrote it"}))
         page.wait_css(".run[data-status='completed'] .checkpoint[data-status='captured']", "the run's checkpoint")
-        assert "1 files +2 −0" in page.css(".run .checkpoint").text
+        assert "1 file +2 −0" in page.css(".run .checkpoint").text, "one file, not '1 files' (issue 28 item 7)"
         page.click(".run .checkpoint button[data-action='diff']")
         dialog = page.wait_css("#text-dialog[open]", "the diff")
         assert "notes.txt" in dialog.find_element("css selector", "table.files").text
         assert "+alpha" in dialog.find_element("css selector", "pre.patch").text
+        added = page.js("return [...document.querySelectorAll('#text-dialog pre.patch .diff-add')].map(e => e.textContent)")
+        assert added == ["+alpha\n+beta\n"], f"added lines coloured (issue 28 item 6): {added}"
         page.shot("checkpoint-diff")
         page.click("#text-dialog button[value='close']")
 
@@ -545,8 +610,181 @@ async def test_f13_f5_view_a_checkpoint_diff_and_switch_provider_to_see_the_hand
         page.shot("handoff-text")
         page.click("#text-dialog button[value='close']")
         assert "basic ·" in page.css(".thread-head .title-row").text, "the thread moved to the other provider"
+        page.click(".lineage .transfers summary")
+        switch = page.wait_js("return document.querySelector(\".transfers[open] li[data-type='provider_handoff']\")?.textContent",
+                              "the switch's transfer")
+        assert "scripted → basic" in switch, f"the providers on each side (issue 28 item 6): {switch}"
     finally:
         await web.process.terminate()
+
+
+@needs_browser
+async def test_f14_f13_a_stale_checkpoint_still_shows_its_diff(web, page):
+    """Issue 28 item 6: a rollback makes the later runs' checkpoints stale;
+    they can still be diffed (protocol: rollback.toRun), so they keep "View diff"."""
+    thread_id = await new_thread(web, "stale diff")
+    async with Client.connect(web.process.socket) as client:
+        from tests.helpers import send_and_wait
+
+        await send_and_wait(client, thread_id, script({"write": {"path": "a.txt", "content": "one\n"}}))
+        await send_and_wait(client, thread_id, script({"write": {"path": "b.txt", "content": "two\nlines\n"}}))
+        await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+    page.open(web.thread_url(thread_id))
+    page.wait_css(".run[data-ordinal='2'] .attempt", "the last run's graph read (its row is drawn anew then)")
+    stale = ".run[data-ordinal='2'][data-status='rolled_back'] .checkpoint[data-status='stale']"
+    text = page.wait_js("return document.querySelector(arguments[0])?.textContent", "the stale checkpoint", stale)
+    assert "stale (rolled back): 1 file +2 −0" in text, text
+    page.click(f"{stale} button[data-action='diff']")
+    dialog = page.wait_css("#text-dialog[open]", "the stale checkpoint's diff")
+    assert "b.txt" in dialog.find_element("css selector", "table.files").text
+    assert "+lines" in dialog.find_element("css selector", "pre.patch").text
+    assert "stale" in page.css("#text-title").text
+    page.shot("stale-diff")
+    page.click("#text-dialog button[value='close']")
+
+
+@needs_browser
+async def test_f2_a_long_failure_reason_is_shown_whole(web, page):
+    """Issue 28 item 6: a failed run's reason (and its attempt's error) is
+    shown in full, wrapped within the runs pane, however long its words."""
+    thread_id = await new_thread(web, "long failure")
+    page.open(web.thread_url(thread_id))
+    token = "0123456789abcdef" * 24  # no place to break: a hash, base64, a URL
+    why = ("the build broke in /work/" + "very-long-folder-name/" * 12 + "main.c: " + "an error that goes on " * 20 + token + " the end")
+    type_and_send(page, script({"fail": why}))
+    run = page.wait_css(".run[data-ordinal='1'][data-status='failed']", "the failed run")
+    page.wait_js("return document.querySelector('.run[data-ordinal=\"1\"] .attempt[data-status=failed]')", "its attempt")
+    after_frames(page)
+    shown = page.js("""
+        const pane = document.querySelector('.graph').getBoundingClientRect();
+        return [...document.querySelectorAll('.run[data-ordinal="1"] :is(.reason, .node .summary)')].map((e) => {
+          const box = e.getBoundingClientRect();
+          return [e.textContent, box.left >= pane.left - 1 && box.right <= pane.right + 1, e.scrollWidth <= e.clientWidth + 1,
+                  getComputedStyle(e).textOverflow];
+        });""")
+    assert shown, "the reason is shown"
+    for text, inside, not_cut, overflow in shown:
+        assert "the end" in text and "very-long-folder-name/" * 12 in text and token in text, text
+        assert inside and not_cut and overflow == "clip", (text[:40], inside, not_cut, overflow)
+    assert page.js("const g = document.querySelector('.graph'); return g.scrollWidth <= g.clientWidth"), "no sideways scrolling"
+    page.shot("long-failure")
+
+
+MARKDOWN_ANSWER = """# Done
+
+The fix is **in** and *tested*, see `parse()` and [the docs](https://example.org/docs).
+Not links: [run](javascript:alert(1)) and <img src=x onerror="window.pwned=1">, snake_case_names stay.
+
+- [x] read the code
+- write the fix
+  - with a nested point
+2. two
+3. three
+
+```python
+def f(x):
+    return "s" # why
+```
+
+```diff
+@@ -1 +1 @@
+-old
++new
+```
+
+| file | lines |
+| --- | ---: |
+| a.py | 12 |
+"""
+
+
+@needs_browser
+async def test_f2_an_answer_is_shown_as_markdown_built_from_text_nodes(web, page):
+    """Issue 28 item 6: assistant Markdown is rendered — headings, emphasis,
+    code, links, lists, tables, highlighted code and coloured diffs — with
+    elements and text nodes only: HTML and script links in the text stay text."""
+    thread_id = await new_thread(web, "markdown")
+    page.open(web.thread_url(thread_id))
+    type_and_send(page, script({"say": MARKDOWN_ANSWER, "chunks": 8}))
+    msg = ".msg[data-role=assistant][data-status=complete] .text"
+    page.wait_css(f"{msg} table", "the answer drawn as Markdown")
+    out = page.js("""
+        const m = document.querySelector(arguments[0]);
+        const all = (s) => [...m.querySelectorAll(s)].map((e) => e.textContent);
+        const link = m.querySelector('a');
+        return {
+          heading: all('.md-heading'), strong: all('strong'), em: all('em'), code: all(':not(pre) > code'),
+          links: [...m.querySelectorAll('a')].map((a) => [a.textContent, a.getAttribute('href'), a.target, a.rel]),
+          items: all('ul > li').map((t) => t.trim()), nested: all('ul ul li'), ordered: [m.querySelector('ol')?.getAttribute('start'), all('ol > li')],
+          tasks: [...m.querySelectorAll('li[data-checked]')].map((e) => e.dataset.checked),
+          kw: all('pre.code[data-lang=python] .hl-kw'), str: all('.hl-str'), com: all('.hl-com'),
+          add: all('pre.patch .diff-add'), del: all('pre.patch .diff-del'), hunk: all('pre.patch .diff-hunk'),
+          table: [all('th'), all('td'), m.querySelector('td + td').className],
+          elements: [...new Set([...m.querySelectorAll('*')].map((e) => e.tagName.toLowerCase()))].sort(),
+          text: m.textContent, pwned: window.pwned === 1,
+        };""", msg)
+    assert out["heading"] == ["Done"]
+    assert (out["strong"], out["em"], out["code"]) == (["in"], ["tested"], ["parse()"])
+    assert out["links"] == [["the docs", "https://example.org/docs", "_blank", "noopener noreferrer"]]
+    assert "[run](javascript:alert(1))" in out["text"] and '<img src=x onerror="window.pwned=1">' in out["text"]
+    assert "snake_case_names" in out["text"]
+    assert not out["pwned"] and "img" not in out["elements"] and "script" not in out["elements"], out["elements"]
+    assert out["items"][0].startswith("☑") and out["tasks"] == ["true"]
+    assert out["nested"] == ["with a nested point"]
+    assert out["ordered"] == ["2", ["two", "three"]]
+    assert out["kw"] == ["def", "return"] and out["str"] == ['"s"'] and out["com"] == ["# why"]
+    assert (out["add"], out["del"], out["hunk"]) == (["+new"], ["-old\n"], ["@@ -1 +1 @@\n"])
+    assert out["table"] == [["file", "lines"], ["a.py", "12"], "align-right"]
+    page.shot("markdown-answer")
+
+
+LIVE = """
+const [threadId, pieces, status] = arguments;
+return import('/ui.js').then(({ ui }) => {
+  const d = ui.model.details.get(threadId);
+  if (!d.messages.has('msg_live')) ui.model._putMessage(d, { id: 'msg_live', role: 'assistant', text: '', status: 'streaming' });
+  const m = d.messages.get('msg_live');
+  for (const text of pieces) ui.model.apply({ ephemeral: true, type: 'message.delta', threadId, payload: { messageId: 'msg_live', offset: m.length, text } });
+  if (status) { m.status = status; ui.model.dirty.messages.add('msg_live'); }
+  ui.scheduleRender();
+  return true;
+});"""
+
+
+@needs_browser
+async def test_f2_a_streaming_answer_is_drawn_as_markdown_block_by_block(web, page):
+    """Issue 28 item 6: while an answer streams, each block that can no
+    longer change (the text up to its last blank line outside a code fence)
+    is drawn as Markdown; the text after it stays plain until more comes.
+    Deltas are applied to the page's model directly, so each step is exact."""
+    thread_id = await new_thread(web, "live markdown")
+    page.open(web.thread_url(thread_id))
+    page.wait_css(f".thread[data-thread-id='{thread_id}'] #messages")
+    live = ".msg[data-message-id='msg_live']"
+    state = f"""
+        const m = document.querySelector("{live}");
+        return m && [[...m.querySelectorAll('.settled')].map((e) => e.textContent).join(''),
+                     [...m.querySelectorAll('.text > span.block')].map((e) => e.textContent).join('')];"""
+
+    page.js(LIVE, thread_id, ["# Li", "ve\n\nSome **bo", "ld** text\n\n- a\n- b"], None)
+    page.wait_js(f"return document.querySelector(\"{live} .settled strong\")", "the settled blocks drawn")
+    assert page.js(state) == ["LiveSome bold text", "- a\n- b"], "the list may still grow: plain"
+    assert page.js(f"return document.querySelector(\"{live} .md-heading\").textContent") == "Live"
+
+    page.js(LIVE, thread_id, ["\n\n```python\ndef f():\n\n    return 1\n"], None)
+    page.wait_js(f"return document.querySelector(\"{live} .settled li\")", "the list settled")
+    assert page.js(state) == ["LiveSome bold textab", "```python\ndef f():\n\n    return 1\n"], "a blank line inside a fence settles nothing"
+
+    page.js(LIVE, thread_id, ["```\n\nafter"], None)
+    page.wait_js(f"return document.querySelector(\"{live} .settled pre.code .hl-kw\")", "the code block settled")
+    assert page.js(state)[1] == "after"
+
+    page.js(LIVE, thread_id, [], "complete")
+    page.wait_js(f"return document.querySelector(\"{live}[data-status='complete']\") && !document.querySelector(\"{live} .block\")",
+                 "the answer drawn whole")
+    drawn = page.js(f"const t = document.querySelector(\"{live} .text\"); return [t.children.length, t.querySelector('ul').children.length, t.lastElementChild.textContent]")
+    assert drawn == [5, 2, "after"], drawn
+    page.shot("live-markdown")
 
 
 @needs_browser

@@ -1,0 +1,139 @@
+// What the views show, derived from the model's records with no DOM: labels,
+// summaries, which actions a record offers, what a rollback undoes. The
+// views draw these; tests/console/*.test.mjs check them under node.
+
+import { TERMINAL } from './model.js';
+
+/** A protocol word as text: `delegated_task` → `delegated task`. */
+export const words = (s) => (s ?? '').replaceAll('_', ' ');
+
+/** `n` and the noun, singular for one: `1 file`, `2 files`. */
+export function plural(n, one, many = `${one}s`) {
+  return `${n.toLocaleString('en')} ${n === 1 ? one : many}`;
+}
+
+/** A checkpoint's one-line summary: `1 file +2 −0`, or its status and why. */
+export function checkpointText(cp) {
+  const s = cp.summary ?? {};
+  const files = `${plural(s.filesChanged ?? 0, 'file')} +${s.insertions ?? 0} −${s.deletions ?? 0}`;
+  if (cp.status === 'captured') return files;
+  // a rollback made it stale: what it holds is still there (and can be diffed)
+  if (cp.status === 'stale') return `stale${cp.reason ? ` (${words(cp.reason)})` : ''}: ${files}`;
+  return `checkpoint ${cp.status}${cp.reason ? `: ${cp.reason}` : ''}`;
+}
+
+/** Whether checkpoint.diff can show it: captured, or stale after a rollback (protocol: "they can still be diffed"). */
+export const canDiff = (cp) => cp.status === 'captured' || cp.status === 'stale';
+
+/** The actions a run offers. */
+export function runActions(run) {
+  const ended = run.status === 'failed' || run.status === 'interrupted';
+  return {
+    interrupt: run.status === 'running' || run.status === 'waiting',
+    cancel: run.status === 'queued',
+    fork: run.status === 'completed' || (ended && Boolean(run.startedAt)),
+    rollback: TERMINAL.has(run.status) && run.status !== 'rolled_back' && Boolean(run.startedAt),
+  };
+}
+
+/** Whether the thread has a queued run (Stop holds the queue even when nothing runs). */
+export function hasQueued(d) {
+  for (const r of d.runs.values()) if (r.status === 'queued') return true;
+  return false;
+}
+
+/** The threads directly under `threadId`, in the map's order. */
+export function childrenOf(threads, threadId) {
+  return [...threads.values()].filter((t) => t.parentThreadId === threadId);
+}
+
+/** The forks of `threadId`: what the composer can merge back. */
+export function forksOf(threads, threadId) {
+  return childrenOf(threads, threadId).filter((t) => t.relationshipToParent === 'fork');
+}
+
+/** The children whose approvals and questions show on `threadId` too (delegated work, not forks or side chats). */
+export function requestChildren(threads, threadId) {
+  return childrenOf(threads, threadId).filter((t) => t.relationshipToParent !== 'fork' && t.relationshipToParent !== 'side_chat');
+}
+
+/** The pending requests of an open thread (its own and its delegated children's). */
+export function pendingRequests(d) {
+  return [...d.requests.values()].filter((r) => r.status === 'pending');
+}
+
+/** The todo list and the proposed plans shown above the conversation. */
+export function shownArtifacts(d) {
+  const all = [...d.artifacts.values()];
+  // root todo lists are the progress view; a child's stay under its node
+  const rootOf = (a) => !a.nodeId || a.nodeId === d.runs.get(a.runId)?.rootNodeId;
+  const todo = all.filter((a) => a.kind === 'todo_list' && rootOf(a)).sort((a, b) => a.updatedAt - b.updatedAt).at(-1) ?? null;
+  // plans still to decide on, and the latest one whatever became of it
+  const proposed = all.filter((a) => a.kind === 'proposed_plan').sort((a, b) => a.createdAt - b.createdAt);
+  const plans = proposed.filter((a, i) => a.status === 'proposed' || i === proposed.length - 1);
+  return { todo, plans };
+}
+
+/** A todo step's mark. */
+export const stepMark = (status) => (status === 'completed' ? '☑' : status === 'in_progress' ? '▶' : '☐');
+
+/** What rolling back to `ordinal` (0: the start) undoes, and the checkpoint the files go back to. */
+export function rollbackPlan(d, ordinal) {
+  const runs = d.runsInOrder();
+  const target = runs.find((r) => r.ordinal === ordinal);
+  return {
+    undone: runs.filter((r) => r.ordinal > ordinal && r.status !== 'rolled_back'),
+    checkpoint: target ? d.checkpointOf(target.id) : null,
+  };
+}
+
+/** A run's nodes by parent id ('' for the roots), in the order given. */
+export function nodeChildren(nodes) {
+  const children = new Map();
+  for (const n of nodes) {
+    const key = n.parentNodeId ?? '';
+    if (!children.has(key)) children.set(key, []);
+    children.get(key).push(n);
+  }
+  return children;
+}
+
+/** A run's label in its thread: `#3`, or its id when the run is not known here. */
+export function runLabel(d, runId) {
+  const r = d?.runs.get(runId);
+  return r ? `#${r.ordinal}` : runId;
+}
+
+/**
+ * A transfer as seen from thread `d`: which way it goes, the other thread,
+ * the providers on each side and the point it was taken at, where the
+ * record names them. `sourceDetail` is the source thread's ThreadDetail when
+ * the page has it (to name the point's run by its ordinal).
+ */
+export function transferView(tr, d, sourceDetail = null) {
+  const outgoing = tr.sourceThreadId === d.id && tr.targetThreadId !== d.id;
+  const self = tr.sourceThreadId === tr.targetThreadId;
+  const providers = tr.sourceProvider && tr.targetProvider && tr.sourceProvider !== tr.targetProvider
+    ? `${tr.sourceProvider} → ${tr.targetProvider}`
+    : tr.targetProvider ?? tr.sourceProvider ?? null;
+  return {
+    type: words(tr.type),
+    arrow: self ? null : outgoing ? '→' : '←',
+    otherThreadId: self ? null : outgoing ? tr.targetThreadId : tr.sourceThreadId,
+    status: words(tr.status),
+    resolution: tr.resolution ? `${tr.resolution}${tr.lowerFidelity ? ', lower fidelity' : ''}` : null,
+    providers,
+    point: pointText(tr.sourcePoint, sourceDetail),
+  };
+}
+
+/** Where a source point is: `run #2`, `checkpoint ckp_…`, `the start`; null when it names nothing. */
+export function pointText(point, sourceDetail = null) {
+  if (!point) return null;
+  if (point.checkpointId && point.runId) return `run ${runLabel(sourceDetail, point.runId)}, checkpoint ${point.checkpointId}`;
+  if (point.runId) return `run ${runLabel(sourceDetail, point.runId)}`;
+  if (point.checkpointId) return `checkpoint ${point.checkpointId}`;
+  if (point.nodeId) return `node ${point.nodeId}`;
+  if (point.providerThreadId) return `provider thread ${point.providerThreadId}${point.providerTurnId ? ` turn ${point.providerTurnId}` : ''}`;
+  return null; // e.g. a latest_stable point of a thread with no completed run: an empty fork
+}

@@ -1,0 +1,124 @@
+// What the console's views show, derived with no DOM (issue 22; issue 28
+// rough edges 6 and 7): summaries, actions, rollbacks, lineage.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ThreadDetail } from '../../protocol/console/model.js';
+import * as derive from '../../protocol/console/derive.js';
+
+function detail(runs = [], checkpoints = []) {
+  const d = new ThreadDetail('thr_1');
+  for (const r of runs) d.runs.set(r.id, r);
+  for (const c of checkpoints) d.putCheckpoint(c);
+  return d;
+}
+
+test('a checkpoint of one file says "1 file", of more "N files" (issue 28 item 7)', () => {
+  const cp = (n) => ({ status: 'captured', summary: { filesChanged: n, insertions: 2, deletions: 0 } });
+  assert.equal(derive.checkpointText(cp(1)), '1 file +2 −0');
+  assert.equal(derive.checkpointText(cp(0)), '0 files +2 −0');
+  assert.equal(derive.checkpointText(cp(1200)), '1,200 files +2 −0');
+  assert.equal(derive.checkpointText({ status: 'captured' }), '0 files +0 −0');
+});
+
+test('a stale checkpoint keeps its summary and can be diffed; a missing one says why and cannot (F13, F14)', () => {
+  const stale = { status: 'stale', reason: 'rolled_back', summary: { filesChanged: 1, insertions: 1, deletions: 3 } };
+  assert.equal(derive.checkpointText(stale), 'stale (rolled back): 1 file +1 −3');
+  assert.equal(derive.canDiff(stale), true);
+  const missing = { status: 'missing', reason: 'daemon_restart' };
+  assert.equal(derive.checkpointText(missing), 'checkpoint missing: daemon_restart');
+  assert.equal(derive.canDiff(missing), false);
+  assert.equal(derive.canDiff({ status: 'error' }), false);
+  assert.equal(derive.canDiff({ status: 'captured' }), true);
+});
+
+test('a run offers what its status allows (F6, F10, F14)', () => {
+  const can = (status, startedAt = 1) => Object.entries(derive.runActions({ status, startedAt })).filter(([, v]) => v).map(([k]) => k);
+  assert.deepEqual(can('running'), ['interrupt']);
+  assert.deepEqual(can('waiting'), ['interrupt']);
+  assert.deepEqual(can('queued', null), ['cancel']);
+  assert.deepEqual(can('completed'), ['fork', 'rollback']);
+  assert.deepEqual(can('failed'), ['fork', 'rollback']);
+  assert.deepEqual(can('failed', null), [], 'a run that never reached a provider is no point to fork from or go back to');
+  assert.deepEqual(can('interrupted'), ['fork', 'rollback']);
+  assert.deepEqual(can('cancelled', null), []);
+  assert.deepEqual(can('rolled_back'), []);
+});
+
+test('a rollback names the later runs it undoes, not those already rolled back, and the checkpoint files go back to', () => {
+  const runs = [1, 2, 3, 4].map((n) => ({ id: `run_${n}`, ordinal: n, status: n === 4 ? 'rolled_back' : 'completed' }));
+  const d = detail(runs, [{ id: 'ckp_1', runId: 'run_1', kind: 'run', status: 'captured' }]);
+  const plan = derive.rollbackPlan(d, 1);
+  assert.deepEqual(plan.undone.map((r) => r.ordinal), [2, 3]);
+  assert.equal(plan.checkpoint.id, 'ckp_1');
+  assert.deepEqual(derive.rollbackPlan(d, 0).undone.map((r) => r.ordinal), [1, 2, 3]);
+  assert.equal(derive.rollbackPlan(d, 0).checkpoint, null);
+});
+
+test('the queue counts for Stop only while a run is queued', () => {
+  assert.equal(derive.hasQueued(detail([{ id: 'r', ordinal: 1, status: 'completed' }])), false);
+  assert.equal(derive.hasQueued(detail([{ id: 'r', ordinal: 1, status: 'queued' }])), true);
+});
+
+test('children, forks and the children whose requests show on their parent (F6, F9, F15)', () => {
+  const threads = new Map([
+    ['p', { id: 'p' }],
+    ['f', { id: 'f', parentThreadId: 'p', relationshipToParent: 'fork' }],
+    ['s', { id: 's', parentThreadId: 'p', relationshipToParent: 'side_chat' }],
+    ['t', { id: 't', parentThreadId: 'p', relationshipToParent: 'delegated_task' }],
+    ['x', { id: 'x', parentThreadId: 'f', relationshipToParent: 'delegated_task' }],
+  ]);
+  assert.deepEqual(derive.childrenOf(threads, 'p').map((t) => t.id), ['f', 's', 't']);
+  assert.deepEqual(derive.forksOf(threads, 'p').map((t) => t.id), ['f']);
+  assert.deepEqual(derive.requestChildren(threads, 'p').map((t) => t.id), ['t']);
+});
+
+test('the progress view shows the latest root todo list and the plans still to decide on (F16)', () => {
+  const d = detail([{ id: 'run_1', ordinal: 1, rootNodeId: 'root_1' }]);
+  const put = (a) => d.artifacts.set(a.id, a);
+  put({ id: 'todo_old', kind: 'todo_list', runId: 'run_1', updatedAt: 1 });
+  put({ id: 'todo_new', kind: 'todo_list', runId: 'run_1', nodeId: 'root_1', updatedAt: 2 });
+  put({ id: 'todo_child', kind: 'todo_list', runId: 'run_1', nodeId: 'sub_1', updatedAt: 3 });
+  put({ id: 'plan_a', kind: 'proposed_plan', status: 'proposed', createdAt: 1 });
+  put({ id: 'plan_b', kind: 'proposed_plan', status: 'implemented', createdAt: 2 });
+  put({ id: 'plan_c', kind: 'proposed_plan', status: 'implemented', createdAt: 3 });
+  const { todo, plans } = derive.shownArtifacts(d);
+  assert.equal(todo.id, 'todo_new', "a subagent's todo list stays under its node");
+  assert.deepEqual(plans.map((p) => p.id), ['plan_a', 'plan_c']);
+  assert.equal(derive.shownArtifacts(detail()).todo, null);
+  assert.deepEqual(['completed', 'in_progress', 'pending'].map(derive.stepMark), ['☑', '▶', '☐']);
+});
+
+test('nodes group under their parents, roots under ""', () => {
+  const children = derive.nodeChildren([{ id: 'a' }, { id: 'b', parentNodeId: 'a' }, { id: 'c', parentNodeId: 'a' }]);
+  assert.deepEqual([...children.keys()], ['', 'a']);
+  assert.deepEqual(children.get('a').map((n) => n.id), ['b', 'c']);
+});
+
+test('a transfer shows its direction, providers and fork point where the record has them (issue 28 item 6; F5, F6, F8)', () => {
+  const source = detail([{ id: 'run_7', ordinal: 2 }]);
+  source.id = 'thr_src';
+  const fork = {
+    id: 'ctx_1', type: 'fork', sourceThreadId: 'thr_src', targetThreadId: 'thr_1', status: 'consumed', resolution: 'portable',
+    lowerFidelity: true, sourceProvider: 'scripted', targetProvider: 'basic',
+    sourcePoint: { type: 'run', runId: 'run_7', checkpointId: 'ckp_9' },
+  };
+  const here = detail();
+  const seen = derive.transferView(fork, here, source);
+  assert.deepEqual(
+    [seen.type, seen.arrow, seen.otherThreadId, seen.status, seen.resolution, seen.providers, seen.point],
+    ['fork', '←', 'thr_src', 'consumed', 'portable, lower fidelity', 'scripted → basic', 'run #2, checkpoint ckp_9']);
+  assert.equal(derive.transferView(fork, here).point, 'run run_7, checkpoint ckp_9', 'without the source thread read, the run is named by id');
+  const fromSource = derive.transferView(fork, source, source);
+  assert.deepEqual([fromSource.arrow, fromSource.otherThreadId], ['→', 'thr_1']);
+  const sw = { id: 'ctx_2', type: 'provider_handoff', sourceThreadId: 'thr_1', targetThreadId: 'thr_1', status: 'pending', targetProvider: 'basic' };
+  const seenSwitch = derive.transferView(sw, here);
+  assert.deepEqual([seenSwitch.type, seenSwitch.arrow, seenSwitch.otherThreadId, seenSwitch.providers, seenSwitch.point], ['provider handoff', null, null, 'basic', null]);
+  assert.equal(derive.pointText({ type: 'checkpoint', checkpointId: 'ckp_3' }), 'checkpoint ckp_3');
+  assert.equal(derive.pointText({ type: 'latest_stable' }), null, 'an unresolved point names nothing');
+});
+
+test('protocol words read as words', () => {
+  assert.equal(derive.words('delegated_task'), 'delegated task');
+  assert.equal(derive.words(undefined), '');
+});
