@@ -1,6 +1,6 @@
 """The web console's model and derivations, and its shape, tested without a
 browser by node's own test runner (issue 22, Legibility): ``node --test`` on
-``tests/console/*.test.mjs``, which import the console's modules directly.
+``tests/protocol/console/*.test.mjs``, which import the console's modules directly.
 This file runs them as part of the README's test command and fails with
 node's report; it skips, saying so, only when no ``node`` is on PATH (or
 one too old to load the modules). The browser tests of the same console are
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONSOLE = ROOT / "protocol" / "console"
-NODE_TESTS = sorted((ROOT / "tests" / "console").glob("*.test.mjs"))
+NODE_TESTS = sorted((ROOT / "tests" / "protocol" / "console").glob("*.test.mjs"))
 
 
 def loads_console_modules(major: int, minor: int) -> bool:
@@ -33,7 +33,7 @@ def node_missing() -> str | None:
     """Why the node tests cannot run here, or None."""
     node = shutil.which("node")
     if node is None:
-        return "no `node` on PATH: the console's unit tests (tests/console/*.test.mjs) need Node.js 20.19 or later"
+        return "no `node` on PATH: the console's unit tests (tests/protocol/console/*.test.mjs) need Node.js 20.19 or later"
     out = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
     match = re.fullmatch(r"v(\d+)\.(\d+)\.\d+.*", out)
     if not match:
@@ -45,7 +45,7 @@ def node_missing() -> str | None:
 
 @pytest.mark.skipif(node_missing() is not None, reason=f"console unit tests: {node_missing()}")
 def test_f20_the_consoles_model_and_views_pass_their_node_tests():
-    assert NODE_TESTS, "no tests/console/*.test.mjs"
+    assert NODE_TESTS, "no tests/protocol/console/*.test.mjs"
     done = subprocess.run(["node", "--test", *map(str, NODE_TESTS)], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"node --test failed:\n{done.stdout}\n{done.stderr}"
     summary = dict(re.findall(r"^# (tests|pass|fail) (\d+)$", done.stdout, re.M))

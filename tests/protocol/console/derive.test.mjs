@@ -3,8 +3,8 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ThreadDetail } from '../../protocol/console/model.js';
-import * as derive from '../../protocol/console/derive.js';
+import { ThreadDetail } from '../../../protocol/console/model.js';
+import * as derive from '../../../protocol/console/derive.js';
 
 function detail(runs = [], checkpoints = []) {
   const d = new ThreadDetail('thr_1');

@@ -4,8 +4,8 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseMarkdown, parseInline, safeHref, settledEnd } from '../../protocol/console/markdown.js';
-import { highlight, diffRuns, looksLikePatch } from '../../protocol/console/code.js';
+import { parseMarkdown, parseInline, safeHref, settledEnd } from '../../../protocol/console/markdown.js';
+import { highlight, diffRuns, looksLikePatch } from '../../../protocol/console/code.js';
 
 /** Inline runs as compact text: `**x**` → ['strong', ['x']]. */
 const flat = (runs) => runs.map((r) => (r.type === 'text' ? r.text : r.type === 'code' ? ['code', r.text]

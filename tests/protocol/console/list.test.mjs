@@ -3,8 +3,8 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { listOrder } from '../../protocol/console/list.js';
-import { backoff } from '../../protocol/console/rpc.js';
+import { listOrder } from '../../../protocol/console/list.js';
+import { backoff } from '../../../protocol/console/rpc.js';
 
 const map = (...threads) => new Map(threads.map((t) => [t.id, t]));
 

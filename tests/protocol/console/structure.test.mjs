@@ -8,7 +8,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
 
-const dir = fileURLToPath(new URL('../../protocol/console/', import.meta.url));
+const dir = fileURLToPath(new URL('../../../protocol/console/', import.meta.url));
 const files = readdirSync(dir).filter((f) => !f.startsWith('.'));
 const modules = files.filter((f) => f.endsWith('.js'));
 const source = (f) => readFileSync(join(dir, f), 'utf8');

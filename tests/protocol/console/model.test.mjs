@@ -4,7 +4,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { Model, placeText, codePoints, dropCodePoints } from '../../protocol/console/model.js';
+import { Model, placeText, codePoints, dropCodePoints } from '../../../protocol/console/model.js';
 
 const thread = { id: 'thr_1', title: 't', status: 'idle', provider: 'scripted', createdAt: 1, updatedAt: 1 };
 const ev = (seq, type, payload, extra = {}) => ({ seq, type, threadId: 'thr_1', at: 100 + seq, payload, ...extra });
