@@ -298,6 +298,28 @@ def run_retry(ctx: ThreadContext, command: Command) -> Decision:
     return Decision(batch, result, [StartNext()])
 
 
+def task_cancel(ctx: ThreadContext, command: Command) -> Decision:
+    """``task.cancel``, in the delegated task's own actor (SPEC F9, F10): the
+    task's queued runs are cancelled, its running one interrupted (it ends
+    ``interrupted`` when the provider says so), and — after the commit — its
+    own delegated tasks are stopped, depth-first, as a Stop does."""
+    state = ctx.state
+    batch = ctx.batch()
+    cancelled = list(state.queued)
+    for run in cancelled:
+        cancel_queued_run(ctx, batch, run, "task_cancelled: the agent that delegated it cancelled it")
+    active = state.active
+    after: list[Any] = []
+    if active is not None:
+        request_interrupt_event(batch, active, hold_queue=False)
+        after = request_interrupt(ctx, active, "task_cancelled")
+    after.append(StopChildren(stop_cascade_effect(batch, state).id))
+    result = results.TaskCancelResult(task_id=state.thread_id, interrupted_run_id=active.run.id if active else None,
+                                      cancelled_run_ids=[r.id for r in cancelled], seq=NO_SEQ)
+    batch.record_receipt(command.command_id, command.method, result)
+    return Decision(batch, result, after)
+
+
 def queue_release(ctx: ThreadContext, command: Command) -> Transition:
     """``thread.queue.release``: let queued runs start again; the answer
     names the runs still waiting once the next one started."""

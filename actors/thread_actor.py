@@ -368,6 +368,14 @@ class ThreadActor:
     async def perform(self, effect: Any) -> Any:
         """Carry out one effect: the actor's own here, the rest by the executor."""
         match effect:
+            # The two of every streamed delta first.
+            case fx.PublishDelta():
+                self.hub.publish_ephemeral(
+                    "message.delta", thread_id=self.thread_id, run_id=effect.run_id, node_id=effect.node_id,
+                    at=self.now(), messageId=effect.message_id, offset=effect.offset, text=effect.text,
+                )
+            case fx.StartTimer(timer=timer, delay=delay):
+                self._timers.setdefault(timer, trio.current_time() + delay)
             case fx.Commit(batch=batch):
                 return await self.commit(batch)
             case fx.StartNext():
@@ -376,15 +384,8 @@ class ThreadActor:
                 self._activate(active)
             case fx.StopAttemptTasks(attempt_id=attempt_id):
                 self._stop_attempt_tasks(attempt_id)
-            case fx.StartTimer(timer=timer, delay=delay):
-                self._timers.setdefault(timer, trio.current_time() + delay)
             case fx.CancelTimer(timer=timer):
                 self._timers.pop(timer, None)
-            case fx.PublishDelta():
-                self.hub.publish_ephemeral(
-                    "message.delta", thread_id=self.thread_id, run_id=effect.run_id, node_id=effect.node_id,
-                    at=self.now(), messageId=effect.message_id, offset=effect.offset, text=effect.text,
-                )
             case fx.MarkBusy(busy=busy):
                 self.sessions.mark_busy(self.thread_id, busy)
             case fx.PeekMailbox():

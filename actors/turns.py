@@ -79,8 +79,23 @@ def on_runtime_warning(ctx: ThreadContext, event: RuntimeWarning_) -> Decision:
 # -- streamed text ------------------------------------------------------------------
 
 
-def on_text_delta(ctx: ThreadContext, event: TextDelta) -> Transition:
-    """Publish a delta at once (ephemeral) and buffer it for a coalesced write."""
+def on_text_delta(ctx: ThreadContext, event: TextDelta) -> Transition | Decision:
+    """Publish a delta at once (ephemeral) and buffer it for a coalesced
+    write. The common case — the message is open, the buffer not full — is a
+    plain Decision: this runs for every token a model streams."""
+    active = _active(ctx)
+    open_message = active.messages.get(event.item_id)
+    if open_message is None or open_message.pending_len + len(event.delta) >= TEXT_FLUSH_BYTES:
+        return _delta_that_writes(ctx, event)
+    offset = open_message.buffer(event.delta)
+    record = open_message.record
+    return Decision(effects=[PublishDelta(active.run.id, record.node_id, record.id, offset, event.delta),
+                             StartTimer(FlushTimer(), TEXT_FLUSH_INTERVAL)])
+
+
+def _delta_that_writes(ctx: ThreadContext, event: TextDelta) -> Transition:
+    """A delta that opens its message (it came before its item) or fills
+    the buffer (written at once)."""
     active = _active(ctx)
     open_message = active.messages.get(event.item_id)
     if open_message is None:

@@ -51,6 +51,10 @@ DELEGATE_DESCRIPTION = (
     "it returns the task id at once and the result is given to you at your next turn (or ask task_result)."
 )
 RESULT_DESCRIPTION = "Where a delegated task stands (by the taskId delegate_task returned), and its result once it ended."
+CANCEL_DESCRIPTION = (
+    "Cancel a task you delegated (by its taskId): its run is interrupted (or, not started yet, cancelled) and the "
+    "tasks it delegated are stopped too. task_result then tells how it ended."
+)
 
 
 class Delegator:
@@ -91,6 +95,10 @@ class Delegator:
         async with Client.connect(self.socket) as client:
             return await client.call("task.result", taskId=task_id, **self._session())
 
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        async with Client.connect(self.socket) as client:
+            return await client.call("task.cancel", taskId=task_id, **self._session())
+
 
 def describe(answer: dict[str, Any]) -> str:
     """The tool's text for the model."""
@@ -125,6 +133,18 @@ def build_server(delegator: Delegator) -> Any:
         except (AgentdError, OSError) as exc:
             raise ToolError(str(exc)) from None
         return {**_fields(answer), "text": describe(answer)}
+
+    @app.tool(name="task_cancel", description=CANCEL_DESCRIPTION)
+    async def task_cancel(taskId: str) -> dict[str, Any]:  # noqa: N803 - the tool's parameter name
+        try:
+            answer = await delegator.cancel(taskId)
+        except (AgentdError, OSError) as exc:
+            raise ToolError(str(exc)) from None
+        running = answer.get("interruptedRunId")
+        text = (f"Task {answer['taskId']}: " + (f"its run {running} is being interrupted" if running
+                else "it had no run going") + "; the tasks it delegated are stopped too. task_result tells how it ended.")
+        return {"taskId": answer["taskId"], "interruptedRunId": running,
+                "cancelledRunIds": answer.get("cancelledRunIds", []), "text": text}
 
     return app
 

@@ -155,6 +155,16 @@ class TaskDelegateResult(WireStruct, kw_only=True):
     seq: Seq
 
 
+class TaskCancelResult(WireStruct, kw_only=True):
+    """``task.cancel``: the task's run interrupted (when it was running) or
+    cancelled (when it had not started), its own tasks stopped after it."""
+
+    task_id: str
+    interrupted_run_id: str | None
+    cancelled_run_ids: list[str]
+    seq: Seq
+
+
 class ThreadUnquarantineResult(WireStruct, kw_only=True):
     thread_id: str
     was_quarantined: bool

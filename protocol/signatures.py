@@ -40,6 +40,7 @@ SIGNATURES: dict[str, Signature] = {
     "thread.fork": Signature(w.ThreadForkParams, r.ThreadForkResult),
     "run.resume": Signature(w.RunResumeParams, r.Never),
     "task.delegate": Signature(w.TaskDelegateParams, r.TaskDelegateResult),
+    "task.cancel": Signature(w.TaskCancelParams, r.TaskCancelResult),
     "checkpoint.restore": Signature(w.CheckpointRestoreParams, r.CheckpointRestoreResult),
     "rollback.toRun": Signature(w.RollbackToRunParams, r.RollbackToRunResult),
     "rollback.node": Signature(w.RollbackNodeParams, r.RollbackNodeResult),

@@ -126,6 +126,14 @@ class TaskDelegateParams(Params):
     command_id: CommandId | None = None
 
 
+class TaskCancelParams(Params):
+    task_id: Id
+    #: the asking provider session (with its credential): it may cancel only its own thread's tasks
+    session_id: Id | None = None
+    credential: Credential | None = None
+    command_id: CommandId | None = None
+
+
 class TaskResultParams(Params):
     task_id: Id
     #: wait until the task's run ended

@@ -118,6 +118,7 @@ METHODS = MethodTable([
     _thread("thread.fork", transfers.thread_fork, by_thread),
     _read("run.resume", queries.run_resume),
     _daemon("task.delegate", tasks.task_delegate, access="tool"),
+    _daemon("task.cancel", tasks.task_cancel, access="tool"),
     # Restores refuse while another thread runs in the folder they write (workspace_guard).
     _thread("checkpoint.restore", refusing_while_shared(restoring.checkpoint_restore), by_checkpoint),
     _thread("rollback.toRun", refusing_while_shared(rollback.rollback_to_run), by_thread),

@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from agentd.actors import delegation
+from agentd.actors import delegation, run_control
 from agentd.actors.delegation import ConsumeResult, DelegateCommand
 from agentd.actors.providers.base import SessionClaim
 from agentd.actors.task_slots import TaskSlot
@@ -223,6 +223,38 @@ def _asking_attempt(context: DaemonContext, session_id: str | None, parent_id: s
     thread = context.store.thread(parent_id)
     run = context.store.run(thread.active_run_id) if thread and thread.active_run_id else None
     return run.selected_attempt_id if run is not None and run.status not in RUN_TERMINAL else None
+
+
+async def task_cancel(context: DaemonContext, params: wire.TaskCancelParams, conn: Connection) -> Any:
+    """``task.cancel``: stop a delegated task and the tasks it delegated,
+    depth-first, each in its own actor (run_control.task_cancel). An agent's
+    session may cancel only its own thread's tasks (or theirs, below them)."""
+    authorize_tool_call(context, conn, "task.cancel", params.session_id, params.credential)
+    store = context.store
+    task = store.thread(params.task_id)
+    if task is None or task.relationship_to_parent != delegation.DELEGATED_TASK or task.parent_thread_id is None:
+        raise NotFound(f"no delegated task {params.task_id}", taskId=params.task_id)
+    if params.session_id is not None:
+        session = store.get(ProviderSession, params.session_id)
+        asking = session.thread_id if session is not None else None
+        if asking is None or asking not in _ancestors(store, task):
+            raise Forbidden(f"task.cancel is refused: task {task.id} was not delegated by session "
+                            f"{params.session_id}'s thread (or a task below it)",
+                            method="task.cancel", sessionId=params.session_id, taskId=task.id)
+    return await context.registry.call(task.id, run_control.task_cancel, params, params.command_id,
+                                       method="task.cancel")
+
+
+def _ancestors(store: Store, thread: AppThread) -> set[str]:
+    """The threads ``thread`` was delegated from, up the tree (not itself)."""
+    found: set[str] = set()
+    while thread.parent_thread_id and thread.parent_thread_id not in found:
+        found.add(thread.parent_thread_id)
+        parent = store.thread(thread.parent_thread_id)
+        if parent is None or parent.relationship_to_parent not in delegation.NESTING:
+            break
+        thread = parent
+    return found
 
 
 async def task_result(context: DaemonContext, params: wire.TaskResultParams, _conn: Connection) -> dict[str, Any]:

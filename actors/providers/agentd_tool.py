@@ -29,7 +29,7 @@ from .tool_credentials import CREDENTIAL_ENV, ToolCredentials
 #: the MCP server's name in the runtimes (Claude names its tools ``mcp__agentd__…``)
 SERVER_NAME = "agentd"
 #: the tools it offers
-TOOLS = ("delegate_task", "task_result")
+TOOLS = ("delegate_task", "task_result", "task_cancel")
 #: seconds Codex lets one tool call run: a ``wait: true`` delegation lasts as long as its task
 CODEX_TOOL_TIMEOUT = 24 * 3600
 CODEX_STARTUP_TIMEOUT = 60

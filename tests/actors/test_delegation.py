@@ -17,7 +17,7 @@ import trio.testing
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
-from agentd.protocol.errors import LimitExceeded
+from agentd.protocol.errors import AgentdError, LimitExceeded
 from tests.helpers import script, wait_event, wait_run_terminal
 
 #: seconds a run that delegates may take: each ``agentd mcp`` start imports
@@ -375,7 +375,7 @@ def test_f9_the_runtimes_get_agentd_mcp_with_the_sessions_identity():
     server = json.loads(raw)["mcpServers"]["agentd"]
     assert server["command"] == "/usr/bin/python3" and server["env"]["AGENTD_SESSION_ID"] == "pss_2"
     assert tool.claude_args("pss_2", preapproved=True)[2:] == [
-        "--allowedTools", "mcp__agentd__delegate_task,mcp__agentd__task_result"]
+        "--allowedTools", "mcp__agentd__delegate_task,mcp__agentd__task_result,mcp__agentd__task_cancel"]
     assert json.loads(tool.scripted_env("pss_3")["AGENTD_MCP_COMMAND"]) == tool.command
 
 
@@ -593,3 +593,34 @@ async def test_f9_a_copy_that_grows_past_the_limit_while_copied_leaves_nothing(t
     assert not target.exists()
     assert await workspace_copy.copy_workspace(str(source), target, limit=3000) == 3000
     assert (target / "c" / "file.bin").read_bytes() == b"x" * 1000
+
+
+async def test_f9_f10_cancelling_a_task_stops_it_and_its_own_tasks_depth_first(client):
+    """Issue 23 item 3: ``task.cancel`` interrupts the task's run and stops
+    the task it delegated in turn; ``task.result`` then says how each
+    ended. The parent's own run goes on."""
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    parent_run = (await client.call("thread.message.send", threadId=parent, text=script({"hang": True})))["runId"]
+    task = await client.call("task.delegate", parentThreadId=parent, provider="basic",
+                             instructions=script({"say": "on it"}, {"hang": True}))
+    grandchild = await client.call("task.delegate", parentThreadId=task["taskId"], provider="basic",
+                                   instructions=script({"say": "below"}, {"hang": True}))
+    for thread_id in (task["taskId"], grandchild["taskId"]):
+        await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=thread_id, timeout=SLOW)
+
+    cancelled = await client.call("task.cancel", taskId=task["taskId"])
+    assert (cancelled["taskId"], cancelled["interruptedRunId"], cancelled["cancelledRunIds"]) == (
+        task["taskId"], task["runId"], [])
+    for made in (task, grandchild):
+        assert (await wait_run_terminal(client, made["taskId"], made["runId"], timeout=SLOW))["status"] == "interrupted"
+    result = await client.call("task.result", taskId=task["taskId"])
+    assert result["status"] == "interrupted" and result["outcome"] == "interrupted: task_cancelled"
+    below = await client.call("task.result", taskId=grandchild["taskId"])
+    assert below["status"] == "interrupted", "the task's own task stopped with it"
+    assert (await client.call("run.get", runId=parent_run))["run"]["status"] == "running", "the parent goes on"
+
+    with pytest.raises(AgentdError) as refused:
+        await client.call("task.cancel", taskId=parent)
+    assert refused.value.kind == "not_found"
+    await client.call("run.interrupt", runId=parent_run)
+    await wait_run_terminal(client, parent, parent_run)
