@@ -29,6 +29,7 @@ the model reads, never a crash of the server.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 import trio
@@ -115,31 +116,29 @@ def build_server(delegator: Delegator) -> Any:
 
     app = MCPServer("agentd", instructions=INSTRUCTIONS)
 
+    async def answer_of(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+        """The daemon's answer; a refusal is a tool error the model reads."""
+        try:
+            return await call
+        except (AgentdError, OSError) as exc:
+            raise ToolError(str(exc)) from None
+
     @app.tool(name="delegate_task", description=DELEGATE_DESCRIPTION)
     async def delegate_task(
         instructions: str, wait: bool, provider: str | None = None,
         workspace: Literal["same", "fork", "new"] = "same",
     ) -> dict[str, Any]:
-        try:
-            answer = await delegator.delegate(instructions, provider, workspace, wait)
-        except (AgentdError, OSError) as exc:
-            raise ToolError(str(exc)) from None
+        answer = await answer_of(delegator.delegate(instructions, provider, workspace, wait))
         return {**_fields(answer), "text": describe(answer)}
 
     @app.tool(name="task_result", description=RESULT_DESCRIPTION)
     async def task_result(taskId: str) -> dict[str, Any]:  # noqa: N803 - the tool's parameter name
-        try:
-            answer = await delegator.result(taskId)
-        except (AgentdError, OSError) as exc:
-            raise ToolError(str(exc)) from None
+        answer = await answer_of(delegator.result(taskId))
         return {**_fields(answer), "text": describe(answer)}
 
     @app.tool(name="task_cancel", description=CANCEL_DESCRIPTION)
     async def task_cancel(taskId: str) -> dict[str, Any]:  # noqa: N803 - the tool's parameter name
-        try:
-            answer = await delegator.cancel(taskId)
-        except (AgentdError, OSError) as exc:
-            raise ToolError(str(exc)) from None
+        answer = await answer_of(delegator.cancel(taskId))
         running = answer.get("interruptedRunId")
         text = (f"Task {answer['taskId']}: " + (f"its run {running} is being interrupted" if running
                 else "it had no run going") + "; the tasks it delegated are stopped too. task_result tells how it ended.")

@@ -10,6 +10,7 @@ on another provider than its parent.
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 import trio
@@ -624,3 +625,27 @@ async def test_f9_f10_cancelling_a_task_stops_it_and_its_own_tasks_depth_first(c
     assert refused.value.kind == "not_found"
     await client.call("run.interrupt", runId=parent_run)
     await wait_run_terminal(client, parent, parent_run)
+
+
+async def test_f9_agentd_mcp_offers_task_cancel_beside_delegate_and_result(client, daemon):
+    """Issue 23 item 3: the official MCP SDK's client sees agentd's three
+    tools, and ``task_cancel`` cancels a task of the thread ``agentd mcp``
+    speaks for."""
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    task = await client.call("task.delegate", parentThreadId=parent, provider="basic",
+                             instructions=script({"say": "on it"}, {"hang": True}))
+    await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=task["taskId"], timeout=SLOW)
+    server = StdioServerParameters(command=sys.executable, args=["-m", "agentd", "mcp", "--thread", parent],
+                                   env={**os.environ, "AGENTD_SOCKET": str(daemon.socket)})
+    with trio.fail_after(SLOW):
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            names = [tool.name for tool in (await session.list_tools()).tools]
+            assert names == ["delegate_task", "task_result", "task_cancel"]
+            answer = await session.call_tool("task_cancel", {"taskId": task["taskId"]})
+    assert not answer.is_error, answer
+    assert answer.structured_content["interruptedRunId"] == task["runId"]
+    assert (await wait_run_terminal(client, task["taskId"], task["runId"], timeout=SLOW))["status"] == "interrupted"
