@@ -119,7 +119,7 @@ async def test_f20_the_console_is_served_on_the_websocket_port_and_its_origin_on
         assert headers["referrer-policy"] == "no-referrer"
         from pathlib import Path
 
-        console = Path(__file__).resolve().parent.parent / "protocol" / "console"
+        console = Path(__file__).resolve().parents[2] / "protocol" / "console"
         for asset in sorted(f"/{p.name}" for p in console.iterdir() if p.is_file()):  # every module of the page
             status, headers, _ = await http_get(web.port, asset)
             assert status == 200, asset
