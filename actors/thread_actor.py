@@ -7,7 +7,7 @@ the actor checks a command's receipt, calls the item's transition (the
 feature modules below) with the thread's context (context.py), carries out
 the effects it yields and sends their results back in (effects.py), commits
 the batch of the Decision it returns through the group-commit writer, and
-only then replies and carries out the Decision's effects; the writer
+only then carries out the Decision's effects and replies; the writer
 publishes the batch's events before the actor wakes, so nothing is seen that
 is not durable. The actor's own effects (timers, the attempt starter, the
 queue) are done here; everything else by the executor (executors.py), where
@@ -23,7 +23,8 @@ This module is the loop — mailbox, timers, effect tasks, commit and reply —
 and the start of attempts, which starts their tasks. What an item does lives
 with its feature, as transitions that import neither trio nor this module:
 
-- starter.py: opening the runtime and native thread, starting the turn;
+- starting.py: the attempt starter's reports (the starter itself, starter.py,
+  is an effect task: it opens the runtime and native thread and starts the turn);
 - transfers.py / lineage.py: ``thread.fork`` and the context a run starts
   with (forks, provider switches, handoffs);
 - turns.py: the provider's events of the running turn and session exits;
