@@ -39,12 +39,14 @@ class Method:
         params: the Struct its params decode into; the handler receives it typed.
         owner: ``daemon`` methods run in the router; ``thread`` methods run in
             the actor of the thread that ``route`` names, one at a time.
-        handler: ``daemon``: ``async (router, params, connection)``;
-            ``thread``: ``async (actor, command)``.
+        handler: ``daemon``: ``async (context, params, connection)``, the
+            daemon's context (``supervisor/context.py``); ``thread``: a
+            transition ``(ctx, command)`` the thread's actor runs
+            (``actors/effects.py``): it returns a Decision or yields effects.
         route: ``thread`` methods only: ``(store, params) -> thread id``.
         quick: optional synchronous form of a ``daemon`` handler, run in the
-            task that reads the request (the poller), with no task of its own: ``(router,
-            params, connection)`` returns the result, a ``Later`` (the server
+            task that reads the request (the poller), with no task of its own: ``(context,
+            params, connection)`` (the router binds the context) returns the result, a ``Later`` (the server
             answers when it is resolved, e.g. a queued durable batch) or
             ``SLOW`` (this call needs the handler: it may block).
         access: who may call it (``Access``), or a function of the decoded
