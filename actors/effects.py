@@ -198,6 +198,14 @@ class ReleaseClaim:
 
 
 @dataclass(frozen=True)
+class ProbeProvider:
+    """Whether provider instance ``provider`` can run here (its adapter's
+    probe, as ``providers.list`` shows it): ``{"usable": bool, "why"?: str}``."""
+
+    provider: str
+
+
+@dataclass(frozen=True)
 class AllowRecovery:
     """Ask the session host whether a crashed session may be restarted for
     a new attempt (its crash budget); answers with its ``RecoveryDecision``."""

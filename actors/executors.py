@@ -77,6 +77,11 @@ class Executor:
                 return await sessions.claim_session(self.thread_id)
             case fx.ReleaseClaim() | fx.EndRestore():
                 self.release(effect)
+            case fx.ProbeProvider(provider=provider):
+                try:
+                    return await sessions.adapter(provider).probe()
+                except Exception as exc:  # noqa: BLE001 - a probe that fails says why, as providers.list does
+                    return {"usable": False, "why": str(exc)}
             case fx.AllowRecovery(crash=crash):
                 return sessions.allow_recovery(self.thread_id, crash)
             case fx.ListNativeTurns():

@@ -29,7 +29,18 @@ from . import graph, merge_back, run_control
 from .context import ThreadContext
 from agentd.protocol import results
 
-from .effects import NO_SEQ, ClaimSession, Commit, Decision, ReleaseClaim, SendSteer, StartNext, Transition, with_seq
+from .effects import (
+    NO_SEQ,
+    ClaimSession,
+    Commit,
+    Decision,
+    ProbeProvider,
+    ReleaseClaim,
+    SendSteer,
+    StartNext,
+    Transition,
+    with_seq,
+)
 from .ending import end_run, retry
 from .graph import ThreadBatch
 from .messages import Command
@@ -199,6 +210,14 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
             runId=busy.id,
         )
     provider = _check_provider(ctx, params.provider)
+    if params.provider is not None and params.provider != state.thread.provider:
+        # A switch to an instance that cannot run here is refused before
+        # anything is stored, with why (issue 28 item 2): not a failed run
+        # and a thread left on it.
+        probe = yield ProbeProvider(provider)
+        if not probe.get("usable", True):
+            raise InvalidParams(f"provider {provider!r} cannot be used here: {probe.get('why') or 'its probe failed'} "
+                                "(`agentd providers` shows each instance)", field="provider", provider=provider)
     merge = files = None
     if params.merge_back is not None:
         # Checked before anything is stored; the delta itself is built when the run starts.

@@ -319,7 +319,8 @@ class ScriptedConnection(ProviderConnection):
 def _item_title(item: dict[str, Any]) -> str:
     kind = item.get("type")
     if kind == "fileChange":
-        return f"write {item.get('path', '')}"
+        # A delete is no write (issue 28 item 5): the title says which it is.
+        return f"{'delete' if item.get('kind') == 'delete' else 'write'} {item.get('path', '')}"
     if kind == "tool":
         return str(item.get("name", "tool"))
     if kind == "commandExecution":

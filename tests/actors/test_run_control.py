@@ -489,3 +489,25 @@ async def test_only_the_latest_ended_run_that_failed_or_was_interrupted_is_retri
     assert refused.value.kind == "invalid_state"
     await rc.call("run.interrupt", runId=busy["runId"])
     await wait_run_terminal(rc, thread_id, busy["runId"])
+
+
+async def test_a_switch_to_a_provider_that_cannot_run_here_is_refused_up_front(tmp_path, short_dir):
+    """Issue 28 item 2: ``thread.message.send {provider}`` naming an instance
+    that ``providers.list`` reports unusable is ``invalid_params`` with its
+    why; nothing is stored and the thread stays on its provider."""
+    config = tmp_path / "config.toml"
+    config.write_text('[providers.gone]\nkind = "codex"\nbinary = "/nonexistent/codex"\n')
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
+            assert listed["gone"]["usable"] is False
+            thread_id = await new_thread(client)
+            with pytest.raises(Exception) as refused:
+                await client.call("thread.message.send", threadId=thread_id, text="hi", provider="gone")
+            assert refused.value.kind == "invalid_params" and refused.value.data["field"] == "provider"
+            assert "cannot be used here" in str(refused.value) and listed["gone"]["why"] in str(refused.value)
+            got = await client.call("thread.get", threadId=thread_id)
+            assert got["runs"] == [] and got["thread"]["provider"] == "scripted"
+    finally:
+        assert await daemon.terminate() == 0

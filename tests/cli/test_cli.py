@@ -268,3 +268,12 @@ async def test_events_show_a_payload_summary_and_show_indents_messages(daemon):
     shown = (await run(daemon, "show", thread_id)).stdout.decode().split("\nMessages\n", 1)[1].splitlines()
     assert shown[3:6] == ["  assistant · run 1 · complete", "    first line", "    second line"]
     assert shown[0] == "  user · run 1 · complete" and shown[1] == "    @script"
+
+
+async def test_a_delete_step_is_named_a_delete_not_a_write(daemon, client):
+    """Issue 28 item 5: the node of a scripted ``delete`` step says delete."""
+    thread_id = (await client.call("thread.create"))["threadId"]
+    sent = await run(daemon, "send", thread_id, script({"write": {"path": "gone.txt", "content": "x"}},
+                                                       {"delete": {"path": "gone.txt"}}))
+    out = sent.stdout.decode()
+    assert "[file_change] write gone.txt: completed" in out and "[file_change] delete gone.txt: completed" in out
