@@ -179,6 +179,28 @@ def _resolve(
     return Decision(batch, result)
 
 
+def check_options(questions: list[dict[str, Any]], answers: dict[str, Any]) -> None:
+    """An answer to a question with options is one of them (or several, as a
+    list), unless the question takes free text too (``allowOther``; issue 28
+    item 10: ``color=green`` for red/blue is refused, not passed on).
+
+    Raises:
+        InvalidParams: naming the question, the answer and its options.
+    """
+    for question in questions:
+        options = [str(o) for o in question.get("options") or []]
+        if not options or question.get("allowOther"):
+            continue
+        given = answers.get(question.get("id"))
+        values = given if isinstance(given, list) else [given]
+        wrong = [str(v) for v in values if str(v) not in options]
+        if wrong:
+            raise InvalidParams(
+                f"answer {', '.join(map(repr, wrong))} to {question.get('id')!r} is not one of its options: "
+                f"{', '.join(options)}", field=f"answers.{question.get('id')}", options=options,
+            )
+
+
 # -- handlers ---------------------------------------------------------------------------
 
 
@@ -195,9 +217,11 @@ def user_input_respond(ctx: ThreadContext, command: Command) -> Transition:
     """``user-input.respond``: answer every question of a user-input request."""
     params = command.params
     request = _pending_request(ctx, params.request_id, "user_input")
-    asked = [q.get("id") for q in request.detail.get("questions", [])]
+    questions = request.detail.get("questions", [])
+    asked = [q.get("id") for q in questions]
     missing = [q for q in asked if q not in params.answers]
     if missing:
         raise InvalidParams(f"answers lack {', '.join(map(str, missing))}; answer every question", field="answers")
+    check_options(questions, params.answers)
     yield from _answer(ctx, request, {"answers": params.answers})
     return _resolve(ctx, command, request, {"answers": params.answers}, "completed", "user_input.resolved")

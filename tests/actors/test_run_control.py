@@ -339,6 +339,11 @@ async def test_user_input_questions_round_trip(rc):
     with pytest.raises(Exception) as info:
         await rc.call("approval.respond", requestId=request_id, decision="accept")
     assert info.value.kind == "invalid_params"
+    # Issue 28 item 10: an answer that is none of the options is refused, saying which they are.
+    with pytest.raises(Exception) as info:
+        await rc.call("user-input.respond", requestId=request_id, answers={"color": "green", "size": "L"})
+    assert info.value.kind == "invalid_params" and info.value.data["field"] == "answers.color"
+    assert "'green'" in str(info.value) and "red, blue" in str(info.value)
     await rc.call("user-input.respond", requestId=request_id, answers={"color": "blue", "size": "L"})
     run = await wait_run_terminal(rc, thread_id, sent["runId"])
     assert run["status"] == "completed"
