@@ -38,8 +38,12 @@ def checkpoint_rows(checkpoints: list[dict[str, Any]]) -> list[str]:
     lines = []
     for c in checkpoints:
         s = c.get("summary") or {}
-        if c["status"] in ("captured", "stale"):  # a stale one still holds its files
-            what = f"{s.get('filesChanged', 0)} files +{s.get('insertions', 0)} -{s.get('deletions', 0)}"
+        if c["status"] in ("captured", "stale") and not c.get("baseCheckpointId"):
+            # Nothing before it to count against (issue 28 item 7): its diff is the whole workspace.
+            what = "the whole workspace (no checkpoint before it; its diff lists every file)"
+        elif c["status"] in ("captured", "stale"):  # a stale one still holds its files
+            n = s.get("filesChanged", 0)
+            what = f"{n} {'file' if n == 1 else 'files'} +{s.get('insertions', 0)} -{s.get('deletions', 0)}"
             if s.get("skipped"):
                 what += f" ({len(s['skipped'])} skipped)"
         else:

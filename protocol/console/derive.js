@@ -15,7 +15,9 @@ export function plural(n, one, many = `${one}s`) {
 /** A checkpoint's one-line summary: `1 file +2 −0`, or its status and why. */
 export function checkpointText(cp) {
   const s = cp.summary ?? {};
-  const files = `${plural(s.filesChanged ?? 0, 'file')} +${s.insertions ?? 0} −${s.deletions ?? 0}`;
+  // Nothing before it to count against: its diff is the whole workspace (issue 28 item 7).
+  const files = cp.baseCheckpointId ? `${plural(s.filesChanged ?? 0, 'file')} +${s.insertions ?? 0} −${s.deletions ?? 0}`
+    : 'the whole workspace (no checkpoint before it)';
   if (cp.status === 'captured') return files;
   // a rollback made it stale: what it holds is still there (and can be diffed)
   if (cp.status === 'stale') return `stale${cp.reason ? ` (${words(cp.reason)})` : ''}: ${files}`;

@@ -21,7 +21,8 @@ async def test_checkpoints_diff_and_restore_commands(daemon, tmp_path):
                                                       {"delete": {"path": "keep.txt"}}))
     table = (await run(daemon, "checkpoints", thread_id)).stdout.decode().splitlines()
     assert len(table) == 3 and "baseline" in table[0]
-    assert run1["checkpointId"] in table[1] and "1 files +1 -0" in table[1]
+    assert "the whole workspace (no checkpoint before it" in table[0], "a baseline is no '0 files' (issue 28 item 7)"
+    assert run1["checkpointId"] in table[1] and "1 file +1 -0" in table[1]
     assert "2 files +1 -2" in table[2]
     listed = json.loads((await run(daemon, "checkpoints", thread_id, "--json")).stdout)["checkpoints"]
     run2_id = listed[2]["id"]

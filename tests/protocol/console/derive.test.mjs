@@ -14,15 +14,20 @@ function detail(runs = [], checkpoints = []) {
 }
 
 test('a checkpoint of one file says "1 file", of more "N files" (issue 28 item 7)', () => {
-  const cp = (n) => ({ status: 'captured', summary: { filesChanged: n, insertions: 2, deletions: 0 } });
+  const cp = (n) => ({ status: 'captured', baseCheckpointId: 'ckp_0', summary: { filesChanged: n, insertions: 2, deletions: 0 } });
   assert.equal(derive.checkpointText(cp(1)), '1 file +2 −0');
   assert.equal(derive.checkpointText(cp(0)), '0 files +2 −0');
   assert.equal(derive.checkpointText(cp(1200)), '1,200 files +2 −0');
-  assert.equal(derive.checkpointText({ status: 'captured' }), '0 files +0 −0');
+  assert.equal(derive.checkpointText({ status: 'captured', baseCheckpointId: 'ckp_0' }), '0 files +0 −0');
+});
+
+test('a checkpoint with none before it is the whole workspace, not "0 files" (issue 28 item 7)', () => {
+  const baseline = { status: 'captured', kind: 'baseline', summary: { filesChanged: 0, insertions: 0, deletions: 0 } };
+  assert.equal(derive.checkpointText(baseline), 'the whole workspace (no checkpoint before it)');
 });
 
 test('a stale checkpoint keeps its summary and can be diffed; a missing one says why and cannot (F13, F14)', () => {
-  const stale = { status: 'stale', reason: 'rolled_back', summary: { filesChanged: 1, insertions: 1, deletions: 3 } };
+  const stale = { status: 'stale', reason: 'rolled_back', baseCheckpointId: 'ckp_0', summary: { filesChanged: 1, insertions: 1, deletions: 3 } };
   assert.equal(derive.checkpointText(stale), 'stale (rolled back): 1 file +1 −3');
   assert.equal(derive.canDiff(stale), true);
   const missing = { status: 'missing', reason: 'daemon_restart' };
