@@ -104,7 +104,8 @@ def plan_implement(ctx: ThreadContext, command: Command) -> Decision:
     batch = ctx.batch()
     result: results.PlanImplementResult
     if params.mode == "new_run":
-        run, _message = run_control.enqueue(batch, state, text, state.thread.provider, dispatch_mode="queue_after_active")
+        run, _message = run_control.enqueue(batch, state, text, state.thread.provider, dispatch_mode="queue_after_active",
+                                            root_of=run_control.root_of(ctx))
         target = run.id
         result = results.PlanImplementResult(plan_id=plan.id, run_id=run.id, thread_id=state.thread_id, seq=NO_SEQ)
         after: list[Any] = [StartNext()]

@@ -200,7 +200,8 @@ class ReleaseClaim:
 @dataclass(frozen=True)
 class ProbeProvider:
     """Whether provider instance ``provider`` can run here (its adapter's
-    probe, as ``providers.list`` shows it): ``{"usable": bool, "why"?: str}``."""
+    probe, as ``providers.list`` shows it): ``{"usable": bool, "why"?: str}``;
+    a probe that does not answer at once counts as usable."""
 
     provider: str
 

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: seconds a provider switch waits for the instance's probe before it goes on
+PROBE_GRACE = 3.0
+
 
 class Executor:
     """The effects of one thread's transitions.
@@ -78,10 +81,7 @@ class Executor:
             case fx.ReleaseClaim() | fx.EndRestore():
                 self.release(effect)
             case fx.ProbeProvider(provider=provider):
-                try:
-                    return await sessions.adapter(provider).probe()
-                except Exception as exc:  # noqa: BLE001 - a probe that fails says why, as providers.list does
-                    return {"usable": False, "why": str(exc)}
+                return await self._probe(provider)
             case fx.AllowRecovery(crash=crash):
                 return sessions.allow_recovery(self.thread_id, crash)
             case fx.ListNativeTurns():
@@ -143,6 +143,17 @@ class Executor:
             await live[1].interrupt_turn(effect.native_thread_id, effect.native_turn_id)  # type: ignore[arg-type]
         except ProviderRuntimeError as exc:
             await self.post(InterruptRefused(effect.attempt_id, f"the provider refused the interrupt: {exc}"))
+
+    async def _probe(self, provider: str) -> dict[str, Any]:
+        """The adapter's probe, as providers.list shows it; one that does not
+        answer within ``PROBE_GRACE`` (it holds the thread's lock) is taken
+        as usable — only a definite failure refuses a switch."""
+        with trio.move_on_after(PROBE_GRACE):
+            try:
+                return await self.host.sessions.adapter(provider).probe()
+            except Exception as exc:  # noqa: BLE001 - a probe that fails says why, as providers.list does
+                return {"usable": False, "why": str(exc)}
+        return {"usable": True, "why": f"its probe did not answer within {PROBE_GRACE:g}s"}
 
     async def _answer_request(self, effect: fx.AnswerRequest) -> None:
         live = self.host.sessions.live_session(self.thread_id)

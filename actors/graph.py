@@ -15,8 +15,9 @@ steering.py, requests.py, artifacts.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Literal
 
 import msgspec
 
@@ -58,6 +59,13 @@ class ThreadBatch(WriteBatch):
 
     thread_id: str = ""
     now: float = 0.0
+    #: the records put in this batch, by id (the newest of each)
+    records: dict[str, Any] = field(default_factory=dict)
+
+    def put(self, record: Any) -> None:
+        """Store ``record`` (``WriteBatch.put``), remembered by its id."""
+        self.records[record.id] = record
+        super().put(record)
 
     def emit(self, type: str, *, run_id: str | None = None, node_id: str | None = None, **payload: Any) -> None:
         """Append an event of this thread."""
@@ -145,15 +153,35 @@ def new_run(
     return run, message
 
 
-def renumber_queue(batch: ThreadBatch, state: ThreadState) -> None:
+#: a root node by its id, read by the caller (the store), when it is not in the batch
+RootOf = Callable[[str], "ExecutionNode | None"]
+
+
+def no_root(_node_id: str) -> ExecutionNode | None:
+    return None
+
+
+def renumber_queue(batch: ThreadBatch, state: ThreadState, root_of: RootOf = no_root) -> None:
     """Give the queued runs their ordinals in queue order (ordinals are the
-    order runs start in)."""
+    order runs start in), their root nodes' titles with them."""
     ordinals = sorted(run.ordinal for run in state.queued)
     for index, run in enumerate(state.queued):
         if run.ordinal != ordinals[index]:
-            run = struct_copy(run, ordinal=ordinals[index])
-            batch.put(run)
-            state.queued[index] = run
+            state.queued[index] = renumber(batch, run, ordinals[index], root_of)
+
+
+def renumber(batch: ThreadBatch, run: Run, ordinal: int, root_of: RootOf = no_root) -> Run:
+    """``run`` as run ``ordinal``; its root node's title (``run N``, ``run N
+    attempt M``) says so too (issue 28 item 4: it kept the number it was
+    queued with). The root is taken from the batch when it was made in it,
+    else from ``root_of``."""
+    run = struct_copy(run, ordinal=ordinal)
+    batch.put(run)
+    root_id = run.root_node_id or ""
+    root = batch.records.get(root_id) or root_of(root_id)
+    if isinstance(root, ExecutionNode) and root.title.startswith("run "):
+        batch.put(struct_copy(root, title=re.sub(r"^run \d+", f"run {ordinal}", root.title)))
+    return run
 
 
 # -- the running turn -------------------------------------------------------------------

@@ -191,7 +191,7 @@ def check_options(questions: list[dict[str, Any]], answers: dict[str, Any]) -> N
         options = [str(o) for o in question.get("options") or []]
         if not options or question.get("allowOther"):
             continue
-        given = answers.get(question.get("id"))
+        given = answers.get(str(question.get("id")))
         values = given if isinstance(given, list) else [given]
         wrong = [str(v) for v in values if str(v) not in options]
         if wrong:

@@ -67,7 +67,7 @@ def release_queue(batch: ThreadBatch, state: ThreadState) -> None:
 
 def enqueue(
     batch: ThreadBatch, state: ThreadState, text: str, provider: str, *, dispatch_mode: str,
-    message: ConversationMessage | None = None, clean_context: bool = False,
+    message: ConversationMessage | None = None, clean_context: bool = False, root_of: graph.RootOf = graph.no_root,
 ) -> tuple[Run, ConversationMessage]:
     """A new run (``graph.new_run``) in the queue: last, but before the runs
     a Stop holds, which move up one ordinal (ordinals stay the order runs
@@ -81,8 +81,7 @@ def enqueue(
     place = state.queued.index(held[0])
     ordinal = held[0].ordinal
     for index in range(place, len(state.queued)):
-        state.queued[index] = moved = struct_copy(state.queued[index], ordinal=state.queued[index].ordinal + 1)
-        batch.put(moved)
+        state.queued[index] = graph.renumber(batch, state.queued[index], state.queued[index].ordinal + 1, root_of)
     run, message = graph.new_run(batch, state, text, provider, dispatch_mode=dispatch_mode, message=message,
                                  ordinal=ordinal, clean_context=clean_context)
     state.queued.insert(place, run)
@@ -142,7 +141,7 @@ def cancel_queued(
     batch.emit("run.cancelled", run_id=run.id, node_id=run.root_node_id, run=to_wire(run))
 
 
-def reorder_queue(batch: ThreadBatch, state: ThreadState, run_ids: list[str]) -> None:
+def reorder_queue(batch: ThreadBatch, state: ThreadState, run_ids: list[str], root_of: graph.RootOf = graph.no_root) -> None:
     """Put the queued runs in the order of ``run_ids`` (exactly the queued runs)."""
     current = {run.id: run for run in state.queued}
     if sorted(run_ids) != sorted(current):
@@ -154,7 +153,7 @@ def reorder_queue(batch: ThreadBatch, state: ThreadState, run_ids: list[str]) ->
     # Held runs stay behind the runs that may start: a run sent after a Stop
     # is not kept waiting by the runs the Stop holds.
     state.queued = [r for r in ordered if not state.is_held(r)] + [r for r in ordered if state.is_held(r)]
-    graph.renumber_queue(batch, state)
+    graph.renumber_queue(batch, state, root_of)
     batch.emit("thread.queue_reordered", queuedRunIds=[r.id for r in state.queued])
 
 
@@ -334,6 +333,11 @@ def queue_release(ctx: ThreadContext, command: Command) -> Transition:
                                       seq=committed.seq)
 
 
+def root_of(ctx: ThreadContext) -> graph.RootOf:
+    """The store's root nodes, for renumbering queued runs."""
+    return lambda node_id: ctx.store.get(ExecutionNode, node_id) if node_id else None
+
+
 def queued_run_of(ctx: ThreadContext, run_id: str) -> Run:
     """The queued run ``run_id`` of the thread (InvalidState if it is not queued)."""
     run = ctx.state.queued_run(run_id)
@@ -372,5 +376,5 @@ def queued_run_cancel(ctx: ThreadContext, command: Command) -> Decision:
 def queued_run_reorder(ctx: ThreadContext, command: Command) -> Decision:
     """``queued-run.reorder``: the queued runs start in the order given."""
     batch = ctx.batch()
-    reorder_queue(batch, ctx.state, list(command.params.run_ids))
+    reorder_queue(batch, ctx.state, list(command.params.run_ids), root_of(ctx))
     return Decision(batch, results.QueueReorderResult(queued_run_ids=[r.id for r in ctx.state.queued], seq=NO_SEQ))

@@ -73,7 +73,8 @@ def check_steerable(active: ActiveRun) -> None:
         )
 
 
-def steer(batch: ThreadBatch, state: ThreadState, mode: SteerMode, message: ConversationMessage, *, can_steer: bool) -> Steer:
+def steer(batch: ThreadBatch, state: ThreadState, mode: SteerMode, message: ConversationMessage, *, can_steer: bool,
+          root_of: graph.RootOf = graph.no_root) -> Steer:
     """Steer the active run with ``message``: natively when ``mode`` is
     ``steer_active``, the provider ``can_steer`` and the turn is running;
     else by a restart that the provider's end of the turn applies (the
@@ -94,7 +95,7 @@ def steer(batch: ThreadBatch, state: ThreadState, mode: SteerMode, message: Conv
         run, message = graph.new_run(batch, state, message.text, active.run.provider, dispatch_mode=mode,
                                      supersedes=active.run.id, message=message)
         state.queued.insert(0, run)
-        graph.renumber_queue(batch, state)
+        graph.renumber_queue(batch, state, root_of)
         outcome = Steer("superseding_run", run.id, message)
         active.pending_restart = PendingRestart(message, superseding_run_id=run.id)
     else:
@@ -125,7 +126,7 @@ def steer_active(
     """Steer ``active`` (``steer``); after the commit, deliver the native
     steer or interrupt the turn for the restart."""
     can_steer = ctx.adapter(active.run.provider).capabilities.steer
-    outcome = steer(batch, ctx.state, mode, message, can_steer=can_steer)
+    outcome = steer(batch, ctx.state, mode, message, can_steer=can_steer, root_of=run_control.root_of(ctx))
     result = results.MessageSendResult(run_id=outcome.run_id, message_id=outcome.message.id,
                                        strategy=outcome.strategy, seq=NO_SEQ)
     if command is not None:
@@ -157,7 +158,8 @@ def on_steer_failed(ctx: ThreadContext, message: ConversationMessage, why: str) 
     active = state.active
     if active is not None and active.run.id == message.run_id and active.pending_restart is None:
         return steer_active(ctx, None, "restart_active", active, message, batch)
-    run_control.enqueue(batch, state, message.text, state.thread.provider, dispatch_mode="queue_after_active", message=message)
+    run_control.enqueue(batch, state, message.text, state.thread.provider, dispatch_mode="queue_after_active",
+                        message=message, root_of=run_control.root_of(ctx))
     return Decision(batch, effects=[StartNext()])
 
 
@@ -232,6 +234,7 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
     try:
         batch = ctx.batch()
         run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode,
+                                           root_of=run_control.root_of(ctx),
                                            clean_context=params.clean_context)
         merged = None
         if merge is not None and files is not None:

@@ -516,3 +516,33 @@ async def test_a_switch_to_a_provider_that_cannot_run_here_is_refused_up_front(t
             assert got["runs"] == [] and got["thread"]["provider"] == "scripted"
     finally:
         assert await daemon.terminate() == 0
+
+
+async def test_a_queued_runs_root_node_is_titled_with_the_run_it_became(rc):
+    """Issue 28 item 4: after a reorder, and after a message sent past a Stop
+    moves the held runs up, each run's root node says its own number."""
+    thread_id = await new_thread(rc)
+    busy = await rc.call("thread.message.send", threadId=thread_id, text=HANG_TOOL)
+    await started(rc, thread_id, "tool.started")
+    a = await rc.call("thread.message.send", threadId=thread_id, text="a")
+    b = await rc.call("thread.message.send", threadId=thread_id, text="b")
+    await rc.call("queued-run.reorder", threadId=thread_id, runIds=[b["runId"], a["runId"]])
+
+    async def titles() -> dict[str, tuple[int, str]]:
+        out = {}
+        for sent in (a, b):
+            got = await rc.call("run.get", runId=sent["runId"])
+            root = next(n for n in got["nodes"] if n["id"] == got["run"]["rootNodeId"])
+            out[sent["runId"]] = (got["run"]["ordinal"], root["title"])
+        return out
+
+    assert await titles() == {b["runId"]: (2, "run 2"), a["runId"]: (3, "run 3")}
+    await rc.call("thread.stop", threadId=thread_id)  # a and b are held now
+    c = await rc.call("thread.message.send", threadId=thread_id, text="c")  # goes before the held runs
+    got = await rc.call("run.get", runId=c["runId"])
+    assert got["run"]["ordinal"] == 2
+    assert await titles() == {b["runId"]: (3, "run 3"), a["runId"]: (4, "run 4")}
+    await wait_run_terminal(rc, thread_id, c["runId"])
+    await rc.call("thread.queue.release", threadId=thread_id)
+    await wait_run_terminal(rc, thread_id, a["runId"])
+    assert busy["runId"]
