@@ -36,10 +36,18 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import msgspec
 import trio
 
 from agentd.actors.providers.guard import guarding
-from agentd.actors.providers.base import EventSink, ProviderAdapter, ProviderConnection, ProviderEvent, ProviderRuntimeError
+from agentd.actors.providers.base import (
+    Capabilities,
+    EventSink,
+    ProviderAdapter,
+    ProviderConnection,
+    ProviderEvent,
+    ProviderRuntimeError,
+)
 from agentd.actors.checkpoints import CheckpointEngine
 from agentd.actors.checkpoints.compaction import Compactor
 from agentd.actors.config import DaemonConfig, ProviderConfig
@@ -117,10 +125,11 @@ class UnavailableAdapter(ProviderAdapter):
     """A configured provider whose runtime cannot be used here; every session
     start fails with the reason, and ``agentd providers`` shows it."""
 
-    def __init__(self, config: ProviderConfig, why: str) -> None:
+    def __init__(self, config: ProviderConfig, why: str, capabilities: Capabilities | None = None) -> None:
         self.name = config.name
         self.kind = config.kind
-        self.capabilities = config.capabilities
+        #: what its kind can do (not what an unset config defaults to: issue 28 item 3)
+        self.capabilities = capabilities or config.capabilities
         self.why = why
 
     async def open(self, *, session_id: str, emit: EventSink,
@@ -169,7 +178,7 @@ def build_adapters(
             try:
                 adapter = _runtime_adapter(provider, home, request_timeout)
             except (ImportError, ProviderRuntimeError) as exc:
-                adapters[name] = UnavailableAdapter(provider, str(exc))
+                adapters[name] = UnavailableAdapter(provider, str(exc), native_capabilities(provider))
                 continue
         if provider.agentd_tool != "off":
             adapter.agentd_tool = agentd_tool
@@ -186,6 +195,18 @@ def _runtime_adapter(provider: ProviderConfig, home: Path, request_timeout: floa
     from agentd.actors.providers.claude import ClaudeAdapter
 
     return ClaudeAdapter(provider, home=home, request_timeout=request_timeout)
+
+
+def native_capabilities(provider: ProviderConfig) -> Capabilities:
+    """What an instance of ``provider``'s kind can do, as its adapter would
+    say, with the config's switches (for an instance whose runtime is
+    missing: ``agentd providers`` must not claim what Claude cannot do)."""
+    if provider.kind == "claude":
+        from agentd.actors.providers.claude import NATIVE_CAPABILITIES
+
+        native = msgspec.structs.asdict(NATIVE_CAPABILITIES)
+        return Capabilities(**{k: v and getattr(provider.capabilities, k) for k, v in native.items()})
+    return provider.capabilities
 
 
 def make_private_dir(path: Path) -> None:

@@ -277,3 +277,21 @@ async def test_a_delete_step_is_named_a_delete_not_a_write(daemon, client):
                                                        {"delete": {"path": "gone.txt"}}))
     out = sent.stdout.decode()
     assert "[file_change] write gone.txt: completed" in out and "[file_change] delete gone.txt: completed" in out
+
+
+async def test_providers_shows_what_an_instance_really_does_even_without_its_binary(tmp_path, short_dir):
+    """Issue 28 item 3: a Claude instance says it cannot steer or roll back
+    (its native capabilities), also when its binary is missing here."""
+    config = tmp_path / "config.toml"
+    config.write_text('[providers.claude]\nkind = "claude"\nbinary = "/nonexistent/claude"\n')
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    try:
+        listed = {p["name"]: p for p in json.loads((await run(daemon, "providers", "--json")).stdout)["providers"]}
+        caps = listed["claude"]["capabilities"]
+        assert listed["claude"]["usable"] is False
+        assert (caps["steer"], caps["rollback"], caps["interrupt"], caps["nativeFork"]) == (False, False, True, True)
+        lines = (await run(daemon, "providers")).stdout.decode().splitlines()
+        claude = lines.index(next(line for line in lines if line.startswith("claude")))
+        assert "cannot: steer, rollback" in lines[claude + 1]
+    finally:
+        await daemon.terminate()
