@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -65,11 +66,62 @@ def pytest_configure(config):
     os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / f"agentd-tests-pycache-{os.getuid()}")
 
 
+#: the pinned Codex and Claude of the real-runtime tests (package.json, package-lock.json)
+RUNTIMES = Path(__file__).resolve().parent / "integration" / "runtimes"
+RUNTIMES_KEY = pytest.StashKey[str | None]()
+
+
+def install_runtimes() -> str | None:
+    """Install the pinned runtimes with ``npm ci`` when they are not there
+    and npm is (once: a later run finds them; offline, npm fails and says
+    so): the README's test command is the whole set-up. Why they are not
+    there, or None when they are."""
+    bins = RUNTIMES / "node_modules" / ".bin"
+    if (bins / "codex").exists() and (bins / "claude").exists():
+        return None
+    if os.environ.get("AGENTD_TESTS_NO_NPM"):
+        return "not installed, and AGENTD_TESTS_NO_NPM is set"
+    npm = shutil.which("npm")
+    if npm is None:
+        return "not installed, and npm is not on PATH (`npm ci --prefix tests/integration/runtimes` installs them)"
+    try:
+        subprocess.run([npm, "ci", "--prefix", str(RUNTIMES), "--no-audit", "--no-fund", "--loglevel=error"],
+                       check=True, capture_output=True, timeout=900)
+    except subprocess.CalledProcessError as exc:
+        last = (exc.stderr or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        return f"`npm ci` of the pinned runtimes failed (offline?): {last[0][:200]}"
+    except subprocess.TimeoutExpired:
+        return "`npm ci` of the pinned runtimes did not finish within 15 minutes"
+    return None
+
+
+def pytest_sessionstart(session):
+    """Before any test is collected (and before xdist starts its workers),
+    in the controlling process only: the pinned runtimes are installed."""
+    config = session.config
+    if not hasattr(config, "workerinput"):
+        config.stash[RUNTIMES_KEY] = install_runtimes()
+
+
 def pytest_report_header(config):
     from tests.browser import ARTIFACTS, missing
 
     why = missing()
-    return f"web console browser tests: {'skipped: ' + why if why else f'screenshots in {ARTIFACTS}'}"
+    runtimes = config.stash.get(RUNTIMES_KEY, None)
+    return [f"web console browser tests: {'skipped: ' + why if why else f'screenshots in {ARTIFACTS}'}",
+            f"real-runtime tests (tests/integration): {'skipped: ' + runtimes if runtimes else 'the pinned Codex and Claude'}"]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say in the summary what was skipped, and why (issue 28 item 14)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        reasons[reason.removeprefix("Skipped: ")] = reasons.get(reason.removeprefix("Skipped: "), 0) + 1
+    terminalreporter.write_line(f"{len(skipped)} skipped: " + "; ".join(f"{n} × {why}" for why, n in sorted(reasons.items())))
 
 
 @pytest.fixture
