@@ -432,3 +432,39 @@ def test_random_faults_in_random_threads_leave_every_other_thread_unaffected(tmp
     faults in an actor's handler and plain messages across three threads."""
     # Sync on purpose: hypothesis calls this once per example (real clock, real agents).
     trio.run(fault_example, tmp_path_factory.mktemp("faults"), ops)
+
+
+def test_a_cancelled_transition_still_gives_back_what_it_holds():
+    """Issue 22: when the actor is cancelled while a transition waits on an
+    effect, the release effects its ``finally`` blocks yield on the way out
+    (a session claim, a restore's mark) are carried out at once, and the
+    cancellation goes on; any other effect yielded then is not awaited."""
+    from agentd.actors import effects as fx
+    from agentd.actors.thread_actor import ThreadActor
+
+    released: list[object] = []
+
+    class Executor:
+        def release(self, effect):
+            released.append(effect)
+
+    class Actor:
+        executor = Executor()
+
+    def transition():
+        claim = yield fx.ClaimSession()
+        try:
+            try:
+                yield fx.Commit(None)  # cancelled here
+            finally:
+                yield fx.EndRestore(7)
+                yield fx.StartNext()  # not carried out: the cancellation is thrown back
+        finally:
+            yield fx.ReleaseClaim(claim)
+
+    running = transition()
+    assert isinstance(next(running), fx.ClaimSession)
+    assert isinstance(running.send("claim-1"), fx.Commit)
+    ThreadActor._unwind(Actor(), running, trio.Cancelled._create())  # type: ignore[arg-type]
+    assert released == [fx.EndRestore(7), fx.ReleaseClaim("claim-1")]
+    assert running.gi_frame is None, "the transition ended"
