@@ -18,13 +18,21 @@ def script(*steps: dict[str, Any]) -> str:
 
 
 async def wait_run_terminal(client: Client, thread_id: str, run_id: str, *, after_seq: int = 0, timeout: float = 30) -> dict[str, Any]:
-    """Follow the thread's events until ``run_id`` is terminal; return the run."""
+    """Follow the thread's events until ``run_id`` is terminal; return the run.
+
+    A subscription the daemon cut off (``events.resync``: this client fell a
+    buffer behind a fast stream, as the protocol allows) is taken up again
+    from the last event seen, as a client is told to."""
     with trio.fail_after(timeout):
-        async with client.subscribe(thread_id=thread_id, after_seq=after_seq) as events:
-            async for event in events:
-                run = event["payload"].get("run")
-                if event.get("runId") == run_id and run and run["status"] in TERMINAL:
-                    return run
+        for _ in range(20):
+            async with client.subscribe(thread_id=thread_id, after_seq=after_seq) as events:
+                async for event in events:
+                    run = event["payload"].get("run")
+                    if event.get("runId") == run_id and run and run["status"] in TERMINAL:
+                        return run
+            if events.lost is not None or events.resync_after is None:
+                break
+            after_seq = events.resync_after
     raise AssertionError(f"event stream ended before run {run_id} was terminal")
 
 
