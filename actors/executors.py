@@ -99,7 +99,8 @@ class Executor:
             case fx.TaskEnded():
                 self.host.tasks.ended(self.thread_id)
             case fx.CheckWorkspace(workspace=workspace):
-                return self.host.checked_workspace(workspace)
+                # It resolves symlinks and reads the mount table: off the loop.
+                return await trio.to_thread.run_sync(self.host.checked_workspace, workspace)
             case fx.GuardRestore():
                 return await self._guard_restore(effect)
             # -- checkpoints and files

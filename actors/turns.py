@@ -9,6 +9,8 @@ what comes next). Events of an attempt that is no longer active never get here.
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentd.store.db import struct_copy
 from agentd.store.records import Effect
 from agentd.store.writer import full_disk_note
@@ -20,7 +22,7 @@ from .ending import end_run, retry
 from .graph import Ending
 from .messages import FlushTimer
 from .providers.base import ItemCompleted, ItemStarted, RuntimeWarning_, SessionExited, TextDelta, TurnCompleted, TurnStarted
-from .state import ActiveRun
+from .state import ActiveRun, OpenMessage
 
 TEXT_FLUSH_INTERVAL = 0.05  # seconds a delta may wait before it is durable
 TEXT_FLUSH_BYTES = 64 * 1024
@@ -87,10 +89,15 @@ def on_text_delta(ctx: ThreadContext, event: TextDelta) -> Transition | Decision
     open_message = active.messages.get(event.item_id)
     if open_message is None or open_message.pending_len + len(event.delta) >= TEXT_FLUSH_BYTES:
         return _delta_that_writes(ctx, event)
-    offset = open_message.buffer(event.delta)
+    return Decision(effects=_buffered(active, open_message, event.delta))
+
+
+def _buffered(active: ActiveRun, open_message: OpenMessage, delta: str) -> list[Any]:
+    """Buffer ``delta``: its ``message.delta`` to publish, and the flush timer."""
+    offset = open_message.buffer(delta)
     record = open_message.record
-    return Decision(effects=[PublishDelta(active.run.id, record.node_id, record.id, offset, event.delta),
-                             StartTimer(FlushTimer(), TEXT_FLUSH_INTERVAL)])
+    return [PublishDelta(active.run.id, record.node_id, record.id, offset, delta),
+            StartTimer(FlushTimer(), TEXT_FLUSH_INTERVAL)]
 
 
 def _delta_that_writes(ctx: ThreadContext, event: TextDelta) -> Transition:
@@ -104,12 +111,11 @@ def _delta_that_writes(ctx: ThreadContext, event: TextDelta) -> Transition:
         assert opened.batch is not None
         yield Commit(opened.batch)
         open_message = active.messages[event.item_id]
-    offset = open_message.buffer(event.delta)
-    record = open_message.record
-    yield PublishDelta(active.run.id, record.node_id, record.id, offset, event.delta)
+    publish, timer = _buffered(active, open_message, event.delta)
+    yield publish
     if open_message.pending_len >= TEXT_FLUSH_BYTES:
         return (yield from flush_text(ctx))
-    yield StartTimer(FlushTimer(), TEXT_FLUSH_INTERVAL)
+    yield timer
     return None
 
 
