@@ -252,6 +252,16 @@ class SendInternal:
 
 
 @dataclass(frozen=True)
+class WakeParent:
+    """Send ``task.wake`` to the parent ``thread_id`` (in a task): the task
+    ``task_id`` ended and committed its result ``transfer_id`` (wakeups.py)."""
+
+    thread_id: str
+    task_id: str
+    transfer_id: str
+
+
+@dataclass(frozen=True)
 class StopChildren:
     """Stop every delegated descendant, depth-first (in a task); then
     ``CascadeDone(effect_id)`` comes back."""

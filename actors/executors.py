@@ -25,6 +25,7 @@ from . import effects as fx
 from .messages import CascadeDone, InterruptRefused, MailboxItem, SteerDelivered, SteerFailed
 from .providers.base import ProviderConnection, ProviderRuntimeError
 from .run_control import DELEGATED, InternalStop, thread_stop
+from .wakeups import TaskWake, task_woke
 from .workspace_guard import overlaps, shared_refusal
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ class Executor:
                 self.host.wake(thread_id)
             case fx.SendInternal(thread_id=thread_id, text=text):
                 self.spawn(self.host.send_internal, thread_id, text)
+            case fx.WakeParent():
+                self.spawn(self._wake_parent, effect)
             case fx.StopChildren(effect_id=effect_id):
                 self.spawn(self._stop_children, effect_id)
             case fx.TaskEnded():
@@ -169,6 +172,14 @@ class Executor:
         return list(await conn.list_turns(effect.native_thread_id))
 
     # -- other threads -------------------------------------------------------------------
+
+    async def _wake_parent(self, effect: fx.WakeParent) -> None:
+        try:
+            await self.host.call(effect.thread_id, task_woke, TaskWake(effect.thread_id, effect.task_id, effect.transfer_id),
+                                 method="task.wake")
+        except (NotFound, ThreadFailed, CorruptRecord) as exc:
+            # The result is stored either way; only the wake-up is lost.
+            log.warning("wake-up of thread %s by task %s: %s", effect.thread_id, effect.task_id, exc)
 
     async def _stop_children(self, effect_id: str) -> None:
         await stop_delegated_children(self.host, self.thread_id)

@@ -123,6 +123,8 @@ class TaskDelegateParams(Params):
     provider: Id | None = None
     workspace: TaskWorkspace = "same"
     wait: bool = False
+    #: when the task's run ends, the delegating thread gets a run of its own (wakeups.py)
+    wake: bool = False
     command_id: CommandId | None = None
 
 

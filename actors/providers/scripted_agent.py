@@ -515,7 +515,7 @@ class Turn:
         ``thread``, the subagent gets a native thread of its own (named in the
         item's ``receiverThreadIds``, like a Codex ``spawnAgent`` call) that
         holds its steps and what it said; it can be resumed and forked.
-    ``{"delegate": {"instructions", "provider"?, "workspace"?, "wait"?}}``
+    ``{"delegate": {"instructions", "provider"?, "workspace"?, "wait"?, "wake"?}}``
         A ``tool`` item ``delegate_task`` that calls agentd's MCP tool of that
         name through ``agentd mcp`` (``AGENTD_MCP_COMMAND``), then says
         ``delegated task OUTCOME: FINAL ANSWER`` (``wait: true``),
@@ -868,6 +868,8 @@ class Turn:
         }
         if spec.get("provider") is not None:
             arguments["provider"] = _expect(spec["provider"], str, "delegate provider must be a string")
+        if spec.get("wake") is not None:
+            arguments["wake"] = _expect(spec["wake"], bool, "delegate wake must be true or false")
         async with self._item(parent, "tool", name="delegate_task", status="inProgress") as item:
             error, answer = await call_agentd_tool("delegate_task", arguments)
             if error is not None:
