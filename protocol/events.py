@@ -311,6 +311,11 @@ class TaskEnded(WireStruct, kw_only=True):
     handoff_id: str
 
 
+class NodeInterruptRequested(WireStruct, kw_only=True):
+    via: Literal["provider", "task_cancel"]
+    task_ids: list[str]
+
+
 class TaskWoke(WireStruct, kw_only=True):
     task_id: str
     transfer_id: str
@@ -411,6 +416,7 @@ def _types() -> dict[str, type[msgspec.Struct]]:
         "task.delegated": TaskDelegated,
         "task.ended": TaskEnded,
         "task.woke": TaskWoke,
+        "node.interrupt_requested": NodeInterruptRequested,
         "task.wake_dropped": TaskWakeDropped,
         "subagent.thread_created": SubagentThreadCreated,
         "checkpoint.restored": CheckpointRestored,

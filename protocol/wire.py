@@ -194,6 +194,11 @@ class RunInterruptParams(Params):
     command_id: CommandId | None = None
 
 
+class NodeInterruptParams(Params):
+    node_id: Id
+    command_id: CommandId | None = None
+
+
 class RunRetryParams(Params):
     run_id: Id
     command_id: CommandId | None = None
