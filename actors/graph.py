@@ -202,7 +202,8 @@ def provider_thread_ready(
     if ready.created:
         pt = ProviderThread(
             id=new_id("pth"), thread_id=state.thread_id, provider=active.run.provider, kind=kind,
-            native_thread_id=ready.native_thread_id, created_at=now, updated_at=now, **(fields or {}),
+            native_thread_id=ready.native_thread_id, created_at=now, updated_at=now, history_mode=ready.history_mode,
+            **(fields or {}),
         )
         batch.put(pt)
         batch.emit("provider_thread.created", run_id=active.run.id, node_id=active.root.id, providerThread=to_wire(pt))
@@ -213,7 +214,7 @@ def provider_thread_ready(
         if state.provider_thread is not None and state.provider_thread.id == pt.id:
             pt = state.provider_thread  # the newer value (coverage) if the actor has one
         if ready.resumed_turn_count is not None:
-            pt = struct_copy(pt, status="active", updated_at=now)
+            pt = struct_copy(pt, status="active", updated_at=now, history_mode=ready.history_mode or pt.history_mode)
             batch.put(pt)
             batch.emit(
                 "provider_thread.resumed", run_id=active.run.id, node_id=active.root.id,

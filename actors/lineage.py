@@ -276,6 +276,10 @@ def _why_not_native(view: StartView, transfer: ContextTransfer, source: Provider
         return "portable: the fork works in another workspace than its source, and a Claude session is bound to its own"
     if source.status == "unusable":
         return f"portable: the source's provider thread is unusable ({source.reason or 'no reason recorded'})"
+    if source.history_mode == "legacy":
+        # Codex cannot fork a legacy history at a turn: not attempted, so no
+        # orphan native fork is left behind by a fork that then fails.
+        return f"portable: the source's provider thread {source.id} has a legacy history, which {target.provider} cannot fork"
     if view.source_rolled_back:
         return f"portable: the source rolled back {len(view.source_rolled_back)} run(s) of the fork point since the fork"
     return None

@@ -99,6 +99,8 @@ class ProviderThreadReady:
     runtime_version: str | None = None
     #: ``created`` by the provider's native fork
     forked: bool = False
+    #: the native thread's history contract, as the runtime reported it (Codex ``historyMode``)
+    history_mode: str | None = None
 
 
 @dataclass(frozen=True)

@@ -158,8 +158,10 @@ def roll_back(ctx: ThreadContext, undone: set[str]) -> Transition:
                 outcome.kind, outcome.reason = "rebuilt", "an earlier provider thread had seen rolled-back runs"
             continue
         adapter = ctx.adapter(pt.provider)
-        if not adapter.capabilities.rollback:
-            why = f"rolled_back: {pt.provider} cannot rewind a session; the next run starts a fresh one with a summary of the kept runs"
+        if not adapter.capabilities.rollback or pt.history_mode == "legacy":
+            cannot = ("its native thread has a legacy history, which it cannot roll back" if adapter.capabilities.rollback
+                      else "cannot rewind a session")
+            why = f"rolled_back: {pt.provider} {cannot}; the next run starts a fresh one with a summary of the kept runs"
             outcome.retire.append((pt, why))
             outcome.kind, outcome.reason = "rebuilt", why
             continue

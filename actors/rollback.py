@@ -33,7 +33,7 @@ from __future__ import annotations
 import msgspec
 
 from agentd.protocol import results, wire
-from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
+from agentd.protocol.errors import InvalidParams, InvalidState, NotFound, Unsupported
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
 from agentd.store.reconcile import ROLLBACK
@@ -92,6 +92,24 @@ def later_runs(ctx: ThreadContext, ordinal: int) -> list[Run]:
             if run.ordinal > ordinal and run.status not in ("queued", "running", "waiting", "rolled_back")]
 
 
+def refuse_legacy_history(ctx: ThreadContext, *, allow_rebuild: bool) -> None:
+    """A thread whose current provider thread has a legacy history (Codex's
+    ``historyMode: legacy``) cannot be rewound natively: refused before
+    anything changes, unless the caller accepts a rebuilt memory (seed 002:
+    check the history mode before a rollback, fail explicitly on legacy)."""
+    pt = ctx.state.provider_thread
+    if allow_rebuild or pt is None or pt.history_mode != "legacy" or pt.status == "unusable":
+        return
+    if not ctx.adapter(pt.provider).capabilities.rollback:
+        return  # rebuilt anyway: the runtime never rewinds
+    raise Unsupported(
+        f"thread {ctx.thread_id}'s provider thread {pt.id} on {pt.provider} has a legacy history, which "
+        f"{pt.provider} cannot roll back; pass allowRebuild: true (agentd rollback --allow-rebuild) to roll back the "
+        "files and start the agent afresh with a summary of the kept runs",
+        threadId=ctx.thread_id, providerThreadId=pt.id, historyMode="legacy",
+    )
+
+
 def rollback_to_run(ctx: ThreadContext, command: Command) -> Transition:
     """``rollback.toRun {threadId, targetOrdinal}``: see the module docstring."""
     params: wire.RollbackToRunParams = command.params
@@ -106,6 +124,7 @@ def rollback_to_run(ctx: ThreadContext, command: Command) -> Transition:
         )
     target = target_checkpoint(ctx, params.target_ordinal)
     undone = later_runs(ctx, params.target_ordinal)
+    refuse_legacy_history(ctx, allow_rebuild=params.allow_rebuild)
 
     # An outbox entry first: a daemon killed from here until the final commit
     # leaves a trace the next start turns into retired provider threads.

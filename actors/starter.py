@@ -178,7 +178,8 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
                 # Posted before the turn starts, so the actor knows the
                 # provider thread before any event of the turn arrives.
                 await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=False,
-                                                     resumed_turn_count=turns, provider_thread=plan.resume))
+                                                     resumed_turn_count=turns, provider_thread=plan.resume,
+                                                     history_mode=conn.history_mode(native)))
                 await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
                 return
             plan = await _context(actor, attempt_id, lost=(plan.resume.id, lost))
@@ -193,15 +194,18 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
             except ProviderRuntimeError as exc:
                 await actor.post(AttemptStartFailed(attempt_id, "context_transfer_failed", f"native fork failed: {exc}"))
                 return
-            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version, forked=True))
+            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version,
+                                                 forked=True, history_mode=conn.history_mode(native)))
             await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
         elif conn.capabilities.empty_threads:
             native = await conn.create_thread(cwd=cwd)
-            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version))
+            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version,
+                                                 history_mode=conn.history_mode(native)))
             await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
         else:
             session_id, conn = await _unbound_session(actor, active, conn, session_id)
             native, _turn = await conn.start_first_turn(text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
-            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version))
+            await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version,
+                                                 history_mode=conn.history_mode(native)))
     except (ProviderRuntimeError, AgentdError, OSError) as exc:
         await actor.post(AttemptStartFailed(attempt_id, "provider_start_failed", exc))

@@ -145,6 +145,9 @@ def add_checkpoint_commands(sub: Subcommands, o: Options) -> None:
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
     p.add_argument("ordinal", type=counting_number, help="the run to go back to (its number; 0: before the first run)")
     p.add_argument("--yes", action="store_true", help="do not ask (required when not at a terminal)")
+    p.add_argument("--allow-rebuild", action="store_true",
+                   help="where the agent's history cannot be rolled back (a legacy Codex history), start it afresh "
+                        "with a summary of the kept runs instead of refusing")
 
 
 def add_lineage_commands(sub: Subcommands, o: Options) -> None:

@@ -61,7 +61,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
             print("Your files as they are now are saved first (undo with `agentd restore`).", file=sys.stderr)
             if not confirm("Roll back? [y/N] "):
                 raise CliError("nothing was rolled back")
-        box.update(daemon.call("rollback.toRun", threadId=args.thread, targetOrdinal=args.ordinal))
+        box.update(daemon.call("rollback.toRun", threadId=args.thread, targetOrdinal=args.ordinal,
+                               allowRebuild=args.allow_rebuild))
         return 0
 
     with_daemon(args, go)

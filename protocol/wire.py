@@ -268,6 +268,8 @@ class RollbackToRunParams(Params):
     thread_id: Id
     #: the run whose state to go back to; 0: before the thread's first run
     target_ordinal: Annotated[int, msgspec.Meta(ge=0)]
+    #: roll back a legacy history (which the runtime cannot rewind) by rebuilding the agent's memory
+    allow_rebuild: bool = False
     command_id: CommandId | None = None
 
 

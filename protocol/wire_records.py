@@ -183,6 +183,7 @@ class ProviderThread(WireStruct, kw_only=True):
     bridges_in_a_row: int = 0
     settings: dict[str, Any] = {}
     forked_from: str | None = None
+    history_mode: str | None = None
 
 
 class RuntimeRequest(WireStruct, kw_only=True):

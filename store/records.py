@@ -224,6 +224,9 @@ class ProviderThread(Record, kw_only=True, frozen=True):
     settings: dict[str, Any] = {}
     #: the provider thread it was natively forked from
     forked_from: str | None = None
+    #: its history contract as the runtime reported it (Codex ``historyMode``:
+    #: ``legacy`` cannot be rolled back or forked natively); None: not reported
+    history_mode: str | None = None
 
 
 class ProviderTurn(Record, kw_only=True, frozen=True):

@@ -173,7 +173,8 @@ def build_adapters(
         home = providers_dir / name
         adapter: ScriptedAdapter | CodexAdapter | ClaudeAdapter
         if provider.kind == "scripted":
-            adapter = ScriptedAdapter(name, home=home, capabilities=provider.capabilities, request_timeout=request_timeout)
+            adapter = ScriptedAdapter(name, home=home, capabilities=provider.capabilities, request_timeout=request_timeout,
+                                      args=provider.args)
         else:
             try:
                 adapter = _runtime_adapter(provider, home, request_timeout)

@@ -193,6 +193,12 @@ class ProviderConnection(abc.ABC):
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
         """Ask the runtime to interrupt; the turn ends only when it says so."""
 
+    def history_mode(self, native_thread_id: str) -> str | None:
+        """The native thread's history contract as the runtime reported it
+        when agentd opened it (Codex ``historyMode``: ``legacy`` histories
+        cannot be rolled back or forked natively); None: not reported."""
+        return None
+
     async def interrupt_item(self, native_thread_id: str, native_turn_id: str, native_item_id: str) -> None:
         """Ask the runtime to interrupt one running item of a turn (a tool
         call, a subagent); the item ends when the runtime says so and the

@@ -477,6 +477,8 @@ class CodexConnection(ProviderConnection):
         self._attempts: dict[str, str] = {}
         #: native thread id -> model codex uses for it (plan mode needs it)
         self._models: dict[str, str] = {}
+        #: native thread -> its ``historyMode`` as Codex reported it
+        self._history_modes: dict[str, str | None] = {}
         #: request ref -> the runtime's request waiting on the user
         self._requests: dict[str, _PendingRequest] = {}
         #: agent message item id -> text streamed so far (to fill in unstreamed text)
@@ -527,11 +529,15 @@ class CodexConnection(ProviderConnection):
 
     # -- primitives ---------------------------------------------------------------
 
+    def history_mode(self, native_thread_id: str) -> str | None:
+        return self._history_modes.get(native_thread_id)
+
     async def create_thread(self, *, cwd: str) -> str:
         params = ThreadStartParams(cwd=cwd, model=self.adapter.config.model)
         result = _decode(ThreadStartResponse, await self._peer.request("thread/start", _encode(params)), "thread/start answer")
         self._loaded_threads.add(result.thread.id)
         self._models[result.thread.id] = result.model
+        self._history_modes[result.thread.id] = result.thread.history_mode
         return result.thread.id
 
     async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
@@ -545,6 +551,7 @@ class CodexConnection(ProviderConnection):
         result = _decode(ThreadResumeResponse, raw, "thread/resume answer")
         self._loaded_threads.add(native_thread_id)
         self._models[native_thread_id] = result.model
+        self._history_modes[native_thread_id] = result.thread.history_mode
         turns = await self._turns(native_thread_id, items_view="notLoaded")
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=len(turns))
 
@@ -599,6 +606,7 @@ class CodexConnection(ProviderConnection):
         params = ThreadForkParams(thread_id=native_thread_id, last_turn_id=last_turn_id, exclude_turns=True)
         result = _decode(ThreadForkResponse, await self._peer.request("thread/fork", _encode(params)), "thread/fork answer")
         self._loaded_threads.add(result.thread.id)
+        self._history_modes[result.thread.id] = result.thread.history_mode
         return result.thread.id
 
     async def _revert_after(self, fork: str, last_turn_id: str) -> None:

@@ -142,6 +142,9 @@ class ThreadRef(_Wire, kw_only=True):
     __schema__ = "v2/Thread"
     __direction__ = "in"
     id: str
+    #: ``legacy`` | ``paginated``: the thread's persisted history contract (a
+    #: legacy history cannot be rolled back or forked natively)
+    history_mode: str | None = msgspec.field(default=None, name="historyMode")
 
 
 class ThreadStartResponse(_Wire, kw_only=True):

@@ -72,6 +72,7 @@ class ScriptedAdapter(ProviderAdapter):
             virtual-time tests where a timer must not race real process I/O).
         spawn: how the runtime is started (a real process; a recording or
             replay in tests).
+        args: more arguments for the agent (the instance's ``args``).
     """
 
     kind = "scripted"
@@ -86,12 +87,15 @@ class ScriptedAdapter(ProviderAdapter):
         capabilities: Capabilities | None = None,
         request_timeout: float | None = 30.0,
         spawn: Spawn = spawn_process,
+        args: list[str] | None = None,
     ) -> None:
         self.name = name
         self.home = Path(home)
         self.capabilities = capabilities or Capabilities()
         self.request_timeout = request_timeout
         self.spawn = spawn
+        #: the instance's ``args``, after the agent's own (``--history-mode legacy``)
+        self.args = list(args or [])
         #: agentd's MCP tool for the agent's ``delegate`` step (SPEC F9); None: not offered
         self.agentd_tool: AgentdTool | None = None
 
@@ -99,7 +103,7 @@ class ScriptedAdapter(ProviderAdapter):
         return {"usable": True, "binary": sys.executable, "version": "built-in"}
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "agentd.actors.providers.scripted_agent", "--home", str(self.home)]
+        return [sys.executable, "-m", "agentd.actors.providers.scripted_agent", "--home", str(self.home), *self.args]
 
     async def open(self, *, session_id: str, emit: EventSink,
                    task_status: trio.TaskStatus[ProviderConnection] = trio.TASK_STATUS_IGNORED) -> None:
@@ -127,6 +131,7 @@ class ScriptedConnection(ProviderConnection):
         self.adapter = adapter
         self.capabilities = adapter.capabilities
         self._loaded_threads: set[str] = set()
+        self._history_modes: dict[str, str | None] = {}
         self._process = process
         self._emit = emit
         self._exit_status: tuple[int | None, int | None] = (None, None)
@@ -176,7 +181,11 @@ class ScriptedConnection(ProviderConnection):
         result = await self._peer.request("thread/start", {"cwd": cwd})
         thread_id: str = result["threadId"]
         self._loaded_threads.add(thread_id)
+        self._history_modes[thread_id] = result.get("historyMode")
         return thread_id
+
+    def history_mode(self, native_thread_id: str) -> str | None:
+        return self._history_modes.get(native_thread_id)
 
     async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
         try:
@@ -186,6 +195,7 @@ class ScriptedConnection(ProviderConnection):
                 raise NativeThreadMissing(str(exc), code=exc.code) from exc
             raise
         self._loaded_threads.add(native_thread_id)
+        self._history_modes[native_thread_id] = result.get("historyMode")
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=result.get("turnCount"))
 
     async def start_turn(
@@ -212,6 +222,7 @@ class ScriptedConnection(ProviderConnection):
             params["context"] = context
         result = await self._peer.request("turn/start", params)
         self._loaded_threads.add(result["threadId"])
+        self._history_modes[result["threadId"]] = result.get("historyMode")
         return result["threadId"], result["turnId"]
 
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
@@ -232,6 +243,7 @@ class ScriptedConnection(ProviderConnection):
             params["lastTurnId"] = last_turn_id
         result = await self._peer.request("thread/fork", params)
         thread_id: str = result["threadId"]
+        self._history_modes[thread_id] = result.get("historyMode")
         return thread_id
 
     async def list_turns(self, native_thread_id: str) -> list[dict[str, Any]]:

@@ -71,6 +71,8 @@ TURN_CONFLICT = -32005
 
 #: what a ``say`` step's ``phase`` may be (Codex's MessagePhase)
 PHASES = ("commentary", "partial_answer", "final_answer")
+#: the history contracts a thread may report (``--history-mode``), as Codex's ``historyMode``
+HISTORY_MODES = ("legacy", "paginated")
 #: item kinds ``item/interrupt`` may end while they run
 INTERRUPTIBLE = frozenset({"tool", "commandExecution", "subagent"})
 #: characters of a command step's output kept in its item
@@ -175,8 +177,12 @@ def _param(params: dict[str, Any], name: str, kind: type, method: str) -> Any:
 class Agent:
     """Answers client requests, owns the loaded threads and the output stream."""
 
-    def __init__(self, home: Path, stdout: trio.abc.SendStream, nursery: trio.Nursery) -> None:
+    def __init__(self, home: Path, stdout: trio.abc.SendStream, nursery: trio.Nursery, *,
+                 history_mode: str = "paginated") -> None:
         self.store = NativeStore(home)
+        #: what its threads report as ``historyMode``; a ``legacy`` one, as
+        #: Codex's, cannot be rolled back or forked
+        self.history_mode = history_mode
         self.capabilities = dict(CAPABILITIES)
         self.threads: dict[str, ThreadRecord] = {}  # loaded in this process
         self.active: dict[str, Turn] = {}  # threadId -> its running turn
@@ -346,9 +352,13 @@ class Agent:
         self.capabilities = capabilities
         return {"agent": "scripted", "version": self.store.version(), "capabilities": capabilities}
 
+    def _require_paginated(self, method: str) -> None:
+        if self.history_mode == "legacy":
+            raise RpcError(NOT_SUPPORTED, f"{method}: this thread has a legacy history, which cannot be rewritten")
+
     def _thread_start(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("emptyThreads")
-        return {"threadId": self._thread_for_cwd(params, "thread/start").threadId}
+        return {"threadId": self._thread_for_cwd(params, "thread/start").threadId, "historyMode": self.history_mode}
 
     def _thread_for_cwd(self, params: dict[str, Any], method: str) -> ThreadRecord:
         cwd = _param(params, "cwd", str, method)
@@ -361,16 +371,17 @@ class Agent:
         thread = self.threads.get(thread_id)
         if thread is None:
             thread = self.threads[thread_id] = self.store.load(thread_id)
-        return {"threadId": thread_id, "turnCount": len(thread.turns)}
+        return {"threadId": thread_id, "turnCount": len(thread.turns), "historyMode": self.history_mode}
 
     def _thread_fork(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("nativeFork")
+        self._require_paginated("thread/fork")
         source = self._stored(_param(params, "threadId", str, "thread/fork"))
         turns = source.turns
         if params.get("lastTurnId") is not None:
             turns = turns[: _turn_index(source, params["lastTurnId"]) + 1]
         fork = self._new_thread(source.cwd, list(turns))
-        return {"threadId": fork.threadId}
+        return {"threadId": fork.threadId, "historyMode": self.history_mode}
 
     def _thread_turns_list(self, params: dict[str, Any]) -> dict[str, Any]:
         thread = self._stored(_param(params, "threadId", str, "thread/turns/list"))
@@ -383,6 +394,7 @@ class Agent:
 
     def _thread_rollback(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("rollback")
+        self._require_paginated("thread/rollback")
         thread = self._stored(_param(params, "threadId", str, "thread/rollback"))
         if thread.threadId in self.active:
             raise RpcError(TURN_CONFLICT, f"thread {thread.threadId} has a running turn")
@@ -400,6 +412,7 @@ class Agent:
             # to get a thread when emptyThreads is switched off.
             thread = self._thread_for_cwd(params, "turn/start")
             result["threadId"] = thread.threadId
+            result["historyMode"] = self.history_mode
         if thread.threadId in self.active:
             raise RpcError(TURN_CONFLICT, f"thread {thread.threadId} already has a running turn")
         if "threadId" in params and "cwd" in params:
@@ -956,12 +969,12 @@ async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | 
     return None, dict(result.structured_content or {})
 
 
-async def _serve(home: Path) -> None:
+async def _serve(home: Path, history_mode: str = "paginated") -> None:
     stdin = trio.lowlevel.FdStream(os.dup(0))
     stdout = trio.lowlevel.FdStream(os.dup(1))
     async with stdin, stdout:
         async with trio.open_nursery() as nursery:
-            agent = Agent(home, stdout, nursery)
+            agent = Agent(home, stdout, nursery, history_mode=history_mode)
             await agent.serve(stdin)
             # EOF or shutdown: running turns simply stop; their native state
             # is whatever was saved when earlier turns ended.
@@ -971,7 +984,10 @@ async def _serve(home: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--home", required=True, type=Path, help="directory for native state")
-    trio.run(_serve, parser.parse_args(argv).home)
+    parser.add_argument("--history-mode", choices=HISTORY_MODES, default="paginated",
+                        help="the history contract its threads report (legacy: no rollback or fork, as Codex's)")
+    args = parser.parse_args(argv)
+    trio.run(_serve, args.home, args.history_mode)
 
 
 if __name__ == "__main__":

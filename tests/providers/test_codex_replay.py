@@ -130,6 +130,8 @@ async def scenario_turn(h: Harness) -> None:
     async with h.session() as conn:
         thread = await conn.create_thread(cwd=h.cwd)
         assert thread in conn.loaded_threads
+        # Codex 0.171 says which history contract the thread has (issue 23 item 6).
+        assert conn.history_mode(thread) == "paginated"
         first = await conn.start_turn(thread, text="hello there", attempt_id="att_1", cwd=h.cwd)
         done = await h.log.turn_completed("att_1")
         assert (done.status, done.native_turn_id) == ("completed", first)

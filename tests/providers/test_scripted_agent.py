@@ -374,7 +374,7 @@ async def test_resume_in_new_process_sees_prior_turns(tmp_path, workdir):  # SPE
     assert [t["input"] for t in stored["turns"]] == ["one", script({"reportHistory": True})]
     assert stored["turns"][1]["output"] == "history: 1 turn"
     async with spawn(home) as agent:
-        assert await agent.result("thread/resume", threadId=thread) == {"threadId": thread, "turnCount": 2}
+        assert await agent.result("thread/resume", threadId=thread) == {"threadId": thread, "turnCount": 2, "historyMode": "paginated"}
         events = await agent.run_turn(thread, script({"reportHistory": True}))
         assert messages(events) == ["history: 2 turns"]
 
