@@ -28,9 +28,14 @@ pipe, no agentd, parsing every line as agentd does):
   of the most punctual delta is taken as zero, the same way for both);
 * ``completion_ms``: the last delta → ``run.completed`` as the subscriber
   sees it, beside the last delta → ``turn/completed`` directly: the
-  difference is what agentd adds to the end of a turn.
+  difference (``completion_added_ms``) is what agentd adds to the end of a
+  turn; ``completion_close_ms`` / ``completion_end_ms`` split it at the
+  message's ``message.completed`` (its last text durable) and the run's end
+  (the run's checkpoint capture and the barrier's commit); one synced LMDB
+  commit on the same disk (``floor_synced_commit_p50_ms``, as ``bench.py``
+  measures it) is printed as the floor of any durable step.
 
-Runs are interleaved (agentd, direct, agentd, direct, … for each shape,
+Runs are interleaved (agentd, [the baseline daemon,] direct, … for each shape,
 ``--runs`` times, 3 by default) and each figure is printed as min / median /
 max; ``load_average`` is printed with them. It exits 0 whatever the figures:
 a target not met is a finding.
@@ -38,6 +43,7 @@ a target not met is a finding.
     python scripts/bench_stream.py                    # ~3 minutes
     python scripts/bench_stream.py --quick            # 10 KiB answers, 1 run (a smoke run)
     python scripts/bench_stream.py --paced-sizes 100,1024   # and the paced 1 MiB answer
+    python scripts/bench_stream.py --baseline-python /path/to/main/venv/bin/python  # before/after, interleaved
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ import trio  # noqa: E402
 from agentd.launch import DaemonProcess, start_daemon  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import BenchError, daemon_cpu_seconds, lmdb_pages, process_io  # noqa: E402
+from bench import BenchError, daemon_cpu_seconds, lmdb_pages, measure_floor, process_io  # noqa: E402
 
 DELTA_BYTES = 20
 TERMINAL = ("completed", "failed", "interrupted", "cancelled")
@@ -143,6 +149,8 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
             kind = params.get("type")
             if kind == "message.delta":
                 arrivals.append(time.perf_counter())
+            elif kind == "message.completed":
+                closed = time.perf_counter()
             elif kind and kind.startswith("run.") and params.get("runId") == run_id and \
                     params["payload"]["run"]["status"] in TERMINAL:
                 done = time.perf_counter()
@@ -157,14 +165,20 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
     answer = deltas * DELTA_BYTES
     psize = pages1["psize"]
     cpu = sum(cpu1.values()) - sum(cpu0.values())
+    loop = cpu1["event_loop_thread"] - cpu0["event_loop_thread"]
     return {
         "write_bytes_per_byte": round((io1["write_bytes"] - io0["write_bytes"]) / answer, 2),
         "wchar_per_byte": round((io1["wchar"] - io0["wchar"]) / answer, 2),
         "stored_per_byte": round((pages1["pages_used"] - pages0["pages_used"]) * psize / answer, 2),
         "stored_high_water_per_byte": round((pages1["last_pgno"] - pages0["last_pgno"]) * psize / answer, 2),
         "cpu_us_per_delta": round(cpu / deltas * 1e6, 1),
+        "cpu_us_per_delta_event_loop": round(loop / deltas * 1e6, 1),
         "delta_p99_ms": lateness_p99_ms(arrivals, rate),
         "completion_ms": round((done - arrivals[-1]) * 1000, 2),
+        # of which: the message's close (its last text durable), then the
+        # run's end (the checkpoint's capture and the barrier's commit)
+        "completion_close_ms": round((closed - arrivals[-1]) * 1000, 2),
+        "completion_end_ms": round((done - closed) * 1000, 2),
         "stream_ms": round((arrivals[-1] - arrivals[0]) * 1000, 1),
     }
 
@@ -222,22 +236,41 @@ def shapes(args: argparse.Namespace) -> list[tuple[str, int, float | None]]:
     return out
 
 
-async def bench(base: Path, args: argparse.Namespace) -> dict[str, Any]:
+async def _start(base: Path, name: str, python: str) -> tuple[DaemonProcess, Path]:
+    """A daemon child run by ``python`` (another checkout's venv, for the
+    baseline), with its own data dir and socket."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}  # no stray config
     socket_dir = Path(tempfile.mkdtemp(prefix="abs-"))  # short: sun_path holds 107 bytes
-    daemon = await start_daemon(base / "daemon", socket_dir / "agentd.sock", env=env)
+    own, sys.executable = sys.executable, python  # start_daemon runs sys.executable
+    try:
+        daemon = await start_daemon(base / name, socket_dir / "agentd.sock", env=env)
+    finally:
+        sys.executable = own
+    # The first answer makes the store's pages and the agent's imports warm.
+    await through_agentd(daemon, base / name / "store", 10 * 1024, None)
+    return daemon, socket_dir
+
+
+async def bench(base: Path, args: argparse.Namespace) -> dict[str, Any]:
+    pythons = {"agentd": sys.executable}
+    if args.baseline_python:
+        pythons["baseline"] = args.baseline_python
+    daemons = {name: await _start(base, name, python) for name, python in pythons.items()}
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
         for run in range(args.runs):
             for name, size, rate in shapes(args):
-                shape = results.setdefault(name, {"agentd": [], "direct": []})
-                shape["agentd"].append(await through_agentd(daemon, base / "daemon" / "store", size, rate))
+                shape = results.setdefault(name, {"direct": [], **{who: [] for who in daemons}})
+                for who, (daemon, _socket_dir) in daemons.items():
+                    shape[who].append(await through_agentd(daemon, base / who / "store", size, rate))
                 shape["direct"].append(await direct(base / f"direct-{run}-{name}", size, rate))
     finally:
-        code = await daemon.terminate()
-        shutil.rmtree(socket_dir, ignore_errors=True)
-    if code != 0:
-        raise BenchError(f"the daemon exited with {code} on SIGTERM:\n{daemon.log_text()[-4000:]}")
+        codes = {who: await daemon.terminate() for who, (daemon, _socket_dir) in daemons.items()}
+        for _daemon, socket_dir in daemons.values():
+            shutil.rmtree(socket_dir, ignore_errors=True)
+    for who, code in codes.items():
+        if code != 0:
+            raise BenchError(f"the {who} daemon exited with {code} on SIGTERM:\n{daemons[who][0].log_text()[-4000:]}")
     return results
 
 
@@ -252,14 +285,19 @@ def spread(values: list[Any]) -> str | None:
 def report(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, runs in results.items():
-        agentd, floor = runs["agentd"], runs["direct"]
+        floor = runs["direct"]
         row: dict[str, Any] = {}
-        for key in agentd[0]:
-            row[key] = spread([r[key] for r in agentd])
+        for key in runs["agentd"][0]:
+            for who in runs:
+                if who != "direct":
+                    row[key if who == "agentd" else f"{key}_{who}"] = spread([r[key] for r in runs[who]])
             if key in floor[0]:
                 row[f"{key}_direct"] = spread([r[key] for r in floor])
-        row["completion_added_ms"] = spread([round(a["completion_ms"] - d["completion_ms"], 2)
-                                             for a, d in zip(agentd, floor)])
+        for who in runs:
+            if who != "direct":
+                suffix = "" if who == "agentd" else f"_{who}"
+                row[f"completion_added_ms{suffix}"] = spread(
+                    [round(a["completion_ms"] - d["completion_ms"], 2) for a, d in zip(runs[who], floor)])
         out[name] = row
     return out
 
@@ -272,6 +310,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3, help="interleaved runs of each shape (default 3)")
     parser.add_argument("--quick", action="store_true", help="10 KiB answers, 1 run")
     parser.add_argument("--dir", default=None, help="where the data dirs go (default: the temp dir)")
+    parser.add_argument("--baseline-python", default=None,
+                        help="also run a daemon with this interpreter (another checkout's venv), interleaved")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.paced_sizes, args.runs = "10", "10", 1
@@ -286,9 +326,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="agentd-bench-stream-", dir=args.dir))
     try:
+        _rate, commit_ms = measure_floor(base / "floor", warmup=0.5, seconds=2.0)
         results = trio.run(bench, base, args)
         print(json.dumps({"load_average": Path("/proc/loadavg").read_text().split()[:3], "delta_bytes": DELTA_BYTES,
-                          "shapes": report(results)}, indent=2))
+                          "floor_synced_commit_p50_ms": round(commit_ms, 2), "shapes": report(results)}, indent=2))
     except BenchError as exc:
         print(f"bench failed: {exc}", file=sys.stderr)
         sys.exit(1)
