@@ -73,6 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import BenchError, daemon_cpu_seconds, lmdb_pages, measure_floor, process_io  # noqa: E402
 
 DELTA_BYTES = 20
+OVERHEAD = "run_overhead_one_delta"
 TERMINAL = ("completed", "failed", "interrupted", "cancelled")
 _decoder = msgspec.json.Decoder()
 
@@ -167,6 +168,8 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
     cpu = sum(cpu1.values()) - sum(cpu0.values())
     loop = cpu1["event_loop_thread"] - cpu0["event_loop_thread"]
     return {
+        "answer_bytes": answer,
+        "write_bytes_kb": round((io1["write_bytes"] - io0["write_bytes"]) / 1000, 1),
         "write_bytes_per_byte": round((io1["write_bytes"] - io0["write_bytes"]) / answer, 2),
         "wchar_per_byte": round((io1["wchar"] - io0["wchar"]) / answer, 2),
         "stored_per_byte": round((pages1["pages_used"] - pages0["pages_used"]) * psize / answer, 2),
@@ -228,7 +231,9 @@ async def direct(home: Path, size: int, rate: float | None) -> dict[str, Any]:
 
 
 def shapes(args: argparse.Namespace) -> list[tuple[str, int, float | None]]:
-    out: list[tuple[str, int, float | None]] = []
+    # A one-delta answer: what a run costs whatever its answer (its records,
+    # its ~13 synced commits), so each shape's streaming cost can be told apart.
+    out: list[tuple[str, int, float | None]] = [(OVERHEAD, DELTA_BYTES, None)]
     for kib in args.sizes:
         if kib in args.paced_sizes:
             out.append((f"{kib}KiB_paced_{args.rate:g}_per_s", kib * 1024, args.rate))
@@ -288,6 +293,8 @@ def report(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
         floor = runs["direct"]
         row: dict[str, Any] = {}
         for key in runs["agentd"][0]:
+            if key == "answer_bytes":
+                continue
             for who in runs:
                 if who != "direct":
                     row[key if who == "agentd" else f"{key}_{who}"] = spread([r[key] for r in runs[who]])
@@ -298,6 +305,12 @@ def report(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
                 suffix = "" if who == "agentd" else f"_{who}"
                 row[f"completion_added_ms{suffix}"] = spread(
                     [round(a["completion_ms"] - d["completion_ms"], 2) for a, d in zip(runs[who], floor)])
+        if name != OVERHEAD:
+            for who in runs:
+                if who != "direct":
+                    fixed = statistics.median(r["write_bytes_kb"] for r in results[OVERHEAD][who])
+                    row["write_bytes_per_byte_beyond_run_overhead" + ("" if who == "agentd" else f"_{who}")] = spread(
+                        [round((r["write_bytes_kb"] - fixed) * 1000 / r["answer_bytes"], 2) for r in runs[who]])
         out[name] = row
     return out
 
