@@ -412,7 +412,9 @@ class ThreadActor:
         return self.ctx.batch()
 
     async def commit(self, batch: ThreadBatch) -> CommitResult:
-        """Make ``batch`` durable; its events are published before this returns."""
+        """Make ``batch`` durable, with the text streamed before it
+        (``turns.pending_text_first``); its events are published before this returns."""
+        turns.pending_text_first(self.ctx, batch)
         return await self.store.commit(batch)
 
     def spawn_effect(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:

@@ -65,6 +65,27 @@ class EventDraft:
     payload: dict[str, Any]
 
 
+#: how a stored ``message.appended`` event says its text is the chunk its
+#: batch wrote at the same message and offset (``text_chunk_key``): the text
+#: is stored once, and the store puts it back when the event is read
+TEXT_IN_CHUNK = "textInChunk"
+
+
+def stored_payload(draft: EventDraft, chunks: dict[tuple[str, int], int]) -> dict[str, Any]:
+    """The payload ``draft`` is stored with: a ``message.appended`` whose text
+    its batch stored as a chunk keeps only the chunk's place (messageId,
+    offset) and length; any other event is stored as published."""
+    payload = draft.payload
+    if draft.type != "message.appended" or not chunks:
+        return payload
+    message_id, offset, text = payload.get("messageId"), payload.get("offset"), payload.get("text")
+    if not (isinstance(message_id, str) and isinstance(offset, int) and isinstance(text, str)):
+        return payload
+    if chunks.get((message_id, offset)) != len(text):
+        return payload
+    return {**{k: v for k, v in payload.items() if k != "text"}, TEXT_IN_CHUNK: len(text)}
+
+
 @dataclass
 class WriteBatch:
     """The puts, deletes, events and receipt of one command."""
@@ -72,6 +93,8 @@ class WriteBatch:
     ops: list[tuple[str, bytes, bytes | None]] = field(default_factory=list)
     events: list[EventDraft] = field(default_factory=list)
     receipt: tuple[str, str, dict[str, Any], float] | None = None
+    #: the text chunks this batch writes: (message id, offset) -> characters
+    chunks: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def put(self, record: Record) -> None:
         """Store ``record`` under its id, with the index entries its kind has."""
@@ -90,6 +113,14 @@ class WriteBatch:
         """Store ``text`` as the chunk of a streamed message at character
         ``offset``: a flush writes only its new text (append-only)."""
         self.ops.append(("message_text", text_chunk_key(message_id, offset), text.encode()))
+        self.chunks[(message_id, offset)] = len(text)
+
+    def prepend(self, other: WriteBatch) -> None:
+        """Put ``other``'s writes and events ahead of this batch's own (its
+        receipt, if any, is not taken)."""
+        self.ops[0:0] = other.ops
+        self.events[0:0] = other.events
+        self.chunks.update(other.chunks)
 
     def put_all(self, *records: Record) -> None:
         for record in records:

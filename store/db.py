@@ -17,7 +17,7 @@ import msgspec
 
 from agentd.protocol.errors import AgentdError, CorruptRecord, SchemaTooNew
 
-from .batch import DATABASES, SEP, WriteBatch, index_key
+from .batch import DATABASES, SEP, TEXT_IN_CHUNK, WriteBatch, index_key, text_chunk_key
 from .records import (
     AppThread,
     Checkpoint,
@@ -337,7 +337,7 @@ class Store:
                 cursor = txn.cursor(db=self.dbs["events"])
                 if cursor.set_range((after_seq + 1).to_bytes(8, "big")):
                     for key, value in cursor:
-                        out.append(self._event(key, value))
+                        out.append(self._event(txn, key, value))
                         if len(out) >= limit:
                             break
                 return out
@@ -351,23 +351,40 @@ class Store:
                     seq_key = bytes(key[len(prefix):])
                     data = txn.get(seq_key, db=events_db)
                     if data is not None:
-                        out.append(self._event(seq_key, data, thread_id=thread_id))
+                        out.append(self._event(txn, seq_key, data, thread_id=thread_id))
                     if len(out) >= limit:
                         break
         return out
 
-    def _event(self, key: bytes, value: bytes, *, thread_id: str | None = None) -> Event:
-        """The logged event at ``key``; one that cannot be decoded is replayed
-        as an ``event.corrupt`` placeholder with its seq, so a replay keeps
-        its order and has no gap (the stored value is left as it is)."""
+    def _event(self, txn: lmdb.Transaction[bytes], key: bytes, value: bytes, *, thread_id: str | None = None) -> Event:
+        """The logged event at ``key``, a ``message.appended`` with its text
+        back from its chunk; one that cannot be decoded (or whose chunk is
+        gone) is replayed as an ``event.corrupt`` placeholder with its seq, so
+        a replay keeps its order and has no gap (the stored value is left as
+        it is)."""
         try:
             event: Event = decode_record("events", value)
+            if TEXT_IN_CHUNK in event.payload:
+                event = msgspec.structs.replace(event, payload=self._chunk_text(txn, event.payload))
             return event
-        except RecordDecodeError as exc:
+        except (RecordDecodeError, UnicodeDecodeError) as exc:
             seq = int.from_bytes(key, "big")
             error = self.corrupt("events", str(seq).encode(), str(exc))
             return Event(seq=seq, type="event.corrupt", thread_id=thread_id,
                          payload={"reason": error.reason, "message": error.message})
+
+    def _chunk_text(self, txn: lmdb.Transaction[bytes], payload: dict[str, Any]) -> dict[str, Any]:
+        """A stored ``message.appended`` payload as published: its text is
+        the chunk at its message and offset (batch.TEXT_IN_CHUNK)."""
+        length = payload[TEXT_IN_CHUNK]
+        try:
+            chunk = txn.get(text_chunk_key(payload["messageId"], payload["offset"]), db=self.dbs["message_text"])
+        except (KeyError, TypeError, AttributeError, OverflowError) as exc:
+            raise RecordDecodeError(f"a message.appended event without its chunk's place: {exc!r}") from None
+        text = None if chunk is None else bytes(chunk).decode()
+        if text is None or len(text) != length:
+            raise RecordDecodeError("the text chunk of this message.appended event is missing or of another length")
+        return {**{k: v for k, v in payload.items() if k != TEXT_IN_CHUNK}, "text": text}
 
     def stat(self) -> dict[str, int]:
         """Entry counts per sub-database."""

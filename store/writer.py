@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable
 import lmdb
 import trio
 
-from .batch import SEP, WriteBatch
+from .batch import SEP, WriteBatch, stored_payload
 from .errors import StoreError
 from .records import CommandReceipt, Event, encode_record
 
@@ -120,10 +120,13 @@ class _Pending:
         self.batch = batch
         #: (db handle, key, value or None for a delete)
         self.ops: list[tuple[Database, bytes, bytes | None]] = [(dbs[db], key, value) for db, key, value in batch.ops]
-        #: (encoded event with _SEQ_MARK, thread id)
+        #: (encoded event with _SEQ_MARK, thread id); streamed text is
+        #: stored once, in its chunk, not again in its event
+        chunks = batch.chunks
         self.events = [
             (encode_record("events", Event(seq=_SEQ_MARK, type=d.type, thread_id=d.thread_id, run_id=d.run_id,
-                                           node_id=d.node_id, at=d.at, payload=d.payload)), d.thread_id)
+                                           node_id=d.node_id, at=d.at, payload=stored_payload(d, chunks))),
+             d.thread_id)
             for d in batch.events
         ]
         self.receipt: tuple[bytes, bytes] | None = None

@@ -504,11 +504,13 @@ class Turn:
 
     Script steps, one JSON object each:
 
-    ``{"say": TEXT, "chunks": N, "repeat": R, "phase": PHASE}``
+    ``{"say": TEXT, "chunks": N, "repeat": R, "phase": PHASE, "perSecond": P}``
         An agentMessage item streamed in N deltas; its text is TEXT R times
         (default 1), so a test can stream more than a message may carry.
         ``phase`` (``commentary``, ``partial_answer``, ``final_answer``;
         absent: none) is set on the item, as Codex marks its assistant text.
+        ``perSecond`` paces the deltas as a model streams tokens: delta i is
+        written at i/P seconds after the first (absent: all at once).
     ``{"write": {"path": REL, "content": TEXT}}``
         A fileChange item writing a file under the thread's cwd; with
         ``"binary": true`` CONTENT is base64 and written as bytes.
@@ -646,10 +648,16 @@ class Turn:
             item["status"] = "completed"
         await self._notify("item/completed", item=item)
 
-    async def _message(self, text: str, parent: str | None, chunks: int = 1, phase: str | None = None) -> None:
+    async def _message(self, text: str, parent: str | None, chunks: int = 1, phase: str | None = None,
+                       per_second: float | None = None) -> None:
         fields = {"text": ""} if phase is None else {"text": "", "phase": phase}
         async with self._item(parent, "agentMessage", **fields) as item:
-            for delta in _chunks(text, chunks):
+            start = trio.current_time()
+            for index, delta in enumerate(_chunks(text, chunks)):
+                if per_second is not None and index:
+                    # A fixed schedule from the first delta: a late wake-up
+                    # does not slow the whole answer down.
+                    await trio.sleep_until(start + index / per_second)
                 await self._notify("item/agentMessage/delta", itemId=item["id"], delta=delta)
             item["text"] = text
         self._output.append(text)
@@ -680,7 +688,10 @@ class Turn:
         phase = step.get("phase")
         if phase is not None and phase not in PHASES:
             raise TurnFailed(f"say phase must be one of {', '.join(PHASES)}")
-        await self._message(text * repeat, parent, chunks, phase)
+        per_second = step.get("perSecond")
+        if per_second is not None and _expect(per_second, (int, float), "say perSecond must be a number") <= 0:
+            raise TurnFailed("say perSecond must be more than 0")
+        await self._message(text * repeat, parent, chunks, phase, per_second)
 
     async def _write(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["write"], dict, "write needs an object with path and content")
