@@ -13,6 +13,7 @@ import pytest
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
+from tests.cli_helpers import run as agentd
 from tests.helpers import script, stored_events, wait_event, wait_run_terminal
 
 CONFIG = """
@@ -27,15 +28,20 @@ cached_input = 0.5
 
 
 @pytest.fixture
-async def client(tmp_path, short_dir):
+async def priced(tmp_path, short_dir):
     config = tmp_path / "config.toml"
     config.write_text(CONFIG)
     daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
     try:
         async with Client.connect(daemon.socket) as connected:
-            yield connected
+            yield daemon, connected
     finally:
         assert await daemon.terminate() == 0, daemon.log_text()[-3000:]
+
+
+@pytest.fixture
+def client(priced):
+    return priced[1]
 
 
 async def run_to_end(client: Client, thread_id: str, text: str) -> dict:
@@ -76,6 +82,22 @@ async def test_usage_lands_on_the_run_summed_on_the_thread_and_priced_where_know
     assert all(r["runId"] and r["nodeId"] for r in reports)
 
 
+async def test_agentd_show_and_threads_print_usage_and_cost(priced):
+    daemon, client = priced
+    thread_id = (await client.call("thread.create", title="metered"))["threadId"]
+    await run_to_end(client, thread_id, script(
+        {"usage": {"inputTokens": 12000, "cachedInputTokens": 2000, "outputTokens": 900, "model": "model-a"}}))
+    cost = (10000 * 2.0 + 2000 * 0.5 + 900 * 8.0) / 1e6
+    shown = (await agentd(daemon, "show", thread_id)).stdout.decode().splitlines()
+    used = f"tokens 12.0k in (2.0k cached), 900 out, cost {cost:.4f}"
+    assert shown[0].endswith(f"status=idle — {used}")
+    assert any(line.startswith("└─ run 1 ") and line.endswith(f"completed — {used}") for line in shown), shown
+    rows = (await agentd(daemon, "threads")).stdout.decode().splitlines()
+    assert rows[0].split()[7:9] == ["TOKENS", "COST"]
+    row = next(r for r in rows if r.startswith(thread_id)).split()
+    assert row[5:10] == ["-", "12.0k", "/", "900", f"{cost:.4f}"], row
+
+
 async def test_a_run_without_reports_has_no_usage_and_no_cost(client):
     thread_id = (await client.call("thread.create"))["threadId"]
     run = await run_to_end(client, thread_id, "hello")
@@ -83,7 +105,8 @@ async def test_a_run_without_reports_has_no_usage_and_no_cost(client):
     assert (await client.call("thread.get", threadId=thread_id))["thread"]["usage"] is None
 
 
-async def test_a_silent_provider_stalls_its_run_which_goes_on_when_it_speaks(client):
+async def test_a_silent_provider_stalls_its_run_which_goes_on_when_it_speaks(priced):
+    daemon, client = priced
     thread_id = (await client.call("thread.create"))["threadId"]
     sent = await client.call("thread.message.send", threadId=thread_id, text=script(
         {"say": "starting"}, {"tool": {"name": "quiet job", "seconds": 3}}, {"say": "done"},
@@ -97,6 +120,8 @@ async def test_a_silent_provider_stalls_its_run_which_goes_on_when_it_speaks(cli
     tool = next(n for n in got["nodes"] if n["kind"] == "tool")
     assert payload["nodeId"] == stalled["nodeId"] == tool["id"]
     assert got["run"]["status"] == "running" and got["run"]["stalledSince"] is not None
+    shown = (await agentd(daemon, "show", thread_id)).stdout.decode()
+    assert f"run 1 {run_id} running STALLED (no word from the agent for " in shown
 
     unstalled = await wait_event(client, lambda e: e["type"] == "run.unstalled" and e["runId"] == run_id,
                                  thread_id=thread_id, after_seq=stalled["seq"])
