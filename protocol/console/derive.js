@@ -68,6 +68,13 @@ export function checkpointText(cp) {
 /** Whether checkpoint.diff can show it: captured, or stale after a rollback (protocol: "they can still be diffed"). */
 export const canDiff = (cp) => cp.status === 'captured' || cp.status === 'stale';
 
+/**
+ * Whether a run's diff can only be the change between the captures around it
+ * (run.diff's `between_baselines`): it started and ended, but has no
+ * checkpoint of its own that holds files — a daemon killed under it.
+ */
+export const approximateDiff = (run, cp) => TERMINAL.has(run.status) && Boolean(run.startedAt) && !(cp && canDiff(cp));
+
 /** The actions a run offers. */
 export function runActions(run) {
   const ended = run.status === 'failed' || run.status === 'interrupted';

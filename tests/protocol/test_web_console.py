@@ -868,7 +868,8 @@ async def test_f12_sigkill_and_restart_with_the_page_open_reconnects_and_shows_t
     try:
         thread_id = await new_thread(web, "killed")
         page.open(web.thread_url(thread_id))
-        type_and_send(page, script({"say": "migrating"}, {"tool": {"name": "migrate", "hang": True}}))
+        type_and_send(page, script({"say": "migrating"}, {"write": {"path": "migrated.txt", "content": "step one\n"}},
+                                   {"tool": {"name": "migrate", "hang": True}}))
         run_id = page.wait_js("return document.querySelector('.run[data-status=running]')?.dataset.runId", "the run running")
         page.wait_css(".node[data-kind='tool'][data-status='running']", "the tool running")
         page.shot("before-kill")
@@ -891,6 +892,16 @@ async def test_f12_sigkill_and_restart_with_the_page_open_reconnects_and_shows_t
         page.wait_js("return [...document.querySelectorAll('.msg .text')].some(e => e.textContent === 'You said: still there?')",
                      "the thread taking a new message at once")
         page.shot("next-message")
+        # Issue 28 item 8: the cut run's diff is the change up to the next run's baseline, said to be approximate.
+        page.wait_css(".run[data-ordinal='2'][data-status='completed']", "the next run's end")
+        page.click(f".run[data-run-id='{run_id}'] button[data-action='run-diff']")
+        dialog = page.wait_css("#text-dialog[open]", "the cut run's diff")
+        assert "migrated.txt" in dialog.find_element("css selector", "table.files").text
+        assert "+step one" in dialog.find_element("css selector", "pre.patch").text
+        assert "cut off before its own checkpoint" in page.css("#text-body p.approximate").text
+        assert "(approximate)" in page.css("#text-title").text
+        page.shot("cut-run-diff")
+        page.click("#text-dialog button[value='close']")
     finally:
         await web.process.terminate()
 

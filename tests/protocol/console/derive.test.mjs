@@ -157,3 +157,12 @@ test('notifications: a run that ends, fails or stalls, and a request that waits;
     assert.equal(derive.notificationFor(ev(type, {}), 't'), null, type);
   }
 });
+
+test('a run that started and ended without a checkpoint of its own has an approximate diff (issue 28 item 8)', () => {
+  const cut = { status: 'interrupted', reason: 'daemon_restart', startedAt: 5 };
+  assert.equal(derive.approximateDiff(cut, null), true);
+  assert.equal(derive.approximateDiff(cut, { status: 'missing', reason: 'daemon_restart' }), true);
+  assert.equal(derive.approximateDiff(cut, { status: 'captured' }), false, 'its own checkpoint is exact');
+  assert.equal(derive.approximateDiff({ status: 'cancelled' }, null), false, 'never started: nothing to show');
+  assert.equal(derive.approximateDiff({ status: 'running', startedAt: 5 }, null), false);
+});
