@@ -26,6 +26,7 @@ from .render import (
     queue_lines,
     render_tree,
     request_lines,
+    stalled_text,
 )
 
 if TYPE_CHECKING:
@@ -80,8 +81,10 @@ def thread_row(thread: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     queued = f"{len(waiting)}" + (f" ({held} held)" if held else "") if waiting else ""
     usage = t.get("usage")
     tokens = f"{count(usage['inputTokens'])} / {count(usage['outputTokens'])}" if usage else "-"
+    # Its active run's agent went quiet (run.stalled): said before the title, the columns stay put.
+    stalled = "STALLED " if any(stalled_text(r, 0.0) for r in runs if r["id"] == t["activeRunId"]) else ""
     return (f"{t['id']:30} {t['status']:8} {t['provider']:10} {t['runCount']:>4}  {t['activeRunId'] or '-':30} "
-            f"{queued or '-':12} {tokens:>13} {cost_text(t.get('cost')) or '-':>9} {t['title']}")
+            f"{queued or '-':12} {tokens:>13} {cost_text(t.get('cost')) or '-':>9} {stalled}{t['title']}")
 
 
 def cmd_show(args: argparse.Namespace) -> int:

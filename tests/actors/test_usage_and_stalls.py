@@ -109,7 +109,7 @@ async def test_a_silent_provider_stalls_its_run_which_goes_on_when_it_speaks(pri
     daemon, client = priced
     thread_id = (await client.call("thread.create"))["threadId"]
     sent = await client.call("thread.message.send", threadId=thread_id, text=script(
-        {"say": "starting"}, {"tool": {"name": "quiet job", "seconds": 3}}, {"say": "done"},
+        {"say": "starting"}, {"tool": {"name": "quiet job", "seconds": 8}}, {"say": "done"},
     ))
     run_id = sent["runId"]
     stalled = await wait_event(client, lambda e: e["type"] == "run.stalled" and e["runId"] == run_id, thread_id=thread_id)
@@ -122,6 +122,8 @@ async def test_a_silent_provider_stalls_its_run_which_goes_on_when_it_speaks(pri
     assert got["run"]["status"] == "running" and got["run"]["stalledSince"] is not None
     shown = (await agentd(daemon, "show", thread_id)).stdout.decode()
     assert f"run 1 {run_id} running STALLED (no word from the agent for " in shown
+    rows = (await agentd(daemon, "threads")).stdout.decode().splitlines()
+    assert " STALLED " in next(r for r in rows if r.startswith(thread_id))
 
     unstalled = await wait_event(client, lambda e: e["type"] == "run.unstalled" and e["runId"] == run_id,
                                  thread_id=thread_id, after_seq=stalled["seq"])
