@@ -19,6 +19,12 @@ delegate_max_copy_bytes = 536870912  # a workspace: fork copy may hold at most t
 max_sessions = 16             # provider sessions (agent runtimes) the daemon runs at once
 thread_failure_limit = 3      # a thread whose actor fails this often within
 thread_failure_period = 60    # this many seconds is quarantined (thread.unquarantine)
+stall_after = 300             # seconds a running run's provider may say nothing before run.stalled (0: off)
+
+[pricing."gpt-5.5"]           # per million tokens, for the cost beside a run's usage
+input = 1.25
+output = 10.0
+cached_input = 0.125          # optional: cached input at the input price otherwise
 
 [checkpoints]
 max_file_bytes = 10485760     # larger files are neither stored nor restored (reported as too_large)
@@ -139,6 +145,23 @@ class DaemonSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     #: ``thread.unquarantine`` or a daemon restart
     thread_failure_limit: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
     thread_failure_period: Seconds = 60.0
+    #: seconds a running run's provider may send nothing before the run is
+    #: marked stalled (``run.stalled``; it never ends the run); 0: off
+    stall_after: Annotated[float, msgspec.Meta(ge=0)] = 300.0
+
+
+#: a price per million tokens (any currency: the config's own unit)
+Price = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class ModelPrice(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A ``[pricing."MODEL"]`` table: what a million tokens of the model cost.
+    Cached input is priced at ``input`` unless ``cached_input`` says otherwise;
+    reasoning tokens are output tokens."""
+
+    input: Price
+    output: Price
+    cached_input: Price | None = None
 
 
 #: the checkpoint engine's size cap unless configured (actors/checkpoints DEFAULT_MAX_FILE_BYTES)
@@ -159,11 +182,13 @@ class CheckpointSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tru
 
 
 class ConfigFile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """The whole file: ``[daemon]``, ``[checkpoints]`` and ``[providers.NAME]`` tables, nothing else."""
+    """The whole file: ``[daemon]``, ``[checkpoints]``, ``[providers.NAME]`` and ``[pricing."MODEL"]`` tables, nothing else."""
 
     daemon: DaemonSettings = msgspec.field(default_factory=DaemonSettings)
     checkpoints: CheckpointSettings = msgspec.field(default_factory=CheckpointSettings)
     providers: dict[ProviderName, ProviderTable] = {}
+    #: model name -> its price (a run's ``cost`` is known only where its models have one)
+    pricing: dict[str, ModelPrice] = {}
 
 
 def _builtin_providers() -> dict[str, ProviderConfig]:
@@ -177,6 +202,7 @@ class DaemonConfig(DaemonSettings, kw_only=True):
     path: Path | None = None
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=_builtin_providers)
     checkpoints: CheckpointSettings = msgspec.field(default_factory=CheckpointSettings)
+    pricing: dict[str, ModelPrice] = {}
 
 
 def load_config(path: Path | None, *, optional: bool = False) -> DaemonConfig:
@@ -216,7 +242,7 @@ def load_config(path: Path | None, *, optional: bool = False) -> DaemonConfig:
     providers = _builtin_providers()
     for name, table in file.providers.items():
         providers[name] = ProviderConfig(name=name, **msgspec.structs.asdict(table))
-    config = DaemonConfig(path=path, providers=providers, checkpoints=file.checkpoints,
+    config = DaemonConfig(path=path, providers=providers, checkpoints=file.checkpoints, pricing=file.pricing,
                           **msgspec.structs.asdict(file.daemon))
     if config.default_provider not in providers:
         raise fail(["daemon", "default_provider"],

@@ -111,6 +111,15 @@ class StartTimer:
 
 
 @dataclass(frozen=True)
+class RestartTimer:
+    """Handle ``timer`` in ``delay`` seconds from now, pending or not (a
+    deadline that moves with every sign of life: ``stalls.py``)."""
+
+    timer: Timer
+    delay: float
+
+
+@dataclass(frozen=True)
 class CancelTimer:
     """Forget ``timer`` if it is pending."""
 

@@ -7,7 +7,7 @@ handled in mailbox order, one at a time, with ``match`` (thread_actor.py):
 - a ``ProviderEvent`` of the thread's provider session (providers/base.py);
 - the attempt starter's reports and questions, ``ContextNeeded`` (answered
   through its ``reply``), ``ProviderThreadReady`` and ``AttemptStartFailed``;
-- a timer that came due, ``FlushTimer`` or ``InterruptOverdue``;
+- a timer that came due, ``FlushTimer``, ``InterruptOverdue`` or ``StallTimer``;
 - the outcome of an effect task, which ran outside the thread's lock:
   ``SteerDelivered``, ``SteerFailed``, ``InterruptRefused``, ``CascadeDone``.
 """
@@ -127,7 +127,14 @@ class InterruptOverdue:
     attempt_id: str
 
 
-Timer: TypeAlias = FlushTimer | InterruptOverdue
+@dataclass(frozen=True)
+class StallTimer:
+    """The attempt's provider has said nothing for ``[daemon] stall_after`` seconds."""
+
+    attempt_id: str
+
+
+Timer: TypeAlias = FlushTimer | InterruptOverdue | StallTimer
 
 
 # -- effect outcomes ------------------------------------------------------------------
@@ -166,5 +173,5 @@ class CascadeDone:
 #: everything a ThreadActor's mailbox carries
 MailboxItem: TypeAlias = (
     Command | ProviderEvent | ContextNeeded | ProviderThreadReady | AttemptStartFailed | FlushTimer | InterruptOverdue
-    | SteerDelivered | SteerFailed | InterruptRefused | CascadeDone
+    | StallTimer | SteerDelivered | SteerFailed | InterruptRefused | CascadeDone
 )

@@ -49,7 +49,7 @@ from agentd.protocol.errors import AgentdError, CorruptRecord, InternalError, Sc
 from agentd.store.records import AppThread, ConversationMessage, ExecutionNode, ProviderThread, Run, RunAttempt
 from agentd.store.writer import CommitResult
 
-from . import artifacts, effects as fx, requests, run_control, starter, starting, steering, transfers, turns
+from . import artifacts, effects as fx, requests, run_control, stalls, starter, starting, steering, transfers, turns, usage
 from .context import ThreadContext
 from .executors import Executor
 from .graph import ThreadBatch
@@ -63,6 +63,7 @@ from .messages import (
     InterruptRefused,
     MailboxItem,
     ProviderThreadReady,
+    StallTimer,
     SteerDelivered,
     SteerFailed,
     Timer,
@@ -78,6 +79,7 @@ from .providers.base import (
     TextDelta,
     TurnCompleted,
     TurnStarted,
+    Usage,
 )
 from .state import ActiveRun, ThreadState
 
@@ -241,6 +243,10 @@ class ThreadActor:
                 await self._handle_command(item)
             case ContextNeeded():
                 await self._answer_context(item)
+            case ProviderEvent() if self.state.is_current(item.attempt_id):
+                # A sign of life first: the attempt's silence starts over.
+                await self.run_transition(stalls.on_heard(self.ctx, item.attempt_id or ""))
+                await self.run_transition(self._transition_of(item))
             case _:
                 await self.run_transition(self._transition_of(item))
 
@@ -268,6 +274,8 @@ class ThreadActor:
                 return turns.on_item_completed(ctx, item)
             case TurnCompleted():
                 return turns.on_turn_completed(ctx, item)
+            case Usage():
+                return usage.on_usage(ctx, item)
             case PlanUpdated():
                 return artifacts.on_plan_updated(ctx, item)
             case RequestOpened():
@@ -278,6 +286,8 @@ class ThreadActor:
                 return starting.on_attempt_start_failed(ctx, item)
             case FlushTimer():
                 return turns.flush_text(ctx)
+            case StallTimer():
+                return stalls.on_stall_timer(ctx, item)
             case InterruptOverdue(attempt_id=attempt_id):
                 return run_control.on_interrupt_overdue(ctx, attempt_id)
             case InterruptRefused(attempt_id=attempt_id, why=why):
@@ -377,6 +387,8 @@ class ThreadActor:
                 )
             case fx.StartTimer(timer=timer, delay=delay):
                 self._timers.setdefault(timer, trio.current_time() + delay)
+            case fx.RestartTimer(timer=timer, delay=delay):
+                self._timers[timer] = trio.current_time() + delay
             case fx.Commit(batch=batch):
                 return await self.commit(batch)
             case fx.StartNext():
@@ -480,3 +492,4 @@ class ThreadActor:
             self._starter_scope.cancel()
         self._timers.pop(FlushTimer(), None)
         self._timers.pop(InterruptOverdue(attempt_id), None)
+        self._timers.pop(StallTimer(attempt_id), None)

@@ -99,8 +99,12 @@ def cmd_diff(args: argparse.Namespace) -> int:
     box: dict[str, Any] = {}
 
     def go(daemon: DaemonConnection) -> int:
-        # A run id resolves to the run's checkpoint, on the same connection.
         checkpoint = args.checkpoint
+        if checkpoint.startswith(RUN_PREFIX) and not args.base:
+            # What the run changed: its checkpoint, or the captures around a run cut off (run.diff).
+            box.update(daemon.call("run.diff", runId=checkpoint))
+            return 0
+        # A run id resolves to the run's checkpoint, on the same connection.
         if checkpoint.startswith(RUN_PREFIX):
             checkpoint = run_checkpoint(daemon, checkpoint)
         params: dict[str, Any] = {"checkpointId": checkpoint}
@@ -113,6 +117,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
     result = box
     if args.json:
         print_json(result)
+    if result.get("approximate") == "between_baselines":
+        print(f"agentd: run {result['runId']} was cut off before its own checkpoint; this is the change from "
+              f"{result['baseCheckpointId']} (before it) to {result['checkpointId']} (the next capture after it), "
+              "so anything else that changed the folder in between is in it too", file=sys.stderr)
     if not args.json:
         patch = result["patch"]
         sys.stdout.write(colour_patch(patch) if sys.stdout.isatty() else patch)

@@ -10,12 +10,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from typing import TYPE_CHECKING, Any
 
 from .common import CliError, print_json, run_with_client, with_daemon
 from .connection import DaemonConnection
 from .lineage_cmds import lineage_lines
-from .render import event_line, held_run_ids, message_lines, plan_lines, queue_lines, render_tree, request_lines
+from .render import (
+    cost_text,
+    count,
+    event_line,
+    held_run_ids,
+    message_lines,
+    plan_lines,
+    queue_lines,
+    render_tree,
+    request_lines,
+    stalled_text,
+)
 
 if TYPE_CHECKING:
     from agentd.protocol.client import Client
@@ -50,7 +62,8 @@ def cmd_threads(args: argparse.Namespace) -> int:
         busy = [t for t in threads if not t.get("corrupt") and (t["status"] != "idle" or t["queueHeld"])]
         details = daemon.call_all([("thread.get", {"threadId": t["id"]}) for t in busy])
         runs = {t["id"]: detail["runs"] for t, detail in zip(busy, details)}
-        print(f"{'THREAD':30} {'STATUS':8} {'PROVIDER':10} {'RUNS':>4}  {'ACTIVE RUN':30} {'QUEUED':12} TITLE")
+        print(f"{'THREAD':30} {'STATUS':8} {'PROVIDER':10} {'RUNS':>4}  {'ACTIVE RUN':30} {'QUEUED':12} {'TOKENS':>13} "
+              f"{'COST':>9} TITLE")
         for t in threads:
             print(thread_row(t, runs.get(t["id"], [])))
         return 0
@@ -62,12 +75,16 @@ def thread_row(thread: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     """One line of ``agentd threads``: ``runs`` are its runs, if it can have queued ones."""
     t = thread
     if t.get("corrupt"):  # its stored record cannot be decoded (agentd doctor lists it)
-        return f"{t['id']:30} {'CORRUPT':8} {'-':10} {'-':>4}  {'-':30} {'-':12} unreadable record: {t['reason']}"
+        return f"{t['id']:30} {'CORRUPT':8} {'-':10} {'-':>4}  {'-':30} {'-':12} {'-':>13} {'-':>9} unreadable record: {t['reason']}"
     waiting = [r for r in runs if r["status"] == "queued"]
     held = len([r for r in waiting if r["id"] in held_run_ids(t)])
     queued = f"{len(waiting)}" + (f" ({held} held)" if held else "") if waiting else ""
+    usage = t.get("usage")
+    tokens = f"{count(usage['inputTokens'])} / {count(usage['outputTokens'])}" if usage else "-"
+    # Its active run's agent went quiet (run.stalled): said before the title, the columns stay put.
+    stalled = "STALLED " if any(stalled_text(r, 0.0) for r in runs if r["id"] == t["activeRunId"]) else ""
     return (f"{t['id']:30} {t['status']:8} {t['provider']:10} {t['runCount']:>4}  {t['activeRunId'] or '-':30} "
-            f"{queued or '-':12} {t['title']}")
+            f"{queued or '-':12} {tokens:>13} {cost_text(t.get('cost')) or '-':>9} {stalled}{t['title']}")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -90,7 +107,7 @@ def show_lines(daemon: DaemonConnection, detail: dict[str, Any], runs: list[dict
                requests: list[dict[str, Any]]) -> list[str]:
     """``agentd show``: the tree, the queue, requests, lineage, messages, plans, what is unreadable."""
     thread = detail["thread"]
-    lines = render_tree(thread, runs)
+    lines = render_tree(thread, runs, now=time.time())
     lines[1:1] = [f"  {line}" for line in queue_lines(thread, detail["runs"])]
     for request in requests:
         lines += [f"  {line}" for line in request_lines(request)]

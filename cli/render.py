@@ -29,19 +29,56 @@ def held_line(count: int, thread_id: str) -> str:
     return f"queue held: {plural(count, 'run')} {'waits' if one else 'wait'}; `agentd release {thread_id}` starts {'it' if one else 'them'}"
 
 
+def count(tokens: int) -> str:
+    """A token count in a few characters: ``950``, ``12.3k``, ``4.1M``."""
+    if tokens < 1000:
+        return str(tokens)
+    if tokens < 1_000_000:
+        return f"{tokens / 1000:.1f}k"
+    return f"{tokens / 1_000_000:.1f}M"
+
+
+def cost_text(cost: float | None) -> str:
+    """A cost in the price table's unit (null: not known, never guessed)."""
+    return "" if cost is None else f"{cost:.4f}" if cost < 100 else f"{cost:.2f}"
+
+
+def usage_text(usage: dict[str, Any] | None, cost: float | None) -> str:
+    """Tokens used (and their cost where known), or "" when none were reported."""
+    if not usage:
+        return ""
+    cached = f" ({count(usage['cachedInputTokens'])} cached)" if usage.get("cachedInputTokens") else ""
+    reasoning = f" ({count(usage['reasoningTokens'])} reasoning)" if usage.get("reasoningTokens") else ""
+    text = f"tokens {count(usage['inputTokens'])} in{cached}, {count(usage['outputTokens'])} out{reasoning}"
+    return text + (f", cost {cost_text(cost)}" if cost is not None else "")
+
+
+def stalled_text(run: dict[str, Any], now: float) -> str:
+    """`` STALLED …`` for a running run whose provider has gone quiet, else ""."""
+    since = run.get("stalledSince")
+    if since is None or run["status"] not in ("running", "waiting"):
+        return ""
+    return f" STALLED (no word from the agent for {max(0, round(now - since))} s)"
+
+
 # -- a thread ----------------------------------------------------------------------------
 
 
-def render_tree(thread: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
-    """The thread, its runs, attempts and nodes as an indented tree."""
-    lines = [f"{thread['id']} \"{thread['title']}\" provider={thread['provider']} status={thread['status']}"]
+def render_tree(thread: dict[str, Any], runs: list[dict[str, Any]], now: float = 0.0) -> list[str]:
+    """The thread, its runs, attempts and nodes as an indented tree (``now``:
+    the wall clock, for how long a stalled run has been silent)."""
+    used = usage_text(thread.get("usage"), thread.get("cost"))
+    lines = [f"{thread['id']} \"{thread['title']}\" provider={thread['provider']} status={thread['status']}"
+             + (f" — {used}" if used else "")]
     for r_index, detail in enumerate(runs):
         run = detail["run"]
         last_run = r_index == len(runs) - 1
         branch, stem = ("└─", "   ") if last_run else ("├─", "│  ")
         reason = f" reason={run['reason']}" if run.get("reason") else ""
         held = " (held)" if run["status"] == "queued" and run["id"] in held_run_ids(thread) else ""
-        lines.append(f"{branch} run {run['ordinal']} {run['id']} {run['status']}{held}{reason}")
+        used = usage_text(run.get("usage"), run.get("cost"))
+        lines.append(f"{branch} run {run['ordinal']} {run['id']} {run['status']}{held}{reason}{stalled_text(run, now)}"
+                     + (f" — {used}" if used else ""))
         children = [("attempt", a) for a in detail["attempts"]]
         by_parent: dict[str | None, list[dict]] = {}
         for node in detail["nodes"]:
@@ -216,6 +253,10 @@ def event_summary(event: dict[str, Any]) -> str:
         return f"{h.get('strategy')}: {h.get('reason')}, {plural(len(h.get('text') or ''), 'character')}"
     if kind == "runtime.warning":
         return str(p.get("message", ""))
+    if kind == "run.usage":
+        return f"{usage_text(p.get('usage'), p.get('cost'))}; thread {usage_text(p.get('threadUsage'), p.get('threadCost'))}"
+    if kind in ("run.stalled", "run.unstalled"):
+        return f"silent for {p.get('silentFor')} s"
     if "queuedRunIds" in p:
         return f"queued: {', '.join(p['queuedRunIds']) or 'none'}"
     if "thread" in p:

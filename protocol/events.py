@@ -34,6 +34,7 @@ from .wire_records import (
     RunAttempt,
     RunStatus,
     RuntimeRequest,
+    TokenUsage,
     WireStruct,
 )
 
@@ -362,6 +363,25 @@ class RestoreInterrupted(WireStruct, kw_only=True):
     message: str
 
 
+class RunUsage(WireStruct, kw_only=True):
+    """``run.usage``: the run's and its thread's token usage after the
+    provider's latest report, and their cost where every model had a price."""
+
+    usage: TokenUsage
+    cost: float | None
+    thread_usage: TokenUsage
+    thread_cost: float | None
+
+
+class RunStalled(WireStruct, kw_only=True):
+    """``run.stalled`` / ``run.unstalled``: the run's provider has said nothing
+    for ``silentFor`` seconds (unstalled: it spoke again after that long)."""
+
+    run_id: str
+    node_id: str
+    silent_for: float
+
+
 # -- the types --------------------------------------------------------------------------------------
 
 #: the kinds of child node whose start and end are events (the root's is ``root_turn``)
@@ -427,6 +447,9 @@ def _types() -> dict[str, type[msgspec.Struct]]:
         "checkpoint.restore_interrupted": RestoreInterrupted,
         "node.rolled_back": NodeRolledBack,
         "provider_thread.reverted": ProviderThreadReverted,
+        "run.usage": RunUsage,
+        "run.stalled": RunStalled,
+        "run.unstalled": RunStalled,
     }
     return events
 

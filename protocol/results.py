@@ -288,6 +288,15 @@ class CheckpointDiffResult(WireStruct, kw_only=True):
     truncated: bool
 
 
+class RunDiffResult(CheckpointDiffResult, kw_only=True):
+    """``run.diff``: a checkpoint diff for a run; ``approximate`` is null for
+    the run's own checkpoint, ``between_baselines`` for a run cut off before
+    its capture (the captures before and after it)."""
+
+    run_id: str
+    approximate: Literal["between_baselines"] | None
+
+
 # -- reads ------------------------------------------------------------------------------------------
 
 

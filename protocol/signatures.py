@@ -59,6 +59,7 @@ SIGNATURES: dict[str, Signature] = {
     "providers.list": Signature(w.NoParams, r.ProvidersListResult),
     "checkpoint.list": Signature(w.ThreadIdParams, r.CheckpointListResult),
     "checkpoint.diff": Signature(w.CheckpointDiffParams, r.CheckpointDiffResult),
+    "run.diff": Signature(w.RunDiffParams, r.RunDiffResult),
     # events
     "events.subscribe": Signature(w.SubscribeParams, r.SubscribeResult),
     "events.unsubscribe": Signature(w.UnsubscribeParams, r.EmptyResult),

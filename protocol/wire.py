@@ -253,6 +253,11 @@ class CheckpointDiffParams(Params):
     max_bytes: Annotated[int, msgspec.Meta(ge=0, le=16 << 20)] | None = None
 
 
+class RunDiffParams(Params):
+    run_id: Id
+    max_bytes: Annotated[int, msgspec.Meta(ge=0, le=16 << 20)] | None = None
+
+
 #: a workspace-relative folder a restore is to include although it is a nested repository now
 IncludePath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
 

@@ -48,6 +48,16 @@ CreatedBy = Literal["user", "agent", "system"]
 # -- the records ------------------------------------------------------------------------------------
 
 
+class TokenUsage(WireStruct, kw_only=True):
+    """Tokens a run or a thread used (see ``Run.usage``)."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    models: list[str] = []
+
+
 class AppThread(WireStruct, kw_only=True):
     """The canonical, provider-neutral conversation a user sees (SPEC F1, F8)."""
 
@@ -70,6 +80,8 @@ class AppThread(WireStruct, kw_only=True):
     created_by: str = "user"
     wake_task_ids: list[str] = []
     wakes_parent: bool = False
+    usage: TokenUsage | None = None
+    cost: float | None = None
 
 
 class ConversationMessage(WireStruct, kw_only=True):
@@ -109,6 +121,9 @@ class Run(WireStruct, kw_only=True):
     status_before_rollback: RunStatus | None = None
     rolled_back_at: float | None = None
     created_by: str = "user"
+    usage: TokenUsage | None = None
+    cost: float | None = None
+    stalled_since: float | None = None
 
 
 class RunAttempt(WireStruct, kw_only=True):
@@ -353,5 +368,5 @@ class Checkpoint(WireStruct, kw_only=True):
 RECORDS: dict[str, type[WireStruct]] = {
     cls.__name__: cls
     for cls in (AppThread, ConversationMessage, Run, Checkpoint, RunAttempt, ExecutionNode, ProviderSession,
-                ProviderThread, RuntimeRequest, PlanArtifact, ContextHandoff, ContextTransfer, SourcePoint)
+                ProviderThread, RuntimeRequest, PlanArtifact, ContextHandoff, ContextTransfer, SourcePoint, TokenUsage)
 }

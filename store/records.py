@@ -70,6 +70,20 @@ class Record(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=False, 
     id: str
 
 
+class TokenUsage(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """Tokens a run (or a thread: its runs summed) used, as its provider
+    reported them: ``inputTokens`` all input, ``cachedInputTokens`` the part
+    read from a prompt cache; ``outputTokens`` all output,
+    ``reasoningTokens`` the part that was reasoning (0 where not reported);
+    ``models``: the models that used them, as the provider named them."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    models: list[str] = []
+
+
 class AppThread(Record, kw_only=True, frozen=True):
     """The canonical, provider-neutral conversation a user sees (SPEC F1, F8)."""
 
@@ -97,6 +111,10 @@ class AppThread(Record, kw_only=True, frozen=True):
     wake_task_ids: list[str] = []
     #: a delegated task whose end wakes its parent (``task.delegate {wake: true}``)
     wakes_parent: bool = False
+    #: its runs' token usage summed, and their cost where every part of it
+    #: had a price (``[pricing."MODEL"]``); None: no usage reported / no price
+    usage: TokenUsage | None = None
+    cost: float | None = None
 
 
 class ConversationMessage(Record, kw_only=True, frozen=True):
@@ -140,6 +158,14 @@ class Run(Record, kw_only=True, frozen=True):
     rolled_back_at: float | None = None
     #: ``system``: agentd queued it itself (a delegated task's wake-up), not a person
     created_by: str = "user"
+    #: tokens its attempts used, as the provider reported them (None: none
+    #: reported), and what they cost by the config's price table — only when
+    #: every model that used them has a price; never guessed
+    usage: TokenUsage | None = None
+    cost: float | None = None
+    #: since when its provider has sent nothing (``[daemon] stall_after``);
+    #: None while it speaks, and once it ended
+    stalled_since: float | None = None
 
 
 class RunAttempt(Record, kw_only=True, frozen=True):

@@ -28,7 +28,7 @@ from agentd.protocol.signatures import SIGNATURES
 from agentd.store.db import Store
 from agentd.store.records import Checkpoint, ConversationMessage, ExecutionNode, PlanArtifact, Run, RuntimeRequest
 
-from . import queries, subscriptions, tasks
+from . import queries, run_diff, subscriptions, tasks
 
 
 class _NamesThread(Protocol):
@@ -139,6 +139,7 @@ METHODS = MethodTable([
     _daemon("providers.list", queries.providers_list, access="open"),
     _read("checkpoint.list", queries.checkpoint_list),
     _daemon("checkpoint.diff", queries.checkpoint_diff, access="open"),
+    _daemon("run.diff", run_diff.run_diff, access="open"),
     # events
     _daemon("events.subscribe", subscriptions.subscribe, access="open"),
     _read("events.unsubscribe", subscriptions.unsubscribe),

@@ -116,6 +116,22 @@ class RequestOpened(ProviderEvent, kw_only=True):
     detail: dict[str, Any] = {}
 
 
+class Usage(ProviderEvent, kw_only=True):
+    """Tokens the runtime reports its model used since its last report (an
+    increment, never a running total: adapters turn totals into increments),
+    in one convention for every provider: ``input_tokens`` counts all input,
+    ``cached_input_tokens`` the part of it read from a prompt cache;
+    ``output_tokens`` all output, ``reasoning_tokens`` the part of it that
+    was reasoning (0 where the provider does not say). ``model`` names the
+    model that used them, when the runtime says (prices are per model)."""
+
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    model: str | None = None
+
+
 class RuntimeWarning_(ProviderEvent, kw_only=True, tag="runtime_warning"):
     message: str
 

@@ -29,7 +29,8 @@ as ``text_delta``)         delta; an ``assistant`` text that was not
                            ``deny``, ``cancel`` → ``deny`` with
                            ``interrupt: true``
 ``system/api_retry``       ``RuntimeWarning_``
-``result``                 ``TurnCompleted``: ``success`` → completed, an
+``result``                 ``Usage`` per model (claude_usage.py), then
+                           ``TurnCompleted``: ``success`` → completed, an
                            ``error_during_execution`` after our interrupt →
                            interrupted, anything else → failed
 =========================  ==================================================
@@ -67,6 +68,7 @@ from .base import (
     TurnCompleted,
     TurnStarted,
 )
+from .claude_usage import result_usage
 
 #: tool name -> agentd item type (anything else is a ``tool``)
 ITEM_TYPES = {
@@ -171,6 +173,8 @@ class StreamMapper:
         self._unsettled_text: dict[str, list[str]] = {}
         #: message ids that hold a tool call: their text is commentary
         self._tool_messages: set[str] = set()
+        #: model -> the previous result's ``modelUsage`` counts (claude_usage.py)
+        self._model_totals: dict[str, dict[str, int]] = {}
 
     def _attempt(self) -> str | None:
         return self.turn.attempt_id if self.turn is not None else None
@@ -217,6 +221,8 @@ class StreamMapper:
             error = "; ".join(e for e in errors if not e.startswith("[ede_diagnostic]")) or str(
                 message.get("result") or subtype or "claude reported an error"
             )
+        for usage in result_usage(message, turn.attempt_id, self._model_totals):
+            await self._emit(usage)
         await self._emit(TurnCompleted(attempt_id=turn.attempt_id, native_turn_id=turn.native_turn_id, status=status, error=error,
                                        end_ref=turn.last_message_uuid))
 

@@ -65,6 +65,7 @@ from .base import (
     TextDelta,
     TurnCompleted,
     TurnStarted,
+    Usage,
     message_phase,
 )
 from ..config import ProviderConfig
@@ -88,7 +89,6 @@ MAX_DETAIL_TEXT = 64 * 1024
 
 #: notifications agentd has no use for: codex does not send them at all
 OPT_OUT_NOTIFICATIONS = [
-    "thread/tokenUsage/updated",
     "account/rateLimits/updated",
     "thread/readState/changed",
     "remoteControl/status/changed",
@@ -184,8 +184,10 @@ from .codex_wire import (  # the typed shapes
     ThreadRevertParams,
     ThreadStartParams,
     ThreadStartResponse,
+    ThreadTokenUsageUpdatedNotification,
     ThreadTurnsListParams,
     ThreadTurnsListResponse,
+    TokenUsageBreakdown,
     ToolRequestUserInputAnswer,
     ToolRequestUserInputParams,
     ToolRequestUserInputResponse,
@@ -212,7 +214,7 @@ SERVER_REQUESTS = (*APPROVAL_METHODS, USER_INPUT_METHOD)
 SERVER_NOTIFICATIONS = (
     "turn/started", "turn/completed", "item/started", "item/completed", "item/agentMessage/delta",
     "turn/plan/updated", "turn/diff/updated", "error", "warning", "configWarning", "deprecationNotice",
-    "serverRequest/resolved",
+    "serverRequest/resolved", "thread/tokenUsage/updated",
 )
 
 _encode = msgspec.to_builtins
@@ -489,6 +491,8 @@ class CodexConnection(ProviderConnection):
         self._errors: dict[str, str] = {}
         #: warnings already reported in this session
         self._warned: set[str] = set()
+        #: native thread id -> its usage total as last reported (a report's increment is its growth)
+        self._usage_totals: dict[str, TokenUsageBreakdown] = {}
         self._peer = JsonLinesPeer(
             process.stdin,
             process.stdout,
@@ -865,6 +869,27 @@ class CodexConnection(ProviderConnection):
     async def _deprecation(self, params: dict[str, Any]) -> None:
         log.info("codex deprecation notice: %s", params.get("summary"))
 
+    async def _token_usage(self, params: dict[str, Any]) -> None:
+        """Codex reports the thread's usage total (and its last call's): the
+        increment is what the total grew by since the last report this
+        process saw — a repeated report adds nothing — or, for the first,
+        the last call's usage (the total also holds turns of earlier processes)."""
+        note = _decode(ThreadTokenUsageUpdatedNotification, params, "thread/tokenUsage/updated")
+        total, previous = note.token_usage.total, self._usage_totals.get(note.thread_id)
+        self._usage_totals[note.thread_id] = total
+        if previous is None:
+            grown = note.token_usage.last
+        else:
+            grown = TokenUsageBreakdown(**{
+                name: max(0, getattr(total, name) - getattr(previous, name)) for name in TokenUsageBreakdown.__struct_fields__
+            })
+        await self._emit(Usage(
+            attempt_id=self._attempts.get(note.thread_id), input_tokens=grown.input_tokens,
+            cached_input_tokens=grown.cached_input_tokens, output_tokens=grown.output_tokens,
+            reasoning_tokens=grown.reasoning_output_tokens,
+            model=self._models.get(note.thread_id) or self.adapter.config.model,
+        ))
+
     async def _request_resolved(self, params: dict[str, Any]) -> None:
         note = _decode(ServerRequestResolvedNotification, params, "serverRequest/resolved")
         # Answered by us, or settled by codex itself (the turn ended): either
@@ -884,4 +909,5 @@ class CodexConnection(ProviderConnection):
         "configWarning": _config_warning,
         "deprecationNotice": _deprecation,
         "serverRequest/resolved": _request_resolved,
+        "thread/tokenUsage/updated": _token_usage,
     }

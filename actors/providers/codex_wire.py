@@ -253,6 +253,32 @@ class TurnDiffUpdatedNotification(_Wire, kw_only=True, rename="camel"):
     diff: str
 
 
+class TokenUsageBreakdown(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/TokenUsageBreakdown"
+    __direction__ = "in"
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+    reasoning_output_tokens: int
+    total_tokens: int
+
+
+class ThreadTokenUsage(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/ThreadTokenUsage"
+    __direction__ = "in"
+    #: the thread's usage so far, and its last model call's
+    total: TokenUsageBreakdown
+    last: TokenUsageBreakdown
+
+
+class ThreadTokenUsageUpdatedNotification(_Wire, kw_only=True, rename="camel"):
+    __schema__ = "v2/ThreadTokenUsageUpdatedNotification"
+    __direction__ = "in"
+    thread_id: str
+    turn_id: str
+    token_usage: ThreadTokenUsage
+
+
 class ErrorNotification(_Wire, kw_only=True, rename="camel"):
     __schema__ = "v2/ErrorNotification"
     __direction__ = "in"

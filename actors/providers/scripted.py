@@ -34,6 +34,7 @@ from .base import (
     TextDelta,
     TurnCompleted,
     TurnStarted,
+    Usage,
     message_phase,
 )
 from .agentd_tool import AgentdTool
@@ -328,6 +329,13 @@ class ScriptedConnection(ProviderConnection):
             )
         elif method == "turn/plan/updated":
             await self._emit(PlanUpdated(attempt_id=attempt_id, item_id=params.get("itemId"), plan=params.get("plan", [])))
+        elif method == "thread/tokenUsage/updated":
+            counts = params.get("usage") or {}
+            await self._emit(Usage(
+                attempt_id=attempt_id, input_tokens=int(counts.get("inputTokens", 0)),
+                output_tokens=int(counts.get("outputTokens", 0)), cached_input_tokens=int(counts.get("cachedInputTokens", 0)),
+                reasoning_tokens=int(counts.get("reasoningTokens", 0)), model=counts.get("model"),
+            ))
         elif method == "warning":
             await self._emit(RuntimeWarning_(attempt_id=attempt_id, message=str(params.get("message", ""))))
         else:

@@ -552,6 +552,9 @@ class Turn:
         name through ``agentd mcp`` (``AGENTD_MCP_COMMAND``), then says
         ``delegated task OUTCOME: FINAL ANSWER`` (``wait: true``),
         ``delegated task TASK_ID`` (``wait: false``) or ``delegate failed: WHY``.
+    ``{"usage": {"inputTokens": N, "outputTokens": M, "cachedInputTokens"?: C, "reasoningTokens"?: R, "model"?: NAME}}``
+        A ``thread/tokenUsage/updated`` notification: the tokens this turn's
+        model used since the last one (what a real runtime reports).
     ``{"recall": ["WORD", …]}``
         Say, for each word, where this agent can see it: ``native`` (in its
         own thread's earlier turns, inputs or outputs), ``context`` (only in
@@ -741,6 +744,19 @@ class Turn:
                 os.unlink(target)
             except OSError as exc:
                 item.update(status="failed", error=f"could not delete {path}: {exc.strerror or exc}")
+
+    async def _usage(self, step: dict[str, Any], parent: str | None) -> None:
+        spec = _expect(step["usage"], dict, "usage needs an object of token counts")
+        counts = {}
+        for key in ("inputTokens", "outputTokens", "cachedInputTokens", "reasoningTokens"):
+            value = spec.get(key, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise TurnFailed(f"usage {key} must be a whole number >= 0")
+            counts[key] = value
+        model = spec.get("model")
+        if model is not None:
+            counts["model"] = _expect(model, str, "usage model must be a string")
+        await self._notify("thread/tokenUsage/updated", usage=counts)
 
     async def _sleep(self, step: dict[str, Any], parent: str | None) -> None:
         await trio.sleep(_number(step["sleep"], "sleep"))
@@ -955,6 +971,7 @@ class Turn:
         "proposePlan": _propose_plan,
         "subagent": _subagent,
         "delegate": _delegate,
+        "usage": _usage,
     }
 
 

@@ -12,6 +12,7 @@ import { $, ui } from './ui.js';
 import { fillProviders } from './composer.js';
 import { respond } from './requests.js';
 import { showThread, loadRequests, renderThread } from './thread-view.js';
+import { offerNotifications, notifyOf } from './notify.js';
 
 const perf = (window.agentdPerf = { longTasks: [], marks: {} });
 try {
@@ -156,7 +157,7 @@ function notified(method, params) {
     if (params.subscriptionId !== app.subscriptionId) return;
     const outcome = model.apply(params);
     if (outcome === 'gap') { subscribe().catch(showError); return; }
-    if (outcome === 'applied') { childRequest(params); settleRun(params); }
+    if (outcome === 'applied') { childRequest(params); settleRun(params); if (started) notifyOf(params); }
     scheduleRender();
   } else if (method === 'events.resync' && params.subscriptionId === app.subscriptionId) {
     subscribe().catch(showError);
@@ -280,4 +281,5 @@ async function start() {
   }
 }
 
+offerNotifications();
 start();

@@ -12,6 +12,47 @@ export function plural(n, one, many = `${one}s`) {
   return `${n.toLocaleString('en')} ${n === 1 ? one : many}`;
 }
 
+/** A token count in a few characters: `950`, `12.3k`, `4.1M`. */
+export function tokens(n) {
+  if (n < 1000) return String(n);
+  return n < 1e6 ? `${(n / 1000).toFixed(1)}k` : `${(n / 1e6).toFixed(1)}M`;
+}
+
+/**
+ * What a run or a thread used: `12.0k in (2.0k cached) · 900 out (50 reasoning) · cost 0.0282`;
+ * the cost only where the daemon knew every price (null is never shown as 0). Null without usage.
+ */
+export function usageText(usage, cost) {
+  if (!usage) return null;
+  const cached = usage.cachedInputTokens ? ` (${tokens(usage.cachedInputTokens)} cached)` : '';
+  const reasoning = usage.reasoningTokens ? ` (${tokens(usage.reasoningTokens)} reasoning)` : '';
+  const price = cost === null || cost === undefined ? '' : ` · cost ${cost < 100 ? cost.toFixed(4) : cost.toFixed(2)}`;
+  return `${tokens(usage.inputTokens)} in${cached} · ${tokens(usage.outputTokens)} out${reasoning}${price}`;
+}
+
+/** Whether a run is going but its agent has said nothing for `[daemon] stall_after` (run.stalled). */
+export const isStalled = (run) => run.stalledSince !== null && run.stalledSince !== undefined
+  && (run.status === 'running' || run.status === 'waiting');
+
+/**
+ * The desktop notification an event deserves while the page is in the
+ * background (issue 28): a run that ended, failed or stalled, an approval or
+ * a question waiting; null for every other event. `title` is the thread's.
+ */
+export function notificationFor(ev, title) {
+  const p = ev.payload ?? {};
+  const where = title || ev.threadId;
+  const run = p.run;
+  if (ev.type === 'run.completed' && run) return { title: `Run #${run.ordinal} finished`, body: where, tag: ev.runId };
+  if ((ev.type === 'run.failed' || ev.type === 'run.interrupted') && run) {
+    return { title: `Run #${run.ordinal} ${run.status}`, body: `${where}${run.reason ? `: ${run.reason}` : ''}`, tag: ev.runId };
+  }
+  if (ev.type === 'run.stalled') return { title: 'A run has stalled', body: `${where}: no word from the agent for ${Math.round(p.silentFor)} s`, tag: ev.runId };
+  if (ev.type === 'approval.requested') return { title: 'Approval needed', body: `${where}: ${p.request?.detail?.command ?? p.node?.title ?? 'the agent waits'}`, tag: p.request?.id };
+  if (ev.type === 'user_input.requested') return { title: 'A question for you', body: where, tag: p.request?.id };
+  return null;
+}
+
 /** A checkpoint's one-line summary: `1 file +2 −0`, or its status and why. */
 export function checkpointText(cp) {
   const s = cp.summary ?? {};
@@ -26,6 +67,13 @@ export function checkpointText(cp) {
 
 /** Whether checkpoint.diff can show it: captured, or stale after a rollback (protocol: "they can still be diffed"). */
 export const canDiff = (cp) => cp.status === 'captured' || cp.status === 'stale';
+
+/**
+ * Whether a run's diff can only be the change between the captures around it
+ * (run.diff's `between_baselines`): it started and ended, but has no
+ * checkpoint of its own that holds files — a daemon killed under it.
+ */
+export const approximateDiff = (run, cp) => TERMINAL.has(run.status) && Boolean(run.startedAt) && !(cp && canDiff(cp));
 
 /** The actions a run offers. */
 export function runActions(run) {

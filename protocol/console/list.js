@@ -3,6 +3,7 @@
 // cost what 30 do.
 
 import { h, ago } from './dom.js';
+import { tokens } from './derive.js';
 
 export const ROW_HEIGHT = 46;
 
@@ -84,7 +85,8 @@ export class ThreadList {
     h('span', { class: 'title' }, depth ? '↳ ' : '', t.title || t.id),
     h('span', { class: 'meta' },
       h('span', { class: `dot status-${t.status}` }), ` ${status} · ${t.provider}`,
-      relation ? ` · ${relation}` : '', ` · ${ago(t.lastActivity ?? t.updatedAt)}`));
+      relation ? ` · ${relation}` : '', t.stalledRunId ? h('span', { class: 'stalled', dataset: { stalled: 'true' } }, ' · stalled') : null,
+      t.usage ? ` · ${tokens(t.usage.inputTokens + t.usage.outputTokens)} tokens` : '', ` · ${ago(t.lastActivity ?? t.updatedAt)}`));
     // CSSOM, not a style attribute: the page's CSP allows no inline style.
     el.style.top = `${i * ROW_HEIGHT}px`;
     el.style.paddingLeft = `${0.6 + depth * 1.1}rem`;

@@ -210,6 +210,10 @@ export class Model {
       else if (ev.type === 'run.waiting') { t.status = 'waiting'; t.activeRunId = run.id; }
       else if (TERMINAL.has(run.status) && t.activeRunId === run.id) { t.status = 'idle'; t.activeRunId = null; }
     }
+    // Usage and stalls (issue 28): the thread's sum, and which of its runs has gone quiet.
+    if (ev.type === 'run.usage') { t.usage = p.threadUsage; t.cost = p.threadCost; }
+    if (ev.type === 'run.stalled') t.stalledRunId = ev.runId;
+    if (ev.type === 'run.unstalled' || (run && TERMINAL.has(run.status) && t.stalledRunId === run.id)) t.stalledRunId = null;
     if (ev.type === 'thread.queue_held') t.queueHeld = true;
     if (ev.type === 'thread.queue_released') { t.queueHeld = false; t.heldRunIds = []; }
     if (p.thread && p.thread.id === t.id) Object.assign(t, p.thread);
@@ -247,6 +251,10 @@ export class Model {
       d.runDetails.set(p.run.id, { attempts: new Map(), nodes: new Map(), loaded: false, fresh: true });
     }
     if (p.runs) for (const run of p.runs) this._putRun(d, run);
+    const known = ev.runId ? d.runs.get(ev.runId) : null;
+    if (known && type === 'run.usage') this._putRun(d, { ...known, usage: p.usage, cost: p.cost });
+    if (known && type === 'run.stalled') this._putRun(d, { ...known, stalledSince: ev.at - p.silentFor });
+    if (known && type === 'run.unstalled') this._putRun(d, { ...known, stalledSince: null });
     const rd = ev.runId ? d.runDetails.get(ev.runId) : null;
     if (rd && (p.attempt || p.node)) { // text events leave the graph as it is
       if (p.attempt) rd.attempts.set(p.attempt.id, p.attempt);

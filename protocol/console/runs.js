@@ -3,8 +3,8 @@
 
 import { h, button, badge } from './dom.js';
 import { $, ui } from './ui.js';
-import { words, runActions, nodeChildren, runLabel, checkpointText, canDiff } from './derive.js';
-import { showDiff, handoffButton } from './dialogs.js';
+import { words, runActions, nodeChildren, runLabel, checkpointText, canDiff, usageText, isStalled, approximateDiff } from './derive.js';
+import { showDiff, showRunDiff, handoffButton } from './dialogs.js';
 import { fork, rollback } from './actions.js';
 
 /** A run's element (kept in view.runs), its detail drawn when it is open. */
@@ -18,11 +18,14 @@ export function runElement(d, run) {
     h('div', { class: 'run-row' },
       h('button', { type: 'button', class: 'toggle', 'aria-expanded': String(open), dataset: { action: 'toggle-run' }, 'aria-label': `Run ${run.ordinal} details`, onclick: () => expandRun(d, run.id, { load: true, open: !view.expanded.has(run.id) }) }, open ? '▾' : '▸'),
       h('span', { class: 'ordinal' }, `#${run.ordinal}`), badge(run.status),
+      isStalled(run) ? h('span', { class: 'badge status-stalled', dataset: { stalled: 'true' }, title: 'The agent has said nothing for a while; the run goes on (interrupt it if it should end)' }, 'stalled') : null,
       h('span', { class: 'muted' }, run.provider ?? ''),
       run.reason ? h('span', { class: 'reason' }, run.reason) : null,
       run.supersedesRunId ? h('span', { class: 'reason' }, `supersedes ${runLabel(d, run.supersedesRunId)}`) : null,
       user ? h('span', { class: 'snippet' }, user.text.slice(0, 80)) : null,
       cp ? checkpointBadge(cp) : null,
+      approximateDiff(run, cp) ? button('View diff (approximate)', 'run-diff', () => showRunDiff(run), { title: 'The change between the checkpoints around this run: it was cut off before its own' }) : null,
+      run.usage ? h('span', { class: 'usage muted', dataset: { usage: 'run' } }, usageText(run.usage, run.cost)) : null,
       h('span', { class: 'actions' },
         can.interrupt ? button('Interrupt', 'interrupt', () => ui.call('run.interrupt', { runId: run.id }).catch(() => {})) : null,
         can.cancel ? button('Cancel', 'cancel', () => ui.call('queued-run.cancel', { runId: run.id }).catch(() => {})) : null,

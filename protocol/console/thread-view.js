@@ -4,7 +4,7 @@
 
 import { h, button, badge } from './dom.js';
 import { $, ui, threadLink } from './ui.js';
-import { words, hasQueued, childrenOf, requestChildren, transferView } from './derive.js';
+import { words, hasQueued, childrenOf, requestChildren, transferView, usageText } from './derive.js';
 import { handoffButton } from './dialogs.js';
 import { fork, rollback } from './actions.js';
 import { composer, renderComposerState } from './composer.js';
@@ -141,7 +141,8 @@ function renderHeader(d) {
       h('h2', {}, t.title || t.id),
       badge(t.status),
       t.queueHeld ? h('span', { class: 'badge status-held', dataset: { queueHeld: 'true' } }, `queue held (${(t.heldRunIds ?? []).length})`) : null,
-      h('span', { class: 'muted' }, `${t.provider} · ${t.id}`)),
+      h('span', { class: 'muted' }, `${t.provider} · ${t.id}`),
+      t.usage ? h('span', { class: 'usage muted', dataset: { usage: 'thread' } }, usageText(t.usage, t.cost)) : null),
     h('div', { class: 'actions' },
       button('Stop', 'stop', () => ui.call('thread.stop', { threadId: t.id }).catch(() => {}), { disabled: !active && !hasQueued(d), title: 'Interrupt the active run and hold the queue' }),
       t.queueHeld ? button('Release queue', 'release-queue', () => ui.call('thread.queue.release', { threadId: t.id }).catch(() => {})) : null,

@@ -26,6 +26,14 @@ def error_of(tmp_path: Path, text: str) -> str:
     return message.removeprefix(f"{path}:")
 
 
+def test_pricing_and_stall_after_decode_and_default(tmp_path):
+    """Issue 28: prices per million tokens by model; stall_after 300 s unless set (0: off)."""
+    config = load_config(write(tmp_path, '[daemon]\nstall_after = 0\n[pricing."gpt-x"]\ninput = 1.25\noutput = 10\n'))
+    assert config.stall_after == 0
+    assert config.pricing["gpt-x"].input == 1.25 and config.pricing["gpt-x"].cached_input is None
+    assert DaemonConfig().stall_after == 300 and DaemonConfig().pricing == {}
+
+
 def test_a_full_file_decodes_and_scripted_always_exists(tmp_path):
     config = load_config(write(tmp_path, """\
 [daemon]
@@ -112,8 +120,11 @@ def test_the_error_names_the_provider_that_is_wrong(tmp_path):
     ('[daemon]\nunsupported_interrupt = "gone"\n', 2, ["'interrupted'", "'cancelled'", "'gone'"]),
     ('\n[daemon]\ndefault_provider = "nope"\n', 3, ["'nope' is not a configured provider"]),
     ('[daemon]\nidle_timout = 5\n', 2, ["unknown key 'idle_timout' in [daemon]", "idle_timeout"]),
-    ('[daemn]\n', 1, ["unknown key 'daemn'", "daemon, providers"]),
+    ('[daemn]\n', 1, ["unknown key 'daemn'", "daemon, pricing, providers"]),
     ('[providers."bad name"]\nkind = "scripted"\n', 1, ["'bad name'"]),
+    ('[daemon]\nstall_after = -1\n', 2, ["[daemon] stall_after", ">= 0"]),
+    ('[pricing."m"]\ninput = 1\noutput = -2\n', 3, ["[pricing.m] output", ">= 0"]),
+    ('[pricing."m"]\ninput = 1\n', 1, ["[pricing.m] needs 'output'"]),
     ('[providers.basic]\nidle_timeout = 5\n', 1, ["[providers.basic] needs 'kind'"]),
     ('[providers.basic]\nkind = "scripted"\nmodle = "x"\n', 3, ["unknown key 'modle' in [providers.basic]", "model"]),
     ('[providers.basic]\nkind = "scripted"\ncapabilities = { steer = "no" }\n', 3, ["steer", "bool"]),

@@ -34,7 +34,8 @@ async def test_a_message_after_stop_runs_and_send_says_what_waits(daemon, client
     assert err[-1] == "run 2 completed"
 
     threads = (await run(daemon, "threads")).stdout.decode().splitlines()
-    assert threads[0].split() == ["THREAD", "STATUS", "PROVIDER", "RUNS", "ACTIVE", "RUN", "QUEUED", "TITLE"]
+    assert threads[0].split() == ["THREAD", "STATUS", "PROVIDER", "RUNS", "ACTIVE", "RUN", "QUEUED", "TOKENS",
+                                 "COST", "TITLE"]
     assert threads[1].split()[:7] == [thread_id, "idle", "scripted", "3", "-", "1", "(1"]
     shown = (await run(daemon, "show", thread_id)).stdout.decode().splitlines()
     assert shown[1:3] == [f"  queued: {held} (run 3, held)", f"  queue held: 1 run waits; `agentd release {thread_id}` starts it"]

@@ -12,7 +12,7 @@ SANITIZED_ROOT = "/tmp/agentd-claude-test"
 #: replays need no real pauses: recorded delays are capped at this many ms
 MAX_REPLAY_DELAY_MS = 20
 _INIT_KEYS = ("type", "subtype", "session_id", "cwd", "model", "permissionMode", "apiKeySource", "claude_code_version")
-_HEAVY_KEYS = ("usage", "modelUsage", "model_usage_since_last_result", "subagent_stats", "fast_mode_state",
+_HEAVY_KEYS = ("usage", "modelUsage", "subagent_stats", "fast_mode_state",
                "fast_mode_disabled_reason", "iterations")
 
 

@@ -171,6 +171,10 @@ async def test_a_turn_streams_text_through_the_daemon(world, tmp_path, short_dir
         providers = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
         assert providers["claude"]["usable"] is True and providers["claude"]["version"] == "2.1.332"
         assert providers["claude"]["capabilities"]["steer"] is False
+        # Issue 28: what the model used lands on the run, from the result line (no price: no cost).
+        run = e["payload"]["run"]
+        assert run["usage"]["inputTokens"] > 0 and run["usage"]["outputTokens"] > 0 and run["usage"]["models"], run
+        assert run["cost"] is None
 
 
 async def test_a_command_tool_call_becomes_a_node(world, tmp_path, short_dir):

@@ -150,6 +150,8 @@ def agentd_config(world: CodexWorld, *, interrupt_grace: float = 20) -> str:
         + world.provider_toml("codex")
         + "\n"
         + world.provider_toml("codexidle", idle_timeout=1)
+        # Issue 28: the fake model's price, so a run's cost is known end to end.
+        + '\n[pricing."fake-model"]\ninput = 1.0\noutput = 2.0\n'
     )
 
 
@@ -222,6 +224,11 @@ async def test_a_turn_streams_text_through_the_daemon(codexd):
     providers = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
     assert providers["codex"]["usable"] is True and providers["codex"]["version"].startswith("0.17")
     assert daemon.world.model_requests(), "the fake model answered"
+    # Issue 28: what the model used lands on the run (Codex's thread/tokenUsage/updated), priced.
+    usage = run["usage"]
+    assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0 and usage["models"] == ["fake-model"], run
+    assert run["cost"] == pytest.approx((usage["inputTokens"] * 1.0 + usage["outputTokens"] * 2.0) / 1e6)
+    assert (await client.call("thread.get", threadId=thread_id))["thread"]["usage"] == usage
 
 
 async def test_a_command_becomes_a_node(codexd):

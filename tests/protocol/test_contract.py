@@ -312,6 +312,10 @@ EMITTED_ELSEWHERE = {
     "thread.failed": ("test_fault_isolation", "test_a_failed_actor_costs_its_thread_only_and_the_thread_runs_again"),
     "thread.unquarantined": ("test_fault_isolation", "test_three_failures_quarantine_the_thread_until_unquarantined"),
     "event.corrupt": ("test_fault_isolation", "test_a_torn_event_is_replayed_as_a_placeholder_without_a_gap"),
+    # Usage reports and a provider's silence (issue 28): their own daemon, with a price table and a short stall_after.
+    "run.usage": ("test_usage_and_stalls", "test_usage_lands_on_the_run_summed_on_the_thread_and_priced_where_known"),
+    "run.stalled": ("test_usage_and_stalls", "test_a_silent_provider_stalls_its_run_which_goes_on_when_it_speaks"),
+    "run.unstalled": ("test_usage_and_stalls", "test_a_silent_provider_stalls_its_run_which_goes_on_when_it_speaks"),
 }
 
 

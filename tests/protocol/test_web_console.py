@@ -868,7 +868,8 @@ async def test_f12_sigkill_and_restart_with_the_page_open_reconnects_and_shows_t
     try:
         thread_id = await new_thread(web, "killed")
         page.open(web.thread_url(thread_id))
-        type_and_send(page, script({"say": "migrating"}, {"tool": {"name": "migrate", "hang": True}}))
+        type_and_send(page, script({"say": "migrating"}, {"write": {"path": "migrated.txt", "content": "step one\n"}},
+                                   {"tool": {"name": "migrate", "hang": True}}))
         run_id = page.wait_js("return document.querySelector('.run[data-status=running]')?.dataset.runId", "the run running")
         page.wait_css(".node[data-kind='tool'][data-status='running']", "the tool running")
         page.shot("before-kill")
@@ -891,5 +892,56 @@ async def test_f12_sigkill_and_restart_with_the_page_open_reconnects_and_shows_t
         page.wait_js("return [...document.querySelectorAll('.msg .text')].some(e => e.textContent === 'You said: still there?')",
                      "the thread taking a new message at once")
         page.shot("next-message")
+        # Issue 28 item 8: the cut run's diff is the change up to the next run's baseline, said to be approximate.
+        page.wait_css(".run[data-ordinal='2'][data-status='completed']", "the next run's end")
+        page.click(f".run[data-run-id='{run_id}'] button[data-action='run-diff']")
+        dialog = page.wait_css("#text-dialog[open]", "the cut run's diff")
+        assert "migrated.txt" in dialog.find_element("css selector", "table.files").text
+        assert "+step one" in dialog.find_element("css selector", "pre.patch").text
+        assert "cut off before its own checkpoint" in page.css("#text-body p.approximate").text
+        assert "(approximate)" in page.css("#text-title").text
+        page.shot("cut-run-diff")
+        page.click("#text-dialog button[value='close']")
+    finally:
+        await web.process.terminate()
+
+
+@needs_browser
+async def test_usage_per_run_and_thread_a_stalled_mark_and_notifications_in_the_background(tmp_path, socket_path, page):
+    """Issue 28: the page shows each run's and the thread's token usage and
+    cost, marks a run whose agent went quiet (``run.stalled``) until it speaks,
+    and — with notifications granted and the tab in the background — tells of
+    the stall and the run's end. The browser's Notification and the tab's
+    visibility are stood in for in the page: a headless browser has no desktop."""
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\nstall_after = 1\n\n[pricing."model-a"]\ninput = 2.0\noutput = 8.0\n')
+    web = await start_web(tmp_path / "data", socket_path, config=config)
+    try:
+        thread_id = await new_thread(web, "metered")
+        page.open(web.thread_url(thread_id))
+        page.wait_css(".thread-head h2", "the thread")
+        assert page.css("#notify").get_attribute("data-permission") in ("default", "denied", "granted", "unsupported")
+        page.js("""
+            window.notes = [];
+            window.Notification = class { constructor(title, o) { window.notes.push([title, o.body]); }
+              static get permission() { return 'granted'; } };
+            Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });
+        """)
+        type_and_send(page, script(
+            {"usage": {"inputTokens": 12000, "outputTokens": 900, "model": "model-a"}},
+            {"say": "working"}, {"tool": {"name": "quiet job", "seconds": 3}}, {"say": "done"}))
+        page.wait_css(".run[data-status='running'] .badge[data-stalled='true']", "the stalled mark on the run")
+        assert page.wait_css(".thread-row[data-thread-id] .stalled", "the stalled mark in the list")
+        page.shot("stalled-run")
+        page.wait_css(".run[data-status='completed']", "the run's end")
+        assert not page.js("return document.querySelector(\".run .badge[data-stalled='true']\")"), "the mark goes"
+        cost = f"{(12000 * 2.0 + 900 * 8.0) / 1e6:.4f}"
+        assert page.css(".run [data-usage='run']").text == f"12.0k in · 900 out · cost {cost}"
+        assert page.css(".thread-head [data-usage='thread']").text == f"12.0k in · 900 out · cost {cost}"
+        assert "12.9k tokens" in page.css(f".thread-row[data-thread-id='{thread_id}']").text
+        notes = page.wait_js("return window.notes.length >= 2 && window.notes", "the notifications")
+        assert ["A run has stalled", "metered: no word from the agent for 1 s"] in notes, notes
+        assert ["Run #1 finished", "metered"] in notes, notes
+        page.shot("usage")
     finally:
         await web.process.terminate()

@@ -28,6 +28,7 @@ from agentd.actors.providers.base import (
     TextDelta,
     TurnCompleted,
     TurnStarted,
+    Usage,
 )
 from agentd.actors.config import ProviderConfig
 from agentd.actors.providers.claude import BASE_ARGS, NATIVE_CAPABILITIES, ClaudeAdapter, find_binary
@@ -132,6 +133,31 @@ async def scenario_plain(h: Harness, cwd: str) -> dict[str, Any]:
     assert events.index(started) < events.index(deltas[0]) and events.index(deltas[-1]) < events.index(completed)
     await h.stop(conn)
     return {"session": session}
+
+
+async def scenario_usage(h: Harness, cwd: str) -> dict[str, Any]:
+    """Issue 28: each ``result`` states per model what it used since the
+    previous one (``model_usage_since_last_result``): Usage increments of
+    that turn's attempt, before its TurnCompleted — the second turn's are its
+    own, not the session's running total."""
+    conn = await h.open()
+    session, _ = await conn.start_first_turn(text="count one", attempt_id="att_1", cwd=cwd)
+    assert (await h.turn_end("att_1")).status == "completed"
+    await conn.start_turn(session, text="count two", attempt_id="att_2", cwd=cwd)
+    assert (await h.turn_end("att_2")).status == "completed"
+    per_turn = {}
+    for attempt in ("att_1", "att_2"):
+        events = h.of(attempt)
+        reports = [e for e in events if isinstance(e, Usage)]
+        assert reports and all(r.model for r in reports), f"no usage reported for {attempt}"
+        assert events.index(reports[-1]) < events.index(next(e for e in events if isinstance(e, TurnCompleted)))
+        per_turn[attempt] = sum(r.input_tokens for r in reports), sum(r.output_tokens for r in reports)
+        assert all(r.cached_input_tokens <= r.input_tokens and r.reasoning_tokens <= r.output_tokens for r in reports)
+    assert per_turn["att_1"][0] > 0 and per_turn["att_1"][1] > 0
+    # The fake model answers each call with the same output tokens: a running total would double.
+    assert per_turn["att_2"][1] == per_turn["att_1"][1]
+    await h.stop(conn)
+    return {"session": session, "usage": per_turn}
 
 
 async def scenario_command(h: Harness, cwd: str) -> dict[str, Any]:
@@ -321,6 +347,7 @@ SCENARIOS: dict[str, Callable[[Harness, str], Awaitable[dict[str, Any]]]] = {
     "resume_missing": scenario_resume_missing,
     "fork": scenario_fork,
     "crash": scenario_crash,
+    "usage": scenario_usage,
 }
 
 

@@ -44,6 +44,7 @@ from agentd.actors.providers.base import (
     TextDelta,
     TurnCompleted,
     TurnStarted,
+    Usage,
 )
 from agentd.actors.providers.codex import CodexAdapter, approval_response, user_input_response
 from agentd.actors.config import ProviderConfig
@@ -161,6 +162,28 @@ async def scenario_turn(h: Harness) -> None:
 
         await conn.rollback_thread(thread, before_turn_id=second)
         assert [t["turnId"] for t in await conn.list_turns(thread)] == [first]
+
+
+@scenario
+async def scenario_usage(h: Harness) -> None:
+    """Issue 28: ``thread/tokenUsage/updated`` becomes Usage increments of the
+    turn's attempt — the growth of the thread's total, so the second turn
+    reports its own tokens, not the thread's so far (the fake model answers
+    every call with 10 input and 5 output tokens)."""
+    async with h.session() as conn:
+        thread = await conn.create_thread(cwd=h.cwd)
+        for attempt in ("att_1", "att_2"):
+            await conn.start_turn(thread, text=f"count {attempt}", attempt_id=attempt, cwd=h.cwd)
+            assert (await h.log.turn_completed(attempt)).status == "completed"
+        per_turn = []
+        for attempt in ("att_1", "att_2"):
+            reports = h.log.of(Usage, attempt)
+            assert reports, f"no usage reported for {attempt}"
+            assert {r.model for r in reports} == {"fake-model"}
+            per_turn.append((sum(r.input_tokens for r in reports), sum(r.output_tokens for r in reports)))
+        first, second = per_turn
+        assert first[0] > 0 and first[1] > 0
+        assert second == first, "each turn reports its own tokens, not the thread's total"
 
 
 @scenario

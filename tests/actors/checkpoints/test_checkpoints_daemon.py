@@ -293,3 +293,54 @@ async def test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptu
             assert (await client.call("daemon.status"))["lastSeq"] > 0
     finally:
         await daemon.terminate()
+
+
+async def test_a_run_cut_by_a_sigkill_shows_the_change_between_the_captures_around_it(data_dir, socket_path, tmp_path):
+    """Issue 28 item 8 (SPEC F12, F13): a run the daemon was killed under has
+    no checkpoint of its own, yet it wrote files. ``run.diff`` (and ``agentd
+    diff RUN``) show the change from the capture it started from to the next
+    capture after it — the next run's baseline — marked approximate."""
+    from tests.cli_helpers import run as agentd
+
+    ws = user_repo(tmp_path)
+    daemon = await start_daemon(data_dir, socket_path)
+    try:
+        async with Client.connect(socket_path) as client:
+            thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+            run1 = await send_and_wait(client, thread_id, script({"write": {"path": "one.txt", "content": "1\n"}}))
+            sent = await client.call("thread.message.send", threadId=thread_id, text=script(
+                {"write": {"path": "cut.txt", "content": "written before the kill\n"}}, {"hang": True}))
+            await wait_event(client, lambda e: e["type"] == "file_change.completed" and e["runId"] == sent["runId"],
+                             thread_id=thread_id)
+        await daemon.kill()
+    finally:
+        await daemon.terminate()
+
+    daemon = await start_daemon(data_dir, socket_path)
+    try:
+        async with Client.connect(socket_path) as client:
+            cut = (await client.call("run.get", runId=sent["runId"]))["run"]
+            assert (cut["status"], cut["reason"], cut["checkpointId"]) == ("interrupted", "daemon_restart", None)
+            # Nothing captured after it yet: it says where its changes will show.
+            with pytest.raises(InvalidState, match="nothing was captured after it yet"):
+                await client.call("run.diff", runId=cut["id"])
+            exact = await client.call("run.diff", runId=run1["id"])
+            assert exact["approximate"] is None and exact["checkpointId"] == run1["checkpointId"]
+            assert [(f["path"], f["change"]) for f in exact["files"]] == [("one.txt", "added")]
+
+            run3 = await send_and_wait(client, thread_id, script({"write": {"path": "three.txt", "content": "3\n"}}))
+            listed = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+            baseline = next(c for c in listed if c["kind"] == "baseline" and c["ordinal"] == 2)
+            diff = await client.call("run.diff", runId=cut["id"])
+            assert diff["approximate"] == "between_baselines" and diff["runId"] == cut["id"]
+            assert (diff["baseCheckpointId"], diff["checkpointId"]) == (run1["checkpointId"], baseline["id"])
+            assert [(f["path"], f["change"]) for f in diff["files"]] == [("cut.txt", "added")]
+            assert "+written before the kill" in diff["patch"]
+            # The run after it is exact, as ever.
+            assert [(f["path"], f["change"]) for f in (await client.call("run.diff", runId=run3["id"]))["files"]] == [
+                ("three.txt", "added")]
+        shown = await agentd(daemon, "diff", cut["id"])
+        assert "+written before the kill" in shown.stdout.decode()
+        assert f"run {cut['id']} was cut off before its own checkpoint" in shown.stderr.decode()
+    finally:
+        await daemon.terminate()

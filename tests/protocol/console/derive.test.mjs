@@ -127,3 +127,42 @@ test('protocol words read as words', () => {
   assert.equal(derive.words('delegated_task'), 'delegated task');
   assert.equal(derive.words(undefined), '');
 });
+
+test('usage reads as tokens in and out, with a cost only where it is known (issue 28)', () => {
+  const usage = { inputTokens: 12000, cachedInputTokens: 2000, outputTokens: 900, reasoningTokens: 50, models: ['m'] };
+  assert.equal(derive.usageText(usage, 0.02822), '12.0k in (2.0k cached) · 900 out (50 reasoning) · cost 0.0282');
+  assert.equal(derive.usageText({ ...usage, cachedInputTokens: 0, reasoningTokens: 0 }, null), '12.0k in · 900 out');
+  assert.equal(derive.usageText(null, null), null);
+  assert.equal(derive.tokens(950), '950');
+  assert.equal(derive.tokens(4_100_000), '4.1M');
+});
+
+test('a run is stalled only while it goes and its agent is silent (issue 28)', () => {
+  assert.equal(derive.isStalled({ status: 'running', stalledSince: 5 }), true);
+  assert.equal(derive.isStalled({ status: 'running', stalledSince: null }), false);
+  assert.equal(derive.isStalled({ status: 'completed', stalledSince: 5 }), false, 'a run that ended stalled is not stalled now');
+});
+
+test('notifications: a run that ends, fails or stalls, and a request that waits; nothing else (issue 28)', () => {
+  const ev = (type, payload) => ({ type, threadId: 'thr_1', runId: 'run_1', payload });
+  assert.deepEqual(derive.notificationFor(ev('run.completed', { run: { ordinal: 2, status: 'completed' } }), 'my thread'),
+    { title: 'Run #2 finished', body: 'my thread', tag: 'run_1' });
+  assert.equal(derive.notificationFor(ev('run.failed', { run: { ordinal: 2, status: 'failed', reason: 'provider_error: x' } }), 't').body,
+    't: provider_error: x');
+  assert.equal(derive.notificationFor(ev('run.stalled', { silentFor: 300 }), 't').body, 't: no word from the agent for 300 s');
+  const approval = derive.notificationFor(ev('approval.requested', { request: { id: 'req_1', detail: { command: 'rm -rf build' } } }), 't');
+  assert.deepEqual(approval, { title: 'Approval needed', body: 't: rm -rf build', tag: 'req_1' });
+  assert.equal(derive.notificationFor(ev('user_input.requested', { request: { id: 'req_2' } }), null).body, 'thr_1');
+  for (const type of ['run.started', 'message.appended', 'run.usage', 'run.unstalled', 'approval.resolved']) {
+    assert.equal(derive.notificationFor(ev(type, {}), 't'), null, type);
+  }
+});
+
+test('a run that started and ended without a checkpoint of its own has an approximate diff (issue 28 item 8)', () => {
+  const cut = { status: 'interrupted', reason: 'daemon_restart', startedAt: 5 };
+  assert.equal(derive.approximateDiff(cut, null), true);
+  assert.equal(derive.approximateDiff(cut, { status: 'missing', reason: 'daemon_restart' }), true);
+  assert.equal(derive.approximateDiff(cut, { status: 'captured' }), false, 'its own checkpoint is exact');
+  assert.equal(derive.approximateDiff({ status: 'cancelled' }, null), false, 'never started: nothing to show');
+  assert.equal(derive.approximateDiff({ status: 'running', startedAt: 5 }, null), false);
+});

@@ -172,3 +172,32 @@ test('run.get fills the run graph and its artifacts', () => {
   assert.deepEqual(d.runsInOrder().map((r) => r.id), ['run_1']);
   assert.ok(d.artifacts.has('art_1'));
 });
+
+test('run.usage puts the run\'s usage on the run and the thread\'s sum on the thread (issue 28)', () => {
+  const model = opened();
+  model.apply(ev(11, 'run.started', { run: { id: 'run_1', status: 'running' } }, { runId: 'run_1' }));
+  const usage = { inputTokens: 1000, cachedInputTokens: 400, outputTokens: 200, reasoningTokens: 0, models: ['m'] };
+  const sum = { ...usage, inputTokens: 1500 };
+  model.resetDirty();
+  model.apply(ev(12, 'run.usage', { usage, cost: 0.0024, threadUsage: sum, threadCost: null }, { runId: 'run_1' }));
+  const d = model.details.get('thr_1');
+  assert.deepEqual([d.runs.get('run_1').usage, d.runs.get('run_1').cost], [usage, 0.0024]);
+  assert.deepEqual([model.threads.get('thr_1').usage, model.threads.get('thr_1').cost], [sum, null]);
+  assert.deepEqual(d.thread.usage, sum, 'the open thread\'s header follows');
+  assert.ok(model.dirty.runs.has('run_1') && model.dirty.header && model.dirty.threads.has('thr_1'));
+});
+
+test('run.stalled marks the run and its thread until the agent speaks or the run ends (issue 28)', () => {
+  const model = opened();
+  const d = model.details.get('thr_1');
+  model.apply(ev(11, 'run.started', { run: { id: 'run_1', status: 'running' } }, { runId: 'run_1' }));
+  model.apply(ev(12, 'run.stalled', { runId: 'run_1', nodeId: 'nod_1', silentFor: 300 }, { runId: 'run_1' }));
+  assert.equal(d.runs.get('run_1').stalledSince, 112 - 300);
+  assert.equal(model.threads.get('thr_1').stalledRunId, 'run_1');
+  model.apply(ev(13, 'run.unstalled', { runId: 'run_1', nodeId: 'nod_1', silentFor: 320 }, { runId: 'run_1' }));
+  assert.equal(d.runs.get('run_1').stalledSince, null);
+  assert.equal(model.threads.get('thr_1').stalledRunId, null);
+  model.apply(ev(14, 'run.stalled', { runId: 'run_1', nodeId: 'nod_1', silentFor: 300 }, { runId: 'run_1' }));
+  model.apply(ev(15, 'run.interrupted', { run: { id: 'run_1', status: 'interrupted', stalledSince: 1 } }, { runId: 'run_1' }));
+  assert.equal(model.threads.get('thr_1').stalledRunId, null, 'an ended run is no longer stalled');
+});
