@@ -48,6 +48,7 @@ from .acp_wire import (
     RequestPermissionResponse,
     SelectedOutcome,
     SessionNotification,
+    SetSessionConfigOptionRequest,
     SetSessionModelRequest,
     SetSessionModeRequest,
     TerminalRequest,
@@ -219,19 +220,27 @@ class AcpConnection(ProviderConnection):
             raise
         created = decode(NewSessionResponse, raw, "session/new answer")
         self._session(created.session_id, cwd)
-        await self._choose(created.session_id, created.models)
+        await self._choose(created.session_id, created)
         return created.session_id
 
-    async def _choose(self, session_id: str, models: dict[str, Any] | None) -> None:
-        """The config's ``mode`` and ``model``, where the instance sets them."""
+    async def _choose(self, session_id: str, offered: NewSessionResponse) -> None:
+        """The config's ``mode`` and ``model``: a session config option of that
+        category where the agent has one, else ``session/set_mode`` /
+        ``session/set_model`` (unstable) where it offers modes / models."""
         config = self.adapter.config
-        if config.mode:
-            await self._peer.request("session/set_mode", _encode(SetSessionModeRequest(session_id=session_id, mode_id=config.mode)))
-        if config.model:
-            if models is None:
-                raise ProviderRuntimeError(f"the agent offers no choice of model, so model = {config.model!r} cannot be set")
-            params = SetSessionModelRequest(session_id=session_id, model_id=config.model)
-            await self._peer.request("session/set_model", _encode(params))
+        for category, wanted in (("mode", config.mode), ("model", config.model)):
+            if not wanted:
+                continue
+            option = next((o for o in offered.config_options or [] if o.get("category") == category and o.get("id")), None)
+            if option is not None:
+                params: msgspec.Struct = SetSessionConfigOptionRequest(session_id=session_id, config_id=str(option["id"]), value=wanted)
+                await self._peer.request("session/set_config_option", _encode(params))
+            elif category == "mode" and offered.modes is not None:
+                await self._peer.request("session/set_mode", _encode(SetSessionModeRequest(session_id=session_id, mode_id=wanted)))
+            elif category == "model" and offered.models is not None:
+                await self._peer.request("session/set_model", _encode(SetSessionModelRequest(session_id=session_id, model_id=wanted)))
+            else:
+                raise ProviderRuntimeError(f"the agent offers no choice of {category}, so {category} = {wanted!r} cannot be set")
 
     async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
         """``session/load``: the history it replays is counted, never reported as new."""
@@ -253,7 +262,8 @@ class AcpConnection(ProviderConnection):
             raise
         finally:
             session.replaying = False
-        await self._choose(native_thread_id, (raw or {}).get("models") if isinstance(raw, dict) else None)
+        await self._choose(native_thread_id, decode(NewSessionResponse, {**(raw or {}), "sessionId": native_thread_id},
+                                                    "session/load answer"))
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=session.replayed_turns)
 
     # -- turns ---------------------------------------------------------------------------------

@@ -231,8 +231,12 @@ class TurnMapper:
         if call.item_type == "command_execution" and isinstance(raw, dict) and raw.get("command"):
             command = raw["command"]
             detail["command"] = " ".join(map(str, command)) if isinstance(command, list) else str(command)
-        for block in update.get("content") or []:
-            self._merge_content(call, block)
+        if isinstance(update.get("content"), list):
+            # An update's content replaces the call's content (the schema's rule), diffs aside:
+            # a file's diff stays known once shown.
+            call.detail.pop("output", None)
+            for block in update["content"]:
+                self._merge_content(call, block)
 
     def _merge_content(self, call: ToolCall, block: Any) -> None:
         if not isinstance(block, dict):
@@ -249,7 +253,8 @@ class TurnMapper:
                 call.terminals.append(block["terminalId"])
         elif kind == "content":
             text = content_text(block.get("content"))
-            call.detail["output"] = _clip(str(call.detail.get("output", "")) + text)
+            before = str(call.detail.get("output", ""))
+            call.detail["output"] = _clip(f"{before}\n{text}" if before else text)
 
     async def _end_tool(self, call: ToolCall, status: str) -> None:
         call.open = False

@@ -95,8 +95,10 @@ class NewSessionRequest(_Wire, kw_only=True):
 class NewSessionResponse(_Wire, kw_only=True):
     session_id: str
     modes: dict[str, Any] | None = None
-    #: unstable in v1 (``session/set_model``), offered by Claude's adapter
+    #: unstable in v1 (``session/set_model``), offered by older Claude adapters
     models: dict[str, Any] | None = None
+    #: the session's settings (``session/set_config_option``; ``category`` ``mode``, ``model``, …)
+    config_options: list[dict[str, Any]] | None = None
 
 
 class LoadSessionRequest(_Wire, kw_only=True):
@@ -113,6 +115,12 @@ class SetSessionModeRequest(_Wire, kw_only=True):
 class SetSessionModelRequest(_Wire, kw_only=True):
     session_id: str
     model_id: str
+
+
+class SetSessionConfigOptionRequest(_Wire, kw_only=True):
+    session_id: str
+    config_id: str
+    value: str
 
 
 class TextContent(_Wire, kw_only=True, tag_field="type", tag="text"):
