@@ -77,7 +77,7 @@ def install_runtimes() -> str | None:
     so): the README's test command is the whole set-up. Why they are not
     there, or None when they are."""
     bins = RUNTIMES / "node_modules" / ".bin"
-    if all((bins / name).exists() for name in ("codex", "claude", "claude-agent-acp")):
+    if all((bins / name).exists() for name in ("codex", "claude", "claude-agent-acp", "codex-acp")):
         return None
     if os.environ.get("AGENTD_TESTS_NO_NPM"):
         return "not installed, and AGENTD_TESTS_NO_NPM is set"

@@ -8,6 +8,14 @@ tests — same private world, same loopback-only network namespace (the
 wrapper execs whatever follows it, here the ACP agent). As root the SDK
 refuses to run without ``IS_SANDBOX=1``.
 
+Codex through ``@zed-industries/codex-acp`` (a native binary, pinned too):
+chosen as the agent that is not Claude because the project's fake OpenAI
+Responses server (``scripts/offline/fake_openai.py``) and Codex world drive it
+as they are — OpenCode needs a Chat Completions fake and Gemini CLI a fake
+Gemini API. It reads ``$CODEX_HOME/config.toml`` like the Codex CLI; its
+commands run under bubblewrap, which it does not bundle, so the bwrap that
+the pinned ``@openai/codex`` ships is put on its PATH.
+
 Also: recordings of an agent's ACP traffic made replayable anywhere
 (:func:`sanitize`), for ``tests/providers/test_acp_replay.py``.
 """
@@ -20,16 +28,55 @@ from typing import Any
 
 from agentd.actors.config import ProviderConfig
 from scripts.offline import claude as claude_world
+from scripts.offline import codex as codex_world
 from scripts.offline.world import toml_value
 
 RUNTIMES = Path(__file__).resolve().parent / "runtimes" / "node_modules"
 CLAUDE_ACP = RUNTIMES / ".bin" / "claude-agent-acp"
 CLAUDE_ACP_VERSION = "0.101.0"
-SKIP_REASON = ("the pinned claude-agent-acp and claude are not installed "
+SKIP_REASON = ("the pinned ACP agents and their runtimes are not installed "
                "(run: npm ci --prefix tests/integration/runtimes)")
 #: the test's tmp dir becomes this in saved transcripts
 SANITIZED_ROOT = "/tmp/agentd-acp-test"
 MAX_REPLAY_DELAY_MS = 20
+
+
+CODEX_ACP = RUNTIMES / "@zed-industries" / "codex-acp-linux-x64" / "bin" / "codex-acp"
+CODEX_ACP_VERSION = "0.16.0"
+BWRAP = RUNTIMES / "@openai" / "codex-linux-x64" / "vendor" / "x86_64-unknown-linux-musl" / "codex-resources" / "bwrap"
+
+
+def codex_acp_available() -> bool:
+    return CODEX_ACP.exists() and BWRAP.exists() and codex_world.codex_binary() is not None
+
+
+class CodexAcpWorld:
+    """A Codex world (fake Responses API, private CODEX_HOME) whose runtime is codex-acp."""
+
+    def __init__(self, root: Path, workspace: Path) -> None:
+        self.codex = codex_world.make_world(root)
+        # gpt-5.4: a model codex-acp knows (no "model metadata not found" line in answers);
+        # the workspace trusted, so on-request asks only for what needs the sandbox lifted
+        toml = codex_world.codex_config_toml(self.codex.port, model="gpt-5.4")
+        (self.codex.codex_home / "config.toml").write_text(toml + f'\n[projects."{workspace}"]\ntrust_level = "trusted"\n')
+        self.bin = root / "bin"
+        self.bin.mkdir(exist_ok=True)
+        (self.bin / "bwrap").symlink_to(BWRAP)
+
+    def env(self) -> dict[str, str]:
+        import os
+
+        return {**self.codex.env(), "PATH": f"{self.bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+
+    def provider_config(self, name: str = "codex_acp", **changes: Any) -> ProviderConfig:
+        return ProviderConfig(name=name, kind="acp", binary=str(CODEX_ACP), env=self.env(),
+                              wrapper=list(self.codex.wrapper), **changes)
+
+    def model_requests(self) -> list[dict[str, Any]]:
+        return self.codex.model_requests()
+
+    def close(self) -> None:
+        self.codex.close()
 
 
 def claude_acp_available() -> bool:

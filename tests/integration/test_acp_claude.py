@@ -61,7 +61,7 @@ def carried(world: ClaudeAcpWorld, earlier: str, last: str) -> bool:
 # -- adapter scenarios, recorded -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pytest.mark.parametrize("name", sorted(SCENARIOS["claude"]))
 async def test_scenario_against_real_claude_agent_acp(name, world, tmp_path):
     raw = tmp_path / "recorded"
     cwd = tmp_path / "ws"
@@ -71,7 +71,7 @@ async def test_scenario_against_real_claude_agent_acp(name, world, tmp_path):
     async with trio.open_nursery() as nursery:
         adapter = AcpAdapter(world.provider_config(), home=tmp_path / "agentd-home", request_timeout=60,
                              spawn=recording(raw / f"acp_claude_{name}.ndjson", header))
-        facts = await SCENARIOS[name](Harness(nursery, adapter, live=True), str(cwd))
+        facts = await SCENARIOS["claude"][name](Harness(nursery, adapter, live=True), str(cwd))
         nursery.cancel_scope.cancel()
     if "file" in facts:
         assert (cwd / facts["file"]).exists(), "the agent really did it in the workspace"
@@ -79,11 +79,11 @@ async def test_scenario_against_real_claude_agent_acp(name, world, tmp_path):
         assert carried(world, "remember pineapple", "which fruit?"), "the loaded session sent the earlier turn"
 
     sanitized = tmp_path / "sanitized"
-    for path in transcript_paths(name, raw):
+    for path in transcript_paths("claude", name, raw):
         sanitize(path, sanitized / path.name, [tmp_path])
-    await run_replay(name, tmp_path / "replay", directory=sanitized)
+    await run_replay("claude", name, tmp_path / "replay", directory=sanitized)
     if RECORD:
-        for old in transcript_paths(name):
+        for old in transcript_paths("claude", name):
             old.unlink(missing_ok=True)
         for path in sanitized.iterdir():
             shutil.copy(path, TRANSCRIPTS / path.name)
