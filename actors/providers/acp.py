@@ -79,6 +79,14 @@ def _and(native: Capabilities, configured: Capabilities) -> Capabilities:
                            for f in msgspec.structs.fields(Capabilities)})
 
 
+def _file_key(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_size)
+
+
 def find_binary(configured: str | None, env: dict[str, str]) -> Path:
     """The config's ``binary``: a path, or a name on the agent's PATH.
 
@@ -122,6 +130,8 @@ class AcpAdapter(ProviderAdapter):
         self.initialized: InitializeResponse | None = None
         #: why a session could not start without a person logging in (``auth_required``)
         self.login_needed: str | None = None
+        #: the binary file (mtime, size) the last successful probe started
+        self._probed: tuple[int, int] | None = None
 
     def environment(self) -> dict[str, str]:
         return {**os.environ, **self.config.env}
@@ -151,14 +161,18 @@ class AcpAdapter(ProviderAdapter):
 
     async def probe(self) -> dict[str, Any]:
         """Start the agent, ``initialize`` it (no session) and stop it,
-        within PROBE_TIMEOUT; unusable when it cannot, or when a session
-        found that a person must log in first."""
-        try:
-            with trio.fail_after(PROBE_TIMEOUT):
-                await self._probe_once()
-        except (ProviderRuntimeError, OSError, trio.TooSlowError) as exc:
-            why = str(exc) or f"the agent did not answer initialize within {PROBE_TIMEOUT:g}s"
-            return {"usable": False, "why": why, "binary": str(self.binary)}
+        within PROBE_TIMEOUT — once per binary file: a later probe of the same
+        file (mtime, size) answers from the last ``initialize``. Unusable when
+        it cannot, or when a session found that a person must log in first."""
+        key = _file_key(self.binary)
+        if self._probed != key or self.initialized is None:
+            try:
+                with trio.fail_after(PROBE_TIMEOUT):
+                    await self._probe_once()
+            except (ProviderRuntimeError, OSError, trio.TooSlowError) as exc:
+                why = str(exc) or f"the agent did not answer initialize within {PROBE_TIMEOUT:g}s"
+                return {"usable": False, "why": why, "binary": str(self.binary)}
+            self._probed = key
         out: dict[str, Any] = {"usable": True, "binary": str(self.binary), **self.agent_facts()}
         if self.login_needed:
             out.update(usable=False, why=f"the agent needs a person to log in first: {self.login_needed}")

@@ -197,3 +197,36 @@ async def test_a_sigkilled_daemon_leaves_no_agent_process(world, tmp_path, short
             assert run["status"] in ("failed", "interrupted") and run["reason"], run
     finally:
         assert await daemon.terminate() == 0
+
+
+async def run_accepting(client: Client, thread_id: str, text: str, *, timeout: float = 120) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Send ``text``, accept every approval its run asks for, and return the
+    ended run and the requests accepted."""
+    accepted: list[dict[str, Any]] = []
+    with trio.fail_after(timeout):
+        async with client.subscribe(thread_id=thread_id) as events:
+            sent = await client.call("thread.message.send", threadId=thread_id, text=text)
+            async for e in events:
+                if e["type"] == "approval.requested" and e.get("runId") == sent["runId"]:
+                    request = e["payload"]["request"]
+                    accepted.append(request)
+                    await client.call("approval.respond", requestId=request["id"], decision="accept")
+                run = e["payload"].get("run")
+                if e.get("runId") == sent["runId"] and run and run["status"] in ("completed", "failed", "interrupted", "cancelled"):
+                    return run, accepted
+    raise AssertionError("the event stream ended first")
+
+
+async def test_delegation_to_another_agent_through_agentds_tool(world, tmp_path, short_dir):
+    """SPEC F9 from an ACP agent: agentd's tool came in session/new's
+    mcpServers; Claude's call of delegate_task is an approval (agentd_tool =
+    "ask"), and the scripted agent's answer comes back into the turn."""
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        run, accepted = await run_accepting(client, thread_id, "DELEGATE_TO:scripted: say hello from the child")
+        assert run["status"] == "completed", run
+        assert any("delegate_task" in str(r["detail"].get("title")) for r in accepted), accepted
+        answer = (await assistant_texts(client, thread_id))[-1]
+        assert answer.startswith("The delegated task answered:") and "say hello from the child" in answer
+        children = (await client.call("thread.list"))["threads"]
+        assert any(t.get("parentThreadId") == thread_id and t["provider"] == "scripted" for t in children)
