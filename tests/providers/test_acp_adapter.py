@@ -236,3 +236,12 @@ def test_an_acp_provider_needs_an_executable_binary(tmp_path):
         AcpAdapter(ProviderConfig(name="x", kind="acp"), home=tmp_path)
     with pytest.raises(ProviderRuntimeError, match="not an executable"):
         AcpAdapter(ProviderConfig(name="x", kind="acp", binary=os.devnull), home=tmp_path)
+
+
+def test_agentd_providers_prints_the_agent_line():
+    from agentd.commands_daemon import _agent_line
+
+    listed = {"agent": {"name": "codex-acp", "title": "Codex", "version": "0.16.0"},
+              "agentCapabilities": {"loadSession": True, "sessionCapabilities": {"list": {}, "resume": {}}},
+              "authMethods": [{"id": "chatgpt", "name": "Login with ChatGPT", "type": "agent"}]}
+    assert _agent_line(listed) == "Codex 0.16.0 (loadSession, session/list, session/resume); logins: Login with ChatGPT"

@@ -165,3 +165,29 @@ async def test_a_prompt_that_never_answers_a_cancel_is_stopped_after_the_grace(t
             run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
         assert run["status"] == "interrupted"
         assert (await send_and_wait(client, thread_id, "next"))["status"] == "completed"
+
+
+async def test_a_fork_is_portable_and_a_rollback_rebuilt(tmp_path, short_dir):
+    """ACP has no native fork at a point nor a rewind: SPEC F6's portable
+    fork (a new ACP session given a handoff) and F14's rebuilt rollback."""
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        for text in ("one alpha", "two bravo", "three charlie"):
+            assert (await send_and_wait(client, thread_id, text))["status"] == "completed"
+        forked = await client.call("thread.fork", threadId=thread_id)
+        run = await send_and_wait(client, forked["threadId"], "in the fork")
+        assert run["status"] == "completed", run
+        attempt = (await client.call("run.get", runId=run["id"]))["attempts"][-1]
+        handoff = (await client.call("handoff.get", handoffId=attempt["handoffId"]))["handoff"]
+        assert "three charlie" in handoff["text"]
+        fork_prompt = prompts(tmp_path)[-1]
+        assert fork_prompt["texts"] == [handoff["text"], "in the fork"], "the handoff went in ahead of the message"
+
+        answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+        assert answer["providerRollback"] == "rebuilt", answer
+        run = await send_and_wait(client, thread_id, "four delta")
+        assert run["status"] == "completed"
+        texts = prompts(tmp_path)[-1]["texts"]
+        assert texts[-1] == "four delta" and "one alpha" in texts[0] and "two bravo" not in texts[0]
+        sessions = [p["session"] for p in prompts(tmp_path)]
+        assert len(set(sessions)) == 3, "the source, the fork and the rebuilt thread are three ACP sessions"
