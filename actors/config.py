@@ -72,7 +72,7 @@ Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 #: the NAME of ``[providers.NAME]``
 ProviderName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-ProviderKind = Literal["scripted", "codex", "claude"]
+ProviderKind = Literal["scripted", "codex", "claude", "acp"]
 AgentdTool = Literal["ask", "allow", "off"]
 #: what a run becomes when its provider cannot interrupt and its session is stopped instead
 InterruptOutcome = Literal["interrupted", "cancelled"]
@@ -92,6 +92,8 @@ class ProviderTable(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     args: list[str] = []
     env: dict[str, str] = {}
     model: str | None = None
+    #: the agent's session mode (``kind = "acp"``: ``session/set_mode``), when it offers modes
+    mode: str | None = None
     #: argv put before the runtime's command (e.g. a network-namespace launcher in tests)
     wrapper: list[str] = []
     #: agentd's own MCP tool (``agentd mcp``: delegate_task, task_result) in

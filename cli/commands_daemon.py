@@ -9,6 +9,7 @@ import errno
 import logging
 import os
 import sys
+from typing import Any
 
 from .common import EXIT_USAGE, CliError, paths, print_json, sole_error, with_daemon
 from .connection import DaemonConnection
@@ -100,6 +101,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     return with_daemon(args, go)
 
 
+def _agent_line(p: dict[str, Any]) -> str:
+    """An ACP agent's name and version, and what it said it can do (``loadSession``, session list/fork/…)."""
+    agent = p["agent"]
+    said = p.get("agentCapabilities") or {}
+    can = (["loadSession"] if said.get("loadSession") else []) + [f"session/{k}" for k in sorted(said.get("sessionCapabilities") or {})]
+    logins = [m.get("name") or m.get("id") for m in p.get("authMethods") or []]
+    return (f"{agent.get('title') or agent.get('name')} {agent.get('version', '')}".rstrip()
+            + (f" ({', '.join(can)})" if can else "") + (f"; logins: {', '.join(map(str, logins))}" if logins else ""))
+
+
 def cmd_providers(args: argparse.Namespace) -> int:
     def go(daemon: DaemonConnection) -> int:
         listed = daemon.call("providers.list")
@@ -112,6 +123,8 @@ def cmd_providers(args: argparse.Namespace) -> int:
             on = [k for k, v in p["capabilities"].items() if v]
             off = [k for k, v in p["capabilities"].items() if not v]
             print(f"  can: {', '.join(on) or 'none'}" + (f"; cannot: {', '.join(off)}" if off else ""))
+            if p.get("agent"):
+                print(f"  agent: {_agent_line(p)}")
         return 0
 
     return with_daemon(args, go)

@@ -443,8 +443,14 @@ class ProviderInfo(WireStruct, kw_only=True):
     why: str | None = None
     binary: str | None = None
     version: str | None = None
-    #: the model a Claude instance is configured with (null: the runtime's default)
+    #: the model a Claude or ACP instance is configured with (null: the runtime's default)
     model: str | None = None
+    #: an ACP agent's ``agentInfo`` from ``initialize`` (``{name, version, title?}``)
+    agent: dict[str, Any] | None = None
+    #: an ACP agent's own ``agentCapabilities`` from ``initialize``, as it said them
+    agent_capabilities: dict[str, Any] | None = None
+    #: an ACP agent's ``authMethods`` (``[{id, name, type}]``)
+    auth_methods: list[dict[str, Any]] | None = None
 
 
 class ProvidersListResult(WireStruct, kw_only=True):

@@ -72,6 +72,7 @@ from .tree import ChildSpec, Restart, RestartIntensity, Strategy, Supervisor
 
 if TYPE_CHECKING:
     # Loaded only when a WebSocket is served (it loads h11), or a runtime of that kind is configured.
+    from agentd.actors.providers.acp import AcpAdapter
     from agentd.actors.providers.claude import ClaudeAdapter
     from agentd.actors.providers.codex import CodexAdapter
     from agentd.protocol.login import LoginCodes
@@ -171,7 +172,7 @@ def build_adapters(
     adapters: dict[str, ProviderAdapter] = {}
     for name, provider in config.providers.items():
         home = providers_dir / name
-        adapter: ScriptedAdapter | CodexAdapter | ClaudeAdapter
+        adapter: ScriptedAdapter | CodexAdapter | ClaudeAdapter | AcpAdapter
         if provider.kind == "scripted":
             adapter = ScriptedAdapter(name, home=home, capabilities=provider.capabilities, request_timeout=request_timeout,
                                       args=provider.args)
@@ -187,8 +188,15 @@ def build_adapters(
     return adapters
 
 
-def _runtime_adapter(provider: ProviderConfig, home: Path, request_timeout: float | None) -> CodexAdapter | ClaudeAdapter:
-    """The adapter of a real runtime (``codex`` or ``claude``), imported only when one is configured."""
+def _runtime_adapter(
+    provider: ProviderConfig, home: Path, request_timeout: float | None,
+) -> CodexAdapter | ClaudeAdapter | AcpAdapter:
+    """The adapter of a real runtime (``codex``, ``claude`` or any ``acp``
+    agent), imported only when one is configured."""
+    if provider.kind == "acp":
+        from agentd.actors.providers.acp import AcpAdapter
+
+        return AcpAdapter(provider, home=home, request_timeout=request_timeout)
     if provider.kind == "codex":
         from agentd.actors.providers.codex import CodexAdapter
 
@@ -206,6 +214,11 @@ def native_capabilities(provider: ProviderConfig) -> Capabilities:
         from agentd.actors.providers.claude import NATIVE_CAPABILITIES
 
         native = msgspec.structs.asdict(NATIVE_CAPABILITIES)
+        return Capabilities(**{k: v and getattr(provider.capabilities, k) for k, v in native.items()})
+    if provider.kind == "acp":
+        from agentd.actors.providers.acp import NATIVE_CAPABILITIES as ACP_NATIVE
+
+        native = msgspec.structs.asdict(ACP_NATIVE)
         return Capabilities(**{k: v and getattr(provider.capabilities, k) for k, v in native.items()})
     return provider.capabilities
 

@@ -66,7 +66,7 @@ def pytest_configure(config):
     os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / f"agentd-tests-pycache-{os.getuid()}")
 
 
-#: the pinned Codex and Claude of the real-runtime tests (package.json, package-lock.json)
+#: the pinned Codex, Claude and ACP agents of the real-runtime tests (package.json, package-lock.json)
 RUNTIMES = Path(__file__).resolve().parent / "integration" / "runtimes"
 RUNTIMES_KEY = pytest.StashKey[str | None]()
 
@@ -77,7 +77,7 @@ def install_runtimes() -> str | None:
     so): the README's test command is the whole set-up. Why they are not
     there, or None when they are."""
     bins = RUNTIMES / "node_modules" / ".bin"
-    if (bins / "codex").exists() and (bins / "claude").exists():
+    if all((bins / name).exists() for name in ("codex", "claude", "claude-agent-acp", "codex-acp")):
         return None
     if os.environ.get("AGENTD_TESTS_NO_NPM"):
         return "not installed, and AGENTD_TESTS_NO_NPM is set"

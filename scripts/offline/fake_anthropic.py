@@ -23,6 +23,9 @@ What the model "does" follows keywords in the last user text of the request:
   ``select:mcp__agentd__delegate_task``, then (once the tool is loaded) a
   ``tool_use`` of it with ``{instructions, provider, wait: true}``, and
   after its ``tool_result`` a final answer quoting it;
+* ``WRITE_FILE:/absolute/path`` — a ``tool_use`` of the Write tool that
+  writes ``written by the fake model`` to that path (a file edit, for the
+  ACP adapters' tests);
 * ``GO_SLOW`` — a long answer streamed slowly, one word every 0.1 s (60
   words, or N with ``GO_SLOW:N``; for interrupts, steers and crashes);
 * otherwise — a plain answer, ``Reply N: <the user's text>`` where N counts
@@ -166,6 +169,9 @@ def plan_reply(body: dict[str, Any]) -> dict[str, Any]:
         return {**plan, "narration": NARRATION if "NARRATE" in text else None}
     if "ASK_APPROVAL" in text:
         return _bash(APPROVAL_COMMAND)
+    if "WRITE_FILE:" in text:
+        path = text.split("WRITE_FILE:", 1)[1].split()[0]
+        return {"kind": "tool", "name": "Write", "input": {"file_path": path, "content": "written by the fake model\n"}}
     if _delegation(messages) is not None:
         if _offers(body, DELEGATE_TOOL):
             provider, instructions = _delegation(messages)

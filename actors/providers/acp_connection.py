@@ -1,0 +1,498 @@
+"""One live ACP agent process and agentd's primitives on it.
+
+The adapter (``acp.py``) starts the process and hands it here; this module
+speaks the protocol (``acp_rpc``): the primitives as ACP requests, the
+agent's ``session/update`` notifications through one ``TurnMapper`` per
+session (``acp_updates``), and the agent's own requests — permissions,
+files (``acp_files``), terminals (``acp_terminals``) — answered as a client.
+The mapping is listed in ``acp.py`` and ``protocol/README.md`` ("ACP
+providers").
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import msgspec
+import trio
+
+from . import acp_files
+from .acp_rpc import AUTH_REQUIRED, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, AcpError, AcpPeer
+from .acp_terminals import Terminals
+from .acp_updates import TurnMapper
+from .acp_wire import (
+    CancelledOutcome,
+    CancelNotification,
+    ClientCapabilities,
+    CreateTerminalRequest,
+    CreateTerminalResponse,
+    EnvVariable,
+    FileSystemCapability,
+    Implementation,
+    InitializeRequest,
+    InitializeResponse,
+    LoadSessionRequest,
+    McpServerStdio,
+    NewSessionRequest,
+    NewSessionResponse,
+    PROTOCOL_VERSION,
+    PermissionOption,
+    PromptRequest,
+    PromptResponse,
+    ReadTextFileRequest,
+    ReadTextFileResponse,
+    RequestPermissionRequest,
+    RequestPermissionResponse,
+    SelectedOutcome,
+    SessionNotification,
+    SetSessionConfigOptionRequest,
+    SetSessionModelRequest,
+    SetSessionModeRequest,
+    TerminalRequest,
+    TextContent,
+    WriteTextFileRequest,
+)
+from .agentd_tool import SERVER_NAME, TOOLS
+from .jsonl import stop_process
+from .base import (
+    EventSink,
+    ItemStarted,
+    NativeThreadMissing,
+    ProviderConnection,
+    ProviderRuntimeError,
+    RequestOpened,
+    ResumeInfo,
+    RuntimeWarning_,
+    TurnCompleted,
+    TurnStarted,
+)
+from .transport import ProcessLike
+
+if TYPE_CHECKING:
+    from ..config import ProviderConfig
+    from .agentd_tool import AgentdTool
+    from .base import Capabilities
+
+log = logging.getLogger(__name__)
+
+CLIENT_NAME = "agentd"
+CLIENT_VERSION = "0.1.0"
+#: ``stopReason`` -> the turn's status (the others are ``completed``, with the reason said)
+STOP_STATUSES = {"end_turn": "completed", "cancelled": "interrupted"}
+#: the app's decision -> the option kinds that carry it, preferred first
+DECISION_KINDS = {"accept": ("allow_once", "allow_always"), "decline": ("reject_once", "reject_always")}
+
+W = TypeVar("W", bound=msgspec.Struct)
+_encode = msgspec.to_builtins
+
+
+def decode(shape: type[W], data: Any, what: str) -> W:
+    try:
+        return msgspec.convert(data, shape)
+    except msgspec.ValidationError as exc:
+        raise ProviderRuntimeError(f"the ACP agent sent an unexpected {what}: {exc}") from exc
+
+
+class AgentInstance(Protocol):
+    """What a connection needs of its adapter (``acp.AcpAdapter``)."""
+
+    name: str
+    config: ProviderConfig
+    capabilities: Capabilities
+    request_timeout: float | None
+    agentd_tool: AgentdTool | None
+
+    def needs_login(self, why: str) -> None: ...
+
+
+@dataclass
+class Turn:
+    native_turn_id: str
+    attempt_id: str
+    interrupt_requested: bool = False
+    ended: bool = False
+
+
+@dataclass
+class Session:
+    """One ACP session in this process: its workspace, turn and mapper."""
+
+    session_id: str
+    cwd: str
+    mapper: TurnMapper
+    turn: Turn | None = None
+    #: set while ``session/load`` replays the history (its updates are not new)
+    replaying: bool = False
+    replayed_turns: int = 0
+    #: permission requests waiting on the person: request ref -> (agent's id, options)
+    permissions: dict[str, tuple[Any, list[PermissionOption]]] = field(default_factory=dict)
+
+
+class AcpConnection(ProviderConnection):
+    """One ACP agent process and its primitives."""
+
+    def __init__(self, adapter: AgentInstance, process: ProcessLike, emit: EventSink, nursery: trio.Nursery, agentd_session: str) -> None:
+        self.adapter = adapter
+        self.capabilities = adapter.capabilities
+        self._process = process
+        self._emit = emit
+        self._nursery = nursery
+        self._agentd_session = agentd_session
+        self._sessions: dict[str, Session] = {}
+        self._terminals = Terminals(nursery)
+        #: the last output of released terminals (a tool call that showed one reports it at its end)
+        self._released: dict[str, str] = {}
+        self._exit_status: tuple[int | None, int | None] = (None, None)
+        self.initialized: InitializeResponse | None = None
+        self._peer = AcpPeer(process.stdin, process.stdout, on_request=self._on_request,
+                             on_notification=self._on_notification, on_violation=self._on_violation,
+                             request_timeout=adapter.request_timeout)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    @property
+    def loaded_threads(self) -> set[str]:
+        return set(self._sessions)
+
+    @property
+    def exit_status(self) -> tuple[int | None, int | None]:
+        return self._exit_status
+
+    # -- the process ---------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Read the agent until its output ends; then nothing it started stays."""
+        try:
+            await self._peer.run()
+            # Its output ended (or it broke the protocol): it has nothing more to say.
+            await stop_process(self._process, grace=2.0)
+        finally:
+            self._terminals.close()
+
+    async def initialize(self) -> InitializeResponse:
+        params = InitializeRequest(
+            protocol_version=PROTOCOL_VERSION,
+            client_capabilities=ClientCapabilities(fs=FileSystemCapability(read_text_file=True, write_text_file=True), terminal=True),
+            client_info=Implementation(name=CLIENT_NAME, version=CLIENT_VERSION, title="agentd"),
+        )
+        result = decode(InitializeResponse, await self._peer.request("initialize", _encode(params)), "initialize answer")
+        self.initialized = result
+        if result.agent_info is not None:
+            self.runtime_version = result.agent_info.version or None
+        return result
+
+    async def polite_stop(self) -> None:
+        # ACP has no shutdown request: end of input is the polite stop.
+        await self._process.stdin.aclose()
+
+    async def stop(self, *, grace: float = 2.0) -> None:
+        await stop_process(self._process, polite=self.polite_stop, grace=grace)
+
+    def ended(self, status: tuple[int | None, int | None]) -> None:
+        self._exit_status = status
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def _mcp_servers(self) -> list[McpServerStdio]:
+        tool = self.adapter.agentd_tool
+        if tool is None:
+            return []
+        env = [EnvVariable(name=k, value=v) for k, v in tool.env(self._agentd_session).items()]
+        return [McpServerStdio(name=SERVER_NAME, command=tool.command[0], args=tool.command[1:], env=env)]
+
+    def _session(self, session_id: str, cwd: str) -> Session:
+        mapper = TurnMapper(self._emit, cwd, self._terminal_output_text)
+        session = self._sessions[session_id] = Session(session_id=session_id, cwd=cwd, mapper=mapper)
+        return session
+
+    async def create_thread(self, *, cwd: str) -> str:
+        params = NewSessionRequest(cwd=cwd, mcp_servers=self._mcp_servers())
+        try:
+            raw = await self._peer.request("session/new", _encode(params))
+        except AcpError as exc:
+            if exc.code == AUTH_REQUIRED:
+                self.adapter.needs_login(str(exc))
+            raise
+        created = decode(NewSessionResponse, raw, "session/new answer")
+        self._session(created.session_id, cwd)
+        await self._choose(created.session_id, created)
+        return created.session_id
+
+    async def _choose(self, session_id: str, offered: NewSessionResponse) -> None:
+        """The config's ``mode`` and ``model``: a session config option of that
+        category where the agent has one, else ``session/set_mode`` /
+        ``session/set_model`` (unstable) where it offers modes / models."""
+        config = self.adapter.config
+        for category, wanted in (("mode", config.mode), ("model", config.model)):
+            if not wanted:
+                continue
+            option = next((o for o in offered.config_options or [] if o.get("category") == category and o.get("id")), None)
+            if option is not None:
+                params: msgspec.Struct = SetSessionConfigOptionRequest(session_id=session_id, config_id=str(option["id"]), value=wanted)
+                await self._peer.request("session/set_config_option", _encode(params))
+            elif category == "mode" and offered.modes is not None:
+                await self._peer.request("session/set_mode", _encode(SetSessionModeRequest(session_id=session_id, mode_id=wanted)))
+            elif category == "model" and offered.models is not None:
+                await self._peer.request("session/set_model", _encode(SetSessionModelRequest(session_id=session_id, model_id=wanted)))
+            else:
+                raise ProviderRuntimeError(f"the agent offers no choice of {category}, so {category} = {wanted!r} cannot be set")
+
+    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+        """``session/load``: the history it replays is counted, never reported as new."""
+        if native_thread_id in self._sessions:
+            return ResumeInfo(native_thread_id=native_thread_id)
+        assert self.initialized is not None, "initialize comes first"
+        if not self.initialized.agent_capabilities.load_session:
+            raise NativeThreadMissing("the agent cannot load a session (no loadSession capability)")
+        session = self._session(native_thread_id, cwd)
+        session.replaying = True
+        params = LoadSessionRequest(session_id=native_thread_id, cwd=cwd, mcp_servers=self._mcp_servers())
+        try:
+            raw = await self._peer.request("session/load", _encode(params))
+        except AcpError as exc:
+            del self._sessions[native_thread_id]
+            raise NativeThreadMissing(str(exc), code=exc.code) from exc
+        except BaseException:
+            self._sessions.pop(native_thread_id, None)
+            raise
+        finally:
+            session.replaying = False
+        await self._choose(native_thread_id, decode(NewSessionResponse, {**(raw or {}), "sessionId": native_thread_id},
+                                                    "session/load answer"))
+        return ResumeInfo(native_thread_id=native_thread_id, turn_count=session.replayed_turns)
+
+    # -- turns ---------------------------------------------------------------------------------
+
+    async def start_turn(
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+    ) -> str:
+        session = self._sessions.get(native_thread_id)
+        if session is None:
+            raise ProviderRuntimeError(f"session {native_thread_id} is not loaded in this agent process")
+        if session.turn is not None:
+            raise ProviderRuntimeError(f"the agent is still running turn {session.turn.native_turn_id}")
+        if self._peer.closed:
+            raise ProviderRuntimeError(f"cannot start a turn: {self._peer.closed}")
+        turn = session.turn = Turn(native_turn_id=f"acp_turn_{uuid.uuid4().hex[:16]}", attempt_id=attempt_id)
+        session.mapper.begin(attempt_id)
+        await self._emit(TurnStarted(attempt_id=attempt_id, native_turn_id=turn.native_turn_id))
+        prompt = [TextContent(text=context)] if context else []
+        prompt.append(TextContent(text=text))
+        self._nursery.start_soon(self._prompt, session, turn, PromptRequest(session_id=native_thread_id, prompt=prompt))
+        return turn.native_turn_id
+
+    async def _prompt(self, session: Session, turn: Turn, params: PromptRequest) -> None:
+        """The turn: ``session/prompt`` answers when it ends."""
+        try:
+            raw = await self._peer.request("session/prompt", _encode(params), unbounded=True)
+            answer = decode(PromptResponse, raw, "session/prompt answer")
+        except ProviderRuntimeError as exc:
+            if exc.code is None and self._peer.closed and not isinstance(exc, AcpError):
+                return  # the agent is gone: its exit is the crash path (SPEC F11)
+            await self._end_turn(session, turn, None, str(exc))
+            return
+        if answer.usage:
+            session.mapper.usage.update(answer.usage)
+        await self._end_turn(session, turn, answer.stop_reason, None)
+
+    async def _end_turn(self, session: Session, turn: Turn, stop_reason: str | None, error: str | None) -> None:
+        if turn.ended:
+            return
+        turn.ended = True
+        await self._cancel_permissions(session)
+        await session.mapper.end(stop_reason)
+        if session.turn is turn:
+            session.turn = None
+        if stop_reason is None:
+            status = "failed"
+        else:
+            status = STOP_STATUSES.get(stop_reason, "completed")
+            if status == "completed" and stop_reason != "end_turn":
+                error = f"the agent ended the turn: {stop_reason}"
+                await self._emit(RuntimeWarning_(attempt_id=turn.attempt_id, message=error))
+        await self._emit(TurnCompleted(attempt_id=turn.attempt_id, native_turn_id=turn.native_turn_id, status=status, error=error))
+
+    async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
+        """``session/cancel``: the turn ends when its prompt answers ``cancelled``."""
+        session = self._sessions.get(native_thread_id)
+        if session is None or session.turn is None or session.turn.native_turn_id != native_turn_id:
+            return
+        session.turn.interrupt_requested = True
+        # The schema: a client that cancels answers its pending permission requests ``cancelled``.
+        await self._cancel_permissions(session)
+        await self._peer.notify("session/cancel", _encode(CancelNotification(session_id=native_thread_id)))
+
+    # -- permissions ---------------------------------------------------------------------------
+
+    async def _cancel_permissions(self, session: Session) -> None:
+        pending, session.permissions = session.permissions, {}
+        for request_id, _options in pending.values():
+            await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=CancelledOutcome())))
+
+    async def answer_request(self, request_ref: str, response: dict[str, Any]) -> None:
+        for session in self._sessions.values():
+            if request_ref in session.permissions:
+                break
+        else:
+            raise ProviderRuntimeError(f"request {request_ref} is not waiting in this session")
+        request_id, options = session.permissions[request_ref]
+        kinds = DECISION_KINDS.get(str(response.get("decision")))
+        if kinds is None:
+            raise ProviderRuntimeError(f"an approval takes decision accept or decline, not {response.get('decision')!r}")
+        chosen = next((o for kind in kinds for o in options if o.kind == kind), None)
+        if chosen is None and response.get("decision") == "accept":
+            raise ProviderRuntimeError("the agent offered no option that allows this")
+        outcome = SelectedOutcome(option_id=chosen.option_id) if chosen else CancelledOutcome()
+        del session.permissions[request_ref]
+        await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=outcome)))
+
+    async def _permission(self, request_id: Any, params: dict[str, Any]) -> None:
+        asked = decode(RequestPermissionRequest, params, "session/request_permission")
+        session = self._sessions.get(asked.session_id)
+        if session is None or session.turn is None:
+            await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=CancelledOutcome())))
+            return
+        call = await session.mapper.tool_update(asked.tool_call)
+        title = str(asked.tool_call.get("title") or (call.detail.get("title") if call else "") or "")
+        if self.adapter.config.agentd_tool == "allow" and _is_agentd_tool(title):
+            allow = next((o for o in asked.options if o.kind == "allow_once"), None)
+            if allow is not None:
+                await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=SelectedOutcome(option_id=allow.option_id))))
+                return
+        ref = f"acp_perm_{uuid.uuid4().hex[:12]}"
+        session.permissions[ref] = (request_id, asked.options)
+        detail: dict[str, Any] = {
+            "method": "session/request_permission", "title": title,
+            "options": [{"optionId": o.option_id, "name": o.name, "kind": o.kind} for o in asked.options],
+        }
+        if call is not None:
+            detail["kind"] = call.item_type
+            if "command" in call.detail:
+                detail["command"] = call.detail["command"]
+        item_id = f"request:{ref}"
+        attempt = session.turn.attempt_id
+        await self._emit(ItemStarted(attempt_id=attempt, item_id=item_id, item_type="approval",
+                                     parent_item_id=call.item_id if call else None, title="approval", detail=detail))
+        await self._emit(RequestOpened(attempt_id=attempt, request_ref=ref, kind="approval", item_id=item_id, detail=detail))
+
+    # -- the agent's requests ------------------------------------------------------------------
+
+    async def _on_request(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
+        # Each in a task of its own: a terminal's wait_for_exit must not stop the reading.
+        self._nursery.start_soon(self._answer, request_id, method, params)
+
+    async def _answer(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
+        try:
+            if method == "session/request_permission":
+                await self._permission(request_id, params)
+                return
+            handler = self._client_methods.get(method)
+            if handler is None:
+                await self._peer.respond_error(request_id, METHOD_NOT_FOUND, f"agentd does not handle {method}")
+                return
+            result = await handler(self, params)
+            await self._peer.respond(request_id, result)
+        except acp_files.OutsideWorkspace as exc:
+            await self._respond_error(request_id, INVALID_PARAMS, str(exc))
+        except ProviderRuntimeError as exc:
+            await self._respond_error(request_id, INTERNAL_ERROR, str(exc))
+
+    async def _respond_error(self, request_id: Any, code: int, message: str) -> None:
+        try:
+            await self._peer.respond_error(request_id, code, message)
+        except ProviderRuntimeError:
+            pass  # the agent is gone
+
+    def _root(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise ProviderRuntimeError(f"no session {session_id} in this agent process")
+        return session
+
+    async def _read_text_file(self, params: dict[str, Any]) -> Any:
+        asked = decode(ReadTextFileRequest, params, "fs/read_text_file")
+        content = await acp_files.read_text(self._root(asked.session_id).cwd, asked.path, line=asked.line, limit=asked.limit)
+        return _encode(ReadTextFileResponse(content=content))
+
+    async def _write_text_file(self, params: dict[str, Any]) -> Any:
+        asked = decode(WriteTextFileRequest, params, "fs/write_text_file")
+        session = self._root(asked.session_id)
+        written = await acp_files.write_text(session.cwd, asked.path, asked.content)
+        await session.mapper.written(written)
+        return None
+
+    async def _terminal_create(self, params: dict[str, Any]) -> Any:
+        asked = decode(CreateTerminalRequest, params, "terminal/create")
+        terminal = await self._terminals.create(asked, self._root(asked.session_id).cwd)
+        return _encode(CreateTerminalResponse(terminal_id=terminal.id))
+
+    async def _terminal_output(self, params: dict[str, Any]) -> Any:
+        return _encode(self._terminals.output(decode(TerminalRequest, params, "terminal/output").terminal_id))
+
+    async def _terminal_wait(self, params: dict[str, Any]) -> Any:
+        return _encode(await self._terminals.wait_for_exit(decode(TerminalRequest, params, "terminal/wait_for_exit").terminal_id))
+
+    async def _terminal_kill(self, params: dict[str, Any]) -> Any:
+        self._terminals.kill(decode(TerminalRequest, params, "terminal/kill").terminal_id)
+        return None
+
+    async def _terminal_release(self, params: dict[str, Any]) -> Any:
+        terminal = self._terminals.release(decode(TerminalRequest, params, "terminal/release").terminal_id)
+        self._released[terminal.id] = terminal.text()
+        return None
+
+    def _terminal_output_text(self, terminal_id: str) -> str | None:
+        terminal = self._terminals.peek(terminal_id)
+        return terminal.text() if terminal is not None else self._released.get(terminal_id)
+
+    _client_methods = {
+        "fs/read_text_file": _read_text_file,
+        "fs/write_text_file": _write_text_file,
+        "terminal/create": _terminal_create,
+        "terminal/output": _terminal_output,
+        "terminal/wait_for_exit": _terminal_wait,
+        "terminal/kill": _terminal_kill,
+        "terminal/release": _terminal_release,
+    }
+
+    # -- notifications and misbehaviour --------------------------------------------------------
+
+    async def _on_notification(self, method: str, params: dict[str, Any]) -> None:
+        if method != "session/update":
+            log.debug("ACP notification %s ignored", method)
+            return
+        try:
+            note = decode(SessionNotification, params, "session/update")
+        except ProviderRuntimeError as exc:
+            log.warning("%s", exc)
+            return
+        session = self._sessions.get(note.session_id)
+        if session is None:
+            log.debug("ACP update for session %s, not loaded here, ignored", note.session_id)
+        elif session.replaying:
+            if session.mapper.replayed(note.update):
+                session.replayed_turns += 1
+        else:
+            await session.mapper.on_update(note.update)
+
+    async def _on_violation(self, why: str) -> None:
+        """The agent broke the protocol: its turns fail with the reason and
+        the process is ended (the thread's next message gets a fresh one)."""
+        log.warning("ACP agent %s: %s", self.adapter.name, why)
+        for session in self._sessions.values():
+            if session.turn is not None:
+                await self._end_turn(session, session.turn, None, f"the ACP agent broke the protocol: {why}")
+        try:
+            self._process.kill()
+        except ProcessLookupError:
+            pass
+
+
+def _is_agentd_tool(title: str) -> bool:
+    """Whether a permission asks for one of agentd's own tools (pre-approved with ``agentd_tool = "allow"``)."""
+    return any(f"{SERVER_NAME}__{tool}" in title or title.strip() == tool for tool in TOOLS)

@@ -1,0 +1,193 @@
+"""An ACP agent as a provider, end to end through a real daemon's socket
+(issue 25): ``[providers.fake] kind = "acp"`` runs the scripted ACP agent
+``tests/fixtures/acp_agent.py`` (the official SDK's agent side).
+
+A text turn (SPEC F3), a command's permission as an approval answered over
+the socket (F15), a write through ``fs/write_text_file`` as a file change
+with a checkpoint (F13), an interrupt (``session/cancel``), idle reap then
+resume by ``session/load`` with the earlier turn still the agent's (F11), a
+steer by the restart fallback, and an agent that breaks the protocol or
+hangs after a cancel ending the run with a reason, never wedging the thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from agentd.launch import start_daemon
+from agentd.protocol.client import Client
+from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
+
+AGENT = Path(__file__).resolve().parents[1] / "fixtures" / "acp_agent.py"
+
+
+def provider_toml(name: str, state: Path, **extra: Any) -> str:
+    table = {"kind": "acp", "binary": sys.executable, "args": [str(AGENT)], "env": {"FAKE_ACP_STATE": str(state)}, **extra}
+    lines = [f"{k} = {json.dumps(v) if not isinstance(v, dict) else '{ ' + ', '.join(f'{a} = {json.dumps(b)}' for a, b in v.items()) + ' }'}"
+             for k, v in table.items()]
+    return f"[providers.{name}]\n" + "\n".join(lines) + "\n"
+
+
+@contextlib.asynccontextmanager
+async def agentd(tmp_path: Path, socket: Path):
+    state = tmp_path / "agent-state"
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ndefault_provider = "fake"\ninterrupt_grace = 2\n\n'
+                      + provider_toml("fake", state) + "\n" + provider_toml("fake_idle", state, idle_timeout=1))
+    daemon = await start_daemon(tmp_path / "data", socket, config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            yield client
+    finally:
+        code = await daemon.terminate()
+        assert code == 0, daemon.log_text()[-3000:]
+
+
+async def new_thread(client: Client, workspace: Path, provider: str = "fake") -> str:
+    workspace.mkdir(exist_ok=True)
+    return (await client.call("thread.create", provider=provider, workspace=str(workspace)))["threadId"]
+
+
+async def event(client: Client, thread_id: str, type_: str) -> dict[str, Any]:
+    return await wait_event(client, lambda e: e["type"] == type_, thread_id=thread_id, timeout=60)
+
+
+async def assistant_texts(client: Client, thread_id: str) -> list[str]:
+    return [m["text"] for m in (await client.call("thread.get", threadId=thread_id))["messages"] if m["role"] == "assistant"]
+
+
+def prompts(tmp_path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (tmp_path / "agent-state" / "prompts.ndjson").read_text().splitlines()]
+
+
+async def test_a_text_turn_and_the_provider_listing(tmp_path, short_dir):
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        run = await send_and_wait(client, thread_id, "hello THINK")
+        assert run["status"] == "completed"
+        assert await assistant_texts(client, thread_id) == ["Echo: hello THINK"]
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        (thought,) = [n for n in nodes if n["kind"] == "reasoning"]
+        assert thought["detail"]["text"] == "let me think" and thought["status"] == "completed"
+        listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
+        fake = listed["fake"]
+        assert fake["kind"] == "acp" and fake["usable"] is True and fake["version"] == "1.2.3"
+        assert fake["agent"]["name"] == "fake-acp-agent" and fake["agentCapabilities"]["loadSession"] is True
+        assert fake["capabilities"]["steer"] is False and fake["capabilities"]["emptyThreads"] is True
+
+
+async def test_a_command_permission_is_an_approval_and_an_edit_a_file_change(tmp_path, short_dir):
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        workspace = tmp_path / "ws"
+        thread_id = await new_thread(client, workspace)
+        sent = await client.call("thread.message.send", threadId=thread_id, text="RUN echo from-the-terminal")
+        requested = await event(client, thread_id, "approval.requested")
+        request = requested["payload"]["request"]
+        assert request["detail"]["command"] == "echo from-the-terminal"
+        await client.call("approval.respond", requestId=request["id"], decision="accept")
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "completed"
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        (command,) = [n for n in nodes if n["kind"] == "command_execution"]
+        (approval,) = [n for n in nodes if n["kind"] == "approval"]
+        assert approval["parentNodeId"] == command["id"] and approval["status"] == "completed"
+        assert command["detail"]["output"] == "from-the-terminal\n"
+
+        run = await send_and_wait(client, thread_id, "EDIT notes/a.txt")
+        assert run["status"] == "completed" and (workspace / "notes" / "a.txt").read_text() == "edited by the fake\n"
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        (change,) = [n for n in nodes if n["kind"] == "file_change"]
+        assert change["status"] == "completed" and "+edited by the fake" in change["detail"]["changes"][0]["diff"]
+        checkpoints = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+        assert any(c.get("runId") == run["id"] for c in checkpoints), "the run that changed a file has its checkpoint"
+
+
+async def test_interrupt_and_a_steer_by_restart(tmp_path, short_dir):
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW")
+        await event(client, thread_id, "message.delta")
+        await client.call("run.interrupt", runId=sent["runId"])
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert (run["status"], run["reason"]) == ("interrupted", "interrupted")
+        types = [e["type"] for e in await stored_events(client, thread_id)]
+        assert "session.stopped" not in types, "the agent ended the turn itself on session/cancel"
+
+        sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW again")
+        await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"], thread_id=thread_id)
+        steer = await client.call("thread.message.send", threadId=thread_id, text="change of plan",
+                                  dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
+        assert steer["strategy"] == "steering_restart"
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert (run["status"], run["attemptCount"]) == ("completed", 2)
+        assert (await assistant_texts(client, thread_id))[-1].endswith("change of plan")
+
+
+async def test_idle_reap_then_session_load_resumes_the_same_session(tmp_path, short_dir):
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws", "fake_idle")
+        first = await send_and_wait(client, thread_id, "remember pineapple")
+        stopped = await event(client, thread_id, "session.stopped")
+        assert stopped["payload"]["session"]["reason"] == "idle_timeout"
+        second = await send_and_wait(client, thread_id, "which fruit?")
+        assert (first["status"], second["status"]) == ("completed", "completed")
+        resumed = await event(client, thread_id, "provider_thread.resumed")
+        assert resumed["payload"]["nativeTurnCount"] == 1
+        sessions = {p["session"] for p in prompts(tmp_path)}
+        assert len(sessions) == 1, "the second turn went to the same ACP session, loaded in a new process"
+        assert await assistant_texts(client, thread_id) == ["Echo: remember pineapple", "Echo: which fruit?"], \
+            "the replayed history made no new messages"
+
+
+async def test_an_agent_that_breaks_the_protocol_fails_the_run_and_the_thread_goes_on(tmp_path, short_dir):
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        run = await send_and_wait(client, thread_id, "GARBAGE")
+        assert run["status"] == "failed" and "not JSON" in run["reason"], run
+        nxt = await send_and_wait(client, thread_id, "still there?")
+        assert nxt["status"] == "completed"
+        assert (await assistant_texts(client, thread_id))[-1] == "Echo: still there?"
+
+
+async def test_a_prompt_that_never_answers_a_cancel_is_stopped_after_the_grace(tmp_path, short_dir):
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        sent = await client.call("thread.message.send", threadId=thread_id, text="STUCK")
+        await event(client, thread_id, "message.delta")
+        await client.call("run.interrupt", runId=sent["runId"])
+        with trio.fail_after(60):
+            run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "interrupted"
+        assert (await send_and_wait(client, thread_id, "next"))["status"] == "completed"
+
+
+async def test_a_fork_is_portable_and_a_rollback_rebuilt(tmp_path, short_dir):
+    """ACP has no native fork at a point nor a rewind: SPEC F6's portable
+    fork (a new ACP session given a handoff) and F14's rebuilt rollback."""
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        for text in ("one alpha", "two bravo", "three charlie"):
+            assert (await send_and_wait(client, thread_id, text))["status"] == "completed"
+        forked = await client.call("thread.fork", threadId=thread_id)
+        run = await send_and_wait(client, forked["threadId"], "in the fork")
+        assert run["status"] == "completed", run
+        attempt = (await client.call("run.get", runId=run["id"]))["attempts"][-1]
+        handoff = (await client.call("handoff.get", handoffId=attempt["handoffId"]))["handoff"]
+        assert "three charlie" in handoff["text"]
+        fork_prompt = prompts(tmp_path)[-1]
+        assert fork_prompt["texts"] == [handoff["text"], "in the fork"], "the handoff went in ahead of the message"
+
+        answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
+        assert answer["providerRollback"] == "rebuilt", answer
+        run = await send_and_wait(client, thread_id, "four delta")
+        assert run["status"] == "completed"
+        texts = prompts(tmp_path)[-1]["texts"]
+        assert texts[-1] == "four delta" and "one alpha" in texts[0] and "two bravo" not in texts[0]
+        sessions = [p["session"] for p in prompts(tmp_path)]
+        assert len(set(sessions)) == 3, "the source, the fork and the rebuilt thread are three ACP sessions"
