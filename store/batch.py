@@ -91,6 +91,11 @@ class WriteBatch:
         ``offset``: a flush writes only its new text (append-only)."""
         self.ops.append(("message_text", text_chunk_key(message_id, offset), text.encode()))
 
+    def delete(self, db: str, key: bytes) -> None:
+        """Remove ``key`` from sub-database ``db`` (a record, an index entry,
+        a text chunk): ``thread.delete`` takes a thread's records out this way."""
+        self.ops.append((db, key, None))
+
     def put_all(self, *records: Record) -> None:
         for record in records:
             self.put(record)

@@ -1,0 +1,305 @@
+"""The full-text search index (issue 28, ``thread.search``): SQLite FTS5
+beside the store, in ``<data-dir>/search.sqlite3``.
+
+It is derived: every row comes from the LMDB store, so the file can be
+dropped and built again at any time (``rebuild``), and it is never written
+in the commit path. It records the last store ``seq`` it has taken in
+(``indexed_seq``); the indexer (``supervisor/search.py``) brings it up to
+the store from there by reading the event log, and rebuilds it when it is
+missing, unreadable, of another schema or ahead of the store (another data
+dir's). Every method here blocks (SQLite, LMDB reads): call them from a
+worker thread, never on the event loop.
+
+Documents: a thread's title, its user messages and its answers (assistant
+messages, once complete or interrupted), and its handoffs' text. One row per
+document, keyed by ``ref`` (the message's, handoff's or ``title:<thread>``),
+so indexing one again replaces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .db import Store
+from .records import AppThread, ContextHandoff, ConversationMessage, Event, decode_record
+
+log = logging.getLogger(__name__)
+
+#: bumped when the tables change: an index of another version is rebuilt
+SCHEMA_VERSION = "1"
+#: rows written per transaction while rebuilding
+REBUILD_CHUNK = 5_000
+#: characters of context a snippet shows around the first match (in tokens, for FTS5)
+SNIPPET_TOKENS = 16
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS docs (
+    id INTEGER PRIMARY KEY,
+    ref TEXT NOT NULL UNIQUE,
+    thread_id TEXT NOT NULL,
+    run_id TEXT,
+    message_id TEXT,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS docs_thread ON docs (thread_id);
+CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
+    body, content='docs', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS docs_ai AFTER INSERT ON docs BEGIN
+    INSERT INTO fts (rowid, body) VALUES (new.id, new.body);
+END;
+CREATE TRIGGER IF NOT EXISTS docs_ad AFTER DELETE ON docs BEGIN
+    INSERT INTO fts (fts, rowid, body) VALUES ('delete', old.id, old.body);
+END;
+"""
+
+#: the events that change what is indexed
+INDEXED_EVENTS = frozenset({"thread.created", "thread.updated", "message.created", "message.completed",
+                            "context_handoff.created", "thread.deleted"})
+
+
+class SearchSyntaxError(ValueError):
+    """The query is not valid FTS5 syntax (the message says where)."""
+
+
+@dataclass(frozen=True)
+class Doc:
+    """One indexed document."""
+
+    ref: str
+    thread_id: str
+    run_id: str | None
+    message_id: str | None
+    kind: str  # title | user | answer | handoff
+    body: str
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: where the match is, a snippet and its score (higher is better)."""
+
+    thread_id: str
+    run_id: str | None
+    message_id: str | None
+    kind: str
+    snippet: str
+    score: float
+
+
+def title_doc(thread: AppThread) -> Doc:
+    return Doc(f"title:{thread.id}", thread.id, None, None, "title", thread.title)
+
+
+def message_doc(message: ConversationMessage) -> Doc | None:
+    """A user message as soon as it is stored; an answer once it ended (its text is whole)."""
+    if message.role == "user":
+        return Doc(message.id, message.thread_id, message.run_id, message.id, "user", message.text)
+    if message.status in ("complete", "interrupted") and message.text:
+        return Doc(message.id, message.thread_id, message.run_id, message.id, "answer", message.text)
+    return None
+
+
+def handoff_doc(handoff: ContextHandoff, run_id: str | None = None) -> Doc:
+    return Doc(handoff.id, handoff.thread_id, run_id, None, "handoff", handoff.text)
+
+
+class SearchIndex:
+    """The FTS5 index file. One connection writes and one reads (WAL), each
+    behind its own lock, so a search never waits for a write batch.
+
+    Args:
+        path: the SQLite file (created if missing).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._writer = self._connect()
+        self._reader = self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        connection.execute("PRAGMA journal_mode=WAL")
+        # Derived data: losing the last writes to a crash costs a catch-up, never the store.
+        connection.execute("PRAGMA synchronous=OFF")
+        return connection
+
+    @classmethod
+    def open(cls, path: str | Path) -> tuple[SearchIndex, bool]:
+        """The index at ``path`` and whether it must be rebuilt (new, of
+        another schema version, or unreadable: then the file is made anew)."""
+        try:
+            index = cls(path)
+            with index._write_lock:
+                index._writer.executescript(_SCHEMA)
+                version = index._meta("schema")
+                if version is None or version != SCHEMA_VERSION:
+                    return index, True
+                index._writer.execute("SELECT count(*) FROM fts WHERE fts MATCH 'agentd'").fetchone()
+            return index, False
+        except sqlite3.DatabaseError as exc:
+            log.warning("search index %s is unreadable (%s); building it again", path, exc)
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            index = cls(path)
+            index._writer.executescript(_SCHEMA)
+            return index, True
+
+    def close(self) -> None:
+        self._writer.close()
+        self._reader.close()
+
+    # -- meta -------------------------------------------------------------------------------
+
+    def _meta(self, key: str) -> str | None:
+        row = self._writer.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._writer.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    @property
+    def indexed_seq(self) -> int:
+        """The last store ``seq`` taken in (0: none)."""
+        with self._write_lock:
+            value = self._meta("seq")
+        return int(value) if value is not None else 0
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _put(self, docs: Iterable[Doc]) -> None:
+        execute = self._writer.execute
+        for doc in docs:
+            execute("DELETE FROM docs WHERE ref = ?", (doc.ref,))
+            execute("INSERT INTO docs (ref, thread_id, run_id, message_id, kind, body) VALUES (?, ?, ?, ?, ?, ?)",
+                    (doc.ref, doc.thread_id, doc.run_id, doc.message_id, doc.kind, doc.body))
+
+    def _drop_thread(self, thread_id: str) -> None:
+        self._writer.execute("DELETE FROM docs WHERE thread_id = ?", (thread_id,))
+
+    def rebuild(self, store: Store) -> int:
+        """Index every thread of ``store`` from scratch; the number of documents."""
+        with self._write_lock:
+            seq = store.last_seq  # read first: what commits meanwhile is caught up from the log
+            writer = self._writer
+            writer.execute("BEGIN")
+            writer.execute("DELETE FROM docs")
+            writer.execute("INSERT INTO fts (fts) VALUES ('delete-all')")
+            writer.execute("COMMIT")
+            count = 0
+            chunk: list[Doc] = []
+            for doc in store_docs(store):
+                chunk.append(doc)
+                if len(chunk) >= REBUILD_CHUNK:
+                    count += self._write_chunk(chunk)
+                    chunk = []
+            count += self._write_chunk(chunk)
+            writer.execute("BEGIN")
+            self._set_meta("schema", SCHEMA_VERSION)
+            self._set_meta("seq", str(seq))
+            writer.execute("COMMIT")
+            return count
+
+    def _write_chunk(self, chunk: list[Doc]) -> int:
+        self._writer.execute("BEGIN")
+        self._put(chunk)
+        self._writer.execute("COMMIT")
+        return len(chunk)
+
+    def apply(self, store: Store, events: list[Event]) -> None:
+        """Take ``events`` (committed, in ``seq`` order) in, in one transaction."""
+        if not events:
+            return
+        with self._write_lock:
+            self._writer.execute("BEGIN")
+            try:
+                for event in events:
+                    if event.type in INDEXED_EVENTS:
+                        self._apply_one(store, event)
+                self._set_meta("seq", str(events[-1].seq))
+                self._writer.execute("COMMIT")
+            except BaseException:
+                self._writer.execute("ROLLBACK")
+                raise
+
+    def _apply_one(self, store: Store, event: Event) -> None:
+        payload = event.payload
+        if event.type == "thread.deleted":
+            self._drop_thread(str(event.thread_id))
+            return
+        if event.type in ("thread.created", "thread.updated"):
+            thread = store.thread(str(event.thread_id))
+            if thread is not None:
+                self._put([title_doc(thread)])
+        elif event.type in ("message.created", "message.completed"):
+            message_id = payload.get("messageId") or (payload.get("message") or {}).get("id")
+            message = store.get(ConversationMessage, str(message_id)) if message_id else None
+            doc = message_doc(message) if message is not None else None
+            if doc is not None:
+                self._put([doc])
+        elif event.type == "context_handoff.created":
+            handoff_id = (payload.get("handoff") or {}).get("id")
+            handoff = store.get(ContextHandoff, str(handoff_id)) if handoff_id else None
+            if handoff is not None:
+                self._put([handoff_doc(handoff, event.run_id)])
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def search(self, query: str, *, thread_id: str | None = None, limit: int = 20) -> list[Hit]:
+        """The best ``limit`` matches of ``query`` (FTS5 syntax: words, ``"a
+        phrase"``, ``pre*``, ``AND``/``OR``/``NOT``), best first; matched
+        words are marked ``**so**`` in the snippet.
+
+        Raises:
+            SearchSyntaxError: ``query`` is not valid FTS5.
+        """
+        sql = ("SELECT d.thread_id, d.run_id, d.message_id, d.kind, "
+               f"snippet(fts, 0, '**', '**', '…', {SNIPPET_TOKENS}), bm25(fts) "
+               "FROM fts JOIN docs d ON d.id = fts.rowid WHERE fts MATCH ?")
+        args: list[Any] = [query]
+        if thread_id is not None:
+            sql += " AND d.thread_id = ?"
+            args.append(thread_id)
+        sql += " ORDER BY bm25(fts) LIMIT ?"
+        args.append(limit)
+        with self._read_lock:
+            try:
+                rows = self._reader.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                raise SearchSyntaxError(str(exc)) from None
+        return [Hit(r[0], r[1], r[2], r[3], r[4], round(-float(r[5]), 6)) for r in rows]
+
+    def count(self) -> int:
+        with self._read_lock:
+            return int(self._reader.execute("SELECT count(*) FROM docs").fetchone()[0])
+
+
+def store_docs(store: Store) -> Iterator[Doc]:
+    """Every document of ``store``: titles and messages thread by thread, then handoffs."""
+    for thread in store.list_threads():
+        yield title_doc(thread)
+        for message in store.thread_messages(thread.id):
+            doc = message_doc(message)
+            if doc is not None:
+                yield doc
+    yield from _handoff_docs(store)
+
+
+def _handoff_docs(store: Store) -> Iterator[Doc]:
+    """Every stored handoff (they have no index by thread: the whole table is read)."""
+    with store.env.begin(db=store.dbs["context_handoffs"]) as txn:
+        for _key, value in txn.cursor():
+            try:
+                handoff: ContextHandoff = decode_record("context_handoffs", value)
+            except Exception:  # noqa: BLE001 - an unreadable record is left out of the index
+                continue
+            yield handoff_doc(handoff)
