@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +36,13 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = "1"
 #: rows written per transaction while rebuilding
 REBUILD_CHUNK = 5_000
-#: characters of context a snippet shows around the first match (in tokens, for FTS5)
+#: tokens of context a snippet shows around the match
 SNIPPET_TOKENS = 16
+#: seconds a search may spend ranking every match before it ranks only the newest ones
+RANK_BUDGET = 0.02
+_SELECT = ("SELECT d.thread_id, d.run_id, d.message_id, d.kind, "
+           f"snippet(fts, 0, '**', '**', '…', {SNIPPET_TOKENS}), bm25(fts) "
+           "FROM fts JOIN docs d ON d.id = fts.rowid WHERE ")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -259,24 +265,39 @@ class SearchIndex:
         phrase"``, ``pre*``, ``AND``/``OR``/``NOT``), best first; matched
         words are marked ``**so**`` in the snippet.
 
+        Ranking every match by BM25 costs time in proportion to how many
+        documents match: a query that matches so many that it has not
+        finished within ``RANK_BUDGET`` is answered from its newest matches
+        instead (FTS5 reads those in rowid order and stops at ``limit``),
+        ranked among themselves.
+
         Raises:
             SearchSyntaxError: ``query`` is not valid FTS5.
         """
-        sql = ("SELECT d.thread_id, d.run_id, d.message_id, d.kind, "
-               f"snippet(fts, 0, '**', '**', '…', {SNIPPET_TOKENS}), bm25(fts) "
-               "FROM fts JOIN docs d ON d.id = fts.rowid WHERE fts MATCH ?")
-        args: list[Any] = [query]
-        if thread_id is not None:
-            sql += " AND d.thread_id = ?"
-            args.append(thread_id)
-        sql += " ORDER BY bm25(fts) LIMIT ?"
-        args.append(limit)
+        where = "fts MATCH ?" + (" AND d.thread_id = ?" if thread_id is not None else "")
+        args: list[Any] = [query, *([thread_id] if thread_id is not None else []), limit]
         with self._read_lock:
             try:
-                rows = self._reader.execute(sql, args).fetchall()
+                rows = self._ranked(where, args)
+                if rows is None:
+                    rows = self._reader.execute(_SELECT + where + " ORDER BY fts.rowid DESC LIMIT ?", args).fetchall()
+                    rows.sort(key=lambda r: r[5])
             except sqlite3.OperationalError as exc:
                 raise SearchSyntaxError(str(exc)) from None
         return [Hit(r[0], r[1], r[2], r[3], r[4], round(-float(r[5]), 6)) for r in rows]
+
+    def _ranked(self, where: str, args: list[Any]) -> list[Any] | None:
+        """The BM25-ordered rows, or None when ranking them all took longer than ``RANK_BUDGET``."""
+        deadline = time.perf_counter() + RANK_BUDGET
+        self._reader.set_progress_handler(lambda: time.perf_counter() > deadline, 20_000)
+        try:
+            return self._reader.execute(_SELECT + where + " ORDER BY bm25(fts) LIMIT ?", args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "interrupted" in str(exc) and time.perf_counter() > deadline:
+                return None
+            raise
+        finally:
+            self._reader.set_progress_handler(None, 0)
 
     def count(self) -> int:
         with self._read_lock:

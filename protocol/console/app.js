@@ -12,6 +12,7 @@ import { $, ui } from './ui.js';
 import { fillProviders } from './composer.js';
 import { respond } from './requests.js';
 import { showThread, loadRequests, renderThread } from './thread-view.js';
+import { setUpSearch } from './search.js';
 
 const perf = (window.agentdPerf = { longTasks: [], marks: {} });
 try {
@@ -236,6 +237,7 @@ $('new-thread-dialog').addEventListener('close', async () => {
   if (result) openThread(result.threadId);
 });
 $('shortcuts-open').addEventListener('click', () => $('shortcuts-dialog').showModal());
+setUpSearch();
 
 document.addEventListener('keydown', (e) => {
   const target = e.target;
