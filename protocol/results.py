@@ -204,6 +204,9 @@ class SearchHit(WireStruct, kw_only=True):
 
 class ThreadSearchResult(WireStruct, kw_only=True):
     hits: list[SearchHit]
+    #: false: the query matched too many documents to rank in time; the hits
+    #: are its newest matches, newest first, with score 0
+    ranked: bool
 
 
 class ThreadExportResult(WireStruct, kw_only=True):

@@ -19,9 +19,11 @@ so indexing one again replaces it.
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 import threading
 import time
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +42,8 @@ REBUILD_CHUNK = 5_000
 SNIPPET_TOKENS = 16
 #: seconds a search may spend ranking every match before it ranks only the newest ones
 RANK_BUDGET = 0.02
-_SELECT = ("SELECT d.thread_id, d.run_id, d.message_id, d.kind, "
-           f"snippet(fts, 0, '**', '**', '…', {SNIPPET_TOKENS}), bm25(fts) "
-           "FROM fts JOIN docs d ON d.id = fts.rowid WHERE ")
+#: SQLite steps between two looks at the clock while ranking
+RANK_CHECK_OPS = 20_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -260,38 +261,41 @@ class SearchIndex:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def search(self, query: str, *, thread_id: str | None = None, limit: int = 20) -> list[Hit]:
+    def search(self, query: str, *, thread_id: str | None = None, limit: int = 20) -> tuple[list[Hit], bool]:
         """The best ``limit`` matches of ``query`` (FTS5 syntax: words, ``"a
-        phrase"``, ``pre*``, ``AND``/``OR``/``NOT``), best first; matched
-        words are marked ``**so**`` in the snippet.
+        phrase"``, ``pre*``, ``AND``/``OR``/``NOT``), best first, and whether
+        they are ranked; matched words are marked ``**so**`` in the snippet.
 
-        Ranking every match by BM25 costs time in proportion to how many
-        documents match: a query that matches so many that it has not
-        finished within ``RANK_BUDGET`` is answered from its newest matches
+        Ranking by BM25 costs time in proportion to how many documents
+        match: a query that matches so many that ranking them has not
+        finished within ``RANK_BUDGET`` is answered with its newest matches
         instead (FTS5 reads those in rowid order and stops at ``limit``),
-        ranked among themselves.
+        unranked (score 0).
 
         Raises:
             SearchSyntaxError: ``query`` is not valid FTS5.
         """
-        where = "fts MATCH ?" + (" AND d.thread_id = ?" if thread_id is not None else "")
+        within = " AND rowid IN (SELECT id FROM docs WHERE thread_id = ?)" if thread_id is not None else ""
         args: list[Any] = [query, *([thread_id] if thread_id is not None else []), limit]
         with self._read_lock:
             try:
-                rows = self._ranked(where, args)
-                if rows is None:
-                    rows = self._reader.execute(_SELECT + where + " ORDER BY fts.rowid DESC LIMIT ?", args).fetchall()
-                    rows.sort(key=lambda r: r[5])
+                scored = self._ranked(within, args)
+                ranked = scored is not None
+                if scored is None:
+                    sql = "SELECT rowid, 0.0 FROM fts WHERE fts MATCH ?" + within + " ORDER BY rowid DESC LIMIT ?"
+                    scored = self._reader.execute(sql, args).fetchall()
+                hits = self._hits(query, scored)
             except sqlite3.OperationalError as exc:
                 raise SearchSyntaxError(str(exc)) from None
-        return [Hit(r[0], r[1], r[2], r[3], r[4], round(-float(r[5]), 6)) for r in rows]
+        return hits, ranked
 
-    def _ranked(self, where: str, args: list[Any]) -> list[Any] | None:
-        """The BM25-ordered rows, or None when ranking them all took longer than ``RANK_BUDGET``."""
+    def _ranked(self, within: str, args: list[Any]) -> list[Any] | None:
+        """(rowid, bm25) of the best matches, or None when ranking them took longer than ``RANK_BUDGET``."""
         deadline = time.perf_counter() + RANK_BUDGET
-        self._reader.set_progress_handler(lambda: time.perf_counter() > deadline, 20_000)
+        self._reader.set_progress_handler(lambda: time.perf_counter() > deadline, RANK_CHECK_OPS)
+        sql = "SELECT rowid, bm25(fts) FROM fts WHERE fts MATCH ?" + within + " ORDER BY bm25(fts) LIMIT ?"
         try:
-            return self._reader.execute(_SELECT + where + " ORDER BY bm25(fts) LIMIT ?", args).fetchall()
+            return self._reader.execute(sql, args).fetchall()
         except sqlite3.OperationalError as exc:
             if "interrupted" in str(exc) and time.perf_counter() > deadline:
                 return None
@@ -299,9 +303,68 @@ class SearchIndex:
         finally:
             self._reader.set_progress_handler(None, 0)
 
+    def _hits(self, query: str, scored: list[Any]) -> list[Hit]:
+        """The documents of ``scored`` (rowid, bm25) with their snippets, in that order."""
+        if not scored:
+            return []
+        ids = [row[0] for row in scored]
+        marks = ",".join("?" * len(ids))
+        docs = {row[0]: row[1:] for row in self._reader.execute(
+            f"SELECT id, thread_id, run_id, message_id, kind, body FROM docs WHERE id IN ({marks})", ids).fetchall()}
+        terms = query_terms(query)
+        hits = []
+        for rowid, score in scored:
+            if rowid in docs:
+                thread_id, run_id, message_id, kind, body = docs[rowid]
+                hits.append(Hit(thread_id, run_id, message_id, kind, snippet(body, terms), round(-float(score), 6)))
+        return hits
+
     def count(self) -> int:
         with self._read_lock:
             return int(self._reader.execute("SELECT count(*) FROM docs").fetchone()[0])
+
+
+_WORD = re.compile(r"\w+")
+_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
+
+
+def _fold(word: str) -> str:
+    """A word as the index's tokenizer compares it: case and diacritics folded."""
+    decomposed = unicodedata.normalize("NFKD", word.casefold())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def query_terms(query: str) -> list[tuple[str, bool]]:
+    """The words of an FTS5 query, folded, each with whether it is a prefix (``pre*``)."""
+    terms = []
+    for match in re.finditer(r"(\w+)(\*?)", query):
+        if match.group(1) not in _OPERATORS:
+            terms.append((_fold(match.group(1)), bool(match.group(2))))
+    return terms
+
+
+def snippet(body: str, terms: list[tuple[str, bool]], width: int = SNIPPET_TOKENS) -> str:
+    """About ``width`` words of ``body`` around its first matching word, matched
+    words marked ``**so**`` (made here from the stored text: asking FTS5 for
+    snippets would run the query's matching again)."""
+    def matches(word: str) -> bool:
+        folded = _fold(word)
+        return any(folded.startswith(t) if prefix else folded == t for t, prefix in terms)
+
+    words = list(_WORD.finditer(body))
+    first = next((i for i, w in enumerate(words) if matches(w.group())), 0)
+    lo = max(0, min(first - width // 3, len(words) - width))
+    window = words[lo:lo + width]
+    if not window:
+        return body[:200]
+    out, at = [], window[0].start()
+    for word in window:
+        out.append(body[at:word.start()])
+        out.append(f"**{word.group()}**" if matches(word.group()) else word.group())
+        at = word.end()
+    end = window[-1].end()
+    text = "".join(out) + (body[end:] if lo + width >= len(words) else "")
+    return ("…" if window[0].start() > 0 else "") + text.strip() + ("…" if lo + width < len(words) else "")
 
 
 def store_docs(store: Store) -> Iterator[Doc]:

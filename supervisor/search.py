@@ -18,4 +18,4 @@ async def thread_search(context: DaemonContext, params: wire.ThreadSearchParams,
         raise InvalidState("search is off in this agentd")
     if params.thread_id is not None and context.store.thread(params.thread_id) is None:
         raise NotFound(f"no thread {params.thread_id}", threadId=params.thread_id)
-    return {"hits": await indexer.search(params.query, thread_id=params.thread_id, limit=params.limit)}
+    return await indexer.search(params.query, thread_id=params.thread_id, limit=params.limit)

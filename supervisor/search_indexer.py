@@ -102,21 +102,21 @@ class SearchIndexer:
             while self.indexed_seq < seq or not self.ready.is_set():
                 await self._progress.wait()
 
-    async def search(self, query: str, *, thread_id: str | None, limit: int) -> list[dict[str, Any]]:
-        """The hits of ``query`` as clients see them (in a worker thread).
-        A search sees what was committed before it was asked: it waits
-        (briefly) for the index to take that in."""
+    async def search(self, query: str, *, thread_id: str | None, limit: int) -> dict[str, Any]:
+        """``thread.search``'s answer for ``query`` (the index is read in a
+        worker thread). A search sees what was committed before it was
+        asked: it waits (briefly) for the index to take that in."""
         await self.caught_up(self.store.last_seq)
         await self.ready.wait()
         index = self.index
         assert index is not None
         try:
-            hits = await trio.to_thread.run_sync(lambda: index.search(query, thread_id=thread_id, limit=limit))
+            hits, ranked = await trio.to_thread.run_sync(lambda: index.search(query, thread_id=thread_id, limit=limit))
         except SearchSyntaxError as exc:
             raise InvalidParams(f"the search query is not valid: {exc}; put words in double quotes to search "
                                 "for them as they are", field="query") from None
-        return [{"threadId": h.thread_id, "runId": h.run_id, "messageId": h.message_id, "kind": h.kind,
-                 "snippet": h.snippet, "score": h.score} for h in hits]
+        return {"hits": [{"threadId": h.thread_id, "runId": h.run_id, "messageId": h.message_id, "kind": h.kind,
+                          "snippet": h.snippet, "score": h.score} for h in hits], "ranked": ranked}
 
     def close(self) -> None:
         if self.index is not None:
