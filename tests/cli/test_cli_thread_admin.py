@@ -62,3 +62,14 @@ async def test_rm_asks_at_a_terminal_and_needs_yes_elsewhere(daemon):
     gone = await run(daemon, "show", thread_id, check=False)
     assert gone.returncode != 0
     assert (await run(daemon, "search", "gone")).stdout == b""
+
+
+async def test_a_fork_of_a_deleted_thread_says_its_source_was_deleted(daemon):
+    source = await _thread(daemon, "source", "first words")
+    async with Client.connect(daemon.socket) as client:
+        fork = (await client.call("thread.fork", threadId=source))["threadId"]
+    assert "(fork), root" in (await run(daemon, "lineage", fork)).stdout.decode()
+    await run(daemon, "rm", source, "--yes")
+    lineage = (await run(daemon, "lineage", fork)).stdout.decode()
+    assert f"parent {source} (fork, deleted)" in lineage
+    assert "fork of " + source in lineage  # the transfer that made it is kept
