@@ -14,7 +14,7 @@ vocabulary, so "common" matches a large share of the documents (the worst
 case: BM25 scores every match before LIMIT) and "rare" a handful.
 Prints medians (min-max) in ms; nothing is asserted.
 
-    python scripts/bench_search.py [--threads 10000] [--runs 10] [--rounds 20] [--keep DIR] [--json]
+    python scripts/bench_search.py [--threads 10000] [--runs 10] [--rounds 20] [--keep DIR | --reuse DIR] [--json]
 """
 
 from __future__ import annotations
@@ -107,10 +107,13 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-search-"))
+    root = Path(args.reuse or args.keep or tempfile.mkdtemp(prefix="bench-search-"))
     root.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    store, vocab = await build_store(root / "store", args.threads, args.runs, args.seed)
+    if args.reuse:
+        store, vocab = Store(root / "store", map_size=16 << 30), [f"w{n:05d}" for n in range(VOCABULARY)]
+    else:
+        store, vocab = await build_store(root / "store", args.threads, args.runs, args.seed)
     built = time.perf_counter() - start
     indexer = SearchIndexer(store, root / "search.sqlite3")
     start = time.perf_counter()
@@ -127,23 +130,27 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         bare = sqlite3.connect(indexer.path)
         for name, query in queries.items():
             ours: list[float] = []
+            direct: list[float] = []
             floors: dict[str, list[float]] = {kind: [] for kind in BARE}
             for _ in range(args.rounds):
                 t0 = time.perf_counter()
                 answer = await indexer.search(query, thread_id=None, limit=20)
                 ours.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                indexer.index.search(query, limit=20)  # the same without the worker thread's hop
+                direct.append(time.perf_counter() - t0)
                 for kind, sql in BARE.items():
                     floors[kind].append(bare_query(bare, sql, query))
             floor = floors["bare ranked" if answer["ranked"] else "bare newest"]
             out["queries"][name] = {"query": query, "hits": len(answer["hits"]), "ranked": answer["ranked"],
-                                    "thread.search": summary(ours),
+                                    "thread.search": summary(ours), "index only": summary(direct),
                                     **{kind: summary(samples) for kind, samples in floors.items()},
                                     "ratio": round(statistics.median(ours) / max(statistics.median(floor), 1e-9), 2)}
         bare.close()
         nursery.cancel_scope.cancel()
     indexer.close()
     store.close()
-    if not args.keep:
+    if not (args.keep or args.reuse):
         shutil.rmtree(root, ignore_errors=True)
     return out
 
@@ -152,11 +159,14 @@ def report(result: dict[str, Any]) -> None:
     print(f"{result['threads']} threads, {result['events']:,} events, {result['documents']:,} documents; "
           f"store built in {result['store_build_s']} s, index built in {result['index_build_s']} s")
     print("medians in ms (min-max); ratio: thread.search / the bare query of the same kind (ranked or newest)")
-    print(f"{'query':<10} {'ranked':<7} {'thread.search':<22} {'bare ranked':<24} {'bare newest':<20} ratio  <= 50 ms")
+    print("(index only: SearchIndex.search called directly, without the worker thread's hop)")
+    print(f"{'query':<10} {'ranked':<7} {'thread.search':<22} {'index only':<22} {'bare ranked':<24} "
+          f"{'bare newest':<20} ratio  <= 50 ms")
     for name, q in result["queries"].items():
-        cells = [f"{m['median']} ({m['min']}-{m['max']})" for m in (q["thread.search"], q["bare ranked"], q["bare newest"])]
-        print(f"{name:<10} {str(q['ranked']):<7} {cells[0]:<22} {cells[1]:<24} {cells[2]:<20} {q['ratio']:>5}  "
-              f"{'ok' if q['thread.search']['median'] <= 50 else 'OVER'}")
+        cells = [f"{m['median']} ({m['min']}-{m['max']})"
+                 for m in (q["thread.search"], q["index only"], q["bare ranked"], q["bare newest"])]
+        print(f"{name:<10} {str(q['ranked']):<7} {cells[0]:<22} {cells[1]:<22} {cells[2]:<24} {cells[3]:<20} "
+              f"{q['ratio']:>5}  {'ok' if q['thread.search']['median'] <= 50 else 'OVER'}")
 
 
 if __name__ == "__main__":
@@ -166,6 +176,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--seed", type=int, default=28)
     parser.add_argument("--keep", metavar="DIR", help="build in DIR and keep it")
+    parser.add_argument("--reuse", metavar="DIR", help="measure on a data dir --keep built (no build)")
     parser.add_argument("--json", action="store_true")
     arguments = parser.parse_args()
     result = trio.run(main, arguments)

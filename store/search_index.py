@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,8 +42,6 @@ REBUILD_CHUNK = 5_000
 SNIPPET_TOKENS = 16
 #: seconds a search may spend ranking every match before it ranks only the newest ones
 RANK_BUDGET = 0.02
-#: SQLite steps between two looks at the clock while ranking
-RANK_CHECK_OPS = 20_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -118,6 +116,48 @@ def handoff_doc(handoff: ContextHandoff, run_id: str | None = None) -> Doc:
     return Doc(handoff.id, handoff.thread_id, run_id, None, "handoff", handoff.text)
 
 
+class _Watchdog:
+    """One thread that calls ``interrupt`` when an armed deadline passes
+    (a thread per query would cost more than a query, on a busy machine)."""
+
+    def __init__(self, interrupt: Callable[[], None]) -> None:
+        self._interrupt = interrupt
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._stopped = False
+        self.fired = False
+        threading.Thread(target=self._run, name="search-watchdog", daemon=True).start()
+
+    def arm(self, seconds: float) -> None:
+        with self._cond:
+            self.fired = False
+            self._deadline = time.monotonic() + seconds
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._deadline = None
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                if self._deadline is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                self._deadline = None
+                self.fired = True
+                self._interrupt()
+
+
 class SearchIndex:
     """The FTS5 index file. One connection writes and one reads (WAL), each
     behind its own lock, so a search never waits for a write batch.
@@ -132,6 +172,7 @@ class SearchIndex:
         self._read_lock = threading.Lock()
         self._writer = self._connect()
         self._reader = self._connect()
+        self._watchdog = _Watchdog(self._reader.interrupt)
 
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -162,6 +203,7 @@ class SearchIndex:
             return index, True
 
     def close(self) -> None:
+        self._watchdog.stop()
         self._writer.close()
         self._reader.close()
 
@@ -290,18 +332,22 @@ class SearchIndex:
         return hits, ranked
 
     def _ranked(self, within: str, args: list[Any]) -> list[Any] | None:
-        """(rowid, bm25) of the best matches, or None when ranking them took longer than ``RANK_BUDGET``."""
-        deadline = time.perf_counter() + RANK_BUDGET
-        self._reader.set_progress_handler(lambda: time.perf_counter() > deadline, RANK_CHECK_OPS)
+        """(rowid, bm25) of the best matches, or None when ranking them took
+        longer than ``RANK_BUDGET`` (0: never rank). A watchdog interrupts
+        the query: BM25 counts a term's documents inside one call of FTS5,
+        where SQLite's progress handler is not asked."""
+        if RANK_BUDGET <= 0:
+            return None
         sql = "SELECT rowid, bm25(fts) FROM fts WHERE fts MATCH ?" + within + " ORDER BY bm25(fts) LIMIT ?"
+        self._watchdog.arm(RANK_BUDGET)
         try:
             return self._reader.execute(sql, args).fetchall()
         except sqlite3.OperationalError as exc:
-            if "interrupted" in str(exc) and time.perf_counter() > deadline:
+            if self._watchdog.fired and "interrupted" in str(exc):
                 return None
             raise
         finally:
-            self._reader.set_progress_handler(None, 0)
+            self._watchdog.disarm()
 
     def _hits(self, query: str, scored: list[Any]) -> list[Hit]:
         """The documents of ``scored`` (rowid, bm25) with their snippets, in that order."""
