@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from agentd.protocol.errors import InvalidParams
+from agentd.protocol.errors import InvalidParams, InvalidState
 from agentd.store.db import Store
 from agentd.store.records import Event
 from agentd.store.search_index import SearchIndex, SearchSyntaxError
@@ -107,9 +107,10 @@ class SearchIndexer:
         worker thread). A search sees what was committed before it was
         asked: it waits (briefly) for the index to take that in."""
         await self.caught_up(self.store.last_seq)
-        await self.ready.wait()
         index = self.index
-        assert index is not None
+        if index is None or not self.ready.is_set():
+            raise InvalidState("the search index is being built from the store (at start, when it was missing "
+                               "or out of step); try again in a moment")
         try:
             hits, ranked = await trio.to_thread.run_sync(lambda: index.search(query, thread_id=thread_id, limit=limit))
         except SearchSyntaxError as exc:
