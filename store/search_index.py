@@ -185,6 +185,7 @@ class SearchIndex:
     def open(cls, path: str | Path) -> tuple[SearchIndex, bool]:
         """The index at ``path`` and whether it must be rebuilt (new, of
         another schema version, or unreadable: then the file is made anew)."""
+        index: SearchIndex | None = None
         try:
             index = cls(path)
             with index._write_lock:
@@ -196,6 +197,8 @@ class SearchIndex:
             return index, False
         except sqlite3.DatabaseError as exc:
             log.warning("search index %s is unreadable (%s); building it again", path, exc)
+            if index is not None:
+                index.close()
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
             index = cls(path)
