@@ -75,6 +75,15 @@ class SearchSyntaxError(ValueError):
     """The query is not valid FTS5 syntax (the message says where)."""
 
 
+#: how SQLite words an FTS5 query it cannot parse (other errors are the file's or the system's)
+_QUERY_ERRORS = ("fts5: syntax error", "unterminated string", "no such column", "unknown special query",
+                 "expected integer", "fts5:")
+
+
+def is_query_error(exc: sqlite3.OperationalError) -> bool:
+    return str(exc).startswith(_QUERY_ERRORS)
+
+
 @dataclass(frozen=True)
 class Doc:
     """One indexed document."""
@@ -196,6 +205,11 @@ class SearchIndex:
                 index._writer.execute("SELECT count(*) FROM fts WHERE fts MATCH 'agentd'").fetchone()
             return index, False
         except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                # Not the file's fault (out of descriptors, a folder not writable): keep it, say so.
+                if index is not None:
+                    index.close()
+                raise
             log.warning("search index %s is unreadable (%s); building it again", path, exc)
             if index is not None:
                 index.close()
@@ -244,6 +258,8 @@ class SearchIndex:
             seq = store.last_seq  # read first: what commits meanwhile is caught up from the log
             writer = self._writer
             writer.execute("BEGIN")
+            # Until the build is done the file is of no version: cut off, it is built again.
+            writer.execute("DELETE FROM meta WHERE key = 'schema'")
             writer.execute("DELETE FROM docs")
             writer.execute("INSERT INTO fts (fts) VALUES ('delete-all')")
             writer.execute("COMMIT")
@@ -331,7 +347,9 @@ class SearchIndex:
                     scored = self._reader.execute(sql, args).fetchall()
                 hits = self._hits(query, scored)
             except sqlite3.OperationalError as exc:
-                raise SearchSyntaxError(str(exc)) from None
+                if is_query_error(exc):
+                    raise SearchSyntaxError(str(exc)) from None
+                raise
         return hits, ranked
 
     def _ranked(self, within: str, args: list[Any]) -> list[Any] | None:

@@ -13,6 +13,7 @@ and catches up from the last ``seq`` it had taken in.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 
 #: events read from the log per worker-thread batch
 CATCH_UP_PAGE = 2_000
+#: seconds before an index that failed is tried again, doubling up to RETRY_MAX
+RETRY_FIRST = 1.0
+RETRY_MAX = 60.0
 #: how long a search waits for the index to take in what was committed before it
 CATCH_UP_WAIT = 5.0
 
@@ -60,8 +64,21 @@ class SearchIndexer:
             self._wake.set()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open (or rebuild) the index, then follow the store until cancelled."""
+        """Open (or rebuild) the index, then follow the store until cancelled.
+        An index that cannot be opened or written now (out of descriptors, a
+        full disk) is tried again later, backing off: its failure is no
+        reason to restart anything else, and searches say it is not ready."""
         task_status.started()
+        delay = RETRY_FIRST
+        while True:
+            try:
+                await self._follow()
+            except (sqlite3.Error, OSError) as exc:
+                log.warning("search index %s: %s; trying again in %g s", self.path, exc, delay)
+                await trio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX)
+
+    async def _follow(self) -> None:
         if self.index is None:
             self.index = await trio.to_thread.run_sync(self._open)
         while True:
@@ -81,7 +98,11 @@ class SearchIndexer:
                         self.path, index.indexed_seq, self.store.last_seq)
             rebuild = True
         if rebuild:
-            count = index.rebuild(self.store)
+            try:
+                count = index.rebuild(self.store)
+            except BaseException:
+                index.close()
+                raise
             log.info("search index built: %d documents", count)
         return index
 
@@ -113,6 +134,8 @@ class SearchIndexer:
                                "or out of step); try again in a moment")
         try:
             hits, ranked = await trio.to_thread.run_sync(lambda: index.search(query, thread_id=thread_id, limit=limit))
+        except sqlite3.Error as exc:
+            raise InvalidState(f"the search index cannot be read now: {exc}; try again shortly") from None
         except SearchSyntaxError as exc:
             raise InvalidParams(f"the search query is not valid: {exc}; put words in double quotes to search "
                                 "for them as they are", field="query") from None

@@ -5,7 +5,10 @@ newest matches (``ranked: false``)."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
+import trio
 
 from agentd.store import search_index
 from agentd.store.batch import WriteBatch
@@ -81,3 +84,34 @@ def test_snippets_mark_the_matched_words_of_the_stored_text():
     long = " ".join(f"w{n}" for n in range(100))
     cut = snippet(long, query_terms("w50"))
     assert cut.startswith("…") and cut.endswith("…") and "**w50**" in cut and len(cut.split()) == 16
+
+
+def test_a_file_that_cannot_be_opened_now_is_not_taken_for_a_corrupt_one(tmp_path):
+    """Out of descriptors, a folder gone: an OperationalError, raised for the
+    indexer to try again later; only a file that is not a database is made anew."""
+    with pytest.raises(sqlite3.OperationalError):
+        SearchIndex.open(tmp_path / "missing-folder" / "search.sqlite3")
+    torn = tmp_path / "search.sqlite3"
+    torn.write_bytes(b"not a database" * 100)
+    index, rebuild = SearchIndex.open(torn)
+    assert rebuild and index.count() == 0
+    index.close()
+
+
+async def test_the_indexer_keeps_trying_and_searches_say_it_is_not_ready(tmp_path, autojump_clock):
+    from agentd.protocol.errors import InvalidState
+    from agentd.supervisor.search_indexer import SearchIndexer
+
+    store = Store(tmp_path / "store", inline_commits=True)
+    folder = tmp_path / "later"
+    indexer = SearchIndexer(store, folder / "search.sqlite3")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(indexer.serve)
+        with pytest.raises(InvalidState, match="being built"):
+            await indexer.search("x", thread_id=None, limit=5)
+        folder.mkdir()  # the next try finds a place for it
+        await indexer.ready.wait()
+        assert (await indexer.search("x", thread_id=None, limit=5))["hits"] == []
+        nursery.cancel_scope.cancel()
+    indexer.close()
+    store.close()
