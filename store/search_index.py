@@ -4,33 +4,33 @@ beside the store, in ``<data-dir>/search.sqlite3``.
 It is derived: every row comes from the LMDB store, so the file can be
 dropped and built again at any time (``rebuild``), and it is never written
 in the commit path. It records the last store ``seq`` it has taken in
-(``indexed_seq``); the indexer (``supervisor/search.py``) brings it up to
+(``indexed_seq``); the indexer (``supervisor/search_indexer.py``) brings it up to
 the store from there by reading the event log, and rebuilds it when it is
 missing, unreadable, of another schema or ahead of the store (another data
 dir's). Every method here blocks (SQLite, LMDB reads): call them from a
 worker thread, never on the event loop.
 
-Documents: a thread's title, its user messages and its answers (assistant
-messages, once complete or interrupted), and its handoffs' text. One row per
-document, keyed by ``ref`` (the message's, handoff's or ``title:<thread>``),
-so indexing one again replaces it.
+Documents (``search_docs.py``): a thread's title, its user messages and its
+answers (assistant messages, once complete or interrupted), and its
+handoffs' text. One row per document, keyed by ``ref`` (the message's,
+handoff's or ``title:<thread>``), so indexing one again replaces it.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import sqlite3
 import threading
 import time
-import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .db import Store
-from .records import AppThread, ContextHandoff, ConversationMessage, Event, decode_record
+from .records import ContextHandoff, ConversationMessage, Event
+from .search_docs import Doc, handoff_doc, message_doc, store_docs, title_doc
+from .search_snippet import query_terms, snippet
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,6 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = "1"
 #: rows written per transaction while rebuilding
 REBUILD_CHUNK = 5_000
-#: tokens of context a snippet shows around the match
-SNIPPET_TOKENS = 16
 #: seconds a search may spend ranking every match before it ranks only the newest ones
 RANK_BUDGET = 0.02
 
@@ -85,18 +83,6 @@ def is_query_error(exc: sqlite3.OperationalError) -> bool:
 
 
 @dataclass(frozen=True)
-class Doc:
-    """One indexed document."""
-
-    ref: str
-    thread_id: str
-    run_id: str | None
-    message_id: str | None
-    kind: str  # title | user | answer | handoff
-    body: str
-
-
-@dataclass(frozen=True)
 class Hit:
     """One search result: where the match is, a snippet and its score (higher is better)."""
 
@@ -106,23 +92,6 @@ class Hit:
     kind: str
     snippet: str
     score: float
-
-
-def title_doc(thread: AppThread) -> Doc:
-    return Doc(f"title:{thread.id}", thread.id, None, None, "title", thread.title)
-
-
-def message_doc(message: ConversationMessage) -> Doc | None:
-    """A user message as soon as it is stored; an answer once it ended (its text is whole)."""
-    if message.role == "user":
-        return Doc(message.id, message.thread_id, message.run_id, message.id, "user", message.text)
-    if message.status in ("complete", "interrupted") and message.text:
-        return Doc(message.id, message.thread_id, message.run_id, message.id, "answer", message.text)
-    return None
-
-
-def handoff_doc(handoff: ContextHandoff, run_id: str | None = None) -> Doc:
-    return Doc(handoff.id, handoff.thread_id, run_id, None, "handoff", handoff.text)
 
 
 class _Watchdog:
@@ -389,68 +358,3 @@ class SearchIndex:
     def count(self) -> int:
         with self._read_lock:
             return int(self._reader.execute("SELECT count(*) FROM docs").fetchone()[0])
-
-
-_WORD = re.compile(r"\w+")
-_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
-
-
-def _fold(word: str) -> str:
-    """A word as the index's tokenizer compares it: case and diacritics folded."""
-    decomposed = unicodedata.normalize("NFKD", word.casefold())
-    return "".join(c for c in decomposed if not unicodedata.combining(c))
-
-
-def query_terms(query: str) -> list[tuple[str, bool]]:
-    """The words of an FTS5 query, folded, each with whether it is a prefix (``pre*``)."""
-    terms = []
-    for match in re.finditer(r"(\w+)(\*?)", query):
-        if match.group(1) not in _OPERATORS:
-            terms.append((_fold(match.group(1)), bool(match.group(2))))
-    return terms
-
-
-def snippet(body: str, terms: list[tuple[str, bool]], width: int = SNIPPET_TOKENS) -> str:
-    """About ``width`` words of ``body`` around its first matching word, matched
-    words marked ``**so**`` (made here from the stored text: asking FTS5 for
-    snippets would run the query's matching again)."""
-    def matches(word: str) -> bool:
-        folded = _fold(word)
-        return any(folded.startswith(t) if prefix else folded == t for t, prefix in terms)
-
-    words = list(_WORD.finditer(body))
-    first = next((i for i, w in enumerate(words) if matches(w.group())), 0)
-    lo = max(0, min(first - width // 3, len(words) - width))
-    window = words[lo:lo + width]
-    if not window:
-        return body[:200]
-    out, at = [], window[0].start()
-    for word in window:
-        out.append(body[at:word.start()])
-        out.append(f"**{word.group()}**" if matches(word.group()) else word.group())
-        at = word.end()
-    end = window[-1].end()
-    text = "".join(out) + (body[end:] if lo + width >= len(words) else "")
-    return ("…" if window[0].start() > 0 else "") + text.strip() + ("…" if lo + width < len(words) else "")
-
-
-def store_docs(store: Store) -> Iterator[Doc]:
-    """Every document of ``store``: titles and messages thread by thread, then handoffs."""
-    for thread in store.list_threads():
-        yield title_doc(thread)
-        for message in store.thread_messages(thread.id):
-            doc = message_doc(message)
-            if doc is not None:
-                yield doc
-    yield from _handoff_docs(store)
-
-
-def _handoff_docs(store: Store) -> Iterator[Doc]:
-    """Every stored handoff (they have no index by thread: the whole table is read)."""
-    with store.env.begin(db=store.dbs["context_handoffs"]) as txn:
-        for _key, value in txn.cursor():
-            try:
-                handoff: ContextHandoff = decode_record("context_handoffs", value)
-            except Exception:  # noqa: BLE001 - an unreadable record is left out of the index
-                continue
-            yield handoff_doc(handoff)

@@ -14,7 +14,8 @@ from agentd.store import search_index
 from agentd.store.batch import WriteBatch
 from agentd.store.db import Store
 from agentd.store.records import AppThread, ConversationMessage, to_wire
-from agentd.store.search_index import SearchIndex, SearchSyntaxError, query_terms, snippet
+from agentd.store.search_index import SearchIndex, SearchSyntaxError
+from agentd.store.search_snippet import query_terms, snippet
 
 
 def _thread(batch: WriteBatch, n: int, text: str) -> None:
