@@ -49,7 +49,7 @@ from agentd.store.records import (
     to_wire,
 )
 
-from . import graph
+from . import graph, run_control
 from .context import ThreadContext
 from .effects import NO_SEQ, Decision, StopSession, Wake
 from .graph import ThreadBatch
@@ -234,6 +234,8 @@ class DelegateCommand:
     slot: TaskSlot | None = None
     #: the place among ``[daemon] max_sessions`` held for the task's session
     session_claim: SessionClaim | None = None
+    #: the task's end gives the parent a run of its own (``wakeups.py``)
+    wake: bool = False
 
 
 def check_limits(
@@ -309,6 +311,8 @@ def delegate(ctx: ThreadContext, command: Command) -> Decision:
         title=title, provider=params.provider, workspace=params.workspace, parent=parent,
         relationship=DELEGATED_TASK, created_by="agent",
     )
+    if params.wake:
+        child = struct_copy(child, wakes_parent=True)
     slot = params.slot
     if slot is not None:
         if slot.abandoned:
@@ -320,6 +324,8 @@ def delegate(ctx: ThreadContext, command: Command) -> Decision:
         params.session_claim.thread_id = child.id  # held until the child's run starts
     batch = ctx.batch()
     now = batch.now
+    if params.wake:
+        graph.set_thread(batch, state, wake_task_ids=[*state.thread.wake_task_ids, child.id])
     point = SourcePoint(type="node" if node is not None else "run", thread_id=parent.id,
                         run_id=run.id if run else None, node_id=node.id if node else None,
                         provider=run.provider if run else parent.provider)
@@ -332,7 +338,8 @@ def delegate(ctx: ThreadContext, command: Command) -> Decision:
     transfer = ContextTransfer(
         id=transfer_id, type="subagent_spawn", source_thread_id=parent.id, target_thread_id=child.id,
         source_point=point, source_provider=point.provider, target_provider=params.provider, handoff_id=handoff.id,
-        reason=f"delegate_task (workspace {params.workspace_mode}, wait {str(params.wait).lower()})",
+        reason=(f"delegate_task (workspace {params.workspace_mode}, wait {str(params.wait).lower()}"
+                + (", wake true)" if params.wake else ")")),
         created_by="agent", created_at=now,
     )
     # The child's records and events, in a batch of its own thread merged
@@ -350,7 +357,7 @@ def delegate(ctx: ThreadContext, command: Command) -> Decision:
                                         transfer_id=transfer.id, handoff_id=handoff.id, provider=params.provider, seq=NO_SEQ)
     delegated = {k: v for k, v in msgspec.to_builtins(result).items() if k != "seq"}
     batch.emit("task.delegated", run_id=run.id if run else None, node_id=node.id if node else None,
-               **delegated, wait=params.wait, workspace=child.workspace)
+               **delegated, wait=params.wait, wake=params.wake, workspace=child.workspace)
     batch.ops.extend(child_batch.ops)
     batch.events.extend(child_batch.events)
     batch.record_receipt(command.command_id, command.method, result)
@@ -400,8 +407,11 @@ def result_text(task: AppThread, run: Run, fields: dict[str, Any]) -> str:
 def build_result(
     batch: ThreadBatch, task: AppThread, run: Run, messages: Iterable[ConversationMessage],
     nodes: Iterable[ExecutionNode], spawn: ContextTransfer | None, parent_provider: str | None,
+    *, cut_off: str | None = None,
 ) -> tuple[ContextTransfer, ContextHandoff]:
-    """Put the task run's ``subagent_result`` transfer and handoff into ``batch``."""
+    """Put the task run's ``subagent_result`` transfer and handoff into
+    ``batch``; ``cut_off``: why the task owes nothing (a restart cut it off),
+    so its result is ``superseded`` — readable, never taken in by itself."""
     assert task.parent_thread_id is not None
     fields = result_fields(run, messages, nodes)
     text = result_text(task, run, fields)
@@ -416,6 +426,7 @@ def build_result(
         source_point=SourcePoint(type="run", thread_id=task.id, run_id=run.id, provider=run.provider),
         source_provider=run.provider, target_provider=parent_provider, handoff_id=handoff.id, source_run_ids=[run.id],
         reason=f"task {fields['outcome']}", created_by="agent", created_at=batch.now,
+        status="superseded" if cut_off else "pending", error=cut_off,
     )
     batch.put_all(transfer, handoff)
     batch.emit("context_transfer.created", run_id=run.id, node_id=run.root_node_id, transfer=to_wire(transfer))
@@ -465,10 +476,17 @@ def release_task_session(ctx: ThreadContext) -> Iterable[Any]:
 # -- taking stored context in at a run start ----------------------------------------------------
 
 
+#: why the result of a task cut off by a restart is not taken in by itself
+CUT_OFF = ("cut off by a restart: the task owes nothing (no wake-up, not taken in by the next run); "
+           "its result is read with task.result")
+
+
 def owed_results(ctx: ThreadContext, batch: ThreadBatch) -> list[tuple[ContextTransfer, ContextHandoff]]:
-    """In the parent's actor: results owed by tasks whose run a restart ended
-    (no actor was there to write them), put into ``batch`` — once: their id
-    is the run's."""
+    """In the parent's actor: results of tasks whose run a restart (or their
+    actor's failure) ended, with no actor there to write them, put into
+    ``batch`` — once: their id is the run's. Such a task owes nothing (seed
+    003: no scan of an old task's scope): its result is ``superseded``, read
+    with ``task.result``, and it wakes no one."""
     store = ctx.store
     made = []
     for child in store.thread_children(ctx.thread_id):
@@ -479,8 +497,11 @@ def owed_results(ctx: ThreadContext, batch: ThreadBatch) -> list[tuple[ContextTr
             continue
         made.append(build_result(
             batch, child, run, [m for m in store.thread_messages(child.id) if m.run_id == run.id],
-            store.run_nodes(run.id), spawn_transfer(store, child.id), ctx.state.thread.provider,
+            store.run_nodes(run.id), spawn_transfer(store, child.id), ctx.state.thread.provider, cut_off=CUT_OFF,
         ))
+    cut = {transfer.source_thread_id for transfer, _handoff in made}
+    if cut & set(ctx.state.thread.wake_task_ids):
+        graph.set_thread(batch, ctx.state, wake_task_ids=[t for t in ctx.state.thread.wake_task_ids if t not in cut])
     return made
 
 
@@ -494,16 +515,23 @@ def make_owed_results(ctx: ThreadContext, _command: Command) -> Decision:
 
 def pending_inbox(ctx: ThreadContext, batch: ThreadBatch) -> list[tuple[ContextTransfer, ContextHandoff]]:
     """Delegation transfers into the thread not yet taken in, oldest first,
-    with their stored handoffs (results owed since a restart are made now)."""
+    with their stored handoffs: those bound to no run, or to the run that
+    starts (a wake-up's result is its own run's input). Results owed since a
+    restart are made now — ``superseded``, not taken in."""
     store = ctx.store
     thread_id = ctx.thread_id
+    active = ctx.state.active
+    starting = active.run.id if active is not None else None
+    owed_results(ctx, batch)
     out = []
     for transfer in store.thread_transfers(thread_id):
+        if transfer.run_id is not None and transfer.run_id != starting:
+            continue
         if transfer.target_thread_id == thread_id and transfer.type in INBOX_TYPES and transfer.status == "pending":
             handoff = store.get(ContextHandoff, transfer.handoff_id) if transfer.handoff_id else None
             if handoff is not None:
                 out.append((transfer, handoff))
-    return out + owed_results(ctx, batch)
+    return out
 
 
 def take_inbox(ctx: ThreadContext, batch: ThreadBatch, context: str | None) -> str | None:
@@ -570,6 +598,12 @@ def consume_result(ctx: ThreadContext, command: Command) -> Decision:
     if active is None or params.attempt_id is None or active.attempt.id != params.attempt_id:
         return Decision(reply={"consumed": False})
     batch = ctx.batch()
+    woke = ctx.state.queued_run(transfer.run_id) if transfer.run_id is not None else None
+    if woke is not None:
+        # The result woke the thread while its turn waited for it: the turn
+        # has it now, so the wake-up run has nothing left to carry.
+        run_control.cancel_queued_run(ctx, batch, woke, "its task's result was delivered to the turn that waited for it",
+                                      supersede=False)
     transfer = struct_copy(transfer, status="consumed", resolution="portable", run_id=active.run.id,
                            target_provider=active.run.provider, resolved_at=batch.now, consumed_at=batch.now,
                            target_provider_thread_id=active.attempt.provider_thread_id)

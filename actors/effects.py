@@ -252,6 +252,33 @@ class SendInternal:
 
 
 @dataclass(frozen=True)
+class InterruptItem:
+    """Ask the provider to interrupt one running item of the turn (awaited:
+    a refusal is the transition's error; ``node_interrupt.py``)."""
+
+    native_thread_id: str
+    native_turn_id: str
+    native_item_id: str
+
+
+@dataclass(frozen=True)
+class CancelTasks:
+    """``task.cancel`` to each of ``task_ids`` (in a task), each in its own actor."""
+
+    task_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class WakeParent:
+    """Send ``task.wake`` to the parent ``thread_id`` (in a task): the task
+    ``task_id`` ended and committed its result ``transfer_id`` (wakeups.py)."""
+
+    thread_id: str
+    task_id: str
+    transfer_id: str
+
+
+@dataclass(frozen=True)
 class StopChildren:
     """Stop every delegated descendant, depth-first (in a task); then
     ``CascadeDone(effect_id)`` comes back."""

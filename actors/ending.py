@@ -16,7 +16,7 @@ from agentd.store.records import ConversationMessage, Effect
 
 from . import checkpointing, child_checkpoints, delegation, graph, lineage
 from .context import ThreadContext
-from .effects import Activate, Commit, MarkBusy, StartNext, StopAttemptTasks, TaskEnded, Transition
+from .effects import Activate, Commit, MarkBusy, StartNext, StopAttemptTasks, TaskEnded, Transition, WakeParent
 from .graph import Ending, ThreadBatch
 
 
@@ -46,6 +46,9 @@ def end_run(ctx: ThreadContext, batch: ThreadBatch, status: Ending, *, reason: s
     yield MarkBusy(False)
     if task_ended:
         yield TaskEnded()
+        task = state.thread
+        if task.wakes_parent and task.parent_thread_id is not None:
+            yield WakeParent(task.parent_thread_id, task.id, delegation.result_transfer_id(active.run.id))
         yield from delegation.release_task_session(ctx)
     yield StartNext()
 

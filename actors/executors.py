@@ -24,7 +24,8 @@ from agentd.protocol.errors import CorruptRecord, InvalidState, NotFound, Thread
 from . import effects as fx
 from .messages import CascadeDone, InterruptRefused, MailboxItem, SteerDelivered, SteerFailed
 from .providers.base import ProviderConnection, ProviderRuntimeError
-from .run_control import DELEGATED, InternalStop, thread_stop
+from .run_control import DELEGATED, InternalStop, task_cancel, thread_stop
+from .wakeups import TaskWake, task_woke
 from .workspace_guard import overlaps, shared_refusal
 
 if TYPE_CHECKING:
@@ -94,6 +95,12 @@ class Executor:
                 self.host.wake(thread_id)
             case fx.SendInternal(thread_id=thread_id, text=text):
                 self.spawn(self.host.send_internal, thread_id, text)
+            case fx.WakeParent():
+                self.spawn(self._wake_parent, effect)
+            case fx.InterruptItem():
+                await self._interrupt_item(effect)
+            case fx.CancelTasks(task_ids=task_ids):
+                self.spawn(self._cancel_tasks, task_ids)
             case fx.StopChildren(effect_id=effect_id):
                 self.spawn(self._stop_children, effect_id)
             case fx.TaskEnded():
@@ -169,6 +176,30 @@ class Executor:
         return list(await conn.list_turns(effect.native_thread_id))
 
     # -- other threads -------------------------------------------------------------------
+
+    async def _interrupt_item(self, effect: fx.InterruptItem) -> None:
+        live = self.host.sessions.live_session(self.thread_id)
+        if live is None:
+            raise InvalidState("the provider session of the running turn is gone")
+        try:
+            await live[1].interrupt_item(effect.native_thread_id, effect.native_turn_id, effect.native_item_id)
+        except ProviderRuntimeError as exc:
+            raise InvalidState(f"the provider refused to interrupt the item: {exc}") from exc
+
+    async def _cancel_tasks(self, task_ids: tuple[str, ...]) -> None:
+        for task_id in task_ids:
+            try:
+                await self.host.call(task_id, task_cancel, None, method="task.cancel")
+            except (NotFound, ThreadFailed, CorruptRecord) as exc:
+                log.warning("node interrupt: cancel of task %s: %s", task_id, exc)
+
+    async def _wake_parent(self, effect: fx.WakeParent) -> None:
+        try:
+            await self.host.call(effect.thread_id, task_woke, TaskWake(effect.thread_id, effect.task_id, effect.transfer_id),
+                                 method="task.wake")
+        except (NotFound, ThreadFailed, CorruptRecord) as exc:
+            # The result is stored either way; only the wake-up is lost.
+            log.warning("wake-up of thread %s by task %s: %s", effect.thread_id, effect.task_id, exc)
 
     async def _stop_children(self, effect_id: str) -> None:
         await stop_delegated_children(self.host, self.thread_id)

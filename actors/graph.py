@@ -26,6 +26,7 @@ from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import (
     NODE_TERMINAL,
+    RUN_BOUND_TRANSFERS,
     Checkpoint,
     ContextTransfer,
     ConversationMessage,
@@ -111,14 +112,15 @@ def parent_node(active: ActiveRun, parent_item_id: str | None) -> ExecutionNode:
 def new_run(
     batch: ThreadBatch, state: ThreadState, text: str, provider: str, *, dispatch_mode: str,
     supersedes: str | None = None, message: ConversationMessage | None = None, ordinal: int | None = None,
-    clean_context: bool = False,
+    clean_context: bool = False, created_by: str = "user",
 ) -> tuple[Run, ConversationMessage]:
     """A queued run: its user message (``message``, or a new one with
     ``text``), the run, its root node, its first attempt and the outbox entry
     that sends it to the provider. The caller puts the run into the queue
     (``ordinal``: its place when it goes before runs already queued, whose
     ordinals the caller moves up). ``clean_context``: the run starts on a
-    fresh provider thread (SPEC F5)."""
+    fresh provider thread (SPEC F5). ``created_by``: ``system`` for a run
+    agentd queues itself (a delegated task's wake-up)."""
     now = batch.now
     thread_id = state.thread_id
     run_count = state.thread.run_count + 1
@@ -140,7 +142,7 @@ def new_run(
     run = Run(
         id=run_id, thread_id=thread_id, ordinal=ordinal, provider=provider, user_message_id=message.id,
         root_node_id=node_id, selected_attempt_id=attempt_id, attempt_count=1, supersedes_run_id=supersedes,
-        created_at=now, clean_context=clean_context,
+        created_at=now, clean_context=clean_context, created_by=created_by,
     )
     set_thread(batch, state, run_count=run_count, provider=provider)
     batch.put_all(message, run, root, attempt)
@@ -505,9 +507,6 @@ def retry_ended(batch: ThreadBatch, state: ThreadState, run: Run, *, why: str) -
     return queued
 
 
-#: transfers a run carries in that are meant for that run only (a merge-back's
-#: delta is built for the message it came with)
-RUN_BOUND_TRANSFERS = frozenset({"merge_back"})
 
 
 def supersede_transfers(batch: ThreadBatch, transfers: Iterable[ContextTransfer], run_ids: set[str], reason: str) -> list[ContextTransfer]:

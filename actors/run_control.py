@@ -68,6 +68,7 @@ def release_queue(batch: ThreadBatch, state: ThreadState) -> None:
 def enqueue(
     batch: ThreadBatch, state: ThreadState, text: str, provider: str, *, dispatch_mode: str,
     message: ConversationMessage | None = None, clean_context: bool = False, root_of: graph.RootOf = graph.no_root,
+    created_by: str = "user",
 ) -> tuple[Run, ConversationMessage]:
     """A new run (``graph.new_run``) in the queue: last, but before the runs
     a Stop holds, which move up one ordinal (ordinals stay the order runs
@@ -75,7 +76,7 @@ def enqueue(
     held = state.held_runs()
     if not held:
         run, message = graph.new_run(batch, state, text, provider, dispatch_mode=dispatch_mode, message=message,
-                                     clean_context=clean_context)
+                                     clean_context=clean_context, created_by=created_by)
         state.queued.append(run)
         return run, message
     place = state.queued.index(held[0])
@@ -83,9 +84,26 @@ def enqueue(
     for index in range(place, len(state.queued)):
         state.queued[index] = graph.renumber(batch, state.queued[index], state.queued[index].ordinal + 1, root_of)
     run, message = graph.new_run(batch, state, text, provider, dispatch_mode=dispatch_mode, message=message,
-                                 ordinal=ordinal, clean_context=clean_context)
+                                 ordinal=ordinal, clean_context=clean_context, created_by=created_by)
     state.queued.insert(place, run)
     return run, message
+
+
+def drop_wakeups(ctx: ThreadContext, batch: ThreadBatch, reason: str) -> None:
+    """A Stop drops the wake-ups the thread's delegated tasks still owe
+    (SPEC F9, F10: nothing automatic restarts a stopped thread): the tasks
+    still working will wake no one (their results, when they come, end
+    ``superseded``), and a wake-up run that has not started is cancelled
+    (its result transfer ``superseded`` with it)."""
+    state = ctx.state
+    waking = list(state.thread.wake_task_ids)
+    wake_runs = [run for run in state.queued if run.created_by == "system"]
+    for run in wake_runs:
+        cancel_queued_run(ctx, batch, run, reason)
+    if waking:
+        graph.set_thread(batch, state, wake_task_ids=[])
+    if waking or wake_runs:
+        batch.emit("task.wake_dropped", taskIds=waking, cancelledRunIds=[r.id for r in wake_runs], reason=reason)
 
 
 def stop_cascade_effect(batch: ThreadBatch, state: ThreadState) -> Effect:
@@ -231,6 +249,7 @@ def run_interrupt(ctx: ThreadContext, command: Command) -> Decision:
     batch = ctx.batch()
     after: list[Any] = []
     if params.hold_queue:
+        drop_wakeups(ctx, batch, "stopped: the run was interrupted with holdQueue (run.interrupt)")
         hold_queue(batch, state)
         after.append(StopChildren(stop_cascade_effect(batch, state).id))
     if is_active:
@@ -249,6 +268,7 @@ def thread_stop(ctx: ThreadContext, command: Command) -> Decision:
     stopped; an ``InternalStop`` does not walk the tree again)."""
     state = ctx.state
     batch = ctx.batch()
+    drop_wakeups(ctx, batch, "stopped: the thread was stopped (thread.stop)")
     hold_queue(batch, state)
     active = state.active
     after: list[Any] = []
@@ -304,6 +324,7 @@ def task_cancel(ctx: ThreadContext, command: Command) -> Decision:
     own delegated tasks are stopped, depth-first, as a Stop does."""
     state = ctx.state
     batch = ctx.batch()
+    drop_wakeups(ctx, batch, "stopped: the task was cancelled (task.cancel)")
     cancelled = list(state.queued)
     for run in cancelled:
         cancel_queued_run(ctx, batch, run, "task_cancelled: the agent that delegated it cancelled it")
@@ -351,8 +372,11 @@ def queued_run_of(ctx: ThreadContext, run_id: str) -> Run:
 
 def cancel_queued_run(
     ctx: ThreadContext, batch: ThreadBatch, run: Run, reason: str, *, message_status: MessageStatus | None = "cancelled",
+    supersede: bool = True,
 ) -> None:
-    """``cancel_queued`` with the run's records read from the store."""
+    """``cancel_queued`` with the run's records read from the store; the
+    transfers bound to the run end ``superseded`` unless ``supersede`` is
+    false (the caller settles them itself)."""
     store = ctx.store
     cancel_queued(
         batch, ctx.state, run, reason,
@@ -361,8 +385,9 @@ def cancel_queued_run(
         message=store.get(ConversationMessage, run.user_message_id) if run.user_message_id else None,
         turn_start_effect=store.get(Effect, graph.turn_start_effect_id(run.id)), message_status=message_status,
     )
-    graph.supersede_transfers(batch, store.thread_transfers(ctx.thread_id), {run.id},
-                              f"its run {run.id} was cancelled ({reason}) before it started")
+    if supersede:
+        graph.supersede_transfers(batch, store.thread_transfers(ctx.thread_id), {run.id},
+                                  f"its run {run.id} was cancelled ({reason}) before it started")
 
 
 def queued_run_cancel(ctx: ThreadContext, command: Command) -> Decision:

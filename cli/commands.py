@@ -114,8 +114,9 @@ def add_run_commands(sub: Subcommands, o: Options) -> None:
     p = add_command(sub, "stop", "commands_runs:cmd_stop",
                     "the Stop button: interrupt, hold what is queued, stop delegated tasks", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
-    p = add_command(sub, "interrupt", "commands_runs:cmd_interrupt", "interrupt a running run", [o.results])
-    p.add_argument("run", type=o.run_id, help="the run's id")
+    p = add_command(sub, "interrupt", "commands_runs:cmd_interrupt",
+                    "interrupt a running run, or one running node of it (a tool, a subagent)", [o.results])
+    p.add_argument("run", metavar="RUN|NODE", type=o.run_id, help="the run's id, or a node's (nod_…)")
     p.add_argument("--hold-queue", action="store_true", help="also hold the thread's queued runs (as stop does)")
     p = add_command(sub, "retry", "commands_runs:cmd_retry",
                     "retry the thread's latest run after it failed or was interrupted (its next attempt)", [o.results])

@@ -38,10 +38,29 @@ def _stopped(r: dict[str, Any]) -> str:
 
 
 cmd_stop = simple_call("thread.stop", lambda a: {"threadId": a.thread}, _stopped)
-cmd_interrupt = simple_call(
+_interrupt_run = simple_call(
     "run.interrupt", lambda a: {"runId": a.run, "holdQueue": a.hold_queue},
     lambda r: f"interrupt requested for {r['runId']}" + (" (queue held)" if r["queueHeld"] else ""),
 )
+
+
+def _node_interrupted(r: dict[str, Any]) -> str:
+    how = ("its runtime was asked" if r["via"] == "provider"
+           else f"cancelling the {plural(len(r['taskIds']), 'task')} it delegated: {', '.join(r['taskIds'])}")
+    return f"interrupt requested for node {r['nodeId']} ({how}); run {r['runId']} goes on"
+
+
+_interrupt_node = simple_call("node.interrupt", lambda a: {"nodeId": a.run}, _node_interrupted)
+
+
+def cmd_interrupt(args: argparse.Namespace) -> int:
+    """``agentd interrupt RUN`` interrupts a run; ``agentd interrupt NODE``
+    (a ``nod_`` id) one running node of it (a tool, a subagent)."""
+    if args.run.startswith("nod_"):
+        if args.hold_queue:
+            raise SystemExit("agentd interrupt: --hold-queue is for a run, not a node")
+        return _interrupt_node(args)
+    return _interrupt_run(args)
 cmd_retry = simple_call(
     "run.retry", lambda a: {"runId": a.run},
     lambda r: f"run {r['runId']} retried as attempt {r['attemptNumber']} ({r['attemptId']}); "

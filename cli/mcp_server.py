@@ -49,7 +49,9 @@ DELEGATE_DESCRIPTION = (
     "not see this conversation). `provider` names an agentd provider instance (default: your own). `workspace`: "
     "`same` (your workspace, the default), `fork` (a copy of it) or `new` (an empty folder). With `wait: true` "
     "the call returns the task's result (final answer, files changed, outcome) when it ends; with `wait: false` "
-    "it returns the task id at once and the result is given to you at your next turn (or ask task_result)."
+    "it returns the task id at once and the result is given to you at your next turn (or ask task_result); "
+    "add `wake: true` to be given a turn of your own with the result as soon as the task ends, so you can fan "
+    "work out, end your turn and carry on when it comes back."
 )
 RESULT_DESCRIPTION = "Where a delegated task stands (by the taskId delegate_task returned), and its result once it ended."
 CANCEL_DESCRIPTION = (
@@ -81,8 +83,11 @@ class Delegator:
             return {"parentThreadId": self.thread_id}
         raise AgentdError("agentd mcp was started without AGENTD_SESSION_ID or --thread: it does not know who delegates")
 
-    async def delegate(self, instructions: str, provider: str | None, workspace: str, wait: bool) -> dict[str, Any]:
-        params: dict[str, Any] = {"instructions": instructions, "workspace": workspace, "wait": wait, **self._who()}
+    async def delegate(
+        self, instructions: str, provider: str | None, workspace: str, wait: bool, wake: bool = False,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"instructions": instructions, "workspace": workspace, "wait": wait, "wake": wake,
+                                  **self._who()}
         if provider:
             params["provider"] = provider
         async with Client.connect(self.socket) as client:
@@ -105,8 +110,10 @@ def describe(answer: dict[str, Any]) -> str:
     """The tool's text for the model."""
     if answer.get("text"):
         return answer["text"]
+    when = ("You get a turn of your own when it ends, with its result" if answer.get("wake")
+            else "Its result comes to you at your next turn")
     return (f"Delegated as task {answer['taskId']} (thread {answer['threadId']}, provider {answer.get('provider')}). "
-            "Its result comes to you at your next turn; task_result tells where it stands.")
+            f"{when}; task_result tells where it stands.")
 
 
 def build_server(delegator: Delegator) -> Any:
@@ -126,10 +133,10 @@ def build_server(delegator: Delegator) -> Any:
     @app.tool(name="delegate_task", description=DELEGATE_DESCRIPTION)
     async def delegate_task(
         instructions: str, wait: bool, provider: str | None = None,
-        workspace: Literal["same", "fork", "new"] = "same",
+        workspace: Literal["same", "fork", "new"] = "same", wake: bool = False,
     ) -> dict[str, Any]:
-        answer = await answer_of(delegator.delegate(instructions, provider, workspace, wait))
-        return {**_fields(answer), "text": describe(answer)}
+        answer = await answer_of(delegator.delegate(instructions, provider, workspace, wait, wake))
+        return {**_fields(answer), "wake": wake, "text": describe({**answer, "wake": wake})}
 
     @app.tool(name="task_result", description=RESULT_DESCRIPTION)
     async def task_result(taskId: str) -> dict[str, Any]:  # noqa: N803 - the tool's parameter name

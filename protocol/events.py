@@ -238,6 +238,8 @@ class ReconcileCounts(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     rollbacks_interrupted: int
     restores_interrupted: int
     transfers_failed: int
+    #: transfers bound to a queued run the restart cancelled (a merge-back, a wake-up's result)
+    transfers_superseded: int
 
 
 class DaemonReconciled(ReconcileCounts, kw_only=True):
@@ -310,6 +312,7 @@ class TaskDelegated(WireStruct, kw_only=True):
     handoff_id: str
     provider: str
     wait: bool
+    wake: bool
     workspace: str
 
 
@@ -320,6 +323,23 @@ class TaskEnded(WireStruct, kw_only=True):
     outcome: str
     transfer_id: str
     handoff_id: str
+
+
+class NodeInterruptRequested(WireStruct, kw_only=True):
+    via: Literal["provider", "task_cancel"]
+    task_ids: list[str]
+
+
+class TaskWoke(WireStruct, kw_only=True):
+    task_id: str
+    transfer_id: str
+    wake_run_id: str
+
+
+class TaskWakeDropped(WireStruct, kw_only=True):
+    task_ids: list[str]
+    cancelled_run_ids: list[str]
+    reason: str
 
 
 class SubagentThreadCreated(WireStruct, kw_only=True):
@@ -411,6 +431,9 @@ def _types() -> dict[str, type[msgspec.Struct]]:
         "run.context_resolved": RunContextResolved,
         "task.delegated": TaskDelegated,
         "task.ended": TaskEnded,
+        "task.woke": TaskWoke,
+        "node.interrupt_requested": NodeInterruptRequested,
+        "task.wake_dropped": TaskWakeDropped,
         "subagent.thread_created": SubagentThreadCreated,
         "checkpoint.restored": CheckpointRestored,
         **{f"checkpoint.{status}": CheckpointRecorded for status in ("captured", "missing", "error", "stale")},

@@ -155,6 +155,18 @@ class TaskDelegateResult(WireStruct, kw_only=True):
     seq: Seq
 
 
+class NodeInterruptResult(WireStruct, kw_only=True):
+    """``node.interrupt``: how the node is being ended (``provider``: the
+    runtime was asked; ``task_cancel``: the tasks it delegated are being
+    cancelled); the run goes on."""
+
+    node_id: str
+    run_id: str
+    via: Literal["provider", "task_cancel"]
+    task_ids: list[str]
+    seq: Seq
+
+
 class TaskCancelResult(WireStruct, kw_only=True):
     """``task.cancel``: the task's run interrupted (when it was running) or
     cancelled (when it had not started), its own tasks stopped after it."""

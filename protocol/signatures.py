@@ -29,6 +29,7 @@ SIGNATURES: dict[str, Signature] = {
     "thread.message.send": Signature(w.MessageSendParams, r.MessageSendResult),
     "run.interrupt": Signature(w.RunInterruptParams, r.RunInterruptResult),
     "run.retry": Signature(w.RunRetryParams, r.RunRetryResult),
+    "node.interrupt": Signature(w.NodeInterruptParams, r.NodeInterruptResult),
     "thread.stop": Signature(w.ThreadStopParams, r.ThreadStopResult),
     "thread.queue.release": Signature(w.ThreadIdParams, r.QueueReleaseResult),
     "queued-run.cancel": Signature(w.QueuedRunParams, r.QueuedRunCancelResult),

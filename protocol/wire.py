@@ -123,6 +123,8 @@ class TaskDelegateParams(Params):
     provider: Id | None = None
     workspace: TaskWorkspace = "same"
     wait: bool = False
+    #: when the task's run ends, the delegating thread gets a run of its own (wakeups.py)
+    wake: bool = False
     command_id: CommandId | None = None
 
 
@@ -189,6 +191,11 @@ class RunResumeParams(Params):
 class RunInterruptParams(Params):
     run_id: Id
     hold_queue: bool = False
+    command_id: CommandId | None = None
+
+
+class NodeInterruptParams(Params):
+    node_id: Id
     command_id: CommandId | None = None
 
 

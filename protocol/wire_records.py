@@ -68,6 +68,8 @@ class AppThread(WireStruct, kw_only=True):
     root_thread_id: str | None = None
     side_chat: bool = False
     created_by: str = "user"
+    wake_task_ids: list[str] = []
+    wakes_parent: bool = False
 
 
 class ConversationMessage(WireStruct, kw_only=True):
@@ -106,6 +108,7 @@ class Run(WireStruct, kw_only=True):
     clean_context: bool = False
     status_before_rollback: RunStatus | None = None
     rolled_back_at: float | None = None
+    created_by: str = "user"
 
 
 class RunAttempt(WireStruct, kw_only=True):

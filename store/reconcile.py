@@ -24,7 +24,7 @@ from agentd.protocol.errors import AgentdError
 from .batch import WriteBatch
 from .db import Store, struct_copy
 from .ids import new_id
-from .records import NODE_TERMINAL, AppThread, Checkpoint, ConversationMessage, Effect, ProviderThread, Run, to_wire
+from .records import NODE_TERMINAL, RUN_BOUND_TRANSFERS, AppThread, Checkpoint, ConversationMessage, Effect, ProviderThread, Run, to_wire
 
 R = TypeVar("R", bound=Struct)
 
@@ -56,6 +56,7 @@ class ReconcileReport:
     rollbacks_interrupted: list[str] = field(default_factory=list)
     restores_interrupted: list[str] = field(default_factory=list)
     transfers_failed: list[str] = field(default_factory=list)
+    transfers_superseded: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """How many of each, by field name: the ``daemon.reconciled`` payload.
@@ -85,6 +86,7 @@ def plan_reconciliation(
     plan.close_open_runs(missing)
     if thread_id is None:
         plan.mark_queued_messages_not_sent()
+        plan.supersede_run_bound_transfers()
     plan.interrupt_streaming_messages()
     plan.close_pending_requests()
     plan.stop_live_sessions()
@@ -106,6 +108,8 @@ class _Plan:
         self.report = ReconcileReport()
         #: each thread read once, and kept as this pass last put it
         self._threads: dict[str, AppThread | None] = {}
+        #: the queued runs this pass cancelled, by thread
+        self._cancelled: dict[str, set[str]] = {}
 
     def ours(self, owner: str | None) -> bool:
         return self.thread_id is None or owner == self.thread_id
@@ -140,6 +144,7 @@ class _Plan:
             else:
                 status, why = "cancelled", f"{self.reason}: never started; its message is kept as not_sent"
                 self.report.runs_not_started.append(run.id)
+                self._cancelled.setdefault(run.thread_id, set()).add(run.id)
             self._close_run_parts(run, status, why)
             closed = struct_copy(run, status=status, reason=why, ended_at=self.now)
             if run.id in missing:
@@ -180,6 +185,21 @@ class _Plan:
             self._threads[thread_id] = thread = struct_copy(thread, status="idle", active_run_id=None,
                                                             updated_at=self.now)
             self.batch.put(thread)
+
+    def supersede_run_bound_transfers(self) -> None:
+        """Transfers bound to a queued run this pass cancelled (a merge-back's
+        delta, a wake-up's result) end ``superseded``: the run that was to
+        carry them never will, and nothing takes them in by itself."""
+        for thread_id, run_ids in self._cancelled.items():
+            for transfer in self.store.thread_transfers(thread_id):
+                if (transfer.type in RUN_BOUND_TRANSFERS and transfer.run_id in run_ids
+                        and transfer.status in ("pending", "failed")):
+                    ended = struct_copy(transfer, status="superseded",
+                                        error=f"{self.reason}: its run {transfer.run_id} was cancelled before it started")
+                    self.batch.put(ended)
+                    self.batch.event("context_transfer.superseded", thread_id=thread_id, run_id=transfer.run_id,
+                                     at=self.now, transfer=to_wire(ended))
+                    self.report.transfers_superseded.append(ended.id)
 
     def mark_queued_messages_not_sent(self) -> None:
         """Messages of the cancelled queued runs are kept, as ``not_sent``."""

@@ -55,6 +55,11 @@ RUN_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled", "ro
 RUN_OPEN = frozenset({"queued"}) | RUN_ACTIVE
 
 ATTEMPT_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled"})
+#: transfers bound to one run (their ``runId``) before any turn takes them in:
+#: a merge-back's delta is built for the message it came with, and a delegated
+#: task's result that woke its parent is that wake-up run's input. When the run
+#: is cancelled, dropped or rolled back they end ``superseded``.
+RUN_BOUND_TRANSFERS = frozenset({"merge_back", "subagent_result"})
 NODE_TERMINAL = frozenset({"completed", "failed", "interrupted", "cancelled", "incomplete"})
 
 
@@ -87,6 +92,11 @@ class AppThread(Record, kw_only=True, frozen=True):
     root_thread_id: str | None = None
     side_chat: bool = False
     created_by: str = "user"
+    #: delegated tasks (``wake: true``) whose end gives this thread a run of
+    #: its own (a wake-up); a Stop empties it (SPEC F9, F10)
+    wake_task_ids: list[str] = []
+    #: a delegated task whose end wakes its parent (``task.delegate {wake: true}``)
+    wakes_parent: bool = False
 
 
 class ConversationMessage(Record, kw_only=True, frozen=True):
@@ -128,6 +138,8 @@ class Run(Record, kw_only=True, frozen=True):
     #: a rolled-back run: the status it had ended with, and when it was rolled back (F14)
     status_before_rollback: RunStatus | None = None
     rolled_back_at: float | None = None
+    #: ``system``: agentd queued it itself (a delegated task's wake-up), not a person
+    created_by: str = "user"
 
 
 class RunAttempt(Record, kw_only=True, frozen=True):

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from agentd.actors import artifacts, requests, restoring, rollback, run_control, steering, thread_admin, transfers
+from agentd.actors import (artifacts, node_interrupt, requests, restoring, rollback, run_control, steering, thread_admin,
+                           transfers)
 from agentd.actors.workspace_guard import refusing_while_shared
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
@@ -108,6 +109,7 @@ METHODS = MethodTable([
     _thread("thread.message.send", steering.message_send, by_thread),
     _thread("run.interrupt", run_control.run_interrupt, by_run),
     _thread("run.retry", run_control.run_retry, by_run),
+    _thread("node.interrupt", node_interrupt.node_interrupt, by_node),
     _thread("thread.stop", run_control.thread_stop, by_thread),
     _thread("thread.queue.release", run_control.queue_release, by_thread),
     _thread("queued-run.cancel", run_control.queued_run_cancel, by_run),

@@ -150,7 +150,7 @@ async def task_delegate(context: DaemonContext, params: wire.TaskDelegateParams,
         command = DelegateCommand(
             parent_thread_id=parent.id, instructions=params.instructions, provider=provider, workspace=workspace,
             workspace_mode=params.workspace, wait=params.wait, max_depth=config.delegate_max_depth,
-            max_fanout=config.delegate_max_fanout, slot=slot, session_claim=claim,
+            max_fanout=config.delegate_max_fanout, slot=slot, session_claim=claim, wake=params.wake,
         )
         answer: dict[str, Any] = await registry.call(parent.id, delegation.delegate, command, params.command_id,
                                                      method="task.delegate")

@@ -127,7 +127,7 @@ def test_the_cycle_finder_finds_a_cycle():
 #: executors.py carry it out)
 CORE = ["state", "graph", "messages", "effects", "context", "handoff", "lineage", "points", "steering", "run_control",
         "turns", "requests", "artifacts", "transfers", "delegation", "checkpointing", "child_checkpoints",
-        "merge_back", "rollback", "restoring", "provider_memory", "workspace_guard", "ending", "starting",
+        "merge_back", "rollback", "restoring", "provider_memory", "workspace_guard", "ending", "starting", "wakeups", "node_interrupt",
         "task_slots", "thread_admin"]
 #: what the core may not import: the event loop, and everything that runs it
 BANNED = ["trio", "agentd.actors.thread_actor", "agentd.actors.registry", "agentd.actors.executors",

@@ -193,6 +193,13 @@ class ProviderConnection(abc.ABC):
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
         """Ask the runtime to interrupt; the turn ends only when it says so."""
 
+    async def interrupt_item(self, native_thread_id: str, native_turn_id: str, native_item_id: str) -> None:
+        """Ask the runtime to interrupt one running item of a turn (a tool
+        call, a subagent); the item ends when the runtime says so and the
+        turn goes on. Only for adapters whose ``interruptible_items`` name
+        the item's kind."""
+        raise ProviderRuntimeError("this runtime cannot interrupt one item of a turn")
+
     async def start_first_turn(
         self, *, text: str, attempt_id: str, cwd: str, context: str | None = None
     ) -> tuple[str, str]:
@@ -238,6 +245,10 @@ class ProviderAdapter(abc.ABC):
     #: how this instance's sessions start ``agentd mcp`` (the daemon sets it;
     #: None: its agents get no agentd tool)
     agentd_tool: AgentdTool | None
+    #: the node kinds whose running item the runtime interrupts on its own
+    #: (``node.interrupt``; ``interrupt_item``), and why not where it cannot
+    interruptible_items: frozenset[str] = frozenset()
+    item_interrupt_why: str = "its runtime has no way to interrupt one item of a turn"
 
     @abc.abstractmethod
     async def open(

@@ -75,6 +75,8 @@ class ScriptedAdapter(ProviderAdapter):
     """
 
     kind = "scripted"
+    #: its ``item/interrupt`` ends a running tool, command or subagent item
+    interruptible_items = frozenset({"tool", "command_execution", "subagent"})
 
     def __init__(
         self,
@@ -214,6 +216,10 @@ class ScriptedConnection(ProviderConnection):
 
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
         await self._peer.request("turn/interrupt", {"threadId": native_thread_id, "turnId": native_turn_id})
+
+    async def interrupt_item(self, native_thread_id: str, native_turn_id: str, native_item_id: str) -> None:
+        await self._peer.request("item/interrupt",
+                                 {"threadId": native_thread_id, "turnId": native_turn_id, "itemId": native_item_id})
 
     async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str) -> None:
         await self._peer.request(

@@ -22,7 +22,8 @@ Modelled on ``codex app-server``: JSON-RPC shaped messages without the
 
 Methods: ``initialize``, ``thread/start``, ``thread/resume``, ``thread/fork``,
 ``thread/turns/list``, ``thread/rollback``, ``turn/start``,
-``turn/interrupt``, ``turn/steer`` and ``shutdown``.  ``initialize`` may
+``turn/interrupt``, ``item/interrupt`` (one running tool, command or subagent
+item ends ``interrupted``; the turn goes on), ``turn/steer`` and ``shutdown``.  ``initialize`` may
 switch off the capabilities listed in :data:`CAPABILITIES`; the matching
 method then fails with :data:`NOT_SUPPORTED`.  With ``emptyThreads`` off,
 ``thread/start`` is refused and ``turn/start {cwd, input}`` (no
@@ -70,6 +71,8 @@ TURN_CONFLICT = -32005
 
 #: what a ``say`` step's ``phase`` may be (Codex's MessagePhase)
 PHASES = ("commentary", "partial_answer", "final_answer")
+#: item kinds ``item/interrupt`` may end while they run
+INTERRUPTIBLE = frozenset({"tool", "commandExecution", "subagent"})
 #: characters of a command step's output kept in its item
 MAX_COMMAND_OUTPUT = 16_000
 #: the environment variable naming the session's tool credential (tool_credentials.py): agentd mcp's only
@@ -193,6 +196,7 @@ class Agent:
             "thread/rollback": self._thread_rollback,
             "turn/start": self._turn_start,
             "turn/interrupt": self._turn_interrupt,
+            "item/interrupt": self._item_interrupt,
             "turn/steer": self._turn_steer,
             "shutdown": self._shutdown,
         }
@@ -418,6 +422,19 @@ class Agent:
         self._active_turn(thread_id, params.get("turnId")).scope.cancel()
         return {}
 
+    def _item_interrupt(self, params: dict[str, Any]) -> dict[str, Any]:
+        """End one running item (a tool, a command, a subagent) as
+        ``interrupted``; the turn goes on with its next step."""
+        self._require("interrupt")
+        thread_id = _param(params, "threadId", str, "item/interrupt")
+        item_id = _param(params, "itemId", str, "item/interrupt")
+        turn = self._active_turn(thread_id, params.get("turnId"))
+        scope = turn.interruptible.get(item_id)
+        if scope is None:
+            raise RpcError(INVALID_PARAMS, f"item {item_id} is not a running tool, command or subagent of the turn")
+        scope.cancel()
+        return {}
+
     def _turn_steer(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("steer")
         thread_id = _param(params, "threadId", str, "turn/steer")
@@ -515,7 +532,7 @@ class Turn:
         ``thread``, the subagent gets a native thread of its own (named in the
         item's ``receiverThreadIds``, like a Codex ``spawnAgent`` call) that
         holds its steps and what it said; it can be resumed and forked.
-    ``{"delegate": {"instructions", "provider"?, "workspace"?, "wait"?}}``
+    ``{"delegate": {"instructions", "provider"?, "workspace"?, "wait"?, "wake"?}}``
         A ``tool`` item ``delegate_task`` that calls agentd's MCP tool of that
         name through ``agentd mcp`` (``AGENTD_MCP_COMMAND``), then says
         ``delegated task OUTCOME: FINAL ANSWER`` (``wait: true``),
@@ -537,6 +554,8 @@ class Turn:
         self.scope = trio.CancelScope()
         self.steers: list[str] = []
         self._open_items: list[dict[str, Any]] = []
+        #: running items ``item/interrupt`` may end, by id
+        self.interruptible: dict[str, trio.CancelScope] = {}
         self._output: list[str] = []
         self.context = ""
 
@@ -598,7 +617,17 @@ class Turn:
             item["parentItemId"] = parent
         await self._notify("item/started", item=item)
         self._open_items.append(item)
-        yield item
+        if kind in INTERRUPTIBLE:
+            with trio.CancelScope() as scope:
+                self.interruptible[item["id"]] = scope
+                try:
+                    yield item
+                finally:
+                    del self.interruptible[item["id"]]
+            if scope.cancelled_caught:
+                item["status"] = "interrupted"
+        else:
+            yield item
         self._open_items.remove(item)
         if item.get("status") == "inProgress":
             item["status"] = "completed"
@@ -868,6 +897,8 @@ class Turn:
         }
         if spec.get("provider") is not None:
             arguments["provider"] = _expect(spec["provider"], str, "delegate provider must be a string")
+        if spec.get("wake") is not None:
+            arguments["wake"] = _expect(spec["wake"], bool, "delegate wake must be true or false")
         async with self._item(parent, "tool", name="delegate_task", status="inProgress") as item:
             error, answer = await call_agentd_tool("delegate_task", arguments)
             if error is not None:

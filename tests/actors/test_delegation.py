@@ -266,7 +266,8 @@ async def test_f9_f12_sigkill_while_a_task_runs(tmp_path, short_dir):
     """F12 + F9: the daemon is SIGKILLed while a delegated task runs: after
     the restart both runs are interrupted (daemon_restart), the parent's
     delegate_task tool node is incomplete, both threads are idle, and the
-    task's result — it was cut off — reaches the parent's next run."""
+    task — cut off — owes nothing (seed 003): its result is readable with
+    task.result and superseded, never taken in by the parent's next run."""
     daemon = await _start(tmp_path, short_dir)
     try:
         async with Client.connect(daemon.socket) as client:
@@ -288,9 +289,9 @@ async def test_f9_f12_sigkill_while_a_task_runs(tmp_path, short_dir):
             answer = await client.call("task.result", taskId=child_id)
             assert answer["status"] == "interrupted" and answer["outcome"] == "interrupted: daemon_restart"
             _, where = await recall(client, parent, "chars")
-            assert where == {"chars": "context"}
+            assert where == {"chars": "absent"}
             [result] = [t for t in await transfers(client, parent) if t["type"] == "subagent_result"]
-            assert result["status"] == "consumed"
+            assert result["status"] == "superseded" and result["error"].startswith("cut off by a restart")
     finally:
         assert await daemon.terminate() == 0
 

@@ -307,6 +307,9 @@ EMITTED_ELSEWHERE = {
     # Delegation needs agentd mcp's start (seconds of imports): its own tests (SPEC F9).
     "task.delegated": ("test_delegation", "test_f9_f10_stopping_the_parent_stops_its_task_and_the_result_waits_for_the_next_run"),
     "task.ended": ("test_delegation", "test_f9_delegate_without_waiting_the_result_reaches_the_next_run_as_a_stored_handoff"),
+    "task.woke": ("test_wakeups", "test_f9_a_task_that_ends_wakes_its_parent_with_a_run_that_takes_its_result_in"),
+    "task.wake_dropped": ("test_wakeups", "test_f9_f10_a_stop_drops_the_wake_ups_its_working_tasks_owe"),
+    "node.interrupt_requested": ("test_node_interrupt", "test_f10_interrupting_a_running_node_ends_it_and_the_run_goes_on"),
     "subagent.thread_created": ("test_delegation", "test_f9_f6_a_native_subagent_with_a_thread_of_its_own_is_a_child_thread"),
     # Faults in one thread's actor, and torn records (issue 20).
     "thread.failed": ("test_fault_isolation", "test_a_failed_actor_costs_its_thread_only_and_the_thread_runs_again"),
