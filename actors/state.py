@@ -122,6 +122,9 @@ class ThreadState:
     provider_thread: ProviderThread | None = None
     #: the run being started or running, if any
     active: ActiveRun | None = None
+    #: ``thread.delete`` took the thread out of the store: the actor answers
+    #: every later command ``not_found`` until it retires (thread_admin.py)
+    deleted: bool = False
 
     @property
     def thread_id(self) -> str:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
 
-from agentd.protocol.errors import AgentdError, CorruptRecord, InternalError, SchemaTooNew
+from agentd.protocol.errors import AgentdError, CorruptRecord, InternalError, NotFound, SchemaTooNew
 from agentd.store.records import AppThread, ConversationMessage, ExecutionNode, ProviderThread, Run, RunAttempt
 from agentd.store.writer import CommitResult
 
@@ -238,6 +238,10 @@ class ThreadActor:
         return commands
 
     async def _dispatch(self, item: MailboxItem) -> None:
+        if self.state.deleted:  # what waited behind a thread.delete: the thread is gone
+            if isinstance(item, Command):
+                item.reply.fail(NotFound(f"no thread {self.thread_id}: it was deleted", threadId=self.thread_id))
+            return
         match item:
             case Command():
                 await self._handle_command(item)

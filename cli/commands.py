@@ -43,7 +43,7 @@ def add_daemon_commands(sub: Subcommands, o: Options) -> None:
 
 
 def add_thread_commands(sub: Subcommands, o: Options) -> None:
-    """``new``, ``threads``, ``show``, ``events``, ``doctor``, ``unquarantine``."""
+    """``new``, ``threads``, ``show``, ``events``, ``doctor``, ``unquarantine``, then the admin commands."""
     p = add_command(sub, "new", "commands_threads:cmd_new", "create a thread; prints its id", [o.results])
     p.add_argument("--title", help="the thread's title")
     p.add_argument("--workspace", metavar="DIR", help="the directory the agent works in (default: a new one under the data dir)")
@@ -65,6 +65,28 @@ def add_thread_commands(sub: Subcommands, o: Options) -> None:
     p = add_command(sub, "unquarantine", "doctor_cmd:cmd_unquarantine",
                     "let commands reach a thread whose actor failed too often again", [o.results])
     p.add_argument("thread", type=o.thread_id, metavar="THREAD", help="the quarantined thread")
+    add_thread_admin_commands(sub, o)
+
+
+def add_thread_admin_commands(sub: Subcommands, o: Options) -> None:
+    """``search``, ``export``, ``rename``, ``rm`` (issue 28)."""
+    p = add_command(sub, "search", "thread_admin_cmds:cmd_search",
+                    "full-text search of titles, messages, answers and handoffs", [o.results])
+    p.add_argument("query", help='words (all must match), "a phrase", prefix*, OR, NOT')
+    p.add_argument("--thread", type=o.thread_id, help="only this thread")
+    p.add_argument("--limit", type=counting_number, default=20, help="at most this many hits (default 20)")
+    p = add_command(sub, "export", "thread_admin_cmds:cmd_export", "a thread as Markdown or one JSON document",
+                    [o.daemon])
+    p.add_argument("thread", type=o.thread_id, help="the thread's id")
+    p.add_argument("--format", choices=("markdown", "json"), default="markdown", help="default: markdown")
+    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    p = add_command(sub, "rename", "thread_admin_cmds:cmd_rename", "give a thread a new title", [o.results])
+    p.add_argument("thread", type=o.thread_id, help="the thread's id")
+    p.add_argument("title", type=non_empty("title"), help="the new title")
+    p = add_command(sub, "rm", "thread_admin_cmds:cmd_rm",
+                    "delete a thread and its runs, messages and checkpoints (forks keep theirs)", [o.results])
+    p.add_argument("thread", type=o.thread_id, help="the thread's id")
+    p.add_argument("--yes", action="store_true", help="do not ask (required when not at a terminal)")
 
 
 def add_send_command(sub: Subcommands, o: Options) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from agentd.protocol.errors import NotFound
+
 from .common import print_json, with_daemon
 from .connection import DaemonConnection
 
@@ -67,7 +69,9 @@ def lineage_lines(daemon: DaemonConnection, thread_id: str, *, detail: dict[str,
     lines = [f"{thread['id']} \"{thread['title']}\" created by {thread['createdBy']}"]
     if thread.get("parentThreadId"):
         side = ", side chat" if thread.get("sideChat") else ""
-        lines.append(f"  parent {thread['parentThreadId']} ({thread['relationshipToParent']}{side}), root {thread['rootThreadId']}")
+        gone = ", deleted" if not _exists(daemon, thread["parentThreadId"]) else ""
+        lines.append(f"  parent {thread['parentThreadId']} ({thread['relationshipToParent']}{side}{gone}), "
+                     f"root {thread['rootThreadId']}")
     incoming = [t for t in transfers if t["targetThreadId"] == thread_id and t["type"] != "provider_handoff"]
     outgoing = [t for t in transfers if t["sourceThreadId"] == thread_id and t["targetThreadId"] != thread_id]
     switches = [t for t in transfers if t["type"] == "provider_handoff"]
@@ -104,6 +108,15 @@ def lineage_lines(daemon: DaemonConnection, thread_id: str, *, detail: dict[str,
         for run in detail["runs"]:
             lines.append(f"  run {run['ordinal']} on {run['provider']}: {run['status']}")
     return lines
+
+
+def _exists(daemon: DaemonConnection, thread_id: str) -> bool:
+    """Whether the thread is still there (``thread.delete`` leaves its forks naming it)."""
+    try:
+        daemon.call("thread.get", threadId=thread_id)
+    except NotFound:
+        return False
+    return True
 
 
 def _children(daemon: DaemonConnection, thread_id: str) -> list[dict[str, Any]]:

@@ -258,6 +258,20 @@ class ThreadUnquarantined(WireStruct, kw_only=True):
     first_incident_id: str | None
 
 
+class ThreadUpdated(WireStruct, kw_only=True):
+    """``thread.update`` changed the thread: the record now, and the fields that changed."""
+
+    thread: AppThread
+    changed: list[str]
+
+
+class ThreadDeleted(WireStruct, kw_only=True):
+    """``thread.delete`` took the thread out; its children keep their history."""
+
+    thread_id: str
+    child_thread_ids: list[str]
+
+
 class EventCorrupt(WireStruct, kw_only=True):
     reason: str
     message: str
@@ -429,6 +443,8 @@ def _types() -> dict[str, type[msgspec.Struct]]:
         "daemon.reconciled": DaemonReconciled,
         "thread.failed": ThreadFailed,
         "thread.unquarantined": ThreadUnquarantined,
+        "thread.updated": ThreadUpdated,
+        "thread.deleted": ThreadDeleted,
         "event.corrupt": EventCorrupt,
         "thread.forked": ThreadForked,
         **{f"context_transfer.{change}": TransferChanged for change in ("created", "resolved", "consumed", "failed", "superseded")},

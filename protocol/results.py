@@ -177,6 +177,59 @@ class TaskCancelResult(WireStruct, kw_only=True):
     seq: Seq
 
 
+class ThreadUpdateResult(WireStruct, kw_only=True):
+    """``thread.update``: the thread as it is now, and which fields changed
+    (none: nothing was written; ``seq`` is then the store's last)."""
+
+    thread: AppThread
+    changed: list[str]
+    seq: Seq
+
+
+class ThreadDeleteResult(WireStruct, kw_only=True):
+    """``thread.delete``: what went (counts), the shadow refs dropped, and
+    the child threads (forks, tasks) that keep their own history."""
+
+    thread_id: str
+    runs: int
+    messages: int
+    nodes: int
+    handoffs: int
+    checkpoints: int
+    refs_dropped: int
+    child_thread_ids: list[str]
+    seq: Seq
+
+
+class SearchHit(WireStruct, kw_only=True):
+    """One match: the thread, and the run and message it is in (null for a
+    title or a handoff's ``messageId``); ``kind`` says what matched;
+    ``snippet`` marks the matched words ``**so**``; higher ``score`` is better."""
+
+    thread_id: str
+    run_id: str | None
+    message_id: str | None
+    kind: Literal["title", "user", "answer", "handoff"]
+    snippet: str
+    score: float
+
+
+class ThreadSearchResult(WireStruct, kw_only=True):
+    hits: list[SearchHit]
+    #: false: the query matched too many documents to rank in time; the hits
+    #: are its newest matches, newest first, with score 0
+    ranked: bool
+
+
+class ThreadExportResult(WireStruct, kw_only=True):
+    """``thread.export``: ``markdown`` (format markdown) or ``document`` (format json)."""
+
+    thread_id: str
+    format: Literal["markdown", "json"]
+    markdown: str | None = None
+    document: dict[str, Any] | None = None
+
+
 class ThreadUnquarantineResult(WireStruct, kw_only=True):
     thread_id: str
     was_quarantined: bool

@@ -46,6 +46,8 @@ SIGNATURES: dict[str, Signature] = {
     "rollback.toRun": Signature(w.RollbackToRunParams, r.RollbackToRunResult),
     "rollback.node": Signature(w.RollbackNodeParams, r.RollbackNodeResult),
     "thread.unquarantine": Signature(w.ThreadIdParams, r.ThreadUnquarantineResult),
+    "thread.update": Signature(w.ThreadUpdateParams, r.ThreadUpdateResult),
+    "thread.delete": Signature(w.ThreadDeleteParams, r.ThreadDeleteResult),
     # reads
     "thread.list": Signature(w.ThreadListParams, r.ThreadListResult),
     "thread.get": Signature(w.ThreadGetParams, r.ThreadGetResult),
@@ -60,6 +62,8 @@ SIGNATURES: dict[str, Signature] = {
     "checkpoint.list": Signature(w.ThreadIdParams, r.CheckpointListResult),
     "checkpoint.diff": Signature(w.CheckpointDiffParams, r.CheckpointDiffResult),
     "run.diff": Signature(w.RunDiffParams, r.RunDiffResult),
+    "thread.search": Signature(w.ThreadSearchParams, r.ThreadSearchResult),
+    "thread.export": Signature(w.ThreadExportParams, r.ThreadExportResult),
     # events
     "events.subscribe": Signature(w.SubscribeParams, r.SubscribeResult),
     "events.unsubscribe": Signature(w.UnsubscribeParams, r.EmptyResult),

@@ -213,6 +213,35 @@ class ThreadIdParams(Params):
     thread_id: Id
 
 
+class ThreadUpdateParams(Params):
+    """``thread.update``: what to change (a field left out stays as it is)."""
+
+    thread_id: Id
+    title: Title | None = None
+    command_id: CommandId | None = None
+
+
+class ThreadDeleteParams(Params):
+    thread_id: Id
+
+
+#: the longest search query, in characters
+MAX_QUERY = 1_000
+
+
+class ThreadSearchParams(Params):
+    """``thread.search``: FTS5 query syntax (words, ``"a phrase"``, ``pre*``, ``AND``/``OR``/``NOT``)."""
+
+    query: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_QUERY)]
+    thread_id: Id | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 20
+
+
+class ThreadExportParams(Params):
+    thread_id: Id
+    format: Literal["markdown", "json"] = "markdown"
+
+
 class QueuedRunParams(Params):
     run_id: Id
 

@@ -122,6 +122,11 @@ class WriteBatch:
         self.events[0:0] = other.events
         self.chunks.update(other.chunks)
 
+    def delete(self, db: str, key: bytes) -> None:
+        """Remove ``key`` from sub-database ``db`` (a record, an index entry,
+        a text chunk): ``thread.delete`` takes a thread's records out this way."""
+        self.ops.append((db, key, None))
+
     def put_all(self, *records: Record) -> None:
         for record in records:
             self.put(record)

@@ -23,6 +23,8 @@ from .sessions import ProviderSessionManager
 if TYPE_CHECKING:  # loaded by the daemon only when the console is on (it loads h11)
     from agentd.protocol.login import LoginCodes
 
+    from .search_indexer import SearchIndexer
+
 
 @dataclass
 class Endpoints:
@@ -54,6 +56,7 @@ class DaemonContext:
             from an agent is refused).
         login_codes: the console's one-time login codes (``agentd web``),
             None when the console is off.
+        search: the search index's keeper (``thread.search``; None: search is off).
     """
 
     store: Store
@@ -65,3 +68,4 @@ class DaemonContext:
     task_slots: TaskSlots = field(default_factory=TaskSlots)
     credentials: ToolCredentials | None = None
     login_codes: LoginCodes | None = None
+    search: SearchIndexer | None = None

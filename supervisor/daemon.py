@@ -67,6 +67,7 @@ from .context import DaemonContext, Endpoints
 from .methods import METHODS
 from .paths import Paths
 from .router import DaemonRouter
+from .search_indexer import SearchIndexer
 from .sessions import ProviderSessionManager
 from .tree import ChildSpec, Restart, RestartIntensity, Strategy, Supervisor
 
@@ -304,6 +305,10 @@ class Daemon:
         hub = self.hub = EventHub()
         store = self.store = Store(self.paths.store, on_commit=hub.publish, inline_commits=opts.inline_commits)
         hub.last_seq = store.last_seq
+        # The search index follows the store after each commit (post-commit
+        # hook: it only wakes the indexer, which reads the log in a thread).
+        search = SearchIndexer(store, self.paths.search_index)
+        store.set_on_commit(partial(_publish, hub, search))
         # agentd mcp's own credential per session: the tool methods take no
         # guessable session id for proof (hostile-round item 11).
         credentials = ToolCredentials(self.paths.tool_credentials)
@@ -317,10 +322,10 @@ class Daemon:
         websocket = self._websocket_plan()
         context = self.context = DaemonContext(
             store, hub, registry, sessions, self.endpoints, started_at=trio.current_time(), credentials=credentials,
-            login_codes=websocket.login_codes if websocket is not None else None,
+            login_codes=websocket.login_codes if websocket is not None else None, search=search,
         )
         router = self.router = DaemonRouter(METHODS, context)
-        self.supervisor = self._supervision_tree(store, registry, sessions, compactor,
+        self.supervisor = self._supervision_tree(store, registry, sessions, compactor, search,
                                                  servers=self._servers(router, websocket))
         try:
             async with trio.open_nursery() as nursery:
@@ -330,6 +335,7 @@ class Daemon:
                 await self._shutdown.wait()
                 self.supervisor.request_stop()
         finally:
+            search.close()
             store.close()
 
     async def _deliver(self, thread_id: str, event: ProviderEvent) -> None:
@@ -417,7 +423,7 @@ class Daemon:
             task_status.started()
 
     def _supervision_tree(self, store: Store, registry: ThreadRegistry, sessions: ProviderSessionManager,
-                          compactor: Compactor, *, servers: list[ChildSpec]) -> Supervisor:
+                          compactor: Compactor, search: SearchIndexer, *, servers: list[ChildSpec]) -> Supervisor:
         """The root supervisor, over the core (``self.core``) and maintenance (``self.maintenance``)."""
         # The order is the dependency order, and rest_for_one restarts a child
         # with everything after it: the registry's actors commit through the
@@ -436,7 +442,8 @@ class Daemon:
             strategy=Strategy.REST_FOR_ONE,
             intensity=RestartIntensity(3, 60.0),
         )
-        self.maintenance = Supervisor([ChildSpec("checkpoint-compactor", compactor.serve)],
+        self.maintenance = Supervisor([ChildSpec("checkpoint-compactor", compactor.serve),
+                                       ChildSpec("search-indexer", search.serve)],
                                       strategy=Strategy.ONE_FOR_ONE, intensity=RestartIntensity(3, 60.0))
         # The root restarts nothing itself: a core that gave up ends the
         # daemon (as a crash loop should), a maintenance branch that gave up
@@ -516,6 +523,12 @@ class Daemon:
             await store.commit(batch)
             log.info("reconciled (%s): %s", reason, report.as_dict())
         self.reconcile_report = report
+
+
+def _publish(hub: EventHub, search: SearchIndexer, events: list[Any]) -> None:
+    """The store's post-commit hook: subscribers first, then the search indexer's wake-up."""
+    hub.publish(events)
+    search.notify(events)
 
 
 def restart_reason(child: str) -> str:

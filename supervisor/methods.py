@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from agentd.actors import artifacts, node_interrupt, requests, restoring, rollback, run_control, steering, transfers
+from agentd.actors import (artifacts, node_interrupt, requests, restoring, rollback, run_control, steering, thread_admin,
+                           transfers)
 from agentd.actors.workspace_guard import refusing_while_shared
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
@@ -28,7 +29,8 @@ from agentd.protocol.signatures import SIGNATURES
 from agentd.store.db import Store
 from agentd.store.records import Checkpoint, ConversationMessage, ExecutionNode, PlanArtifact, Run, RuntimeRequest
 
-from . import queries, run_diff, subscriptions, tasks
+from . import export, queries, run_diff, search, subscriptions, tasks
+from . import thread_admin as thread_deletion
 
 
 class _NamesThread(Protocol):
@@ -125,6 +127,9 @@ METHODS = MethodTable([
     _thread("rollback.toRun", refusing_while_shared(rollback.rollback_to_run), by_thread),
     _thread("rollback.node", refusing_while_shared(rollback.rollback_node), by_node),
     _daemon("thread.unquarantine", queries.thread_unquarantine, access="control"),
+    _thread("thread.update", thread_admin.thread_update, by_thread),
+    # Runs in the thread's actor (race-free with a run starting), then drops its refs.
+    _daemon("thread.delete", thread_deletion.thread_delete, access="control"),
     # reads
     _read("thread.list", queries.thread_list),
     _read("thread.get", queries.thread_get),
@@ -140,6 +145,8 @@ METHODS = MethodTable([
     _read("checkpoint.list", queries.checkpoint_list),
     _daemon("checkpoint.diff", queries.checkpoint_diff, access="open"),
     _daemon("run.diff", run_diff.run_diff, access="open"),
+    _daemon("thread.search", search.thread_search, access="open"),
+    _daemon("thread.export", export.thread_export, access="open"),
     # events
     _daemon("events.subscribe", subscriptions.subscribe, access="open"),
     _read("events.unsubscribe", subscriptions.unsubscribe),

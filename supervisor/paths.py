@@ -56,6 +56,11 @@ class Paths:
         return self.data_dir / "store"
 
     @property
+    def search_index(self) -> Path:
+        """The full-text search index (SQLite FTS5), derived from the store: it may be deleted."""
+        return self.data_dir / "search.sqlite3"
+
+    @property
     def workspaces(self) -> Path:
         return self.data_dir / "workspaces"
 

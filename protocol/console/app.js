@@ -13,6 +13,7 @@ import { fillProviders } from './composer.js';
 import { respond } from './requests.js';
 import { showThread, loadRequests, renderThread } from './thread-view.js';
 import { offerNotifications, notifyOf } from './notify.js';
+import { setUpSearch } from './search.js';
 
 const perf = (window.agentdPerf = { longTasks: [], marks: {} });
 try {
@@ -237,6 +238,7 @@ $('new-thread-dialog').addEventListener('close', async () => {
   if (result) openThread(result.threadId);
 });
 $('shortcuts-open').addEventListener('click', () => $('shortcuts-dialog').showModal());
+setUpSearch();
 
 document.addEventListener('keydown', (e) => {
   const target = e.target;

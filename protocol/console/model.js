@@ -199,6 +199,11 @@ export class Model {
     }
     const t = this.threads.get(ev.threadId);
     if (!t) return;
+    if (ev.type === 'thread.deleted') { // thread.delete: it leaves the list (its forks stay, as roots)
+      this.threads.delete(t.id);
+      this.dirty.list = this.dirty.listOrder = true;
+      return;
+    }
     t.lastActivity = ev.at;
     // Text and graph events change nothing the list shows but the time, which
     // the row picks up when it is next drawn: a streaming answer redraws no row.

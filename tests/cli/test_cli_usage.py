@@ -202,7 +202,7 @@ def test_bash_sources_the_completion_script_and_completes_commands_and_options()
     done = subprocess.run(["bash", "--norc", "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["complete -o bashdefault -o default -F _agentd agentd",
-                                        "serve send", "--steer", "bash zsh fish"]
+                                        "serve search send", "--steer", "bash zsh fish"]
 
 
 async def test_bash_completes_a_thread_argument_with_the_daemons_thread_ids(daemon, tmp_path):

@@ -232,6 +232,9 @@ async def second_life(client: Client, threads: dict[str, str]) -> None:
     child = next(c for c in (await client.call("checkpoint.list", threadId=threads["t1"]))["checkpoints"]
                  if c["scope"] == "child" and c["status"] == "captured")
     await client.call("rollback.node", nodeId=child["nodeId"], checkpointId=child["id"])
+    # Rename and delete (issue 28): thread.updated, thread.deleted.
+    await client.call("thread.update", threadId=t7, title="renamed")
+    await client.call("thread.delete", threadId=t7)
 
 
 async def follow_ephemeral(client: Client, seen: set[str], task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -194,11 +194,11 @@ async def test_a_request_without_a_string_method_is_invalid_request(daemon, sock
 
 async def test_unknown_method_says_where_the_methods_are_listed(daemon, socket_path):
     async with raw_connection(socket_path) as conn:
-        reply = await conn.call("thread.delete", {"threadId": "thr_x"})
+        reply = await conn.call("thread.explode", {"threadId": "thr_x"})
         error = assert_error(reply, METHOD_NOT_FOUND, "method_not_found", request_id=1)
-        assert "thread.delete" in error["message"]
+        assert "thread.explode" in error["message"]
         assert "protocol/README.md" in error["message"]
-        assert error["data"]["method"] == "thread.delete"
+        assert error["data"]["method"] == "thread.explode"
 
 
 async def test_a_line_over_the_limit_is_refused_and_the_connection_survives(daemon, socket_path):

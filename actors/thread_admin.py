@@ -1,0 +1,78 @@
+"""Rename and delete a thread (issue 28), in the thread's own actor.
+
+Both run as the thread's commands, one at a time with everything else the
+actor does, so a delete cannot race a run that starts: the actor is idle
+when it checks, and no run can start in it until the deletion is
+committed. After it, the actor answers every command ``not_found`` until it
+retires (``ThreadState.deleted``); the registry finds no thread to load.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from agentd.protocol.errors import InvalidParams, InvalidState
+from agentd.store.records import to_wire
+from agentd.store.thread_delete import DeletedThread, delete_thread
+
+from . import graph
+from .context import ThreadContext
+from .effects import NO_SEQ, Decision
+from .messages import Command
+
+
+def thread_update(ctx: ThreadContext, command: Command) -> Decision:
+    """``thread.update {threadId, title?}``: change the thread's title; ``thread.updated``."""
+    params = command.params
+    state = ctx.state
+    changes = {}
+    if params.title is not None:
+        title = params.title.strip()
+        if not title:
+            raise InvalidParams("title must not be empty", field="title")
+        if title != state.thread.title:
+            changes["title"] = title
+    if not changes:
+        return Decision(None, {"thread": to_wire(state.thread), "changed": [], "seq": ctx.store.last_seq}, seq=False)
+    batch = ctx.batch()
+    graph.set_thread(batch, state, **changes)
+    batch.emit("thread.updated", thread=to_wire(state.thread), changed=sorted(changes))
+    result = {"thread": to_wire(state.thread), "changed": sorted(changes)}
+    batch.record_receipt(command.command_id, command.method, result)
+    return Decision(batch, result)
+
+
+def _refuse_if_busy(ctx: ThreadContext) -> None:
+    state = ctx.state
+    if state.active is not None:
+        run = state.active.run
+        raise InvalidState(f"thread {state.thread_id} has run {run.ordinal} ({run.id}) {run.status}: "
+                           "stop it first (agentd stop), then delete the thread",
+                           runId=run.id, status=run.status)
+    waiting = state.next_queued()
+    if waiting is not None:
+        raise InvalidState(f"thread {state.thread_id} has run {waiting.ordinal} ({waiting.id}) about to start: "
+                           "stop it first (agentd stop), then delete the thread", runId=waiting.id, status="queued")
+
+
+def thread_delete(ctx: ThreadContext, command: Command) -> Decision:
+    """``thread.delete {threadId}``: take the thread and its records out of the
+    store (``store/thread_delete.py``) in one batch with ``thread.deleted``.
+    Refused while a run is active or about to start; runs a Stop holds go too.
+    The reply carries what the daemon does after the commit (the shadow refs
+    to drop: ``DeletedThread``)."""
+    _refuse_if_busy(ctx)
+    state = ctx.state
+    batch = ctx.batch()
+    deleted = delete_thread(batch, ctx.store, state.thread)
+    batch.emit("thread.deleted", threadId=state.thread_id, childThreadIds=deleted.child_thread_ids)
+    state.queued.clear()
+    state.deleted = True
+    return Decision(batch, DeleteDone(deleted=deleted))
+
+
+class DeleteDone(msgspec.Struct, kw_only=True):
+    """The actor's answer to a delete: what was taken out, and the commit's ``seq``."""
+
+    deleted: DeletedThread
+    seq: int = NO_SEQ

@@ -1,0 +1,360 @@
+"""The full-text search index (issue 28, ``thread.search``): SQLite FTS5
+beside the store, in ``<data-dir>/search.sqlite3``.
+
+It is derived: every row comes from the LMDB store, so the file can be
+dropped and built again at any time (``rebuild``), and it is never written
+in the commit path. It records the last store ``seq`` it has taken in
+(``indexed_seq``); the indexer (``supervisor/search_indexer.py``) brings it up to
+the store from there by reading the event log, and rebuilds it when it is
+missing, unreadable, of another schema or ahead of the store (another data
+dir's). Every method here blocks (SQLite, LMDB reads): call them from a
+worker thread, never on the event loop.
+
+Documents (``search_docs.py``): a thread's title, its user messages and its
+answers (assistant messages, once complete or interrupted), and its
+handoffs' text. One row per document, keyed by ``ref`` (the message's,
+handoff's or ``title:<thread>``), so indexing one again replaces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .db import Store
+from .records import ContextHandoff, ConversationMessage, Event
+from .search_docs import Doc, handoff_doc, message_doc, store_docs, title_doc
+from .search_snippet import query_terms, snippet
+
+log = logging.getLogger(__name__)
+
+#: bumped when the tables change: an index of another version is rebuilt
+SCHEMA_VERSION = "1"
+#: rows written per transaction while rebuilding
+REBUILD_CHUNK = 5_000
+#: seconds a search may spend ranking every match before it ranks only the newest ones
+RANK_BUDGET = 0.02
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS docs (
+    id INTEGER PRIMARY KEY,
+    ref TEXT NOT NULL UNIQUE,
+    thread_id TEXT NOT NULL,
+    run_id TEXT,
+    message_id TEXT,
+    kind TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS docs_thread ON docs (thread_id);
+CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
+    body, content='docs', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS docs_ai AFTER INSERT ON docs BEGIN
+    INSERT INTO fts (rowid, body) VALUES (new.id, new.body);
+END;
+CREATE TRIGGER IF NOT EXISTS docs_ad AFTER DELETE ON docs BEGIN
+    INSERT INTO fts (fts, rowid, body) VALUES ('delete', old.id, old.body);
+END;
+"""
+
+#: the events that change what is indexed
+INDEXED_EVENTS = frozenset({"thread.created", "thread.updated", "message.created", "message.completed",
+                            "context_handoff.created", "thread.deleted"})
+
+
+class SearchSyntaxError(ValueError):
+    """The query is not valid FTS5 syntax (the message says where)."""
+
+
+#: how SQLite words an FTS5 query it cannot parse (other errors are the file's or the system's)
+_QUERY_ERRORS = ("fts5: syntax error", "unterminated string", "no such column", "unknown special query",
+                 "expected integer", "fts5:")
+
+
+def is_query_error(exc: sqlite3.OperationalError) -> bool:
+    return str(exc).startswith(_QUERY_ERRORS)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: where the match is, a snippet and its score (higher is better)."""
+
+    thread_id: str
+    run_id: str | None
+    message_id: str | None
+    kind: str
+    snippet: str
+    score: float
+
+
+class _Watchdog:
+    """One thread that calls ``interrupt`` when an armed deadline passes
+    (a thread per query would cost more than a query, on a busy machine)."""
+
+    def __init__(self, interrupt: Callable[[], None]) -> None:
+        self._interrupt = interrupt
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._stopped = False
+        self.fired = False
+        threading.Thread(target=self._run, name="search-watchdog", daemon=True).start()
+
+    def arm(self, seconds: float) -> None:
+        with self._cond:
+            self.fired = False
+            self._deadline = time.monotonic() + seconds
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._deadline = None
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                if self._deadline is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                self._deadline = None
+                self.fired = True
+                self._interrupt()
+
+
+class SearchIndex:
+    """The FTS5 index file. One connection writes and one reads (WAL), each
+    behind its own lock, so a search never waits for a write batch.
+
+    Args:
+        path: the SQLite file (created if missing).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._writer = self._connect()
+        self._reader = self._connect()
+        self._watchdog = _Watchdog(self._reader.interrupt)
+
+    def _connect(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        connection.execute("PRAGMA journal_mode=WAL")
+        # Derived data: losing the last writes to a crash costs a catch-up, never the store.
+        connection.execute("PRAGMA synchronous=OFF")
+        return connection
+
+    @classmethod
+    def open(cls, path: str | Path) -> tuple[SearchIndex, bool]:
+        """The index at ``path`` and whether it must be rebuilt (new, of
+        another schema version, or unreadable: then the file is made anew)."""
+        index: SearchIndex | None = None
+        try:
+            index = cls(path)
+            with index._write_lock:
+                index._writer.executescript(_SCHEMA)
+                version = index._meta("schema")
+                if version is None or version != SCHEMA_VERSION:
+                    return index, True
+                index._writer.execute("SELECT count(*) FROM fts WHERE fts MATCH 'agentd'").fetchone()
+            return index, False
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                # Not the file's fault (out of descriptors, a folder not writable): keep it, say so.
+                if index is not None:
+                    index.close()
+                raise
+            log.warning("search index %s is unreadable (%s); building it again", path, exc)
+            if index is not None:
+                index.close()
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            index = cls(path)
+            index._writer.executescript(_SCHEMA)
+            return index, True
+
+    def close(self) -> None:
+        self._watchdog.stop()
+        self._writer.close()
+        self._reader.close()
+
+    # -- meta -------------------------------------------------------------------------------
+
+    def _meta(self, key: str) -> str | None:
+        row = self._writer.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._writer.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    @property
+    def indexed_seq(self) -> int:
+        """The last store ``seq`` taken in (0: none)."""
+        with self._write_lock:
+            value = self._meta("seq")
+        return int(value) if value is not None else 0
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _put(self, docs: Iterable[Doc]) -> None:
+        execute = self._writer.execute
+        for doc in docs:
+            execute("DELETE FROM docs WHERE ref = ?", (doc.ref,))
+            execute("INSERT INTO docs (ref, thread_id, run_id, message_id, kind, body) VALUES (?, ?, ?, ?, ?, ?)",
+                    (doc.ref, doc.thread_id, doc.run_id, doc.message_id, doc.kind, doc.body))
+
+    def _drop_thread(self, thread_id: str) -> None:
+        self._writer.execute("DELETE FROM docs WHERE thread_id = ?", (thread_id,))
+
+    def rebuild(self, store: Store) -> int:
+        """Index every thread of ``store`` from scratch; the number of documents."""
+        with self._write_lock:
+            seq = store.last_seq  # read first: what commits meanwhile is caught up from the log
+            writer = self._writer
+            writer.execute("BEGIN")
+            # Until the build is done the file is of no version: cut off, it is built again.
+            writer.execute("DELETE FROM meta WHERE key = 'schema'")
+            writer.execute("DELETE FROM docs")
+            writer.execute("INSERT INTO fts (fts) VALUES ('delete-all')")
+            writer.execute("COMMIT")
+            count = 0
+            chunk: list[Doc] = []
+            for doc in store_docs(store):
+                chunk.append(doc)
+                if len(chunk) >= REBUILD_CHUNK:
+                    count += self._write_chunk(chunk)
+                    chunk = []
+            count += self._write_chunk(chunk)
+            writer.execute("BEGIN")
+            self._set_meta("schema", SCHEMA_VERSION)
+            self._set_meta("seq", str(seq))
+            writer.execute("COMMIT")
+            return count
+
+    def _write_chunk(self, chunk: list[Doc]) -> int:
+        self._writer.execute("BEGIN")
+        self._put(chunk)
+        self._writer.execute("COMMIT")
+        return len(chunk)
+
+    def apply(self, store: Store, events: list[Event]) -> None:
+        """Take ``events`` (committed, in ``seq`` order) in, in one transaction."""
+        if not events:
+            return
+        with self._write_lock:
+            self._writer.execute("BEGIN")
+            try:
+                for event in events:
+                    if event.type in INDEXED_EVENTS:
+                        self._apply_one(store, event)
+                self._set_meta("seq", str(events[-1].seq))
+                self._writer.execute("COMMIT")
+            except BaseException:
+                self._writer.execute("ROLLBACK")
+                raise
+
+    def _apply_one(self, store: Store, event: Event) -> None:
+        payload = event.payload
+        if event.type == "thread.deleted":
+            self._drop_thread(str(event.thread_id))
+            return
+        if event.type in ("thread.created", "thread.updated"):
+            thread = store.thread(str(event.thread_id))
+            if thread is not None:
+                self._put([title_doc(thread)])
+        elif event.type in ("message.created", "message.completed"):
+            message_id = payload.get("messageId") or (payload.get("message") or {}).get("id")
+            message = store.get(ConversationMessage, str(message_id)) if message_id else None
+            doc = message_doc(message) if message is not None else None
+            if doc is not None:
+                self._put([doc])
+        elif event.type == "context_handoff.created":
+            handoff_id = (payload.get("handoff") or {}).get("id")
+            handoff = store.get(ContextHandoff, str(handoff_id)) if handoff_id else None
+            if handoff is not None:
+                self._put([handoff_doc(handoff, event.run_id)])
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def search(self, query: str, *, thread_id: str | None = None, limit: int = 20) -> tuple[list[Hit], bool]:
+        """The best ``limit`` matches of ``query`` (FTS5 syntax: words, ``"a
+        phrase"``, ``pre*``, ``AND``/``OR``/``NOT``), best first, and whether
+        they are ranked; matched words are marked ``**so**`` in the snippet.
+
+        Ranking by BM25 costs time in proportion to how many documents
+        match: a query that matches so many that ranking them has not
+        finished within ``RANK_BUDGET`` is answered with its newest matches
+        instead (FTS5 reads those in rowid order and stops at ``limit``),
+        unranked (score 0).
+
+        Raises:
+            SearchSyntaxError: ``query`` is not valid FTS5.
+        """
+        within = " AND rowid IN (SELECT id FROM docs WHERE thread_id = ?)" if thread_id is not None else ""
+        args: list[Any] = [query, *([thread_id] if thread_id is not None else []), limit]
+        with self._read_lock:
+            try:
+                scored = self._ranked(within, args)
+                ranked = scored is not None
+                if scored is None:
+                    sql = "SELECT rowid, 0.0 FROM fts WHERE fts MATCH ?" + within + " ORDER BY rowid DESC LIMIT ?"
+                    scored = self._reader.execute(sql, args).fetchall()
+                hits = self._hits(query, scored)
+            except sqlite3.OperationalError as exc:
+                if is_query_error(exc):
+                    raise SearchSyntaxError(str(exc)) from None
+                raise
+        return hits, ranked
+
+    def _ranked(self, within: str, args: list[Any]) -> list[Any] | None:
+        """(rowid, bm25) of the best matches, or None when ranking them took
+        longer than ``RANK_BUDGET`` (0: never rank). A watchdog interrupts
+        the query: BM25 counts a term's documents inside one call of FTS5,
+        where SQLite's progress handler is not asked."""
+        if RANK_BUDGET <= 0:
+            return None
+        sql = "SELECT rowid, bm25(fts) FROM fts WHERE fts MATCH ?" + within + " ORDER BY bm25(fts) LIMIT ?"
+        self._watchdog.arm(RANK_BUDGET)
+        try:
+            return self._reader.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if self._watchdog.fired and "interrupted" in str(exc):
+                return None
+            raise
+        finally:
+            self._watchdog.disarm()
+
+    def _hits(self, query: str, scored: list[Any]) -> list[Hit]:
+        """The documents of ``scored`` (rowid, bm25) with their snippets, in that order."""
+        if not scored:
+            return []
+        ids = [row[0] for row in scored]
+        marks = ",".join("?" * len(ids))
+        docs = {row[0]: row[1:] for row in self._reader.execute(
+            f"SELECT id, thread_id, run_id, message_id, kind, body FROM docs WHERE id IN ({marks})", ids).fetchall()}
+        terms = query_terms(query)
+        hits = []
+        for rowid, score in scored:
+            if rowid in docs:
+                thread_id, run_id, message_id, kind, body = docs[rowid]
+                hits.append(Hit(thread_id, run_id, message_id, kind, snippet(body, terms), round(-float(score), 6)))
+        return hits
+
+    def count(self) -> int:
+        with self._read_lock:
+            return int(self._reader.execute("SELECT count(*) FROM docs").fetchone()[0])

@@ -1,0 +1,75 @@
+"""``agentd search``, ``export``, ``rename`` and ``rm`` against a real daemon
+(issue 28): ``rm`` asks at a terminal and needs ``--yes`` elsewhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+
+from agentd.protocol.client import Client
+from tests.cli_helpers import run, spawn
+from tests.helpers import send_and_wait
+
+
+async def _thread(daemon, title: str, text: str) -> str:
+    async with Client.connect(daemon.socket) as client:
+        thread_id = (await client.call("thread.create", title=title))["threadId"]
+        await send_and_wait(client, thread_id, text)
+    return thread_id
+
+
+async def test_search_export_and_rename(daemon, tmp_path):
+    thread_id = await _thread(daemon, "Capybara notes", "tell me about capybaras")
+    out = (await run(daemon, "search", "capybara*")).stdout.decode().splitlines()
+    assert out[0].startswith(thread_id) and any("[title] **Capybara** notes" in line for line in out)
+    assert len(out) == 3  # the title, the message and the answer
+    hits = json.loads((await run(daemon, "search", "capybaras", "--json", "--limit", "1")).stdout)["hits"]
+    assert len(hits) == 1 and hits[0]["threadId"] == thread_id
+    bad = await run(daemon, "search", '"open', check=False)
+    assert bad.returncode != 0 and "not valid" in bad.stderr.decode()
+
+    markdown = (await run(daemon, "export", thread_id)).stdout.decode()
+    assert markdown.startswith("# Capybara notes") and "> tell me about capybaras" in markdown
+    target = tmp_path / "t.json"
+    await run(daemon, "export", thread_id, "--format", "json", "-o", str(target))
+    assert json.loads(target.read_text())["thread"]["id"] == thread_id
+
+    assert "now titled 'Giant rodents'" in (await run(daemon, "rename", thread_id, "Giant rodents")).stdout.decode()
+    assert "already has that title" in (await run(daemon, "rename", thread_id, "Giant rodents")).stdout.decode()
+    assert "[title] **Giant** rodents" in (await run(daemon, "search", "giant")).stdout.decode()
+
+
+async def test_rm_asks_at_a_terminal_and_needs_yes_elsewhere(daemon):
+    thread_id = await _thread(daemon, "to remove", "gone soon")
+    refused = await run(daemon, "rm", thread_id, check=False)
+    assert refused.returncode == 2 and "--yes" in refused.stderr.decode()
+
+    leader, follower = pty.openpty()
+    try:
+        async with spawn(daemon, "rm", thread_id, stdin=follower) as cmd:
+            os.close(follower)
+            await cmd.wait_for("Delete it? [y/N]")
+            os.write(leader, b"n\n")
+            assert await cmd.finish() == 1
+    finally:
+        os.close(leader)
+    assert "1 run(s), 2 message(s)" in cmd.err.decode() and "nothing was deleted" in cmd.err.decode()
+    assert (await run(daemon, "show", thread_id)).returncode == 0
+
+    done = await run(daemon, "rm", thread_id, "--yes")
+    assert f"deleted thread {thread_id}: 1 run(s), 2 message(s)" in done.stdout.decode()
+    gone = await run(daemon, "show", thread_id, check=False)
+    assert gone.returncode != 0
+    assert (await run(daemon, "search", "gone")).stdout == b""
+
+
+async def test_a_fork_of_a_deleted_thread_says_its_source_was_deleted(daemon):
+    source = await _thread(daemon, "source", "first words")
+    async with Client.connect(daemon.socket) as client:
+        fork = (await client.call("thread.fork", threadId=source))["threadId"]
+    assert "(fork), root" in (await run(daemon, "lineage", fork)).stdout.decode()
+    await run(daemon, "rm", source, "--yes")
+    lineage = (await run(daemon, "lineage", fork)).stdout.decode()
+    assert f"parent {source} (fork, deleted)" in lineage
+    assert "fork of " + source in lineage  # the transfer that made it is kept
