@@ -75,16 +75,33 @@ export const canDiff = (cp) => cp.status === 'captured' || cp.status === 'stale'
  */
 export const approximateDiff = (run, cp) => TERMINAL.has(run.status) && Boolean(run.startedAt) && !(cp && canDiff(cp));
 
-/** The actions a run offers. */
-export function runActions(run) {
+/**
+ * The actions a run offers. `latest`: it is the thread's latest run (not
+ * rolled back) and nothing else is active or queued — only then can a failed
+ * or interrupted run be retried (run.retry).
+ */
+export function runActions(run, { latest = false } = {}) {
   const ended = run.status === 'failed' || run.status === 'interrupted';
   return {
     interrupt: run.status === 'running' || run.status === 'waiting',
     cancel: run.status === 'queued',
+    retry: ended && latest,
     fork: run.status === 'completed' || (ended && Boolean(run.startedAt)),
     rollback: TERMINAL.has(run.status) && run.status !== 'rolled_back' && Boolean(run.startedAt),
   };
 }
+
+/** Whether `run` is the one run.retry takes: the latest not rolled back, with nothing active or queued. */
+export function isRetryable(runs, run) {
+  const live = runs.filter((r) => r.status !== 'rolled_back');
+  if (live.some((r) => r.status === 'queued' || r.status === 'running' || r.status === 'waiting')) return false;
+  const latest = live.reduce((a, b) => (b.ordinal > a.ordinal ? b : a), live[0]);
+  return latest?.id === run.id;
+}
+
+/** Whether a node of a run can be interrupted on its own (node.interrupt): a running step, not the run's root. */
+export const nodeInterruptible = (node, run) =>
+  node.kind !== 'root_turn' && node.status === 'running' && (run.status === 'running' || run.status === 'waiting');
 
 /** Whether the thread has a queued run (Stop holds the queue even when nothing runs). */
 export function hasQueued(d) {

@@ -3,7 +3,7 @@
 
 import { h, button, badge } from './dom.js';
 import { $, ui } from './ui.js';
-import { words, runActions, nodeChildren, runLabel, checkpointText, canDiff, usageText, isStalled, approximateDiff } from './derive.js';
+import { words, runActions, isRetryable, nodeInterruptible, nodeChildren, runLabel, checkpointText, canDiff, usageText, isStalled, approximateDiff } from './derive.js';
 import { showDiff, showRunDiff, handoffButton } from './dialogs.js';
 import { fork, rollback } from './actions.js';
 
@@ -12,7 +12,7 @@ export function runElement(d, run) {
   const { view } = ui;
   const cp = d.checkpointOf(run.id);
   const open = view.expanded.has(run.id);
-  const can = runActions(run);
+  const can = runActions(run, { latest: isRetryable([...d.runs.values()], run) });
   const user = d.messages.get(run.userMessageId);
   const el = h('li', { class: 'run', dataset: { runId: run.id, status: run.status, ordinal: run.ordinal } },
     h('div', { class: 'run-row' },
@@ -29,6 +29,7 @@ export function runElement(d, run) {
       h('span', { class: 'actions' },
         can.interrupt ? button('Interrupt', 'interrupt', () => ui.call('run.interrupt', { runId: run.id }).catch(() => {})) : null,
         can.cancel ? button('Cancel', 'cancel', () => ui.call('queued-run.cancel', { runId: run.id }).catch(() => {})) : null,
+        can.retry ? button('Retry', 'retry', () => ui.call('run.retry', { runId: run.id }).catch(() => {}), { title: 'A new attempt of this run, on its message' }) : null,
         can.fork ? button('Fork', 'fork-run', () => fork(d, run)) : null,
         can.rollback ? button('Roll back', 'rollback', () => rollback(d, run.ordinal)) : null)),
     open ? runDetail(d, run) : null);
@@ -47,6 +48,7 @@ function runDetail(d, run) {
   const children = nodeChildren(rd.nodes.values());
   const nodeTree = (n) => h('li', { class: 'node', dataset: { nodeId: n.id, kind: n.kind, status: n.status } },
     h('span', { class: 'kind' }, words(n.kind)), ' ', n.title ? h('span', {}, n.title) : null, ' ', badge(n.status),
+    nodeInterruptible(n, run) ? [' ', button('Interrupt', 'interrupt-node', () => ui.call('node.interrupt', { nodeId: n.id }).catch(() => {}), { title: 'End this step only; the run goes on' })] : null,
     n.summary ? h('div', { class: 'summary' }, n.summary) : null,
     children.has(n.id) ? h('ul', {}, children.get(n.id).map(nodeTree)) : null);
   const attempts = [...rd.attempts.values()].sort((a, b) => a.number - b.number);

@@ -509,6 +509,29 @@ async def test_f10_stop_a_run_from_the_page(web, page):
 
 
 @needs_browser
+async def test_f10_interrupt_one_step_and_retry_a_failed_run_from_the_page(web, page):
+    """Issue 23 items 2 and 5: a running tool's Interrupt ends that step only
+    (node.interrupt) and the run goes on; a failed latest run's Retry starts
+    its next attempt (run.retry)."""
+    thread_id = await new_thread(web, "step and retry")
+    page.open(web.thread_url(thread_id))
+    type_and_send(page, script({"tool": {"name": "build", "hang": True}}, {"say": "after the build"}))
+    page.wait_css(".node[data-kind='tool'][data-status='running']", "the tool running")
+    page.click(".node[data-kind='tool'][data-status='running'] button[data-action='interrupt-node']")
+    page.wait_css(".node[data-kind='tool'][data-status='interrupted']", "the tool interrupted")
+    page.wait_css(".run[data-ordinal='1'][data-status='completed']", "the run went on to its end")
+    assert not page.js("return document.querySelector('.run[data-ordinal=\"1\"] button[data-action=retry]')"), \
+        "a completed run is not retried"
+
+    type_and_send(page, script({"fail": "flaky network", "once": True}, {"say": "done on the retry"}))
+    page.wait_css(".run[data-ordinal='2'][data-status='failed']", "the run failed")
+    page.click(".run[data-ordinal='2'] button[data-action='retry']")
+    page.wait_css(".run[data-ordinal='2'][data-status='completed']", "the retried run completed")
+    assert not page.js("return document.querySelector('.run[data-ordinal=\"1\"] button[data-action=retry]')")
+    page.shot("interrupted-step-and-retry")
+
+
+@needs_browser
 async def test_f3_restart_the_active_run_from_the_composer_and_see_both_attempts(web, page):
     from selenium.webdriver.support.select import Select
 

@@ -48,6 +48,10 @@ test('a run offers what its status allows (F6, F10, F14)', () => {
   assert.deepEqual(can('interrupted'), ['fork', 'rollback']);
   assert.deepEqual(can('cancelled', null), []);
   assert.deepEqual(can('rolled_back'), []);
+  const latest = (status) => Object.entries(derive.runActions({ status, startedAt: 1 }, { latest: true })).filter(([, v]) => v).map(([k]) => k);
+  assert.deepEqual(latest('failed'), ['retry', 'fork', 'rollback'], 'the latest failed run can be retried (run.retry)');
+  assert.deepEqual(latest('interrupted'), ['retry', 'fork', 'rollback']);
+  assert.deepEqual(latest('completed'), ['fork', 'rollback'], 'a completed run is not retried');
 });
 
 test('a rollback names the later runs it undoes, not those already rolled back, and the checkpoint files go back to', () => {
@@ -165,4 +169,23 @@ test('a run that started and ended without a checkpoint of its own has an approx
   assert.equal(derive.approximateDiff(cut, { status: 'captured' }), false, 'its own checkpoint is exact');
   assert.equal(derive.approximateDiff({ status: 'cancelled' }, null), false, 'never started: nothing to show');
   assert.equal(derive.approximateDiff({ status: 'running', startedAt: 5 }, null), false);
+});
+
+test('only the latest run is retried, and only while nothing else runs (issue 23 item 5)', () => {
+  const runs = [
+    { id: 'r1', ordinal: 1, status: 'failed' },
+    { id: 'r2', ordinal: 2, status: 'interrupted' },
+    { id: 'r3', ordinal: 3, status: 'rolled_back' },
+  ];
+  assert.equal(derive.isRetryable(runs, runs[1]), true, 'the latest run not rolled back');
+  assert.equal(derive.isRetryable(runs, runs[0]), false, 'an earlier one: send its message again instead');
+  assert.equal(derive.isRetryable([...runs, { id: 'r4', ordinal: 4, status: 'queued' }], runs[1]), false);
+});
+
+test('a running step of a running run can be interrupted alone, not its root (issue 23 item 2)', () => {
+  const running = { status: 'running' };
+  assert.equal(derive.nodeInterruptible({ kind: 'tool', status: 'running' }, running), true);
+  assert.equal(derive.nodeInterruptible({ kind: 'root_turn', status: 'running' }, running), false);
+  assert.equal(derive.nodeInterruptible({ kind: 'tool', status: 'completed' }, running), false);
+  assert.equal(derive.nodeInterruptible({ kind: 'tool', status: 'running' }, { status: 'completed' }), false);
 });
