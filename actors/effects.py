@@ -278,6 +278,15 @@ class CancelTasks:
 
 
 @dataclass(frozen=True)
+class RollbackChildMemory:
+    """Roll a child thread's agent memory back in its own actor (awaited;
+    ``rollback.child_memory_rollback``): answers with its outcome (a dict), or
+    why it could not (a string: the child is busy, gone, failed)."""
+
+    command: Any
+
+
+@dataclass(frozen=True)
 class WakeParent:
     """Send ``task.wake`` to the parent ``thread_id`` (in a task): the task
     ``task_id`` ended and committed its result ``transfer_id`` (wakeups.py)."""

@@ -24,6 +24,7 @@ from agentd.protocol.errors import CorruptRecord, InvalidState, NotFound, Thread
 from . import effects as fx
 from .messages import CascadeDone, InterruptRefused, MailboxItem, SteerDelivered, SteerFailed
 from .providers.base import ProviderConnection, ProviderRuntimeError
+from .rollback import ChildMemoryRollback, child_memory_rollback
 from .run_control import DELEGATED, InternalStop, task_cancel, thread_stop
 from .wakeups import TaskWake, task_woke
 from .workspace_guard import overlaps, shared_refusal
@@ -97,6 +98,8 @@ class Executor:
                 self.spawn(self.host.send_internal, thread_id, text)
             case fx.WakeParent():
                 self.spawn(self._wake_parent, effect)
+            case fx.RollbackChildMemory(command=command):
+                return await self._roll_back_child(command)
             case fx.InterruptItem():
                 await self._interrupt_item(effect)
             case fx.CancelTasks(task_ids=task_ids):
@@ -192,6 +195,14 @@ class Executor:
                 await self.host.call(task_id, task_cancel, None, method="task.cancel")
             except (NotFound, ThreadFailed, CorruptRecord) as exc:
                 log.warning("node interrupt: cancel of task %s: %s", task_id, exc)
+
+    async def _roll_back_child(self, command: ChildMemoryRollback) -> dict[str, Any] | str:
+        try:
+            answer: dict[str, Any] = await self.host.call(command.thread_id, child_memory_rollback, command,
+                                                          method="rollback.node")
+        except (NotFound, InvalidState, ThreadFailed, CorruptRecord) as exc:
+            return str(exc)
+        return answer
 
     async def _wake_parent(self, effect: fx.WakeParent) -> None:
         try:

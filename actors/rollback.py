@@ -30,9 +30,12 @@ the files back.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import msgspec
 
 from agentd.protocol import results, wire
+from agentd.protocol.results import ProviderRollback
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound, Unsupported
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
@@ -42,7 +45,7 @@ from agentd.store.records import Checkpoint, Effect, ExecutionNode, Run, to_wire
 from . import checkpointing, graph, lineage, provider_memory, restoring, run_control
 from .checkpoints.errors import CheckpointError
 from .context import ThreadContext
-from .effects import NO_SEQ, Commit, Decision, Diff, Transition
+from .effects import NO_SEQ, Commit, Decision, Diff, RollbackChildMemory, Transition
 from .graph import ThreadBatch
 from .messages import Command
 
@@ -190,6 +193,45 @@ def _undo_runs(store: Store, batch: ThreadBatch, thread_id: str, undone: list[Ru
 # -- rollback.node --------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ChildMemoryRollback:
+    """In a child thread's actor (a delegated task, a threaded subagent):
+    its agent's memory goes back to the end of its run ``keep_ordinal``
+    (0: before its first run), because its parent's ``rollback.node`` put its
+    files back to the child's checkpoint."""
+
+    thread_id: str
+    keep_ordinal: int
+    node_id: str
+
+
+def child_memory_rollback(ctx: ThreadContext, command: Command) -> Transition:
+    """``rollback.node``'s part in the child's own thread: its later runs are
+    ``rolled_back`` and its provider thread reverted to the point the child
+    checkpoint holds — natively where the runtime can, else rebuilt (as
+    ``rollback.toRun`` does for the memory); no file is touched here."""
+    params: ChildMemoryRollback = command.params
+    state = ctx.state
+    if state.active is not None:
+        raise InvalidState(f"the child's thread {ctx.thread_id} has run {state.active.run.id} {state.active.run.status}",
+                           threadId=ctx.thread_id, runId=state.active.run.id)
+    undone = later_runs(ctx, params.keep_ordinal)
+    memory = yield from provider_memory.roll_back(ctx, {run.id for run in undone})
+    batch = ctx.batch()
+    why = f"rolled_back: node {params.node_id} of the parent thread was rolled back to this task's checkpoint"
+    for run in list(state.queued):
+        run_control.cancel_queued_run(ctx, batch, run, why)
+    _undo_runs(ctx.store, batch, ctx.thread_id, undone, params.keep_ordinal, why)
+    graph.supersede_transfers(batch, ctx.store.thread_transfers(ctx.thread_id), {run.id for run in undone}, why)
+    memory.apply(batch, state)
+    graph.set_thread(batch, state)
+    batch.emit("thread.memory_rolled_back", byNodeId=params.node_id, keepOrdinal=params.keep_ordinal,
+               rolledBackRunIds=[run.id for run in undone], providerRollback=memory.kind,
+               providerRollbackReason=memory.reason, retiredProviderThreadIds=memory.retired_ids)
+    return Decision(batch, {"kind": memory.kind, "reason": memory.reason, "runIds": [run.id for run in undone]},
+                    seq=False)
+
+
 def _descendants(store: Store, run_id: str, node_id: str) -> set[str]:
     """The nodes of the run nested under ``node_id`` (at any depth)."""
     parents = {node.id: node.parent_node_id for node in store.run_nodes(run_id)}
@@ -282,15 +324,22 @@ def rollback_node(ctx: ThreadContext, command: Command) -> Transition:
     child_thread = next((t.target_thread_id for t in store.thread_transfers(thread_id)
                          if t.type == "subagent_spawn" and t.source_point.node_id == node.id), None)
     shared = (target.workspace or state.thread.workspace) == state.thread.workspace
+    kind: ProviderRollback = "none"
+    why = "the subagent ran inside the parent's turn, whose history is kept"
+    if child_thread is not None:
+        # The child's memory goes back with its files (seed 000), in its own actor.
+        child = store.thread(child_thread)
+        keep = 1 if child is not None and child.relationship_to_parent == "delegated_task" else 0
+        outcome = yield RollbackChildMemory(ChildMemoryRollback(child_thread, keep, node.id))
+        if isinstance(outcome, dict):
+            kind, why = outcome["kind"], f"the child's thread {child_thread}: {outcome['reason']}"
+        else:
+            why = f"the child's thread {child_thread} kept its memory: {outcome}; roll it back with rollback.toRun"
     event = results.NodeRolledBack(
         node_id=node.id, checkpoint_id=target.id, run_id=node.run_id, restored_files=restored.paths,
         safety_checkpoint_id=safety.id, stale_checkpoint_ids=[c.id for c in stale],
-        # A subagent's memory lives in the parent's turn (or in its own child
-        # thread, whose runs it already ended with): the parent's history is kept.
-        provider_rollback="none",
-        provider_rollback_reason=(
-            f"the child's own thread {child_thread} ended at this checkpoint; roll it back with rollback.toRun"
-            if child_thread else "the subagent ran inside the parent's turn, whose history is kept"),
+        # The parent's own history is kept: its runs stay as they are.
+        provider_rollback=kind, provider_rollback_reason=why,
         child_thread_id=child_thread, shared_workspace=shared, parent_changed_files=parent_changed,
         path_bytes={**restored.path_bytes, **parent_bytes},
     )

@@ -331,6 +331,15 @@ class NodeInterruptRequested(WireStruct, kw_only=True):
     task_ids: list[str]
 
 
+class ThreadMemoryRolledBack(WireStruct, kw_only=True):
+    by_node_id: str
+    keep_ordinal: int
+    rolled_back_run_ids: list[str]
+    provider_rollback: Literal["native", "rebuilt", "none"]
+    provider_rollback_reason: str | None
+    retired_provider_thread_ids: list[str]
+
+
 class TaskWoke(WireStruct, kw_only=True):
     task_id: str
     transfer_id: str
@@ -452,6 +461,7 @@ def _types() -> dict[str, type[msgspec.Struct]]:
         "task.delegated": TaskDelegated,
         "task.ended": TaskEnded,
         "task.woke": TaskWoke,
+        "thread.memory_rolled_back": ThreadMemoryRolledBack,
         "node.interrupt_requested": NodeInterruptRequested,
         "task.wake_dropped": TaskWakeDropped,
         "subagent.thread_created": SubagentThreadCreated,

@@ -355,6 +355,37 @@ async def test_rollback_node_restores_a_child_scope_and_keeps_the_parent_history
     assert (ws / "child.txt").read_text() == "changed by the parent\n" and (ws / "parent.txt").exists()
 
 
+async def test_rollback_node_rolls_a_threaded_childs_memory_back_with_its_files(client, tmp_path):
+    """Issue 23 item 7 (seed 000: "roll back provider thread for that child
+    scope if supported"): a subagent with a thread of its own is a child
+    AppThread; after the person worked in it (run 1 there, word bravo),
+    rollback.node of its node puts its files back and reverts its memory
+    natively — that run is rolled_back and bravo is gone from its agent's
+    native history — while the parent's history is kept."""
+    ws = user_repo(tmp_path, repo=False)
+    thread_id = (await client.call("thread.create", workspace=str(ws)))["threadId"]
+    run = await send_and_wait(client, thread_id, script(
+        {"subagent": {"thread": True, "steps": [{"write": {"path": "child.txt", "content": "from the child\n"}},
+                                                {"say": "the word is alpha"}]}},
+        {"say": "parent done"}))
+    assert run["status"] == "completed", run
+    created = await wait_event(client, lambda e: e["type"] == "subagent.thread_created", thread_id=thread_id)
+    child_id = created["payload"]["threadId"]
+    [outer] = [c for c in (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"] if c["scope"] == "child"]
+    later = await send_and_wait(client, child_id, script(
+        {"write": {"path": "child.txt", "content": "changed in the child's thread\n"}}, {"say": "the word is bravo"}))
+    assert later["status"] == "completed", later
+
+    answer = await client.call("rollback.node", nodeId=outer["nodeId"], checkpointId=outer["id"])
+    assert answer["childThreadId"] == child_id and answer["providerRollback"] == "native", answer
+    assert (ws / "child.txt").read_text() == "from the child\n"
+    assert (await client.call("run.get", runId=later["id"]))["run"]["status"] == "rolled_back"
+    memory = next(e for e in await stored_events(client, child_id) if e["type"] == "thread.memory_rolled_back")
+    assert memory["payload"]["rolledBackRunIds"] == [later["id"]] and memory["payload"]["byNodeId"] == outer["nodeId"]
+    assert await recall(client, child_id, "alpha", "bravo") == {"alpha": "native", "bravo": "absent"}
+    assert (await client.call("run.get", runId=run["id"]))["run"]["status"] == "completed", "the parent's run is kept"
+
+
 async def test_a_restore_is_refused_while_another_thread_runs_in_that_workspace(client, tmp_path):
     """Hostile-round issue item 10, SPEC F14 (+ F13 checkpoint.restore): a
     rollback of one thread must not delete what another thread is writing.

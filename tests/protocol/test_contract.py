@@ -310,6 +310,7 @@ EMITTED_ELSEWHERE = {
     "task.woke": ("test_wakeups", "test_f9_a_task_that_ends_wakes_its_parent_with_a_run_that_takes_its_result_in"),
     "task.wake_dropped": ("test_wakeups", "test_f9_f10_a_stop_drops_the_wake_ups_its_working_tasks_owe"),
     "node.interrupt_requested": ("test_node_interrupt", "test_f10_interrupting_a_running_node_ends_it_and_the_run_goes_on"),
+    "thread.memory_rolled_back": ("test_rollback", "test_rollback_node_rolls_a_threaded_childs_memory_back_with_its_files"),
     "subagent.thread_created": ("test_delegation", "test_f9_f6_a_native_subagent_with_a_thread_of_its_own_is_a_child_thread"),
     # Faults in one thread's actor, and torn records (issue 20).
     "thread.failed": ("test_fault_isolation", "test_a_failed_actor_costs_its_thread_only_and_the_thread_runs_again"),
