@@ -507,6 +507,7 @@ class AgentdAcp:
         target = next(iter(session.active), None)
         if target is not None and await self.can_steer(session.switch_to or session.provider):
             params["dispatchMode"] = {"type": "steer_active", "targetRunId": target}
+        session.translator.sending.append(text)
         try:
             sent = await self.call("thread.message.send", **params)
         except RequestError as exc:
@@ -514,6 +515,8 @@ class AgentdAcp:
                 raise
             del params["dispatchMode"]  # the run ended meanwhile: a plain message then
             sent = await self.call("thread.message.send", **params)
+        finally:
+            session.translator.sending.remove(text)
         if session.switch_to:
             session.provider, session.switch_to = session.switch_to, None
         return await self.wait_run(session, sent["runId"])
@@ -588,6 +591,7 @@ class AgentdAcp:
             if run is None:
                 await self.say(session, "No run to retry.")
             else:
+                session.ended.pop(run["id"], None)  # the same run ends again
                 retried = await self.call("run.retry", runId=run["id"])
                 return await self.wait_run(session, retried["runId"])
         elif name == "stop":

@@ -341,6 +341,8 @@ class EventTranslator:
 
     workspace: str | None = None
     own_runs: set[str] = field(default_factory=set)
+    #: texts this session is sending now (their run ids are not known yet)
+    sending: list[str] = field(default_factory=list)
     #: characters of each message already sent
     sent: dict[str, int] = field(default_factory=dict)
     #: messages that are the user's (never sent as the agent's)
@@ -369,7 +371,9 @@ class EventTranslator:
             message = payload.get("message") or {}
             if message.get("role") == "user":
                 self.user_messages.add(message["id"])
-                if message.get("runId") not in self.own_runs and message.get("text"):
+                if message.get("text") in self.sending:
+                    self.own_runs.add(message.get("runId") or "")
+                elif message.get("runId") not in self.own_runs and message.get("text"):
                     return [UserMessageChunk(session_update="user_message_chunk",
                                              content=TextContentBlock(type="text", text=message["text"]))]
                 return []

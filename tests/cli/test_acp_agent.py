@@ -304,3 +304,152 @@ async def test_bad_input_is_an_acp_error_never_a_hang(editor, workspace):
     with pytest.raises(RequestError) as unknown_load:
         await editor.run(editor.conn.load_session(cwd=str(workspace), session_id="thr_nonexistent", mcp_servers=[]))
     assert unknown_load.value.code == -32000 and (unknown_load.value.data or {}).get("kind") == "not_found"
+
+
+async def test_load_replays_the_history_and_leaves_the_thread_idle(editor, client, workspace):
+    """A thread made elsewhere (the CLI, another editor) opens with its history (seed 003: nothing runs)."""
+    thread_id = (await client.call("thread.create", workspace=str(workspace)))["threadId"]
+    sent = await client.call("thread.message.send", threadId=thread_id, text=script(
+        {"say": "made a file"}, {"write": {"path": "f.txt", "content": "x\n"}}))
+    await wait_run_terminal(client, thread_id, sent["runId"])
+    loaded = await editor.run(editor.conn.load_session(cwd=str(workspace), session_id=thread_id, mcp_servers=[]))
+    assert loaded.modes.current_mode_id == "scripted"
+    await editor.wait_for(lambda: "made a file" in editor.text(thread_id))
+    assert "@script" in editor.text(thread_id, "user_message_chunk")
+    calls = editor.tool_calls(thread_id)
+    assert [c["status"] for c in calls.values() if c["kind"] == "edit"] == ["completed"]
+    assert (await client.call("thread.get", threadId=thread_id))["thread"]["status"] == "idle"
+    # …and it takes the next prompt as any session does.
+    assert await prompt(editor, thread_id, "go on") == "end_turn"
+    assert "You said: go on" in editor.text(thread_id)
+
+
+async def test_list_filters_by_cwd_resume_attaches_without_replay(editor, client, workspace, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    mine = await new_session(editor, workspace)
+    await new_session(editor, other)
+    listed = await editor.run(editor.conn.list_sessions(cwd=str(workspace)))
+    assert [s.session_id for s in listed.sessions] == [mine]
+    assert listed.sessions[0].cwd == str(workspace)
+    everything = await editor.run(editor.conn.list_sessions())
+    assert mine in [s.session_id for s in everything.sessions] and len(everything.sessions) == 2
+    assert await prompt(editor, mine, "first") == "end_turn"
+    before = len(editor.updates[mine])
+    await editor.run(editor.conn.resume_session(cwd=str(workspace), session_id=mine, mcp_servers=[]))
+    assert await prompt(editor, mine, "second") == "end_turn"
+    replayed = [u for u in editor.updates[mine][before:] if u.session_update == "user_message_chunk"]
+    assert replayed == []  # resume does not replay
+    assert "You said: second" in editor.text(mine)
+
+
+async def test_fork_is_a_thread_fork(editor, client, workspace):
+    session = await new_session(editor, workspace)
+    assert await prompt(editor, session, "remember alpha") == "end_turn"
+    forked = await editor.run(editor.conn.fork_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+    fork = (await client.call("thread.get", threadId=forked.session_id))["thread"]
+    assert fork["parentThreadId"] == session and fork["relationshipToParent"] == "fork"  # F6
+    assert await prompt(editor, forked.session_id, script({"recall": ["alpha"]})) == "end_turn"
+    assert "alpha=native" in editor.text(forked.session_id)
+
+
+async def test_slash_commands(editor, client, workspace):
+    session = await new_session(editor, workspace)
+    commands = next(u for u in editor.updates[session] if u.session_update == "available_commands_update")
+    assert {c.name for c in commands.available_commands} >= {"fork", "rollback", "checkpoints", "diff", "switch",
+                                                             "retry", "stop"}
+    assert await prompt(editor, session, script({"write": {"path": "f.txt", "content": "one\n"}})) == "end_turn"
+    assert await prompt(editor, session, script({"write": {"path": "f.txt", "content": "two\n"}})) == "end_turn"
+    await prompt(editor, session, "/checkpoints")
+    assert "after run 2: captured" in editor.text(session)
+    await prompt(editor, session, "/diff")
+    assert "+two" in editor.text(session) and "-one" in editor.text(session)
+    # /rollback asks first (F14): kept when the editor says no…
+    editor.choose = lambda r: "keep"
+    await prompt(editor, session, "/rollback 1")
+    assert "Not rolled back." in editor.text(session) and (workspace / "f.txt").read_text() == "two\n"
+    editor.choose = lambda r: "rollback"
+    await prompt(editor, session, "/rollback 1")
+    assert (workspace / "f.txt").read_text() == "one\n"
+    runs = (await client.call("thread.get", threadId=session))["runs"]
+    assert [r["status"] for r in runs] == ["completed", "rolled_back"]
+    await prompt(editor, session, "/fork")
+    assert "Forked as session thr_" in editor.text(session)
+    # /retry: the latest run failed once, its retry goes on (F2).
+    assert await prompt(editor, session, script({"fail": "flaky", "once": True}, {"say": "second try"})) == "end_turn"
+    assert await prompt(editor, session, "/retry") == "end_turn"
+    assert "second try" in editor.text(session)
+
+
+async def test_provider_instances_are_modes_and_switching_one_moves_the_thread(tmp_path, short_dir, workspace):
+    config = tmp_path / "config.toml"
+    config.write_text('[providers.basic]\nkind = "scripted"\n')
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        created = await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=[]))
+        session = created.session_id
+        assert {m.id for m in created.modes.available_modes} == {"scripted", "basic"}
+        assert await prompt(editor, session, "remember alpha") == "end_turn"
+        await editor.run(editor.conn.set_session_mode(session_id=session, mode_id="basic"))
+        assert "current_mode_update" in editor.kinds(session)
+        assert await prompt(editor, session, script({"recall": ["alpha"]})) == "end_turn"
+        assert "alpha=context" in editor.text(session)  # a switch with its handoff (F5)
+        with pytest.raises(RequestError):
+            await editor.run(editor.conn.set_session_mode(session_id=session, mode_id="nope"))
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+    assert "Traceback" not in editor.stderr()
+
+
+async def test_a_daemon_restart_cancels_the_prompt_it_cut_and_the_next_one_works(tmp_path, short_dir, workspace):
+    data_dir, socket = tmp_path / "data", short_dir / "s.sock"
+    daemon = await start_daemon(data_dir, socket)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        session = await new_session(editor, workspace)
+        cut = asyncio.run_coroutine_threadsafe(
+            editor.conn.prompt(session_id=session, prompt=[text_block(script({"say": "working"}, {"hang": True}))]),
+            editor.loop)
+        await editor.wait_for(lambda: "working" in editor.text(session))
+        await daemon.kill()  # F12
+        answer = await trio.to_thread.run_sync(lambda: cut.result(WAIT))
+        assert answer.stop_reason == "cancelled"
+        assert "restarted" in editor.text(session)
+        daemon = await start_daemon(data_dir, socket)
+        assert await prompt(editor, session, "after the restart") == "end_turn"
+        assert "You said: after the restart" in editor.text(session)
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+    assert "Traceback" not in editor.stderr()
+
+
+async def test_acp_starts_a_daemon_when_none_listens(tmp_path, short_dir, workspace):
+    data_dir, socket = tmp_path / "data", short_dir / "s.sock"
+    nobody = type("Where", (), {"data_dir": data_dir, "socket": socket})()
+    editor = Editor(nobody, tmp_path / "acp.stderr")
+    pid = None
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        session = await new_session(editor, workspace)
+        assert await prompt(editor, session, "hi") == "end_turn"
+        from agentd.connection import DaemonConnection
+
+        with DaemonConnection.open(socket) as daemon:
+            pid = daemon.call("daemon.status")["pid"]
+    finally:
+        await editor.stop()
+        if pid is not None:
+            # It outlives the editor (its threads are the editor's sessions): stop it here, by its pid.
+            from tests.helpers import wait_process_gone
+
+            os.kill(pid, 15)
+            await wait_process_gone(pid)
+    assert pid is not None
