@@ -127,6 +127,8 @@ class Session:
     allow_always: set[str] = field(default_factory=set)
     #: the provider the next message moves the thread to (a mode change)
     switch_to: str | None = None
+    #: the thread's run that is going (any client's): a prompt steers it
+    running: str | None = None
     #: a question waiting for the next prompt: (request id, answers so far, free-text question ids)
     question: tuple[str, dict[str, Any], list[str]] | None = None
 
@@ -203,19 +205,44 @@ class AgentdAcp:
             raise bad_session(session_id, f"session {session_id} was closed; session/load or session/resume it again")
         return session
 
-    async def attach(self, thread: dict[str, Any]) -> Session:
-        """Open a session on ``thread`` (a record): its pump follows the
-        thread's events from now on."""
+    async def open_session(self, thread_id: str, *, replay: bool = False) -> Session:
+        """Open a session on the thread: with ``replay`` its history is sent
+        first (``session/load``); then its pump follows the thread's events
+        from the seq read *before* the thread was, so nothing in between is
+        missed (what was replayed is not sent twice). Requests that wait on
+        the person are asked again (``thread.requests``)."""
+        after = (await self.call("daemon.status"))["lastSeq"]
+        got = await self.call("thread.get", threadId=thread_id)
+        thread = got["thread"]
         old = self.sessions.get(thread["id"])
         if old is not None:
             await self.detach(old)
-        status = await self.call("daemon.status")
         session = Session(id=thread["id"], cwd=thread.get("workspace") or "", provider=thread.get("provider") or "",
-                          translator=tr.EventTranslator(workspace=thread.get("workspace")), last_seq=status["lastSeq"])
+                          translator=tr.EventTranslator(workspace=thread.get("workspace")), last_seq=after,
+                          running=thread.get("activeRunId"))
         self.sessions[session.id] = session
+        if replay:
+            runs = [await self.call("run.get", runId=run["id"]) for run in got["runs"]]
+            for update in tr.history_updates(got, runs, thread.get("workspace")):
+                await self.update(session, update)
+            session.translator.mark_seen(got, runs)
         await self.start_pump(session)
         self.spawn(self.send_commands(session))
+        if thread.get("status") == "waiting":
+            self.spawn(self.ask_pending(session))
         return session
+
+    async def ask_pending(self, session: Session) -> None:
+        """The approvals and questions that already wait, asked as they would have been live."""
+        try:
+            pending = (await self.call("thread.requests", threadId=session.id))["requests"]
+        except RequestError:
+            return
+        for request in pending:
+            if request["kind"] == "approval":
+                self.spawn(self.ask_approval(session, request, {}))
+            else:
+                self.spawn(self.ask_questions(session, request))
 
     async def detach(self, session: Session) -> None:
         session.closed = True
@@ -315,7 +342,11 @@ class AgentdAcp:
                 self.spawn(self.send_diffs(session, payload["checkpoint"], nodes))
         elif kind.startswith("run.") and isinstance(payload.get("run"), dict):
             run = payload["run"]
+            if run.get("status") in ("running", "waiting"):
+                session.running = run["id"]
             if run.get("status") in tr.TERMINAL_RUN:
+                if session.running == run["id"]:
+                    session.running = None
                 session.active.discard(run["id"])
                 session.ended[run["id"]] = run
                 while len(session.ended) > 256:
@@ -415,24 +446,18 @@ class AgentdAcp:
 
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
         created = await self.call("thread.create", workspace=cwd)
-        thread = (await self.call("thread.get", threadId=created["threadId"]))["thread"]
-        session = await self.attach(thread)
+        session = await self.open_session(created["threadId"])
         return NewSessionResponse(session_id=session.id, modes=await self.modes(session.provider))
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                            **kwargs: Any) -> LoadSessionResponse:
         """Replays the thread's history as updates, then follows it; nothing runs (seed 003)."""
-        got = await self.call("thread.get", threadId=session_id)
-        runs = [await self.call("run.get", runId=run["id"]) for run in got["runs"]]
-        session = await self.attach(got["thread"])
-        for update in tr.history_updates(got, runs, got["thread"].get("workspace")):
-            await self.update(session, update)
+        session = await self.open_session(session_id, replay=True)
         return LoadSessionResponse(modes=await self.modes(session.provider))
 
     async def resume_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                              **kwargs: Any) -> ResumeSessionResponse:
-        thread = (await self.call("thread.get", threadId=session_id))["thread"]
-        session = await self.attach(thread)
+        session = await self.open_session(session_id)
         return ResumeSessionResponse(modes=await self.modes(session.provider))
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any) -> ListSessionsResponse:
@@ -459,8 +484,7 @@ class AgentdAcp:
         if source is not None and cwd and cwd.rstrip("/") != source.cwd.rstrip("/"):
             params["workspace"] = cwd
         forked = await self.call("thread.fork", **params)
-        thread = (await self.call("thread.get", threadId=forked["threadId"]))["thread"]
-        session = await self.attach(thread)
+        session = await self.open_session(forked["threadId"])
         return ForkSessionResponse(session_id=session.id, modes=await self.modes(session.provider))
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
@@ -504,7 +528,7 @@ class AgentdAcp:
         params: dict[str, Any] = {"threadId": session.id, "text": text}
         if session.switch_to:
             params["provider"] = session.switch_to
-        target = next(iter(session.active), None)
+        target = session.running
         if target is not None and await self.can_steer(session.switch_to or session.provider):
             params["dispatchMode"] = {"type": "steer_active", "targetRunId": target}
         session.translator.sending.append(text)

@@ -352,6 +352,18 @@ class EventTranslator:
     #: file changes of each run, by run id → node id → node (for their diffs)
     file_changes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
+    def mark_seen(self, thread: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+        """What ``history_updates`` sent of these (``thread.get``'s and
+        ``run.get``'s answers) is not sent again when its events come."""
+        for message in thread.get("messages") or []:
+            if message.get("role") == "user":
+                self.user_messages.add(message["id"])
+            self.sent[message["id"]] = len(message.get("text") or "")
+        for detail in runs:
+            for node in detail.get("nodes") or []:
+                if node.get("kind") in TOOL_NODES:
+                    self.open_tools.add(node["id"])
+
     def _text(self, message_id: str, offset: int, text: str) -> list[Update]:
         sent = self.sent.get(message_id, 0)
         end = offset + len(text)

@@ -25,7 +25,7 @@ from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, text_block
 from acp.schema import AllowedOutcome, ClientCapabilities, DeniedOutcome, RequestPermissionResponse
 
 from agentd.launch import start_daemon
-from tests.helpers import script, wait_run_terminal
+from tests.helpers import script, wait_event, wait_run_terminal
 
 WAIT = 60
 
@@ -271,8 +271,6 @@ async def _event() -> asyncio.Event:
 
 
 async def wait_event_of(client, thread_id, kind):
-    from tests.helpers import wait_event
-
     return await wait_event(client, lambda e: e["type"] == kind, thread_id=thread_id)
 
 
@@ -453,3 +451,60 @@ async def test_acp_starts_a_daemon_when_none_listens(tmp_path, short_dir, worksp
             os.kill(pid, 15)
             await wait_process_gone(pid)
     assert pid is not None
+
+
+async def test_a_free_text_question_is_answered_by_the_next_prompt(editor, workspace):
+    session = await new_session(editor, workspace)
+    first = asyncio.run_coroutine_threadsafe(editor.conn.prompt(session_id=session, prompt=[text_block(script(
+        {"ask": {"questions": [{"id": "name", "question": "What name?"}]}}))]), editor.loop)
+    await editor.wait_for(lambda: "What name?" in editor.text(session))
+    assert await prompt(editor, session, "Ada") == "end_turn"
+    assert (await trio.to_thread.run_sync(lambda: first.result(WAIT))).stop_reason == "end_turn"
+    assert "name=Ada" in editor.text(session)
+
+
+async def test_a_pending_approval_is_asked_again_when_the_session_is_loaded(editor, client, workspace):
+    """The approval waited while no editor had the thread open (sent from the CLI): loading it asks (F15)."""
+    thread_id = (await client.call("thread.create", workspace=str(workspace)))["threadId"]
+    sent = await client.call("thread.message.send", threadId=thread_id, text=script(
+        {"approval": {"kind": "command", "command": "deploy"}}))
+    await wait_event_of(client, thread_id, "approval.requested")
+    await editor.run(editor.conn.load_session(cwd=str(workspace), session_id=thread_id, mcp_servers=[]))
+    run = await wait_run_terminal(client, thread_id, sent["runId"])
+    assert run["status"] == "completed"
+    assert [p.tool_call.raw_input["command"] for p in editor.permissions] == ["deploy"]
+    await editor.wait_for(lambda: "approval: accept" in editor.text(thread_id))
+
+
+async def test_without_native_steer_a_second_prompt_is_queued(tmp_path, short_dir, workspace):
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ndefault_provider = "basic"\n\n[providers.basic]\nkind = "scripted"\n'
+                      'capabilities = { steer = false }\n')
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        session = await new_session(editor, workspace)
+        editor.gate = await editor.run(_event())
+        first = asyncio.run_coroutine_threadsafe(editor.conn.prompt(session_id=session, prompt=[text_block(script(
+            {"approval": {"kind": "command", "command": "make"}}, {"say": "first done"}))]), editor.loop)
+        await editor.wait_for(lambda: editor.permissions)
+        second = asyncio.run_coroutine_threadsafe(
+            editor.conn.prompt(session_id=session, prompt=[text_block("second")]), editor.loop)
+        from agentd.protocol.client import Client
+
+        async with Client.connect(daemon.socket) as client:
+            queued = await wait_event(client, lambda e: e["type"] == "run.queued" and e["payload"]["run"]["ordinal"] == 2,
+                                      thread_id=session)
+            assert queued["payload"]["dispatchMode"] == "queue_after_active"  # F3: as `agentd send` does
+            editor.loop.call_soon_threadsafe(editor.gate.set)
+            assert (await trio.to_thread.run_sync(lambda: first.result(WAIT))).stop_reason == "end_turn"
+            assert (await trio.to_thread.run_sync(lambda: second.result(WAIT))).stop_reason == "end_turn"
+            runs = (await client.call("thread.get", threadId=session))["runs"]
+        assert [r["status"] for r in runs] == ["completed", "completed"]
+        assert editor.text(session).index("first done") < editor.text(session).index("You said: second")
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+    assert "Traceback" not in editor.stderr()
