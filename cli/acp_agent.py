@@ -40,6 +40,9 @@ from acp.schema import (
     AvailableCommandsUpdate,
     ClientCapabilities,
     CurrentModeUpdate,
+    ElicitationFormSessionMode,
+    ElicitationSchema,
+    ElicitationStringPropertySchema,
     ForkSessionResponse,
     Implementation,
     InitializeResponse,
@@ -255,7 +258,15 @@ class AgentdAcp:
     def spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        """A background task's unexpected error is one log line (never a
+        traceback asyncio prints when the task is collected)."""
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            log.warning("a background step failed: %s: %s", type(error).__name__, error)
 
     async def update(self, session: Session, update: Any) -> None:
         with contextlib.suppress(ConnectionError):
@@ -285,7 +296,11 @@ class AgentdAcp:
     async def _pump(self, session: Session, daemon: DaemonClient, subscription: Any) -> None:
         while True:
             async for event in subscription:
-                await self.on_event(session, event)
+                try:
+                    await self.on_event(session, event)
+                except Exception as exc:  # noqa: BLE001 - one odd event must not stop the session's updates
+                    log.warning("event %s of %s not passed on: %s: %s", event.get("seq"), session.id,
+                                type(exc).__name__, exc)
                 session.last_seq = subscription.last_seq
             if subscription.resync_after is None or daemon.closed:
                 break
@@ -391,9 +406,45 @@ class AgentdAcp:
         with contextlib.suppress(RequestError):  # answered meanwhile elsewhere (the CLI, the console)
             await self.call("approval.respond", requestId=request["id"], decision=decision)
 
+    def can_elicit(self) -> bool:
+        """The editor takes ACP form elicitations (``clientCapabilities.elicitation.form``)."""
+        elicitation = getattr(self.client_capabilities, "elicitation", None)
+        return getattr(elicitation, "form", None) is not None
+
+    async def elicit(self, session: Session, request: dict[str, Any]) -> None:
+        """A run's questions as one ACP form: a string field per question (its
+        options as the field's ``enum`` unless it takes other answers too)."""
+        questions = (request.get("detail") or {}).get("questions") or []
+        properties: dict[str, Any] = {}
+        for question in questions:
+            options = [str(o) for o in question.get("options") or []]
+            closed = bool(options) and not question.get("allowOther")
+            properties[question["id"]] = ElicitationStringPropertySchema(
+                type="string", title=str(question.get("question") or question["id"]), enum=options if closed else None,
+                description=None if closed or not options else "e.g. " + ", ".join(options))
+        schema = ElicitationSchema(type="object", properties=properties, required=list(properties))
+        mode = ElicitationFormSessionMode(session_id=session.id, tool_call_id=request.get("nodeId"),
+                                          requested_schema=schema)
+        message = "; ".join(str(q.get("question") or q["id"]) for q in questions) or "The agent asks"
+        try:
+            answer = await self.client.create_elicitation(message=message, mode=mode)
+        except (ConnectionError, RequestError) as exc:
+            log.warning("the elicitation for %s failed: %s", request["id"], exc)
+            return
+        if getattr(answer, "action", None) != "accept":
+            await self.say(session, f"\n\n[agentd: the question is still open: `agentd requests {session.id}` "
+                                    "shows how to answer it]\n")
+            return
+        with contextlib.suppress(RequestError):
+            await self.call("user-input.respond", requestId=request["id"], answers=dict(answer.content or {}))
+
     async def ask_questions(self, session: Session, request: dict[str, Any]) -> None:
-        """Each question with options as a permission request (one option per
-        choice); free-text ones are answered by the next prompt."""
+        """As an ACP form where the editor takes one (``elicit``); else each
+        question with options as a permission request (one option per
+        choice), and free-text ones answered by the next prompt."""
+        if self.can_elicit():
+            await self.elicit(session, request)
+            return
         answers: dict[str, Any] = {}
         free: list[str] = []
         for question in (request.get("detail") or {}).get("questions") or []:
@@ -465,10 +516,12 @@ class AgentdAcp:
         if cursor:
             params["before"] = cursor
         page = await self.call("thread.list", **params)
-        sessions = [SessionInfo(session_id=t["id"], cwd=t.get("workspace") or "", title=t.get("title") or None,
+        # Threads in a folder of agentd's own (made without a workspace) are no editor's project: not listed.
+        sessions = [SessionInfo(session_id=t["id"], cwd=t["workspace"], title=t.get("title") or None,
                                 updated_at=iso(t.get("updatedAt")))
                     for t in page["threads"]
-                    if not t.get("corrupt") and (cwd is None or (t.get("workspace") or "").rstrip("/") == cwd.rstrip("/"))]
+                    if not t.get("corrupt") and t.get("workspace")
+                    and (cwd is None or t["workspace"].rstrip("/") == cwd.rstrip("/"))]
         return ListSessionsResponse(sessions=sessions, next_cursor=page.get("next"))
 
     async def close_session(self, session_id: str, **kwargs: Any) -> None:

@@ -22,7 +22,15 @@ import pytest
 import trio
 
 from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, text_block
-from acp.schema import AllowedOutcome, ClientCapabilities, DeniedOutcome, RequestPermissionResponse
+from acp.schema import (
+    AcceptElicitationResponse,
+    AllowedOutcome,
+    ClientCapabilities,
+    DeniedOutcome,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
+    RequestPermissionResponse,
+)
 
 from agentd.launch import start_daemon
 from tests.helpers import script, wait_event, wait_run_terminal
@@ -46,6 +54,10 @@ class Editor:
         self.updates: dict[str, list[Any]] = {}
         self.permissions: list[Any] = []
         self.choose: Callable[[Any], str | None] = lambda request: request.options[0].option_id
+        self.elicitations: list[Any] = []
+        #: the answer to a form elicitation: the first choice of each field
+        self.elicit: Callable[[Any], dict[str, Any]] = lambda mode: {
+            key: (prop.enum or ["typed"])[0] for key, prop in mode.requested_schema.properties.items()}
         #: when set, permission requests are answered only once it is
         self.gate: asyncio.Event | None = None
         self._changed: asyncio.Condition | None = None
@@ -69,6 +81,10 @@ class Editor:
         if chosen is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=chosen))
+
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any):
+        self.elicitations.append((message, mode))
+        return AcceptElicitationResponse(action="accept", content=self.elicit(mode))
 
     def on_connect(self, conn: Any) -> None:
         pass
@@ -507,4 +523,41 @@ async def test_without_native_steer_a_second_prompt_is_queued(tmp_path, short_di
     finally:
         await editor.stop()
         await daemon.terminate()
+    assert "Traceback" not in editor.stderr()
+
+
+async def test_two_editors_share_one_thread(editor, daemon, workspace, tmp_path):
+    """The same conversation open in two editors (or the CLI): each sees what the other sent and got."""
+    session = await new_session(editor, workspace)
+    other = Editor(daemon, tmp_path / "other.stderr")
+    await other.start()
+    try:
+        await other.run(other.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        await other.run(other.conn.resume_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+        assert await prompt(editor, session, "from the first editor") == "end_turn"
+        await other.wait_for(lambda: "You said: from the first editor" in other.text(session))
+        assert other.text(session, "user_message_chunk") == "from the first editor"
+        assert editor.text(session, "user_message_chunk") == ""  # its own prompt is not echoed back
+    finally:
+        await other.stop()
+    assert "Traceback" not in other.stderr()
+
+
+async def test_questions_are_a_form_where_the_editor_takes_elicitations(daemon, tmp_path, workspace):
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    await editor.start()
+    try:
+        capabilities = ClientCapabilities(elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities()))
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities))
+        session = await new_session(editor, workspace)
+        assert await prompt(editor, session, script({"ask": {"questions": [
+            {"id": "color", "question": "Which color?", "options": ["red", "blue"]},
+            {"id": "name", "question": "What name?"}]}})) == "end_turn"
+        [(message, mode)] = editor.elicitations
+        fields = mode.requested_schema.properties
+        assert fields["color"].enum == ["red", "blue"] and fields["name"].enum is None
+        assert "color=red" in editor.text(session) and "name=typed" in editor.text(session)
+        assert editor.permissions == []
+    finally:
+        await editor.stop()
     assert "Traceback" not in editor.stderr()
