@@ -70,7 +70,7 @@ from agentd import __version__
 from agentd.protocol.errors import AgentdError
 
 from . import acp_translate as tr
-from .acp_daemon_client import ConnectionLost, DaemonClient, ensure_daemon
+from .acp_daemon_client import DaemonClient, Subscription, ensure_daemon
 
 log = logging.getLogger("agentd.acp")
 
@@ -119,6 +119,7 @@ class Session:
     #: the seq the pump follows from
     last_seq: int = 0
     pump: asyncio.Task[None] | None = None
+    subscription: Subscription | None = None
     closed: bool = False
     #: prompts waiting on a run's end, by run id
     waiters: dict[str, list[asyncio.Future[dict[str, Any]]]] = field(default_factory=dict)
@@ -218,22 +219,29 @@ class AgentdAcp:
         got = await self.call("thread.get", threadId=thread_id)
         thread = got["thread"]
         old = self.sessions.get(thread["id"])
-        if old is not None:
-            await self.detach(old)
+        if old is not None and not old.closed:
+            # Opened again (an editor reloading it): the same session goes on, its prompts still waiting.
+            if replay:
+                await self.replay(old, got)
+            return old
         session = Session(id=thread["id"], cwd=thread.get("workspace") or "", provider=thread.get("provider") or "",
                           translator=tr.EventTranslator(workspace=thread.get("workspace")), last_seq=after,
                           running=thread.get("activeRunId"))
         self.sessions[session.id] = session
         if replay:
-            runs = [await self.call("run.get", runId=run["id"]) for run in got["runs"]]
-            for update in tr.history_updates(got, runs, thread.get("workspace")):
-                await self.update(session, update)
-            session.translator.mark_seen(got, runs)
+            await self.replay(session, got)
         await self.start_pump(session)
         self.spawn(self.send_commands(session))
         if thread.get("status") == "waiting":
             self.spawn(self.ask_pending(session))
         return session
+
+    async def replay(self, session: Session, got: dict[str, Any]) -> None:
+        """The thread's history (``thread.get``'s answer and each run's ``run.get``) as updates."""
+        runs = [await self.call("run.get", runId=run["id"]) for run in got["runs"]]
+        for update in tr.history_updates(got, runs, got["thread"].get("workspace")):
+            await self.update(session, update)
+        session.translator.mark_seen(got, runs)
 
     async def ask_pending(self, session: Session) -> None:
         """The approvals and questions that already wait, asked as they would have been live."""
@@ -248,11 +256,16 @@ class AgentdAcp:
                 self.spawn(self.ask_questions(session, request))
 
     async def detach(self, session: Session) -> None:
+        """Stop following the thread (its subscription ends at the daemon too:
+        a connection holds at most 64)."""
         session.closed = True
         if session.pump is not None:
             session.pump.cancel()
             with contextlib.suppress(BaseException):
                 await session.pump
+        if session.subscription is not None:
+            await session.subscription.close()
+            session.subscription = None
         self.end_waiters(session, None)
 
     def spawn(self, coro: Any) -> None:
@@ -291,6 +304,7 @@ class AgentdAcp:
             subscription = await daemon.subscribe(thread_id=session.id, after_seq=session.last_seq)
         except AgentdError as exc:
             raise acp_error(exc) from None
+        session.subscription = subscription
         session.pump = asyncio.get_running_loop().create_task(self._pump(session, daemon, subscription))
 
     async def _pump(self, session: Session, daemon: DaemonClient, subscription: Any) -> None:
@@ -307,10 +321,11 @@ class AgentdAcp:
             # Cut off for falling behind: take it up again where it stopped, as the protocol says.
             session.last_seq = subscription.resync_after
             try:
-                subscription = await daemon.subscribe(thread_id=session.id, after_seq=session.last_seq)
+                subscription = session.subscription = await daemon.subscribe(thread_id=session.id,
+                                                                             after_seq=session.last_seq)
             except AgentdError:
                 break
-        session.pump = None
+        session.pump = session.subscription = None
         if not session.closed:
             await self.on_lost(session)
 

@@ -561,3 +561,20 @@ async def test_questions_are_a_form_where_the_editor_takes_elicitations(daemon, 
     finally:
         await editor.stop()
     assert "Traceback" not in editor.stderr()
+
+
+async def test_reopening_sessions_holds_no_subscription_and_keeps_a_waiting_prompt(editor, workspace):
+    """A connection holds at most 64 subscriptions: a closed session gives its one back."""
+    session = await new_session(editor, workspace)
+    for _ in range(70):
+        await editor.run(editor.conn.close_session(session_id=session))
+        await editor.run(editor.conn.resume_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+    editor.gate = await editor.run(_event())
+    waiting = asyncio.run_coroutine_threadsafe(editor.conn.prompt(session_id=session, prompt=[text_block(script(
+        {"approval": {"kind": "command", "command": "make"}}))]), editor.loop)
+    await editor.wait_for(lambda: editor.permissions)
+    # The editor opens it again while the prompt waits: the same session goes on.
+    await editor.run(editor.conn.load_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+    editor.loop.call_soon_threadsafe(editor.gate.set)
+    assert (await trio.to_thread.run_sync(lambda: waiting.result(WAIT))).stop_reason == "end_turn"
+    assert "approval: accept" in editor.text(session)
