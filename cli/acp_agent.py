@@ -675,8 +675,13 @@ class AgentdAcp:
                            if session.switch_to else f"The thread is on {rest} already.")
         elif name == "merge-back":
             fork, _, message = rest.partition(" ")
-            sent = await self.call("thread.message.send", threadId=session.id, mergeBack={"forkThreadId": fork},
-                                   text=message or f"Fork {fork} is merged back: take in what it did.")
+            text = message or f"Fork {fork} is merged back: take in what it did."
+            session.translator.sending.append(text)
+            try:
+                sent = await self.call("thread.message.send", threadId=session.id, mergeBack={"forkThreadId": fork},
+                                       text=text)
+            finally:
+                session.translator.sending.remove(text)
             return await self.wait_run(session, sent["runId"])
         elif name == "retry":
             run = await self.latest_run(session)

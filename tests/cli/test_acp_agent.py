@@ -578,3 +578,23 @@ async def test_reopening_sessions_holds_no_subscription_and_keeps_a_waiting_prom
     editor.loop.call_soon_threadsafe(editor.gate.set)
     assert (await trio.to_thread.run_sync(lambda: waiting.result(WAIT))).stop_reason == "end_turn"
     assert "approval: accept" in editor.text(session)
+
+
+async def test_stop_and_merge_back_commands(editor, client, workspace):
+    session = await new_session(editor, workspace)
+    hanging = asyncio.run_coroutine_threadsafe(editor.conn.prompt(session_id=session, prompt=[text_block(script(
+        {"say": "working"}, {"hang": True}))]), editor.loop)
+    await editor.wait_for(lambda: "working" in editor.text(session))
+    assert await prompt(editor, session, "/stop") == "end_turn"  # the Stop button (F10)
+    assert (await trio.to_thread.run_sync(lambda: hanging.result(WAIT))).stop_reason == "cancelled"
+    assert "Stopped (interrupting run_" in editor.text(session)
+    await client.call("thread.queue.release", threadId=session)
+    assert await prompt(editor, session, "base work") == "end_turn"
+    forked = await editor.run(editor.conn.fork_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+    assert await prompt(editor, forked.session_id, "the fork found zeta") == "end_turn"
+    # /merge-back FORK brings what the fork did home with the message (F7).
+    assert await prompt(editor, session, f"/merge-back {forked.session_id} " + script({"recall": ["zeta"]})) == "end_turn"
+    assert "zeta=context" in editor.text(session)
+    with pytest.raises(RequestError) as unknown:
+        await prompt(editor, session, "/switch nope")
+    assert unknown.value.code == -32602 and "no provider instance 'nope'" in str(unknown.value)
