@@ -366,6 +366,9 @@ class AgentdAcp:
             self.spawn(self.ask_approval(session, payload["request"], payload.get("node") or {}))
         elif kind == "user_input.requested":
             self.spawn(self.ask_questions(session, payload["request"]))
+        elif kind in ("user_input.resolved", "user_input.not_resumable") and session.question is not None:
+            if session.question[0] == (payload.get("request") or {}).get("id"):
+                session.question = None  # answered elsewhere (the CLI, another editor), or gone
         elif kind == "checkpoint.captured" and (payload.get("checkpoint") or {}).get("kind") == "run":
             nodes = session.translator.file_changes.pop(event.get("runId") or "", {})
             if nodes:

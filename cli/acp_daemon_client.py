@@ -34,6 +34,8 @@ from agentd.protocol.errors import AgentdError, error_from_wire
 LINE_LIMIT = 64 << 20
 #: seconds a daemon this process starts may take to say ``ready``
 START_TIMEOUT = 30.0
+#: the daemons this process started
+_started: list[subprocess.Popen[bytes]] = []
 
 
 class ConnectionLost(AgentdError):
@@ -174,7 +176,7 @@ class DaemonClient:
             return
         early = self._early.pop(request_id, None) if isinstance(request_id, int) else None
         if early is not None and "result" in message:
-            # Registered before any later line is read: the replay follows the answer.
+            # Registered before any later line is read: the daemon sends the replay after the answer.
             early.subscription_id = message["result"]["subscriptionId"]
             self._subscriptions[early.subscription_id] = early
         future.set_result(message)
@@ -271,7 +273,9 @@ async def start_detached_daemon(data_dir: Path, socket: Path) -> None:
             process.kill()
         tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
         raise AgentdError(f"agentd serve did not start (see {log_path}): {tail.strip().splitlines()[-1:] or ''}")
-    # Reaped by nobody on purpose: it outlives this process (init adopts it).
+    # It outlives this process (init adopts it then); held meanwhile so that
+    # the Popen object is not collected while it runs.
+    _started.append(process)
 
 
 async def ensure_daemon(data_dir: Path, socket: Path) -> DaemonClient:
