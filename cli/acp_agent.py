@@ -743,8 +743,17 @@ class OneLine(logging.Formatter):
 
 def cmd_acp(args: argparse.Namespace) -> int:
     """``agentd acp``: serve ACP on stdin/stdout until the editor closes it."""
-    from .common import paths
+    import os
+    import stat
 
+    from .common import CliError, paths
+
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)):
+        mode = os.fstat(stream.fileno()).st_mode
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+            # asyncio's pipe transports take nothing else; an editor always gives pipes.
+            raise CliError(f"agentd acp speaks ACP on its stdin and stdout, and its {name} is a regular file: "
+                           "an editor starts it with pipes (see the README's \"Editors\")")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(OneLine("agentd acp: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
