@@ -12,7 +12,7 @@ from .parser import Options, Subcommands, add_command, counting_number, non_empt
 
 
 def add_daemon_commands(sub: Subcommands, o: Options) -> None:
-    """``serve``, ``demo``, ``status``, ``providers``, ``web``, ``mcp``."""
+    """``serve``, ``demo``, ``status``, ``providers``, ``web``, ``mcp``, ``acp``."""
     p = add_command(sub, "serve", "commands_daemon:cmd_serve", "run the daemon in the foreground", [o.daemon])
     p.add_argument("--config", metavar="FILE", help="config file (default: $AGENTD_CONFIG, else <data-dir>/config.toml)")
     p.add_argument("--ready-fd", type=int, metavar="FD", help="write 'ready' to this descriptor once listening")
@@ -40,6 +40,11 @@ def add_daemon_commands(sub: Subcommands, o: Options) -> None:
                         "the file $AGENTD_TOOL_CREDENTIAL names)")
     p.add_argument("--thread", metavar="THREAD", type=o.thread_id,
                    help="delegate from this thread (for an MCP client agentd did not start)")
+
+
+    add_command(sub, "acp", "acp_agent:cmd_acp",
+                "agentd as an editor's ACP agent on stdio (Zed, JetBrains, Neovim): sessions are agentd threads",
+                [o.daemon])
 
 
 def add_thread_commands(sub: Subcommands, o: Options) -> None:

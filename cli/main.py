@@ -2,6 +2,7 @@
 
     agentd serve                     run the daemon in the foreground
     agentd mcp [--thread THREAD]     agentd's MCP server on stdio (what agents delegate through)
+    agentd acp                       agentd as an editor's ACP agent on stdio (Zed, JetBrains, Neovim)
     agentd demo                      a short end-to-end tour on the scripted agent
     agentd new [--title T] [--workspace DIR] [--provider P]
     agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach] [--merge-back FORK]
