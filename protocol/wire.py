@@ -144,6 +144,15 @@ class TaskResultParams(Params):
     credential: Credential | None = None
 
 
+class McpEndpointParams(Params):
+    """``mcp.endpoint`` (SPEC F9): for ``parentThreadId`` (the person's
+    ``agentd mcp --thread``), or for ``sessionId`` with its ``credential``."""
+
+    parent_thread_id: Id | None = None
+    session_id: Id | None = None
+    credential: Credential | None = None
+
+
 class HandoffGetParams(Params):
     handoff_id: Id
 

@@ -904,25 +904,37 @@ class Turn:
 
 
 async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """Call one of agentd's MCP tools through ``agentd mcp``, started as a
-    stdio MCP server the way agentd configures it for every runtime
-    (``AGENTD_MCP_COMMAND``, with the session's identity in the
-    environment). Returns ``(error, result)``: a tool error's text, or the
-    tool's structured result."""
-    command = os.environ.get("AGENTD_MCP_COMMAND")
-    if not command:
-        return "agentd's tool is not configured for this agent (its provider has agentd_tool = \"off\")", {}
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
+    """Call one of agentd's MCP tools on the daemon's MCP endpoint, as a
+    runtime agentd configured would (``AGENTD_MCP_URL``; the bearer token is
+    the session's id and the credential in the file its environment names).
+    Returns ``(error, result)``: a tool error's text, or the tool's
+    structured result. An interrupted call shuts its connection, which the
+    endpoint takes as the call's end."""
+    from agentd.protocol.mcp_client import McpHttpError, call_tool, shut
 
-    argv = msgspec.json.decode(command)
-    server = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
-    async with Client(server, mode="legacy") as client:
-        result = await client.call_tool(tool, arguments)
-    text = "\n".join(getattr(block, "text", "") for block in result.content)
-    if result.is_error:
-        return text or f"{tool} failed", {}
-    return None, dict(result.structured_content or {})
+    url, session = os.environ.get("AGENTD_MCP_URL"), os.environ.get("AGENTD_SESSION_ID")
+    credential = _read_credential()
+    if not url or not session or not credential:
+        return "agentd's tool is not configured for this agent (its provider has agentd_tool = \"off\")", {}
+    opened: list[Any] = []
+    try:
+        return await trio.to_thread.run_sync(
+            functools.partial(call_tool, url, f"{session}.{credential}", tool, arguments, opened=opened),
+            abandon_on_cancel=True)
+    except (OSError, ValueError, McpHttpError) as exc:
+        return str(exc), {}
+    finally:
+        shut(opened)
+
+
+def _read_credential() -> str | None:
+    path = os.environ.get(TOOL_CREDENTIAL_ENV)
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 async def _serve(home: Path) -> None:
