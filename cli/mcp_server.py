@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -29,6 +30,9 @@ from agentd.protocol.errors import AgentdError
 from agentd.protocol.mcp_client import McpHttpError, post
 
 from .connection import DaemonConnection
+
+#: seconds the answers under way may still take once stdin ended (the client is gone or done)
+DRAIN = 10.0
 
 
 def _who(session_id: str | None, thread_id: str | None) -> dict[str, str]:
@@ -74,9 +78,16 @@ class Relay:
                 self.sink.flush()
 
     def run(self, source: BinaryIO) -> None:
+        """Until ``source`` ends; then the answers under way get ``DRAIN`` seconds to come."""
+        running: list[threading.Thread] = []
         for line in source:
             if line.strip():
-                threading.Thread(target=self.forward, args=(line.strip(),), daemon=True).start()
+                thread = threading.Thread(target=self.forward, args=(line.strip(),), daemon=True)
+                thread.start()
+                running = [t for t in running if t.is_alive()] + [thread]
+        deadline = time.monotonic() + DRAIN
+        for thread in running:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _error_for(line: bytes, message: str) -> bytes | None:
