@@ -60,16 +60,17 @@ def _read(path: str) -> str | None:
 class Relay:
     """Messages from ``source`` to the endpoint, answers to ``sink``."""
 
-    def __init__(self, url: str, token: str, sink: BinaryIO) -> None:
+    def __init__(self, url: str, token: str, sink: BinaryIO, *, unix: str | None = None) -> None:
         self.url = url
         self.token = token
+        self.unix = unix
         self.sink = sink
         self._lock = threading.Lock()
 
     def forward(self, line: bytes) -> None:
         """Post one message; write its answer (or an error for a request that got none)."""
         try:
-            answer = post(self.url, self.token, line)
+            answer = post(self.url, self.token, line, unix=self.unix)
         except (OSError, McpHttpError) as exc:
             answer = _error_for(line, f"agentd's MCP endpoint is not reachable: {exc}")
         if answer:
@@ -115,5 +116,6 @@ def serve(socket: str | None, session_id: str | None, thread_id: str | None) -> 
             endpoint = daemon.call("mcp.endpoint", **params)
         except AgentdError as exc:
             raise SystemExit(f"agentd mcp: {exc}") from None
-        Relay(endpoint["url"], endpoint["token"], sys.stdout.buffer).run(sys.stdin.buffer)
+        # Through the endpoint's Unix socket when it has one: reachable from a network namespace too.
+        Relay(endpoint["url"], endpoint["token"], sys.stdout.buffer, unix=endpoint.get("socket")).run(sys.stdin.buffer)
     return 0

@@ -29,9 +29,26 @@ class McpHttpError(Exception):
         self.status = status
 
 
-def post(url: str, token: str, body: bytes, *, timeout: float | None = None,
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP to the endpoint's Unix socket (the ``Host`` is still the URL's)."""
+
+    def __init__(self, host: str, port: int | None, *, path: str, timeout: float | None = None) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        import socket
+
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if self.timeout is not None:
+            self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+def post(url: str, token: str, body: bytes, *, timeout: float | None = None, unix: str | None = None,
          opened: list[http.client.HTTPConnection] | None = None) -> bytes | None:
     """POST one JSON-RPC message; its response's JSON (None for ``202``).
+    ``unix``: through the endpoint's Unix socket instead of the URL's port.
     ``opened`` gets the connection (another thread may shut its socket to
     end the call: the endpoint then cancels it).
 
@@ -40,7 +57,9 @@ def post(url: str, token: str, body: bytes, *, timeout: float | None = None,
         OSError: the endpoint cannot be reached.
     """
     parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    conn = (UnixHTTPConnection(host, port, path=unix, timeout=timeout) if unix
+            else http.client.HTTPConnection(host, port, timeout=timeout))
     if opened is not None:
         opened.append(conn)
     try:
@@ -79,7 +98,7 @@ def _message(method: str, params: dict[str, Any], request_id: int | None) -> byt
     return json.dumps(message).encode()
 
 
-def call_tool(url: str, token: str, tool: str, arguments: dict[str, Any],
+def call_tool(url: str, token: str, tool: str, arguments: dict[str, Any], *, unix: str | None = None,
               opened: list[http.client.HTTPConnection] | None = None) -> tuple[str | None, dict[str, Any]]:
     """Call one tool as an MCP client: ``(error, structured result)`` — a tool
     error's text, or the tool's structured content.
@@ -89,10 +108,10 @@ def call_tool(url: str, token: str, tool: str, arguments: dict[str, Any],
     """
     initialize = {"protocolVersion": PROTOCOL_VERSION, "capabilities": {},
                   "clientInfo": {"name": "agentd-scripted-agent", "version": "1"}}
-    _result(post(url, token, _message("initialize", initialize, 1)))
-    post(url, token, _message("notifications/initialized", {}, None))
+    _result(post(url, token, _message("initialize", initialize, 1), unix=unix))
+    post(url, token, _message("notifications/initialized", {}, None), unix=unix)
     result = _result(post(url, token, _message("tools/call", {"name": tool, "arguments": arguments}, 2),
-                          opened=opened))
+                          unix=unix, opened=opened))
     text = "\n".join(block.get("text", "") for block in result.get("content", []) if isinstance(block, dict))
     if result.get("isError"):
         return text or f"{tool} failed", {}

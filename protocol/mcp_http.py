@@ -22,7 +22,10 @@ server needs (``mcp.py`` answers the messages):
   ``Authorization`` is ``400``; an ``MCP-Protocol-Version`` it does not
   speak is ``400``.
 - HTTP/1.1 with keep-alive (Codex and Claude keep their connection), bodies
-  up to ``MAX_BODY`` bytes (``413``), loopback addresses only.
+  up to ``MAX_BODY`` bytes (``413``), loopback addresses only — and the same
+  on a Unix socket beside the daemon's (for a client that cannot reach the
+  loopback port: the ``agentd mcp`` relay, a runtime in a network namespace
+  through a bridge), whose peer is identified by SO_PEERCRED.
 
 h11 parses the requests; it is loaded only with this module, which the
 daemon imports when it serves the endpoint.
@@ -32,6 +35,8 @@ from __future__ import annotations
 
 import http as http_status
 import json
+import os
+import socket
 from functools import partial
 from typing import Any, Awaitable, Callable
 
@@ -41,8 +46,8 @@ import trio
 from . import framing, http, mcp
 from .limits import ServerLimits
 from .loopback_peer import stream_peer
-from .peers import Peer
-from .server import accept_loop
+from .peers import UNIDENTIFIED_PEER, Peer
+from .server import accept_loop, peer_credentials, peer_pidfd
 
 PATH = "/mcp"
 #: a message's body may be this long (a protocol line's bound: a delegation's instructions fit)
@@ -64,7 +69,7 @@ async def serve_mcp(host: mcp.ToolHost, listeners: list[trio.SocketListener], *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``listeners`` (bound by the caller, on loopback: the port stays
     the same across restarts of this server) until cancelled."""
-    port = listeners[0].socket.getsockname()[1]
+    port = listeners[0].socket.getsockname()[1]  # the TCP listener first, then any Unix one
     address = listeners[0].socket.getsockname()[0]
     front = McpFront(host, identify_peer=identify_peer, limits=limits, hosts=http.local_hosts(address, port))
     async with trio.open_nursery() as nursery:
@@ -180,8 +185,28 @@ class _PeerOnce:
 
     async def __call__(self) -> Peer:
         if self.peer is None:
-            self.peer = await stream_peer(self.identify_peer, self.stream, "an MCP client")
+            if self.stream.socket.family == socket.AF_UNIX:
+                self.peer = _unix_peer(self.identify_peer, self.stream)
+            else:
+                self.peer = await stream_peer(self.identify_peer, self.stream, "an MCP client")
         return self.peer
+
+
+def _unix_peer(identify_peer: Callable[[int, int | None], Peer] | None, stream: trio.SocketStream) -> Peer:
+    """Who the client of the endpoint's Unix socket is: SO_PEERCRED and the
+    peer's pidfd, as on the daemon's socket."""
+    if identify_peer is None:
+        return UNIDENTIFIED_PEER
+    try:
+        pid, _uid, _gid = peer_credentials(stream.socket)
+        pidfd = peer_pidfd(stream.socket)
+    except OSError:
+        return Peer(pid=None, agent_process=True, why="an MCP client agentd could not identify")
+    try:
+        return identify_peer(pid, pidfd)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _bearer(head: http.Head) -> str | None:

@@ -344,6 +344,8 @@ class McpEndpointResult(WireStruct, kw_only=True):
     """``mcp.endpoint``: agentd's MCP endpoint and a bearer token for it."""
 
     url: str
+    #: the same endpoint on a Unix socket (None: not served on one)
+    socket: str | None
     token: str
 
 

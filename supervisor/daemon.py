@@ -26,10 +26,12 @@ instead of ``daemon_restart``; it never meets, kills or re-runs live work.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -56,7 +58,7 @@ from agentd.actors.providers.tool_credentials import ToolCredentials
 from agentd.actors.providers.scripted import ScriptedAdapter
 from agentd.actors.registry import ThreadRegistry
 from agentd.protocol.limits import ServerLimits, return_freed_memory_promptly
-from agentd.protocol.server import serve_unix
+from agentd.protocol.server import prepare_socket_path, serve_unix
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
 from agentd.store.reconcile import RESTART_REASON, ReconcileReport, plan_reconciliation
@@ -161,6 +163,21 @@ async def end_orphan(pid: int, start_ticks: int | None, *, timeout: float = 10.0
         return True
     finally:
         os.close(pidfd)
+
+
+async def _unix_listener(path: Path) -> trio.SocketListener:
+    """A listener on a 0600 Unix socket at ``path`` (a stale one is replaced)."""
+    if len(os.fsencode(path)) > 107:
+        raise OSError(errno.ENAMETOOLONG, "the path is too long for a Unix socket")
+    prepare_socket_path(path)
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        await sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    sock.listen(128)
+    return trio.SocketListener(sock)
 
 
 def build_adapters(
@@ -327,6 +344,8 @@ class Daemon:
             for listener in mcp_listeners:
                 with trio.CancelScope(shield=True):
                     await listener.aclose()
+            if credentials.mcp_socket is not None:
+                Path(credentials.mcp_socket).unlink(missing_ok=True)
             store.close()
 
     async def _mcp_listeners(self, credentials: ToolCredentials) -> list[trio.SocketListener]:
@@ -339,6 +358,15 @@ class Daemon:
         port = listeners[0].socket.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         self.endpoints.mcp = credentials.mcp_url = f"http://{shown}:{port}/mcp"
+        # The same endpoint on a Unix socket beside the daemon's, for clients
+        # that cannot reach the port: the relay, a runtime in a network namespace.
+        path = Path(f"{self.paths.socket}.mcp")
+        try:
+            listeners.append(await _unix_listener(path))
+        except OSError as exc:
+            log.warning("agentd's MCP endpoint is not served on %s: %s", path, exc)
+        else:
+            credentials.mcp_socket = str(path)
         return listeners
 
     async def _serve_mcp(self, router: DaemonRouter, credentials: ToolCredentials,

@@ -200,7 +200,8 @@ async def mcp_endpoint(context: DaemonContext, params: wire.McpEndpointParams, c
     if grants is None or context.endpoints.mcp is None:
         raise InvalidState("agentd's MCP endpoint is not served (no provider instance offers agentd's tool)")
     if params.session_id is not None:
-        return {"url": context.endpoints.mcp, "token": f"{params.session_id}.{params.credential}"}
+        return {"url": context.endpoints.mcp, "socket": context.credentials.mcp_socket if context.credentials else None,
+                "token": f"{params.session_id}.{params.credential}"}
     if params.parent_thread_id is None:
         raise InvalidParams("mcp.endpoint needs parentThreadId (or sessionId with its credential)",
                             field="parentThreadId")
@@ -215,4 +216,5 @@ async def mcp_endpoint(context: DaemonContext, params: wire.McpEndpointParams, c
             grants.revoke(grant_id)
 
     connection.start_soon(revoke_on_close)
-    return {"url": context.endpoints.mcp, "token": token}
+    return {"url": context.endpoints.mcp, "socket": context.credentials.mcp_socket if context.credentials else None,
+            "token": token}

@@ -38,8 +38,11 @@ CODEX_STARTUP_TIMEOUT = 60
 CODEX_STARTUP_GRACE_MS = 20_000
 #: the variable of Codex's environment that holds the bearer token
 TOKEN_ENV = "AGENTD_MCP_TOKEN"
-#: the variable of the scripted agent's environment that holds the endpoint's URL
+#: the variable of every runtime's environment that holds the endpoint's URL
 URL_ENV = "AGENTD_MCP_URL"
+#: … and the path of its Unix socket: a runtime's wrapper that isolates the
+#: network (a loopback-only namespace) bridges the URL's port to it
+SOCKET_ENV = "AGENTD_MCP_SOCKET"
 
 
 @dataclass(frozen=True)
@@ -59,19 +62,27 @@ class AgentdTool:
         url, token = self.credentials.mcp_url, self.credentials.token(session_id)
         return (url, token) if url is not None and token is not None else None
 
+    def runtime_env(self, session_id: str) -> dict[str, str]:
+        """Every runtime's: where the endpoint is (its URL and Unix socket; no secret)."""
+        live = self._live(session_id)
+        if live is None:
+            return {}
+        env = {URL_ENV: live[0]}
+        if self.credentials.mcp_socket is not None:
+            env[SOCKET_ENV] = self.credentials.mcp_socket
+        return env
+
     def scripted_env(self, session_id: str) -> dict[str, str]:
         """The scripted agent's: where the daemon and the endpoint are, who it is, where its credential is."""
-        env = {"AGENTD_SOCKET": self.socket, "AGENTD_SESSION_ID": session_id}
-        live = self._live(session_id)
-        if live is not None:
-            env[URL_ENV] = live[0]
+        env = {"AGENTD_SOCKET": self.socket, "AGENTD_SESSION_ID": session_id, **self.runtime_env(session_id)}
+        if self._live(session_id) is not None:
             env[CREDENTIAL_ENV] = str(self.credentials.path(session_id))
         return env
 
     def codex_env(self, session_id: str) -> dict[str, str]:
-        """Codex's environment: the token its ``bearer_token_env_var`` names."""
+        """Codex's environment: the endpoint, and the token its ``bearer_token_env_var`` names."""
         live = self._live(session_id)
-        return {TOKEN_ENV: live[1]} if live is not None else {}
+        return {**self.runtime_env(session_id), TOKEN_ENV: live[1]} if live is not None else {}
 
     def codex_args(self, session_id: str, *, preapproved: bool) -> list[str]:
         """``-c`` overrides that configure the endpoint in ``codex app-server``

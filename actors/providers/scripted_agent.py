@@ -905,7 +905,8 @@ class Turn:
 
 async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """Call one of agentd's MCP tools on the daemon's MCP endpoint, as a
-    runtime agentd configured would (``AGENTD_MCP_URL``; the bearer token is
+    runtime agentd configured would (``AGENTD_MCP_URL``, through its Unix
+    socket ``AGENTD_MCP_SOCKET`` when there is one; the bearer token is
     the session's id and the credential in the file its environment names).
     Returns ``(error, result)``: a tool error's text, or the tool's
     structured result. An interrupted call shuts its connection, which the
@@ -919,7 +920,8 @@ async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | 
     opened: list[Any] = []
     try:
         return await trio.to_thread.run_sync(
-            functools.partial(call_tool, url, f"{session}.{credential}", tool, arguments, opened=opened),
+            functools.partial(call_tool, url, f"{session}.{credential}", tool, arguments,
+                              unix=os.environ.get("AGENTD_MCP_SOCKET") or None, opened=opened),
             abandon_on_cancel=True)
     except (OSError, ValueError, McpHttpError) as exc:
         return str(exc), {}

@@ -52,6 +52,8 @@ class ToolCredentials:
         self._secrets: dict[str, str] = {}
         #: agentd's MCP endpoint, once it listens (then ``issue`` writes a client configuration too)
         self.mcp_url: str | None = None
+        #: the same endpoint's Unix socket (None: not served on one)
+        self.mcp_socket: str | None = None
 
     def reset(self) -> None:
         """At daemon start: an empty, private folder (no credential of an
