@@ -12,10 +12,9 @@ its ``message`` event.
 
 from __future__ import annotations
 
-import http.client
 import json
+import socket
 from typing import Any
-from urllib.parse import urlsplit
 
 #: the protocol version this client asks for
 PROTOCOL_VERSION = "2025-11-25"
@@ -29,55 +28,73 @@ class McpHttpError(Exception):
         self.status = status
 
 
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """HTTP to the endpoint's Unix socket (the ``Host`` is still the URL's)."""
-
-    def __init__(self, host: str, port: int | None, *, path: str, timeout: float | None = None) -> None:
-        super().__init__(host, port, timeout=timeout)
-        self.unix_path = path
-
-    def connect(self) -> None:
-        import socket
-
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if self.timeout is not None:
-            self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
+def split_url(url: str) -> tuple[str, int, str]:
+    """``(host, port, path)`` of an ``http://HOST:PORT/PATH`` URL (what the
+    daemon hands out; urllib's parser costs the relay's start more)."""
+    rest = url.split("://", 1)[-1]
+    authority, _, path = rest.partition("/")
+    host, _, port = authority.rpartition(":")
+    return host.strip("[]") or "127.0.0.1", int(port or 80), "/" + path
 
 
 def post(url: str, token: str, body: bytes, *, timeout: float | None = None, unix: str | None = None,
-         opened: list[http.client.HTTPConnection] | None = None) -> bytes | None:
+         opened: list[socket.socket] | None = None) -> bytes | None:
     """POST one JSON-RPC message; its response's JSON (None for ``202``).
     ``unix``: through the endpoint's Unix socket instead of the URL's port.
-    ``opened`` gets the connection (another thread may shut its socket to
+    ``opened`` gets the connection's socket (another thread may shut it to
     end the call: the endpoint then cancels it).
+
+    HTTP/1.1 by hand, one request per connection: ``http.client`` would load
+    ``ssl`` and ``email`` (most of the relay's start).
 
     Raises:
         McpHttpError: another status.
         OSError: the endpoint cannot be reached.
     """
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    conn = (UnixHTTPConnection(host, port, path=unix, timeout=timeout) if unix
-            else http.client.HTTPConnection(host, port, timeout=timeout))
+    host, port, path = split_url(url)
+    if unix:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        sock.connect(unix)
+    else:
+        sock = socket.create_connection((host, port), timeout=timeout)
     if opened is not None:
-        opened.append(conn)
+        opened.append(sock)
     try:
-        conn.request("POST", parts.path or "/", body=body, headers={
-            "Authorization": f"Bearer {token}", "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": PROTOCOL_VERSION,
-        })
-        response = conn.getresponse()
-        data = response.read()
+        head = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+                "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                f"MCP-Protocol-Version: {PROTOCOL_VERSION}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+        sock.sendall(head.encode() + body)
+        status, headers, data = _response(sock.makefile("rb"))
     finally:
-        conn.close()
-    if response.status == 202:
+        sock.close()
+    if status == 202:
         return None
-    if response.status != 200:
-        raise McpHttpError(response.status, data.decode(errors="replace"))
-    if response.getheader("Content-Type", "").startswith("text/event-stream"):
+    if status != 200:
+        raise McpHttpError(status, data.decode(errors="replace"))
+    if headers.get("content-type", "").startswith("text/event-stream"):
         return _last_message(data)
     return data
+
+
+def _response(reader: Any) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers (lower-case names) and body of one HTTP/1.1 response."""
+    status_line = reader.readline()
+    parts = status_line.split(None, 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
+        raise OSError(f"not an HTTP response: {status_line[:80]!r}")
+    headers: dict[str, str] = {}
+    while (line := reader.readline()) not in (b"\r\n", b"\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = bytearray()
+        while (size := int(reader.readline().split(b";")[0].strip() or b"0", 16)) > 0:
+            body += reader.read(size)
+            reader.readline()
+        return int(parts[1]), headers, bytes(body)
+    length = headers.get("content-length")
+    return int(parts[1]), headers, reader.read(int(length)) if length is not None else reader.read()
 
 
 def _last_message(stream: bytes) -> bytes | None:
@@ -99,7 +116,7 @@ def _message(method: str, params: dict[str, Any], request_id: int | None) -> byt
 
 
 def call_tool(url: str, token: str, tool: str, arguments: dict[str, Any], *, unix: str | None = None,
-              opened: list[http.client.HTTPConnection] | None = None) -> tuple[str | None, dict[str, Any]]:
+              opened: list[socket.socket] | None = None) -> tuple[str | None, dict[str, Any]]:
     """Call one tool as an MCP client: ``(error, structured result)`` — a tool
     error's text, or the tool's structured content.
 
@@ -130,11 +147,10 @@ def _result(data: bytes | None) -> dict[str, Any]:
     return result
 
 
-def shut(opened: list[http.client.HTTPConnection]) -> None:
+def shut(opened: list[socket.socket]) -> None:
     """End the calls on ``opened`` from another thread (their reads fail at once)."""
-    for conn in opened:
-        if conn.sock is not None:
-            try:
-                conn.sock.shutdown(2)  # SHUT_RDWR, without importing socket's enums
-            except OSError:
-                pass
+    for sock in opened:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

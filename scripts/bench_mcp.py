@@ -7,7 +7,8 @@ the alternative measured in the same run.
    bare ``python3 -c pass`` from spawn to exit, and beside what the old
    stdio server paid before it could answer: importing the ``mcp`` SDK's
    server (``python3 -c "import mcp.server.mcpserver"``). Interleaved, one
-   of each per round.
+   of each per round; each child's CPU time too (a loaded machine inflates
+   it far less than wall time).
 2. The first delta of a fresh Codex and a fresh Claude session (pinned
    0.171.0 / 2.1.332 against the offline fake models, ``scripts/offline/``):
    ``thread.message.send`` on a new thread → its first ``message.delta``,
@@ -50,14 +51,23 @@ INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "par
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}}).encode()
 
 
-def spawn_to_exit_ms(argv: list[str]) -> float:
+def _cpu_ms(process: subprocess.Popen[bytes]) -> float:
+    """The exited child's CPU time (user + system): a loaded machine inflates it far less than wall time."""
+    _pid, _status, usage = os.wait4(process.pid, 0)
+    process.returncode = 0
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def spawn_to_exit_ms(argv: list[str]) -> tuple[float, float]:
+    """(wall ms from spawn to exit, CPU ms)."""
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
-    return (time.perf_counter() - start) * 1000
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+    cpu = _cpu_ms(process)
+    return (time.perf_counter() - start) * 1000, cpu
 
 
-def relay_initialize_ms(socket: Path, thread_id: str) -> float:
-    """Spawn the relay, write ``initialize``, time its answer's line."""
+def relay_initialize_ms(socket: Path, thread_id: str) -> tuple[float, float]:
+    """Spawn the relay, write ``initialize``, time its answer's line (and its CPU time, to its exit)."""
     start = time.perf_counter()
     relay = subprocess.Popen([sys.executable, "-m", "agentd", "mcp", "--thread", thread_id], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, env={**os.environ, "AGENTD_SOCKET": str(socket)})
@@ -67,10 +77,10 @@ def relay_initialize_ms(socket: Path, thread_id: str) -> float:
     line = relay.stdout.readline()
     elapsed = (time.perf_counter() - start) * 1000
     relay.stdin.close()
-    relay.wait(30)
+    cpu = _cpu_ms(relay)
     if b'"serverInfo"' not in line:
         raise RuntimeError(f"the relay answered {line!r}")
-    return elapsed
+    return elapsed, cpu
 
 
 def stats(values: list[float]) -> dict[str, Any]:
@@ -82,7 +92,9 @@ async def bench_relay(rounds: int, root: Path) -> dict[str, Any]:
     config = root / "relay.toml"
     config.write_text("")
     daemon = await start_daemon(root / "relay-data", root / "r.sock", config=config)
-    floor, sdk, relay = [], [], []
+    floor: list[tuple[float, float]] = []
+    sdk: list[tuple[float, float]] = []
+    relay: list[tuple[float, float]] = []
     try:
         async with Client.connect(daemon.socket) as client:
             thread_id = (await client.call("thread.create", title="bench"))["threadId"]
@@ -93,7 +105,9 @@ async def bench_relay(rounds: int, root: Path) -> dict[str, Any]:
             relay.append(await trio.to_thread.run_sync(relay_initialize_ms, daemon.socket, thread_id))
     finally:
         await daemon.terminate()
-    out = {"floorPythonPass": stats(floor), "oldServerSdkImport": stats(sdk), "relaySpawnToInitialize": stats(relay)}
+    out: dict[str, Any] = {}
+    for name, runs in (("floorPythonPass", floor), ("oldServerSdkImport", sdk), ("relaySpawnToInitialize", relay)):
+        out[name] = {**stats([wall for wall, _ in runs]), "cpuMedianMs": round(statistics.median(c for _, c in runs), 1)}
     median = out["relaySpawnToInitialize"]["medianMs"]
     out["relayAboveFloorMs"] = round(median - out["floorPythonPass"]["medianMs"], 1)
     out["target"] = {"ms": RELAY_TARGET_MS, "met": median <= RELAY_TARGET_MS}
