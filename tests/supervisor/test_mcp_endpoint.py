@@ -190,3 +190,31 @@ async def test_f9_the_relay_answers_initialize_on_stdio_without_trio_or_the_sdk(
     answer = json.loads(done.stdout.splitlines()[0])
     assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "agentd"
     assert done.stderr.decode().strip() == ""
+
+
+#: an agent's command that calls a tool on the endpoint with a token it was given (argv: url, token)
+STEAL = ("import json, sys\n"
+         "from agentd.protocol.mcp_client import call_tool\n"
+         "error, result = call_tool(sys.argv[1], sys.argv[2], 'delegate_task',"
+         " {'instructions': 'x', 'wait': False, 'provider': 'basic'})\n"
+         "print(json.dumps({'error': error, 'result': result}))\n")
+
+
+async def test_f9_an_agents_command_cannot_use_another_sessions_token(daemon, client, tmp_path):
+    """Item 11 over HTTP: a command of one agent that read another session's
+    credential (the person's files are the agent's too) posts that session's
+    token: the peer is not that session's process, and the tool refuses."""
+    victim = (await client.call("thread.create", title="victim"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=victim, text="hello")
+    await wait_run_terminal(client, victim, sent["runId"], timeout=TIMEOUT)
+    session = next(s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == victim)
+    token = f"{session['id']}.{(tmp_path / 'data' / 'run' / 'tool-credentials' / session['id']).read_text()}"
+    url = (await client.call("mcp.endpoint", parentThreadId=victim))["url"]
+    thief = (await client.call("thread.create", title="thief"))["threadId"]
+    attack = await client.call("thread.message.send", threadId=thief, text=script(
+        {"command": {"argv": [sys.executable, "-c", STEAL, url, token]}}))
+    run = await wait_run_terminal(client, thief, attack["runId"], timeout=TIMEOUT)
+    [node] = [n for n in (await client.call("run.get", runId=run["id"]))["nodes"] if n["kind"] == "command_execution"]
+    report = json.loads(node["detail"]["aggregatedOutput"])
+    assert "is refused" in report["error"] and "not from a process of that session's runtime" in report["error"], report
+    assert [t for t in (await client.call("thread.list"))["threads"] if t["parentThreadId"] == victim] == []
