@@ -379,7 +379,10 @@ async def test_f9_the_runtimes_get_agentd_mcp_endpoint_with_the_sessions_token(t
         config[key] = tomllib.loads(f"v = {value}")["v"]
     assert config["mcp_servers.agentd.url"] == "http://127.0.0.1:4711/mcp"
     assert config["mcp_servers.agentd.bearer_token_env_var"] == "AGENTD_MCP_TOKEN"
-    assert tool.codex_env("pss_1") == {"AGENTD_MCP_TOKEN": token}
+    assert tool.codex_env("pss_1") == {"AGENTD_MCP_TOKEN": token, "AGENTD_MCP_URL": "http://127.0.0.1:4711/mcp"}
+    credentials.mcp_socket = "/run/a d/agentd.sock.mcp"
+    assert tool.runtime_env("pss_1") == {"AGENTD_MCP_URL": "http://127.0.0.1:4711/mcp",
+                                         "AGENTD_MCP_SOCKET": "/run/a d/agentd.sock.mcp"}
     assert config["mcp_servers.agentd.default_tools_approval_mode"] == "approve"
     assert "mcp_servers.agentd.default_tools_approval_mode" not in " ".join(tool.codex_args("pss_1", preapproved=False))
     assert all(token.split(".")[1] not in arg for arg in args)
