@@ -72,7 +72,7 @@ TURN_CONFLICT = -32005
 PHASES = ("commentary", "partial_answer", "final_answer")
 #: characters of a command step's output kept in its item
 MAX_COMMAND_OUTPUT = 16_000
-#: the environment variable naming the session's tool credential (tool_credentials.py): agentd mcp's only
+#: the environment variable naming the session's tool credential (tool_credentials.py): the delegate step's only
 TOOL_CREDENTIAL_ENV = "AGENTD_TOOL_CREDENTIAL"
 
 #: Switches a client may turn off in ``initialize``; all are on by default.
@@ -517,7 +517,7 @@ class Turn:
         holds its steps and what it said; it can be resumed and forked.
     ``{"delegate": {"instructions", "provider"?, "workspace"?, "wait"?}}``
         A ``tool`` item ``delegate_task`` that calls agentd's MCP tool of that
-        name through ``agentd mcp`` (``AGENTD_MCP_COMMAND``), then says
+        name on the daemon's MCP endpoint (``AGENTD_MCP_URL``), then says
         ``delegated task OUTCOME: FINAL ANSWER`` (``wait: true``),
         ``delegated task TASK_ID`` (``wait: false``) or ``delegate failed: WHY``.
     ``{"recall": ["WORD", …]}``
@@ -754,7 +754,7 @@ class Turn:
         if os.path.commonpath([workspace, cwd]) != workspace:
             raise TurnFailed(f"command cwd {where} escapes the thread's cwd")
         # A command gets the agent's environment, as a runtime's shell does —
-        # but not its tool credential, which is agentd mcp's alone.
+        # but not its tool credential, which is the delegate step's alone.
         env = {name: value for name, value in os.environ.items() if name != TOOL_CREDENTIAL_ENV}
         fields = {"command": shlex.join(argv), "cwd": cwd}
         async with self._item(parent, "commandExecution", **fields, status="inProgress") as item:
