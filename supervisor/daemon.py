@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import ipaddress
 import logging
 import os
 import signal
@@ -354,6 +355,8 @@ class Daemon:
         if all(p.agentd_tool == "off" for p in self.options.config.providers.values()):
             return []
         host = self.options.websocket_host
+        if not ipaddress.ip_address(host).is_loopback:
+            raise ValueError(f"agentd's MCP endpoint listens on loopback only (127.0.0.1 or ::1), not {host!r}")
         listeners = await trio.open_tcp_listeners(0, host=host)
         port = listeners[0].socket.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
