@@ -33,7 +33,7 @@ def add_daemon_commands(sub: Subcommands, o: Options) -> None:
                     "console with a one-time login code", [o.results])
     p.add_argument("--no-open", action="store_true", help="only print the URL, never open a browser")
 
-    p = add_command(sub, "mcp", "main:cmd_mcp", "agentd's MCP server on stdio (delegate_task, task_result) for agents (SPEC F9)")
+    p = add_command(sub, "mcp", "main:cmd_mcp", "agentd's MCP tools on stdio, relayed to the daemon's endpoint, for an MCP client agentd did not start (SPEC F9)")
     p.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default: $AGENTD_SOCKET)")
     p.add_argument("--session", metavar="SESSION",
                    help="the provider session that delegates (default: $AGENTD_SESSION_ID; its credential comes from "

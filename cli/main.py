@@ -1,7 +1,7 @@
 """The ``agentd`` command line: the daemon itself and a client for people.
 
     agentd serve                     run the daemon in the foreground
-    agentd mcp [--thread THREAD]     agentd's MCP server on stdio (what agents delegate through)
+    agentd mcp [--thread THREAD]     agentd's MCP tools on stdio (a relay to the daemon's endpoint)
     agentd acp                       agentd as an editor's ACP agent on stdio (Zed, JetBrains, Neovim)
     agentd demo                      a short end-to-end tour on the scripted agent
     agentd new [--title T] [--workspace DIR] [--provider P]

@@ -1,172 +1,121 @@
-"""``agentd mcp``: agentd's own MCP server, over stdio (SPEC F9).
+"""``agentd mcp``: agentd's MCP tools on stdio, relayed to the daemon (SPEC F9).
 
-Any agent that runs under agentd can hand a piece of work to any other agent
-through it. agentd configures it into the Codex and Claude Code sessions it
-starts, and the scripted agent's ``delegate`` step starts it as an MCP
-client, so every agent takes the same path. It is a client of the daemon's
-socket (``protocol.client``); the session it was started for
-(``AGENTD_SESSION_ID``) names the delegating thread, whose running turn
-receives the result, and the session's tool credential (in the file
-``AGENTD_TOOL_CREDENTIAL`` names) proves it: the daemon refuses a session's
-tool calls without it.
+The daemon serves agentd's tools itself, over MCP's streamable HTTP on
+loopback (``supervisor/mcp_tools.py``); the runtimes agentd starts connect
+to it directly. This relay is for an MCP client that speaks stdio only —
+one agentd did not start (``agentd mcp --thread T``: the person's; the
+tools then delegate from thread T), or a session's (``AGENTD_SESSION_ID``
+with the credential file ``AGENTD_TOOL_CREDENTIAL`` names).
 
-Tools:
-
-- ``delegate_task {instructions, provider?, workspace?: same|fork|new, wait}``
-  — ``task.delegate``: a child thread (``delegated_task``, ``createdBy:
-  agent``) and its first run on ``provider`` (default: the delegating
-  thread's). With ``wait: true`` the tool answers with the task's result once
-  its run ends (``task.result {wait: true}``); else at once with the task's
-  id, and the result reaches the thread's next run as a stored handoff.
-- ``task_result {taskId}`` — ``task.result``: where the task stands, and its
-  result once it ended.
-
-The protocol is the ``mcp`` SDK's; this module only maps tools to methods.
-A refusal (a depth or fan-out limit, an unknown provider) is a tool error
-the model reads, never a crash of the server.
+It asks the daemon's socket for the endpoint and a token (``mcp.endpoint``)
+and keeps that connection open: a thread's token is good while it is. Then
+every JSON-RPC message read from stdin is posted to the endpoint (each in a
+thread of its own, so a waiting ``delegate_task`` holds up nothing) and
+every answer written to stdout, one line each. It imports neither trio nor
+the MCP SDK (the standard library and agentd's blocking socket client):
+it answers ``initialize`` a few tens of milliseconds after its start.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Awaitable
-from typing import Any, Literal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, BinaryIO
 
-import trio
-
-from agentd.actors.providers.tool_credentials import read_credential
-from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError
+from agentd.protocol.mcp_client import McpHttpError, post
 
-INSTRUCTIONS = (
-    "agentd runs you and other coding agents. delegate_task hands a self-contained piece of work to another "
-    "agent (optionally of another provider) in a thread of its own; its final answer, the files it changed and "
-    "how it ended come back to you. Give it complete instructions: it does not see this conversation."
-)
+from .connection import DaemonConnection
 
-DELEGATE_DESCRIPTION = (
-    "Delegate a task to another agent run by agentd. `instructions` is everything the other agent gets (it does "
-    "not see this conversation). `provider` names an agentd provider instance (default: your own). `workspace`: "
-    "`same` (your workspace, the default), `fork` (a copy of it) or `new` (an empty folder). With `wait: true` "
-    "the call returns the task's result (final answer, files changed, outcome) when it ends; with `wait: false` "
-    "it returns the task id at once and the result is given to you at your next turn (or ask task_result); "
-    "add `wake: true` to be given a turn of your own with the result as soon as the task ends, so you can fan "
-    "work out, end your turn and carry on when it comes back."
-)
-RESULT_DESCRIPTION = "Where a delegated task stands (by the taskId delegate_task returned), and its result once it ended."
-CANCEL_DESCRIPTION = (
-    "Cancel a task you delegated (by its taskId): its run is interrupted (or, not started yet, cancelled) and the "
-    "tasks it delegated are stopped too. task_result then tells how it ended."
-)
+#: seconds the answers under way may still take once stdin ended (the client is gone or done)
+DRAIN = 10.0
 
 
-class Delegator:
-    """The daemon calls behind the tools, for one session (or thread)."""
-
-    def __init__(self, socket: str, *, session_id: str | None, thread_id: str | None,
-                 credential: str | None = None) -> None:
-        self.socket = socket
-        self.session_id = session_id
-        self.thread_id = thread_id
-        self.credential = credential
-
-    def _session(self) -> dict[str, str]:
-        """The session that asks, with its credential (empty: not started for a session)."""
-        if not self.session_id:
-            return {}
-        return {"sessionId": self.session_id, **({"credential": self.credential} if self.credential else {})}
-
-    def _who(self) -> dict[str, str]:
-        if self.session_id:
-            return self._session()
-        if self.thread_id:
-            return {"parentThreadId": self.thread_id}
-        raise AgentdError("agentd mcp was started without AGENTD_SESSION_ID or --thread: it does not know who delegates")
-
-    async def delegate(
-        self, instructions: str, provider: str | None, workspace: str, wait: bool, wake: bool = False,
-    ) -> dict[str, Any]:
-        params: dict[str, Any] = {"instructions": instructions, "workspace": workspace, "wait": wait, "wake": wake,
-                                  **self._who()}
-        if provider:
-            params["provider"] = provider
-        async with Client.connect(self.socket) as client:
-            task = await client.call("task.delegate", **params)
-            if not wait:
-                return task
-            result = await client.call("task.result", taskId=task["taskId"], wait=True, **self._session())
-            return {**task, **result}
-
-    async def result(self, task_id: str) -> dict[str, Any]:
-        async with Client.connect(self.socket) as client:
-            return await client.call("task.result", taskId=task_id, **self._session())
-
-    async def cancel(self, task_id: str) -> dict[str, Any]:
-        async with Client.connect(self.socket) as client:
-            return await client.call("task.cancel", taskId=task_id, **self._session())
+def _who(session_id: str | None, thread_id: str | None) -> dict[str, str]:
+    """``mcp.endpoint``'s params: the thread, or the session with its credential."""
+    if thread_id:
+        return {"parentThreadId": thread_id}
+    session_id = session_id or os.environ.get("AGENTD_SESSION_ID") or None
+    if not session_id:
+        raise SystemExit("agentd mcp: give --thread THREAD (or run it with AGENTD_SESSION_ID and its credential)")
+    params = {"sessionId": session_id}
+    path = os.environ.get("AGENTD_TOOL_CREDENTIAL")
+    credential = _read(path) if path else None
+    if credential:
+        params["credential"] = credential
+    return params
 
 
-def describe(answer: dict[str, Any]) -> str:
-    """The tool's text for the model."""
-    if answer.get("text"):
-        return answer["text"]
-    when = ("You get a turn of your own when it ends, with its result" if answer.get("wake")
-            else "Its result comes to you at your next turn")
-    return (f"Delegated as task {answer['taskId']} (thread {answer['threadId']}, provider {answer.get('provider')}). "
-            f"{when}; task_result tells where it stands.")
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
-def build_server(delegator: Delegator) -> Any:
-    """The MCP server with agentd's tools."""
-    from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+class Relay:
+    """Messages from ``source`` to the endpoint, answers to ``sink``."""
 
-    app = MCPServer("agentd", instructions=INSTRUCTIONS)
+    def __init__(self, url: str, token: str, sink: BinaryIO, *, unix: str | None = None) -> None:
+        self.url = url
+        self.token = token
+        self.unix = unix
+        self.sink = sink
+        self._lock = threading.Lock()
 
-    async def answer_of(call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
-        """The daemon's answer; a refusal is a tool error the model reads."""
+    def forward(self, line: bytes) -> None:
+        """Post one message; write its answer (or an error for a request that got none)."""
         try:
-            return await call
-        except (AgentdError, OSError) as exc:
-            raise ToolError(str(exc)) from None
+            answer = post(self.url, self.token, line, unix=self.unix)
+        except (OSError, McpHttpError) as exc:
+            answer = _error_for(line, f"agentd's MCP endpoint is not reachable: {exc}")
+        if answer:
+            with self._lock:
+                self.sink.write(answer.rstrip(b"\n") + b"\n")
+                self.sink.flush()
 
-    @app.tool(name="delegate_task", description=DELEGATE_DESCRIPTION)
-    async def delegate_task(
-        instructions: str, wait: bool, provider: str | None = None,
-        workspace: Literal["same", "fork", "new"] = "same", wake: bool = False,
-    ) -> dict[str, Any]:
-        answer = await answer_of(delegator.delegate(instructions, provider, workspace, wait, wake))
-        return {**_fields(answer), "wake": wake, "text": describe({**answer, "wake": wake})}
-
-    @app.tool(name="task_result", description=RESULT_DESCRIPTION)
-    async def task_result(taskId: str) -> dict[str, Any]:  # noqa: N803 - the tool's parameter name
-        answer = await answer_of(delegator.result(taskId))
-        return {**_fields(answer), "text": describe(answer)}
-
-    @app.tool(name="task_cancel", description=CANCEL_DESCRIPTION)
-    async def task_cancel(taskId: str) -> dict[str, Any]:  # noqa: N803 - the tool's parameter name
-        answer = await answer_of(delegator.cancel(taskId))
-        running = answer.get("interruptedRunId")
-        text = (f"Task {answer['taskId']}: " + (f"its run {running} is being interrupted" if running
-                else "it had no run going") + "; the tasks it delegated are stopped too. task_result tells how it ended.")
-        return {"taskId": answer["taskId"], "interruptedRunId": running,
-                "cancelledRunIds": answer.get("cancelledRunIds", []), "text": text}
-
-    return app
+    def run(self, source: BinaryIO) -> None:
+        """Until ``source`` ends; then the answers under way get ``DRAIN`` seconds to come."""
+        running: list[threading.Thread] = []
+        for line in source:
+            if line.strip():
+                thread = threading.Thread(target=self.forward, args=(line.strip(),), daemon=True)
+                thread.start()
+                running = [t for t in running if t.is_alive()] + [thread]
+        deadline = time.monotonic() + DRAIN
+        for thread in running:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
-def _fields(answer: dict[str, Any]) -> dict[str, Any]:
-    keys = ("taskId", "threadId", "runId", "status", "outcome", "finalAnswer", "filesChanged", "transferId", "handoffId")
-    return {key: answer[key] for key in keys if key in answer}
+def _error_for(line: bytes, message: str) -> bytes | None:
+    try:
+        request: Any = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or "id" not in request or "method" not in request:
+        return None
+    return json.dumps({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32603, "message": message}}).encode()
 
 
 def serve(socket: str | None, session_id: str | None, thread_id: str | None) -> int:
-    """Run the server on stdin/stdout until the client closes it."""
+    """Relay stdin to the daemon's MCP endpoint until stdin ends."""
     socket = socket or os.environ.get("AGENTD_SOCKET")
     if not socket:
         raise SystemExit("agentd mcp: no daemon socket (AGENTD_SOCKET or --socket)")
-    delegator = Delegator(socket, session_id=session_id or os.environ.get("AGENTD_SESSION_ID") or None,
-                          thread_id=thread_id, credential=read_credential())
-    app = build_server(delegator)
-    trio.run(app.run_stdio_async)
+    params = _who(session_id, thread_id)
+    try:
+        daemon = DaemonConnection.open(socket)
+    except OSError as exc:
+        raise SystemExit(f"agentd mcp: the daemon is not running at {socket} ({exc})") from None
+    with daemon:
+        try:
+            endpoint = daemon.call("mcp.endpoint", **params)
+        except AgentdError as exc:
+            raise SystemExit(f"agentd mcp: {exc}") from None
+        # Through the endpoint's Unix socket when it has one: reachable from a network namespace too.
+        Relay(endpoint["url"], endpoint["token"], sys.stdout.buffer, unix=endpoint.get("socket")).run(sys.stdin.buffer)
     return 0

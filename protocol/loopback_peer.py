@@ -13,9 +13,12 @@ in a worker thread, once per connection.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
+
+import trio
 
 from .peer_uid import peer_socket_row
+from .peers import UNIDENTIFIED_PEER, Peer
 
 #: a TCP socket's address as ``getsockname``/``getpeername`` give it: (host, port), or
 #: (host, port, flowinfo, scope_id) for IPv6
@@ -77,3 +80,29 @@ def loopback_peers(client: Address, server: Address) -> list[tuple[int, int]]:
         else:
             os.close(pidfd)
     return found
+
+
+async def stream_peer(identify_peer: Callable[[int, int | None], Peer] | None, stream: trio.SocketStream,
+                      what: str) -> Peer:
+    """Who the client of a loopback TCP connection is (a WebSocket's, the
+    MCP endpoint's): its connection's client end is looked up in /proc (in a
+    worker thread: it reads every process's descriptors) and each process
+    holding it is identified as a Unix-socket peer would be
+    (``identify_peer``; None: every peer is the person's). An agent's
+    process among them makes the connection an agent's; none found (it
+    closed, it is another uid's) is refused like one."""
+    if identify_peer is None:
+        return UNIDENTIFIED_PEER
+    try:
+        client, server = stream.socket.getpeername(), stream.socket.getsockname()
+    except OSError:
+        client = server = None
+    holders = await trio.to_thread.run_sync(loopback_peers, client, server) if client else []
+    try:
+        peers: list[Peer] = [identify_peer(pid, pidfd) for pid, pidfd in holders]
+    finally:
+        for _pid, pidfd in holders:
+            os.close(pidfd)
+    if not peers:
+        return Peer(pid=None, agent_process=True, why=f"{what} whose process agentd could not find")
+    return next((peer for peer in peers if peer.agent_process), peers[0])

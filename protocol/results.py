@@ -414,6 +414,15 @@ class ThreadRequestsResult(WireStruct, kw_only=True):
     requests: list[RuntimeRequest]
 
 
+class McpEndpointResult(WireStruct, kw_only=True):
+    """``mcp.endpoint``: agentd's MCP endpoint and a bearer token for it."""
+
+    url: str
+    #: the same endpoint on a Unix socket (None: not served on one)
+    socket: str | None
+    token: str
+
+
 class TaskResult(WireStruct, kw_only=True):
     """``task.result``: where a delegated task stands, and its result once its run ended."""
 

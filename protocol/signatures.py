@@ -54,6 +54,7 @@ SIGNATURES: dict[str, Signature] = {
     "run.get": Signature(w.RunGetParams, r.RunGetResult),
     "thread.requests": Signature(w.ThreadRequestsParams, r.ThreadRequestsResult),
     "task.result": Signature(w.TaskResultParams, r.TaskResult),
+    "mcp.endpoint": Signature(w.McpEndpointParams, r.McpEndpointResult),
     "thread.transfers": Signature(w.ThreadIdParams, r.ThreadTransfersResult),
     "handoff.get": Signature(w.HandoffGetParams, r.HandoffGetResult),
     "daemon.status": Signature(w.NoParams, r.DaemonStatusResult),

@@ -39,8 +39,8 @@ import trio_websocket
 
 from . import framing, http, login
 from .limits import ReserveDescriptor, ServerLimits
-from .loopback_peer import loopback_peers
-from .peers import UNIDENTIFIED_PEER, Peer
+from .loopback_peer import stream_peer
+from .peers import Peer
 from .server import Router, accept_loop, serve_messages
 
 log = logging.getLogger(__name__)
@@ -102,27 +102,8 @@ def _origin(request: trio_websocket.WebSocketRequest) -> str | None:
 
 
 async def websocket_peer(router: Router, stream: trio.SocketStream) -> Peer:
-    """Who a WebSocket client is: its connection's client end is looked up
-    in /proc (in a worker thread: it reads every process's descriptors) and
-    each process holding it is identified as a Unix-socket peer would be.
-    An agent's process among them makes the connection an agent's; none
-    found (it closed, it is another uid's) is refused like one."""
-    identify_peer = getattr(router, "identify_peer", None)
-    if identify_peer is None:
-        return UNIDENTIFIED_PEER
-    try:
-        client, server = stream.socket.getpeername(), stream.socket.getsockname()
-    except OSError:
-        client = server = None
-    holders = await trio.to_thread.run_sync(loopback_peers, client, server) if client else []
-    try:
-        peers: list[Peer] = [identify_peer(pid, pidfd) for pid, pidfd in holders]
-    finally:
-        for _pid, pidfd in holders:
-            os.close(pidfd)
-    if not peers:
-        return Peer(pid=None, agent_process=True, why="a WebSocket client whose process agentd could not find")
-    return next((peer for peer in peers if peer.agent_process), peers[0])
+    """Who a WebSocket client is (``loopback_peer.stream_peer``)."""
+    return await stream_peer(getattr(router, "identify_peer", None), stream, "a WebSocket client")
 
 
 async def serve_websocket(

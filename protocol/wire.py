@@ -22,7 +22,7 @@ Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 #: printable ASCII, space to ``~`` (protocol/README.md, "Safe retries"); ``\Z``, not ``$``,
 #: which would let a trailing newline through
 CommandId = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[\x20-\x7e]+\Z")]
-#: a session's tool credential (what ``agentd mcp`` reads from its credential file)
+#: a session's tool credential (the secret of its credential file; its MCP token is ``<sessionId>.<credential>``)
 Credential = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
 
 
@@ -114,7 +114,7 @@ TaskWorkspace = Literal["same", "fork", "new"]
 class TaskDelegateParams(Params):
     """``task.delegate`` (SPEC F9): the delegating thread is named by
     ``parentThreadId``, or by ``sessionId`` — the provider session an
-    ``agentd mcp`` process was started for, proven by its ``credential``."""
+    MCP tool call came from, proven by its ``credential``."""
 
     instructions: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
     parent_thread_id: Id | None = None
@@ -143,6 +143,15 @@ class TaskResultParams(Params):
     #: the asking provider session: the result is then delivered to (consumed by) its thread's running turn
     session_id: Id | None = None
     #: that session's tool credential
+    credential: Credential | None = None
+
+
+class McpEndpointParams(Params):
+    """``mcp.endpoint`` (SPEC F9): for ``parentThreadId`` (the person's
+    ``agentd mcp --thread``), or for ``sessionId`` with its ``credential``."""
+
+    parent_thread_id: Id | None = None
+    session_id: Id | None = None
     credential: Credential | None = None
 
 

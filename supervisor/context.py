@@ -18,6 +18,7 @@ from agentd.actors.task_slots import TaskSlots
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
 
+from .mcp_grants import ThreadGrants
 from .sessions import ProviderSessionManager
 
 if TYPE_CHECKING:  # loaded by the daemon only when the console is on (it loads h11)
@@ -38,6 +39,8 @@ class Endpoints:
     websocket: str | None = None
     #: the web console's URL (``agentd serve --web``)
     web: str | None = None
+    #: agentd's MCP endpoint (``http://127.0.0.1:PORT/mcp``), None when no instance offers the tool
+    mcp: str | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ class DaemonContext:
         login_codes: the console's one-time login codes (``agentd web``),
             None when the console is off.
         search: the search index's keeper (``thread.search``; None: search is off).
+        mcp_grants: the thread tokens of agentd's MCP endpoint (None: it is
+            not served).
     """
 
     store: Store
@@ -69,3 +74,4 @@ class DaemonContext:
     credentials: ToolCredentials | None = None
     login_codes: LoginCodes | None = None
     search: SearchIndexer | None = None
+    mcp_grants: ThreadGrants | None = None

@@ -26,10 +26,13 @@ instead of ``daemon_restart``; it never meets, kills or re-runs live work.
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import ipaddress
 import logging
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -56,7 +59,7 @@ from agentd.actors.providers.tool_credentials import ToolCredentials
 from agentd.actors.providers.scripted import ScriptedAdapter
 from agentd.actors.registry import ThreadRegistry
 from agentd.protocol.limits import ServerLimits, return_freed_memory_promptly
-from agentd.protocol.server import serve_unix
+from agentd.protocol.server import prepare_socket_path, serve_unix
 from agentd.store.db import Store
 from agentd.store.hub import EventHub
 from agentd.store.reconcile import RESTART_REASON, ReconcileReport, plan_reconciliation
@@ -64,6 +67,7 @@ from agentd.store.reconcile import RESTART_REASON, ReconcileReport, plan_reconci
 from agentd.actors.providers.procinfo import is_same_process, process_group_members
 
 from .context import DaemonContext, Endpoints
+from .mcp_grants import ThreadGrants
 from .methods import METHODS
 from .paths import Paths
 from .router import DaemonRouter
@@ -164,11 +168,26 @@ async def end_orphan(pid: int, start_ticks: int | None, *, timeout: float = 10.0
         os.close(pidfd)
 
 
+async def _unix_listener(path: Path) -> trio.SocketListener:
+    """A listener on a 0600 Unix socket at ``path`` (a stale one is replaced)."""
+    if len(os.fsencode(path)) > 107:
+        raise OSError(errno.ENAMETOOLONG, "the path is too long for a Unix socket")
+    prepare_socket_path(path)
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        await sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    sock.listen(128)
+    return trio.SocketListener(sock)
+
+
 def build_adapters(
     config: DaemonConfig, providers_dir: Path, *, request_timeout: float | None = 30.0, agentd_tool: AgentdTool | None = None,
 ) -> dict[str, ProviderAdapter]:
     """One adapter per configured provider instance; ``agentd_tool``: how
-    their sessions start ``agentd mcp`` (each instance's ``agentd_tool``
+    their sessions reach agentd's MCP endpoint (each instance's ``agentd_tool``
     setting says whether they do, SPEC F9)."""
     adapters: dict[str, ProviderAdapter] = {}
     for name, provider in config.providers.items():
@@ -313,6 +332,10 @@ class Daemon:
         # guessable session id for proof (hostile-round item 11).
         credentials = ToolCredentials(self.paths.tool_credentials)
         credentials.reset()
+        # agentd's MCP tools are served by the daemon itself: one loopback
+        # port for its life (bound here, so a restart of its server keeps
+        # the URL the live sessions were given), only when an instance offers them.
+        mcp_listeners = await self._mcp_listeners(credentials)
         sessions = self.sessions = self._session_manager(store, credentials)
         checkpoints, compactor = self._checkpoints()
         registry = self.registry = ThreadRegistry(
@@ -323,10 +346,13 @@ class Daemon:
         context = self.context = DaemonContext(
             store, hub, registry, sessions, self.endpoints, started_at=trio.current_time(), credentials=credentials,
             login_codes=websocket.login_codes if websocket is not None else None, search=search,
+            mcp_grants=ThreadGrants() if mcp_listeners else None,
         )
         router = self.router = DaemonRouter(METHODS, context)
-        self.supervisor = self._supervision_tree(store, registry, sessions, compactor, search,
-                                                 servers=self._servers(router, websocket))
+        servers = self._servers(router, websocket)
+        if mcp_listeners:
+            servers.insert(0, ChildSpec("mcp-server", partial(self._serve_mcp, router, credentials, mcp_listeners)))
+        self.supervisor = self._supervision_tree(store, registry, sessions, compactor, search, servers=servers)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.supervisor.serve)
@@ -336,7 +362,50 @@ class Daemon:
                 self.supervisor.request_stop()
         finally:
             search.close()
+            for listener in mcp_listeners:
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            if credentials.mcp_socket is not None:
+                Path(credentials.mcp_socket).unlink(missing_ok=True)
             store.close()
+
+    async def _mcp_listeners(self, credentials: ToolCredentials) -> list[trio.SocketListener]:
+        """The loopback listener of agentd's MCP endpoint (a free port), or
+        none when no provider instance offers agentd's tool."""
+        if all(p.agentd_tool == "off" for p in self.options.config.providers.values()):
+            return []
+        host = self.options.websocket_host
+        if not ipaddress.ip_address(host).is_loopback:
+            raise ValueError(f"agentd's MCP endpoint listens on loopback only (127.0.0.1 or ::1), not {host!r}")
+        listeners = await trio.open_tcp_listeners(0, host=host)
+        port = listeners[0].socket.getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        self.endpoints.mcp = credentials.mcp_url = f"http://{shown}:{port}/mcp"
+        # The same endpoint on a Unix socket beside the daemon's, for clients
+        # that cannot reach the port: the relay, a runtime in a network namespace.
+        path = Path(f"{self.paths.socket}.mcp")
+        try:
+            listeners.append(await _unix_listener(path))
+        except OSError as exc:
+            log.warning("agentd's MCP endpoint is not served on %s: %s", path, exc)
+        else:
+            credentials.mcp_socket = str(path)
+        return listeners
+
+    async def _serve_mcp(self, router: DaemonRouter, credentials: ToolCredentials,
+                         listeners: list[trio.SocketListener], *,
+                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """agentd's MCP tools on their listener (h11 loads here, only then)."""
+        from agentd.protocol.mcp_http import serve_mcp
+
+        from .mcp_tools import AgentdTools
+        from .queries import VERSION
+
+        assert router.context.mcp_grants is not None
+        tools = AgentdTools(credentials, router.context.mcp_grants, version=VERSION)
+        tools.router = router
+        await serve_mcp(tools, listeners, identify_peer=router.identify_peer,
+                        limits=ServerLimits.for_this_process(), task_status=task_status)
 
     async def _deliver(self, thread_id: str, event: ProviderEvent) -> None:
         """A provider session's event, to its thread's actor (the sessions

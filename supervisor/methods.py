@@ -29,7 +29,7 @@ from agentd.protocol.signatures import SIGNATURES
 from agentd.store.db import Store
 from agentd.store.records import Checkpoint, ConversationMessage, ExecutionNode, PlanArtifact, Run, RuntimeRequest
 
-from . import export, queries, run_diff, search, subscriptions, tasks
+from . import export, mcp_tools, queries, run_diff, search, subscriptions, tasks
 from . import thread_admin as thread_deletion
 
 
@@ -136,6 +136,7 @@ METHODS = MethodTable([
     _read("run.get", queries.run_get),
     _read("thread.requests", tasks.thread_requests),
     _daemon("task.result", tasks.task_result, access="tool"),
+    _daemon("mcp.endpoint", mcp_tools.mcp_endpoint, access="tool"),
     _read("thread.transfers", queries.thread_transfers),
     _read("handoff.get", queries.handoff_get),
     _read("daemon.status", queries.daemon_status),

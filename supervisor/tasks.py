@@ -9,9 +9,9 @@ starts its run; ``task.result`` waits, outside every actor, for the task's
 run to end and then asks the parent's actor to deliver the result to its
 running turn (``delegation.consume_result``).
 
-``agentd mcp`` (cli/mcp_server.py) is the usual caller: it names the
-delegating thread by ``sessionId``, the provider session it was started
-for, and proves it with that session's ``credential`` (``authorize_tool_call``),
+agentd's MCP tools (supervisor/mcp_tools.py, served by the daemon) are the
+usual caller: they name the delegating thread by ``sessionId``, the
+provider session whose token the call came with, and proves it with that session's ``credential`` (``authorize_tool_call``),
 so an agent cannot speak for a thread it does not run in.
 """
 
@@ -51,11 +51,11 @@ def delegating_thread(context: DaemonContext, session_id: str | None, thread_id:
     if session_id is not None:
         session = store.get(ProviderSession, session_id)
         if session is None or session.thread_id is None:
-            raise NotFound(f"no provider session {session_id}; agentd mcp must be started by agentd for a session",
+            raise NotFound(f"no provider session {session_id}; agentd's tool speaks for the sessions agentd started",
                            sessionId=session_id)
         thread_id = session.thread_id
     if thread_id is None:
-        raise InvalidParams("task.delegate needs parentThreadId (or the sessionId agentd mcp was started for)",
+        raise InvalidParams("task.delegate needs parentThreadId (or the sessionId of the session that asks)",
                             field="parentThreadId")
     thread = store.thread(thread_id)
     if thread is None:
@@ -71,7 +71,7 @@ def authorize_tool_call(context: DaemonContext, connection: Connection, method: 
     session id alone is no proof: it is in ``daemon.status`` and in the
     environment of the agent's commands). A peer that is an agent's process
     must name its session that way, and be a process of that session's own
-    runtime: the ``agentd mcp`` an agent started, not another agent's, nor
+    runtime: its runtime or what that started, not another agent's, nor
     a command that read another session's credential. The person's clients
     may also delegate for a thread by ``parentThreadId`` alone
     (``agentd mcp --thread``).
@@ -86,8 +86,8 @@ def authorize_tool_call(context: DaemonContext, connection: Connection, method: 
         credentials = context.credentials
         if credentials is None or not credentials.check(session_id, credential):
             raise Forbidden(
-                f"{method} for session {session_id} needs that session's tool credential (agentd mcp reads it from "
-                "the file AGENTD_TOOL_CREDENTIAL names); a session id is no proof",
+                f"{method} for session {session_id} needs that session's tool credential (its MCP token, or the file "
+                "AGENTD_TOOL_CREDENTIAL names); a session id is no proof",
                 method=method, sessionId=session_id,
             )
     peer = connection.peer
@@ -96,7 +96,7 @@ def authorize_tool_call(context: DaemonContext, connection: Connection, method: 
     if session_id is None:
         raise Forbidden(
             f"{method} is refused: this connection comes from {peer.why}, and an agent's processes reach agentd's "
-            "tool only through the agentd mcp agentd configured for their session (with its credential)",
+            "tool only through the MCP endpoint agentd configured for their session (with its token)",
             method=method, pid=peer.pid,
         )
     if peer.session_id != session_id:
@@ -187,9 +187,9 @@ async def _tool_call_recorded(context: DaemonContext, session_id: str | None, pa
     """Wait (at most ``TOOL_CALL_WAIT``) until the parent's running turn that
     asks has its call of agentd's tool recorded as a node, so that the
     spawn's source point is that node. The provider reports the call on its
-    own pipe while the call itself comes through ``agentd mcp`` and the
-    socket: either can reach the daemon first. Past the wait (a provider
-    that reports no such node), the source point is the run's root node."""
+    own pipe while the call itself comes through the MCP endpoint: either
+    can reach the daemon first. Past the wait (a provider that reports no
+    such node), the source point is the run's root node."""
     if _asking_attempt(context, session_id, parent_id) is None:
         return
     with trio.move_on_after(TOOL_CALL_WAIT):

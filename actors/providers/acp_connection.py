@@ -12,6 +12,7 @@ providers").
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -55,7 +56,8 @@ from .acp_wire import (
     TextContent,
     WriteTextFileRequest,
 )
-from .agentd_tool import SERVER_NAME, TOOLS
+from .agentd_tool import TOOLS
+from .tool_credentials import CREDENTIAL_ENV, SERVER_NAME
 from .jsonl import stop_process
 from .base import (
     EventSink,
@@ -202,8 +204,13 @@ class AcpConnection(ProviderConnection):
         tool = self.adapter.agentd_tool
         if tool is None:
             return []
-        env = [EnvVariable(name=k, value=v) for k, v in tool.env(self._agentd_session).items()]
-        return [McpServerStdio(name=SERVER_NAME, command=tool.command[0], args=tool.command[1:], env=env)]
+        # ACP's stdio MCP server is the one every agent can start: agentd's
+        # relay (``agentd mcp``), which reaches the daemon's endpoint with the
+        # session's id and credential file — the token itself is in no argv.
+        env = [EnvVariable(name=k, value=v) for k, v in tool.scripted_env(self._agentd_session).items()]
+        if not env or CREDENTIAL_ENV not in {e.name for e in env}:
+            return []
+        return [McpServerStdio(name=SERVER_NAME, command=sys.executable, args=["-m", "agentd", "mcp"], env=env)]
 
     def _session(self, session_id: str, cwd: str) -> Session:
         mapper = TurnMapper(self._emit, cwd, self._terminal_output_text)

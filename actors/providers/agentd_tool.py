@@ -1,88 +1,101 @@
 """How a provider session gets agentd's own MCP tool (SPEC F9).
 
-agentd configures ``agentd mcp`` (cli/mcp_server.py, a stdio MCP server)
-into every session it starts, with the session's identity in its
-environment, so the daemon knows which thread delegates:
+The daemon serves the tool itself, over MCP's streamable HTTP on loopback
+(``http://127.0.0.1:PORT/mcp``, ``supervisor/mcp_tools.py``): no process is
+started for it. Each session's runtime is given the URL and its session's
+bearer token (``<sessionId>.<credential>``, ``tool_credentials.py``), which
+names the session — the daemon maps it to the thread and that thread's
+running turn. The token is never put in an argv (every user can read those
+in ``/proc``):
 
-- ``AGENTD_SOCKET``: the daemon's Unix socket (the server is a client of it);
-- ``AGENTD_SESSION_ID``: the ProviderSession the runtime belongs to (the
-  daemon maps it to the thread, and to that thread's running turn);
-- ``AGENTD_TOOL_CREDENTIAL``: the path of the session's credential file
-  (``tool_credentials.py``): the tool methods refuse a call without the
-  secret in it. Only the path is in any argv, never the secret.
+- Codex: ``-c mcp_servers.agentd.url=…`` and
+  ``-c mcp_servers.agentd.bearer_token_env_var="AGENTD_MCP_TOKEN"``, the
+  token in the runtime's environment (``codex_env``);
+- Claude Code: ``--mcp-config`` naming the session's 0600 client
+  configuration file (``{"type": "http", "url": …, "headers":
+  {"Authorization": "Bearer …"}}``), plus ``--allowedTools`` when pre-approved;
+- the scripted agent: ``AGENTD_MCP_URL`` and the path of its credential file
+  (``AGENTD_TOOL_CREDENTIAL``), from which its ``delegate`` step makes the
+  token and posts the MCP messages itself.
 
-Each runtime takes it its own way: Codex as ``-c mcp_servers.agentd.*``
-overrides on ``codex app-server``; Claude Code as ``--mcp-config`` JSON
-(plus ``--allowedTools`` when pre-approved); the scripted agent from its
-environment (``AGENTD_MCP_COMMAND``), starting the same server as an MCP
-client for its ``delegate`` step — one path for every agent.
+Without a live endpoint (``credentials.mcp_url`` unset) nothing is configured.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .tool_credentials import CREDENTIAL_ENV, ToolCredentials
+from .tool_credentials import CREDENTIAL_ENV, SERVER_NAME, ToolCredentials
 
-#: the MCP server's name in the runtimes (Claude names its tools ``mcp__agentd__…``)
-SERVER_NAME = "agentd"
 #: the tools it offers
 TOOLS = ("delegate_task", "task_result", "task_cancel")
 #: seconds Codex lets one tool call run: a ``wait: true`` delegation lasts as long as its task
 CODEX_TOOL_TIMEOUT = 24 * 3600
 CODEX_STARTUP_TIMEOUT = 60
-#: milliseconds Codex waits for MCP servers still starting before a turn: without it
-#: the first turn's model request goes out before ``agentd mcp`` listed its tools
-#: (checked on 0.171: the server is ready after its imports, seconds later)
+#: milliseconds Codex waits at most for MCP servers still starting before a
+#: turn: without it the first turn's model request may go out before the
+#: tools are listed (the endpoint answers in milliseconds, so it rarely waits)
 CODEX_STARTUP_GRACE_MS = 20_000
-
-
-def default_command() -> list[str]:
-    """``agentd mcp`` with the Python that runs this daemon."""
-    return [sys.executable, "-m", "agentd", "mcp"]
+#: the variable of Codex's environment that holds the bearer token
+TOKEN_ENV = "AGENTD_MCP_TOKEN"
+#: the variable of every runtime's environment that holds the endpoint's URL
+URL_ENV = "AGENTD_MCP_URL"
+#: … and the path of its Unix socket: a runtime's wrapper that isolates the
+#: network (a loopback-only namespace) bridges the URL's port to it
+SOCKET_ENV = "AGENTD_MCP_SOCKET"
 
 
 @dataclass(frozen=True)
 class AgentdTool:
-    """What a session needs to start ``agentd mcp`` for itself.
+    """What a session needs to reach agentd's MCP endpoint.
 
     Args:
-        socket: the daemon's socket path.
-        command: argv of ``agentd mcp``.
-        credentials: the sessions' tool credentials (None: none is issued,
-            and the daemon's tool methods refuse the server's calls).
+        socket: the daemon's socket path (in the scripted agent's environment).
+        credentials: the sessions' tool credentials, and the endpoint's URL.
     """
 
     socket: str
-    command: list[str] = field(default_factory=default_command)
-    credentials: ToolCredentials | None = None
+    credentials: ToolCredentials
 
-    def env(self, session_id: str) -> dict[str, str]:
-        """The server's environment: where the daemon is, who asks, and
-        where that session's credential is."""
-        env = {"AGENTD_SOCKET": self.socket, "AGENTD_SESSION_ID": session_id}
-        if self.credentials is not None:
-            env[CREDENTIAL_ENV] = str(self.credentials.path(session_id))
+    def _live(self, session_id: str) -> tuple[str, str] | None:
+        """(url, token) of a session whose credential is issued, else None."""
+        url, token = self.credentials.mcp_url, self.credentials.token(session_id)
+        return (url, token) if url is not None and token is not None else None
+
+    def runtime_env(self, session_id: str) -> dict[str, str]:
+        """Every runtime's: where the endpoint is (its URL and Unix socket; no secret)."""
+        live = self._live(session_id)
+        if live is None:
+            return {}
+        env = {URL_ENV: live[0]}
+        if self.credentials.mcp_socket is not None:
+            env[SOCKET_ENV] = self.credentials.mcp_socket
         return env
 
     def scripted_env(self, session_id: str) -> dict[str, str]:
-        """For the scripted agent: the same, and how to start the server."""
-        return {**self.env(session_id), "AGENTD_MCP_COMMAND": json.dumps(self.command)}
+        """The scripted agent's: where the daemon and the endpoint are, who it is, where its credential is."""
+        env = {"AGENTD_SOCKET": self.socket, "AGENTD_SESSION_ID": session_id, **self.runtime_env(session_id)}
+        if self._live(session_id) is not None:
+            env[CREDENTIAL_ENV] = str(self.credentials.path(session_id))
+        return env
+
+    def codex_env(self, session_id: str) -> dict[str, str]:
+        """Codex's environment: the endpoint, and the token its ``bearer_token_env_var`` names."""
+        live = self._live(session_id)
+        return {**self.runtime_env(session_id), TOKEN_ENV: live[1]} if live is not None else {}
 
     def codex_args(self, session_id: str, *, preapproved: bool) -> list[str]:
-        """``-c`` overrides that configure the server in ``codex app-server``
-        (values are TOML). Codex passes MCP servers only the environment it
-        is told, so the identity goes in ``env``; and it starts a turn without
-        waiting for MCP servers unless given a startup grace (Codex then lists
-        the tools as the namespace ``mcp__agentd``)."""
+        """``-c`` overrides that configure the endpoint in ``codex app-server``
+        (values are TOML). Codex 0.171 offers the tools as the namespace
+        ``mcp__agentd`` once listed; it starts a turn without waiting for MCP
+        servers unless given a startup grace."""
+        live = self._live(session_id)
+        if live is None:
+            return []
         key = f"mcp_servers.{SERVER_NAME}"
-        env = ", ".join(f"{name} = {json.dumps(value)}" for name, value in self.env(session_id).items())
         args = [
-            "-c", f"{key}.command={json.dumps(self.command[0])}",
-            "-c", f"{key}.args={json.dumps(self.command[1:])}",
-            "-c", f"{key}.env={{ {env} }}",
+            "-c", f'{key}.url="{live[0]}"',
+            "-c", f'{key}.bearer_token_env_var="{TOKEN_ENV}"',
             "-c", f"{key}.startup_timeout_sec={CODEX_STARTUP_TIMEOUT}",
             "-c", f"{key}.tool_timeout_sec={CODEX_TOOL_TIMEOUT}",
             "-c", f"mcp_optional_startup_grace_ms={CODEX_STARTUP_GRACE_MS}",
@@ -92,12 +105,12 @@ class AgentdTool:
         return args
 
     def claude_args(self, session_id: str, *, preapproved: bool) -> list[str]:
-        """``--mcp-config`` JSON for ``claude -p``; pre-approved, its tools in
-        ``--allowedTools`` (else Claude asks ``can_use_tool``, an approval)."""
-        config = {"mcpServers": {SERVER_NAME: {
-            "type": "stdio", "command": self.command[0], "args": self.command[1:], "env": self.env(session_id),
-        }}}
-        args = ["--mcp-config", json.dumps(config)]
+        """``--mcp-config`` naming the session's client configuration file;
+        pre-approved, its tools in ``--allowedTools`` (else Claude asks
+        ``can_use_tool``, an approval)."""
+        if self._live(session_id) is None:
+            return []
+        args = ["--mcp-config", str(self.credentials.client_config(session_id))]
         if preapproved:
             args += ["--allowedTools", ",".join(f"mcp__{SERVER_NAME}__{tool}" for tool in TOOLS)]
         return args

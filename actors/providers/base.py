@@ -264,7 +264,7 @@ class ProviderAdapter(abc.ABC):
     name: str
     kind: str
     capabilities: Capabilities
-    #: how this instance's sessions start ``agentd mcp`` (the daemon sets it;
+    #: how this instance's sessions reach agentd's MCP endpoint (the daemon sets it;
     #: None: its agents get no agentd tool)
     agentd_tool: AgentdTool | None
     #: the node kinds whose running item the runtime interrupts on its own

@@ -256,7 +256,10 @@ class ClaudeConnection(ProviderConnection):
         stderr = StderrLog(adapter.home)
 
         async def start() -> ProcessLike:
-            return await adapter.spawn(adapter.command(session_id), env=adapter.environment(), cwd=None, stderr_path=stderr.path)
+            env = adapter.environment()
+            if adapter.agentd_tool is not None:
+                env.update(adapter.agentd_tool.runtime_env(session_id))  # where the endpoint is (no secret)
+            return await adapter.spawn(adapter.command(session_id), env=env, cwd=None, stderr_path=stderr.path)
 
         self._claude = ClaudeProcess(start, stderr=stderr, timeout=adapter.request_timeout)
         #: our control requests waiting for claude's control_response

@@ -339,7 +339,10 @@ class CodexAdapter(ProviderAdapter):
         self.home.mkdir(parents=True, exist_ok=True)
         stderr = StderrLog(self.home)
         stderr.mark()
-        process = await self.spawn(self.command(session_id), env=self.environment(), cwd=None, stderr_path=stderr.path)
+        env = self.environment()
+        if self.agentd_tool is not None:
+            env.update(self.agentd_tool.codex_env(session_id))  # the token its bearer_token_env_var names
+        process = await self.spawn(self.command(session_id), env=env, cwd=None, stderr_path=stderr.path)
         connection = CodexConnection(self, process, emit)
         failure: ProviderRuntimeError | None = None
         try:

@@ -77,7 +77,7 @@ HISTORY_MODES = ("legacy", "paginated")
 INTERRUPTIBLE = frozenset({"tool", "commandExecution", "subagent"})
 #: characters of a command step's output kept in its item
 MAX_COMMAND_OUTPUT = 16_000
-#: the environment variable naming the session's tool credential (tool_credentials.py): agentd mcp's only
+#: the environment variable naming the session's tool credential (tool_credentials.py): the delegate step's only
 TOOL_CREDENTIAL_ENV = "AGENTD_TOOL_CREDENTIAL"
 
 #: Switches a client may turn off in ``initialize``; all are on by default.
@@ -549,7 +549,7 @@ class Turn:
         holds its steps and what it said; it can be resumed and forked.
     ``{"delegate": {"instructions", "provider"?, "workspace"?, "wait"?, "wake"?}}``
         A ``tool`` item ``delegate_task`` that calls agentd's MCP tool of that
-        name through ``agentd mcp`` (``AGENTD_MCP_COMMAND``), then says
+        name on the daemon's MCP endpoint (``AGENTD_MCP_URL``), then says
         ``delegated task OUTCOME: FINAL ANSWER`` (``wait: true``),
         ``delegated task TASK_ID`` (``wait: false``) or ``delegate failed: WHY``.
     ``{"usage": {"inputTokens": N, "outputTokens": M, "cachedInputTokens"?: C, "reasoningTokens"?: R, "model"?: NAME}}``
@@ -823,7 +823,7 @@ class Turn:
         if os.path.commonpath([workspace, cwd]) != workspace:
             raise TurnFailed(f"command cwd {where} escapes the thread's cwd")
         # A command gets the agent's environment, as a runtime's shell does —
-        # but not its tool credential, which is agentd mcp's alone.
+        # but not its tool credential, which is the delegate step's alone.
         env = {name: value for name, value in os.environ.items() if name != TOOL_CREDENTIAL_ENV}
         fields = {"command": shlex.join(argv), "cwd": cwd}
         async with self._item(parent, "commandExecution", **fields, status="inProgress") as item:
@@ -976,25 +976,39 @@ class Turn:
 
 
 async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """Call one of agentd's MCP tools through ``agentd mcp``, started as a
-    stdio MCP server the way agentd configures it for every runtime
-    (``AGENTD_MCP_COMMAND``, with the session's identity in the
-    environment). Returns ``(error, result)``: a tool error's text, or the
-    tool's structured result."""
-    command = os.environ.get("AGENTD_MCP_COMMAND")
-    if not command:
-        return "agentd's tool is not configured for this agent (its provider has agentd_tool = \"off\")", {}
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
+    """Call one of agentd's MCP tools on the daemon's MCP endpoint, as a
+    runtime agentd configured would (``AGENTD_MCP_URL``, through its Unix
+    socket ``AGENTD_MCP_SOCKET`` when there is one; the bearer token is
+    the session's id and the credential in the file its environment names).
+    Returns ``(error, result)``: a tool error's text, or the tool's
+    structured result. An interrupted call shuts its connection, which the
+    endpoint takes as the call's end."""
+    from agentd.protocol.mcp_client import McpHttpError, call_tool, shut
 
-    argv = msgspec.json.decode(command)
-    server = StdioServerParameters(command=argv[0], args=argv[1:], env=dict(os.environ))
-    async with Client(server, mode="legacy") as client:
-        result = await client.call_tool(tool, arguments)
-    text = "\n".join(getattr(block, "text", "") for block in result.content)
-    if result.is_error:
-        return text or f"{tool} failed", {}
-    return None, dict(result.structured_content or {})
+    url, session = os.environ.get("AGENTD_MCP_URL"), os.environ.get("AGENTD_SESSION_ID")
+    credential = _read_credential()
+    if not url or not session or not credential:
+        return "agentd's tool is not configured for this agent (its provider has agentd_tool = \"off\")", {}
+    opened: list[Any] = []
+    try:
+        return await trio.to_thread.run_sync(
+            functools.partial(call_tool, url, f"{session}.{credential}", tool, arguments,
+                              unix=os.environ.get("AGENTD_MCP_SOCKET") or None, opened=opened),
+            abandon_on_cancel=True)
+    except (OSError, ValueError, McpHttpError) as exc:
+        return str(exc), {}
+    finally:
+        shut(opened)
+
+
+def _read_credential() -> str | None:
+    path = os.environ.get(TOOL_CREDENTIAL_ENV)
+    if not path:
+        return None
+    try:
+        return Path(path).read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 async def _serve(home: Path, history_mode: str = "paginated") -> None:

@@ -82,6 +82,7 @@ def namespace_wrapper(fake_server: Path, *, port: int, request_log: Path, timing
     """argv to put before the runtime's command: a new network namespace in
     which the fake listens on ``port`` before the runtime starts."""
     command = " ".join(shlex.quote(a) for a in _fake_command(fake_server, port, request_log, timings_log))
+    bridge = shlex.join([sys.executable, str(Path(__file__).with_name("mcp_bridge.py"))])
     script = (
         "ip link set lo up || exit 97\n"
         'fifo=$(mktemp -u) && mkfifo "$fifo" || exit 96\n'
@@ -89,6 +90,14 @@ def namespace_wrapper(fake_server: Path, *, port: int, request_log: Path, timing
         # Blocks until the fake announces its port: it is listening then.
         'read -r _port <"$fifo"; rm -f "$fifo"\n'
         '[ -n "$_port" ] || exit 98\n'
+        # agentd's MCP endpoint is on the host's loopback: bridged in through its Unix socket.
+        'if [ -n "$AGENTD_MCP_URL" ] && [ -n "$AGENTD_MCP_SOCKET" ]; then\n'
+        '  mkfifo "$fifo" || exit 95\n'
+        f'  {bridge} --url "$AGENTD_MCP_URL" --socket "$AGENTD_MCP_SOCKET" --announce --exit-with-parent'
+        f' </dev/null >"$fifo" 2>>{shlex.quote(str(fake_log))} &\n'
+        '  read -r _bridged <"$fifo"; rm -f "$fifo"\n'
+        '  [ -n "$_bridged" ] || exit 94\n'
+        'fi\n'
         'exec "$0" "$@"\n'
     )
     return ["unshare", "-rn", "sh", "-c", script]

@@ -1,7 +1,7 @@
 """Delegated tasks through agentd's own MCP tool (SPEC F9), end to end: a
-scripted agent's ``delegate`` step starts ``agentd mcp`` as an MCP client —
-the same server agentd configures into Codex and Claude sessions — which
-calls ``task.delegate`` / ``task.result`` on the daemon's socket.
+scripted agent's ``delegate`` step posts to the daemon's MCP endpoint — the
+one agentd configures into Codex and Claude sessions — whose tools call
+``task.delegate`` / ``task.result`` in the daemon.
 
 ``basic`` is a second scripted instance without native fork: the child runs
 on another provider than its parent.
@@ -21,9 +21,9 @@ from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError, LimitExceeded
 from tests.helpers import script, wait_event, wait_run_terminal
 
-#: seconds a run that delegates may take: each ``agentd mcp`` start imports
-#: the mcp SDK (several seconds on a busy 2-core machine)
-SLOW = 180
+#: seconds a run that delegates may take on a busy 2-core machine (the tool
+#: is served by the daemon: no process starts for it)
+SLOW = 60
 
 CONFIG = """
 [daemon]
@@ -351,34 +351,56 @@ async def test_f9_a_task_works_in_a_copy_of_the_workspace_or_a_folder_of_its_own
     assert open(f"{new['workspace']}/child.txt").read() == "new"
 
 
-def test_f9_the_runtimes_get_agentd_mcp_with_the_sessions_identity():
-    """F9: how Codex (``-c`` TOML overrides) and Claude (``--mcp-config``)
-    are told to start ``agentd mcp``, with the session's identity."""
+async def test_f9_the_runtimes_get_agentd_mcp_endpoint_with_the_sessions_token(tmp_path):
+    """F9: how Codex (``-c`` TOML overrides and the token in its
+    environment), Claude (``--mcp-config`` naming a 0600 file) and the
+    scripted agent (its environment) are told where agentd's MCP endpoint
+    is, with the session's bearer token — never the token in an argv."""
     import json
+    import stat
     import tomllib
 
     from agentd.actors.providers.agentd_tool import AgentdTool
+    from agentd.actors.providers.tool_credentials import ToolCredentials
 
-    tool = AgentdTool(socket="/run/a d/agentd.sock", command=["/usr/bin/python3", "-m", "agentd", "mcp"])
+    credentials = ToolCredentials(tmp_path / "creds")
+    credentials.reset()
+    tool = AgentdTool(socket="/run/a d/agentd.sock", credentials=credentials)
+    assert tool.codex_args("pss_1", preapproved=True) == [] and tool.claude_args("pss_1", preapproved=True) == []
+    credentials.mcp_url = "http://127.0.0.1:4711/mcp"
+    for session in ("pss_1", "pss_2", "pss_3"):
+        await credentials.issue(session)
+    token = credentials.token("pss_1")
+    assert token is not None and token.startswith("pss_1.")
     args = tool.codex_args("pss_1", preapproved=True)
     assert args[::2] == ["-c"] * (len(args) // 2)
     config: dict = {}
     for override in args[1::2]:
         key, _, value = override.partition("=")
         config[key] = tomllib.loads(f"v = {value}")["v"]
-    assert config["mcp_servers.agentd.command"] == "/usr/bin/python3"
-    assert config["mcp_servers.agentd.args"] == ["-m", "agentd", "mcp"]
-    assert config["mcp_servers.agentd.env"] == {"AGENTD_SOCKET": "/run/a d/agentd.sock", "AGENTD_SESSION_ID": "pss_1"}
+    assert config["mcp_servers.agentd.url"] == "http://127.0.0.1:4711/mcp"
+    assert config["mcp_servers.agentd.bearer_token_env_var"] == "AGENTD_MCP_TOKEN"
+    assert tool.codex_env("pss_1") == {"AGENTD_MCP_TOKEN": token, "AGENTD_MCP_URL": "http://127.0.0.1:4711/mcp"}
+    credentials.mcp_socket = "/run/a d/agentd.sock.mcp"
+    assert tool.runtime_env("pss_1") == {"AGENTD_MCP_URL": "http://127.0.0.1:4711/mcp",
+                                         "AGENTD_MCP_SOCKET": "/run/a d/agentd.sock.mcp"}
     assert config["mcp_servers.agentd.default_tools_approval_mode"] == "approve"
     assert "mcp_servers.agentd.default_tools_approval_mode" not in " ".join(tool.codex_args("pss_1", preapproved=False))
+    assert all(token.split(".")[1] not in arg for arg in args)
 
-    flag, raw, *rest = tool.claude_args("pss_2", preapproved=False)
+    flag, path, *rest = tool.claude_args("pss_2", preapproved=False)
     assert flag == "--mcp-config" and rest == []
-    server = json.loads(raw)["mcpServers"]["agentd"]
-    assert server["command"] == "/usr/bin/python3" and server["env"]["AGENTD_SESSION_ID"] == "pss_2"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    server = json.loads(open(path).read())["mcpServers"]["agentd"]
+    assert server == {"type": "http", "url": "http://127.0.0.1:4711/mcp",
+                      "headers": {"Authorization": f"Bearer {credentials.token('pss_2')}"}}
     assert tool.claude_args("pss_2", preapproved=True)[2:] == [
         "--allowedTools", "mcp__agentd__delegate_task,mcp__agentd__task_result,mcp__agentd__task_cancel"]
-    assert json.loads(tool.scripted_env("pss_3")["AGENTD_MCP_COMMAND"]) == tool.command
+    env = tool.scripted_env("pss_3")
+    assert env["AGENTD_MCP_URL"] == "http://127.0.0.1:4711/mcp" and env["AGENTD_SESSION_ID"] == "pss_3"
+    assert env["AGENTD_TOOL_CREDENTIAL"] == str(credentials.path("pss_3"))
+    await credentials.revoke("pss_2")
+    assert not os.path.exists(path) and credentials.token("pss_2") is None
 
 
 async def test_f9_a_delegation_that_arrives_before_its_tool_call_node_waits_for_it(daemon, client, tmp_path):

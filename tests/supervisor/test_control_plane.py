@@ -192,12 +192,14 @@ async def test_a_command_step_runs_in_the_workspace_and_changes_files(client, tm
     assert [f["path"] for f in diff["files"]] == ["sub/made.txt"]
 
 
-def test_the_credential_reaches_agentd_mcp_by_a_files_path_never_in_an_argv(tmp_path):
+def test_the_credential_reaches_the_runtimes_by_a_files_path_never_in_an_argv(tmp_path):
     """Item 11: Codex's ``-c`` overrides and Claude's ``--mcp-config`` are
-    argv, which every user can read in /proc: they name the credential's
-    file, and only the daemon and that file hold the secret."""
+    argv, which every user can read in /proc: they name the endpoint and a
+    file (or the environment variable) that holds the token; only the
+    daemon, those files and Codex's environment hold the secret."""
     credentials = ToolCredentials(tmp_path / "creds")
     credentials.reset()
+    credentials.mcp_url = "http://127.0.0.1:4711/mcp"
 
     async def issue() -> None:
         await credentials.issue("pss_1")

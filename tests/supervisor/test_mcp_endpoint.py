@@ -1,0 +1,220 @@
+"""agentd's MCP tools served by the daemon itself (SPEC F9; issue 24 item 1):
+the official MCP SDK's client lists and calls them over streamable HTTP and
+through the ``agentd mcp`` stdio relay; ``initialize`` and the tool schemas
+are what the spec says; a wrong, revoked or browser-borne request is refused;
+the relay loads neither trio nor the SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+import trio
+
+from agentd.launch import start_daemon
+from agentd.protocol.client import Client
+from agentd.protocol.errors import NotFound
+from tests.helpers import script, wait_event, wait_run_terminal
+
+TIMEOUT = 60
+CONFIG = '[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = false }\n'
+
+
+@pytest.fixture
+async def daemon(tmp_path, short_dir):
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG)
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    try:
+        yield daemon
+    finally:
+        code = await daemon.terminate()
+        assert code == 0, daemon.log_text()[-4000:]
+
+
+@pytest.fixture
+async def client(daemon):
+    async with Client.connect(daemon.socket) as c:
+        yield c
+
+
+def post(url: str, body: object, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    """One raw POST (blocking: run it in a thread)."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+
+
+async def test_f9_the_sdks_http_client_lists_and_calls_agentds_tools(client):
+    """F9: the SDK's streamable-HTTP client, with a thread's token from
+    ``mcp.endpoint``, sees the three tools with object schemas and
+    delegates a task whose answer is the tool's result."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    endpoint = await client.call("mcp.endpoint", parentThreadId=parent)
+    assert endpoint["url"].startswith("http://127.0.0.1:") and endpoint["url"].endswith("/mcp")
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {endpoint['token']}"})
+    with trio.fail_after(TIMEOUT):
+        async with http, streamable_http_client(endpoint["url"], http_client=http) as (read, write), \
+                ClientSession(read, write) as session:
+            initialized = await session.initialize()
+            tools = (await session.list_tools()).tools
+            answer = await session.call_tool("delegate_task", {
+                "instructions": script({"say": "forty-two"}), "wait": True, "provider": "basic"})
+            unknown = await session.call_tool("task_result", {"taskId": "thr_nope"})
+    assert initialized.server_info.name == "agentd" and initialized.capabilities.tools is not None
+    assert [tool.name for tool in tools] == ["delegate_task", "task_result", "task_cancel"]
+    assert all(tool.input_schema["type"] == "object" for tool in tools)
+    assert tools[0].input_schema["required"] == ["instructions", "wait"]
+    assert not answer.is_error, answer
+    assert answer.structured_content["finalAnswer"] == "forty-two"
+    assert answer.structured_content["outcome"] == "completed"
+    assert unknown.is_error and "no delegated task thr_nope" in unknown.content[0].text
+
+
+async def test_f9_initialize_answers_as_the_spec_says_and_a_notification_is_accepted(client):
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    endpoint = await client.call("mcp.endpoint", parentThreadId=parent)
+    auth = {"Authorization": f"Bearer {endpoint['token']}", "Accept": "application/json, text/event-stream"}
+    status, headers, body = await trio.to_thread.run_sync(post, endpoint["url"], INITIALIZE, auth)
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    result = json.loads(body)["result"]
+    assert result["protocolVersion"] == "2025-06-18"
+    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["serverInfo"]["name"] == "agentd" and result["instructions"]
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await trio.to_thread.run_sync(post, endpoint["url"], note, auth))[0] == 202
+    old = {**INITIALIZE, "params": {**INITIALIZE["params"], "protocolVersion": "1999-01-01"}}
+    status, _, body = await trio.to_thread.run_sync(post, endpoint["url"], old, auth)
+    assert json.loads(body)["result"]["protocolVersion"] == "2025-11-25"
+    unknown = {"jsonrpc": "2.0", "id": 2, "method": "resources/list"}
+    status, _, body = await trio.to_thread.run_sync(post, endpoint["url"], unknown, auth)
+    assert json.loads(body)["error"]["code"] == -32601
+
+
+async def test_f9_a_wrong_revoked_or_foreign_request_is_refused(daemon, client):
+    """F9: no token, a wrong one, a session's token whose session is gone,
+    a thread's token once the connection that asked for it closed — 401;
+    a web page's request (``Origin``) 403; another ``Host`` 421; ``GET`` 405."""
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    async with Client.connect(daemon.socket) as other:
+        endpoint = await other.call("mcp.endpoint", parentThreadId=parent)
+        url, token = endpoint["url"], endpoint["token"]
+        good = {"Authorization": f"Bearer {token}"}
+        assert (await trio.to_thread.run_sync(post, url, INITIALIZE, good))[0] == 200
+    grant_id = token.split(".")[0]
+    for headers in ({}, {"Authorization": f"Bearer {grant_id}.wrong"}, {"Authorization": "Bearer pss_1.secret"}):
+        status, answer_headers, _ = await trio.to_thread.run_sync(post, url, INITIALIZE, headers)
+        assert status == 401 and answer_headers["WWW-Authenticate"].startswith("Bearer"), headers
+    with trio.fail_after(TIMEOUT):
+        # The daemon revokes it when it sees the connection closed: each try is a round trip.
+        while (await trio.to_thread.run_sync(post, url, INITIALIZE, good))[0] != 401:
+            pass
+    fresh = {"Authorization": f"Bearer {(await client.call('mcp.endpoint', parentThreadId=parent))['token']}"}
+    assert (await trio.to_thread.run_sync(post, url, INITIALIZE, {**fresh, "Origin": "http://evil.example"}))[0] == 403
+    port = url.split(":")[2].split("/")[0]
+    assert (await trio.to_thread.run_sync(post, url, INITIALIZE, {**fresh, "Host": f"evil.example:{port}"}))[0] == 421
+
+    def get() -> int:
+        try:
+            return urllib.request.urlopen(urllib.request.Request(url, headers=fresh), timeout=TIMEOUT).status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert await trio.to_thread.run_sync(get) == 405
+    with pytest.raises(NotFound):
+        await client.call("mcp.endpoint", parentThreadId="thr_nope")
+
+
+async def test_f9_a_sessions_token_stops_working_when_its_session_ends(tmp_path, short_dir):
+    """F9: the scripted session's token (``<sessionId>.<credential>``) is
+    good while the session lives and refused once it ended (idle)."""
+    config = tmp_path / "config.toml"
+    config.write_text("[daemon]\nidle_timeout = 0.5\n" + CONFIG)
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            await _session_token_is_revoked(client, tmp_path)
+    finally:
+        assert await daemon.terminate() == 0, daemon.log_text()[-4000:]
+
+
+async def _session_token_is_revoked(client: Client, tmp_path) -> None:
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=parent, text="hello")
+    await wait_run_terminal(client, parent, sent["runId"], timeout=TIMEOUT)
+    session = next(s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == parent)
+    credential = (tmp_path / "data" / "run" / "tool-credentials" / session["id"]).read_text()
+    url = (await client.call("mcp.endpoint", parentThreadId=parent))["url"]
+    auth = {"Authorization": f"Bearer {session['id']}.{credential}"}
+    assert (await trio.to_thread.run_sync(post, url, INITIALIZE, auth))[0] == 200
+    # The idle timeout ends the session; its credential is revoked before that is recorded.
+    await wait_event(client, lambda e: e["type"] == "session.stopped", thread_id=parent, timeout=TIMEOUT)
+    assert (await trio.to_thread.run_sync(post, url, INITIALIZE, auth))[0] == 401
+
+
+async def test_f9_the_relay_answers_initialize_on_stdio_without_trio_or_the_sdk(daemon, client):
+    """Issue 24: ``agentd mcp --thread`` relays stdio to the endpoint; it
+    loads neither trio nor the MCP SDK (that is what made it slow)."""
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    code = ("import sys, runpy\n"
+            "sys.argv = ['agentd', 'mcp', '--thread', sys.argv[1]]\n"
+            "import atexit\n"
+            "atexit.register(lambda: sys.stderr.write(' '.join(m for m in ('trio', 'mcp', 'pydantic') if m in sys.modules)))\n"
+            "runpy.run_module('agentd', run_name='__main__')\n")
+    line = json.dumps(INITIALIZE).encode() + b"\n"
+
+    def run() -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-c", code, parent], input=line, capture_output=True, timeout=TIMEOUT,
+                              env={**os.environ, "AGENTD_SOCKET": str(daemon.socket)})
+
+    done = await trio.to_thread.run_sync(run)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.splitlines()[0])
+    assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "agentd"
+    assert done.stderr.decode().strip() == ""
+
+
+#: an agent's command that calls a tool on the endpoint with a token it was given (argv: url, token)
+STEAL = ("import json, sys\n"
+         "from agentd.protocol.mcp_client import call_tool\n"
+         "error, result = call_tool(sys.argv[1], sys.argv[2], 'delegate_task',"
+         " {'instructions': 'x', 'wait': False, 'provider': 'basic'})\n"
+         "print(json.dumps({'error': error, 'result': result}))\n")
+
+
+async def test_f9_an_agents_command_cannot_use_another_sessions_token(daemon, client, tmp_path):
+    """Item 11 over HTTP: a command of one agent that read another session's
+    credential (the person's files are the agent's too) posts that session's
+    token: the peer is not that session's process, and the tool refuses."""
+    victim = (await client.call("thread.create", title="victim"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=victim, text="hello")
+    await wait_run_terminal(client, victim, sent["runId"], timeout=TIMEOUT)
+    session = next(s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == victim)
+    token = f"{session['id']}.{(tmp_path / 'data' / 'run' / 'tool-credentials' / session['id']).read_text()}"
+    url = (await client.call("mcp.endpoint", parentThreadId=victim))["url"]
+    thief = (await client.call("thread.create", title="thief"))["threadId"]
+    attack = await client.call("thread.message.send", threadId=thief, text=script(
+        {"command": {"argv": [sys.executable, "-c", STEAL, url, token]}}))
+    run = await wait_run_terminal(client, thief, attack["runId"], timeout=TIMEOUT)
+    [node] = [n for n in (await client.call("run.get", runId=run["id"]))["nodes"] if n["kind"] == "command_execution"]
+    report = json.loads(node["detail"]["aggregatedOutput"])
+    assert "is refused" in report["error"] and "not from a process of that session's runtime" in report["error"], report
+    assert [t for t in (await client.call("thread.list"))["threads"] if t["parentThreadId"] == victim] == []
