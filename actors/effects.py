@@ -273,6 +273,19 @@ class CheckWorkspace:
 
 
 @dataclass(frozen=True)
+class PlanWorkspace:
+    """Where a fork of ``source_workspace`` will work (issue 27): a git
+    worktree of its repository (``kind: worktree``; a copy outside one) or a
+    copy; answers with the ``WorkspaceSource`` (read-only: nothing is made)."""
+
+    kind: str
+    source_thread_id: str
+    source_workspace: str
+    fork_thread_id: str
+    checkpoint_id: str | None
+
+
+@dataclass(frozen=True)
 class GuardRestore:
     """Mark ``workspace`` as being restored and refuse (``invalid_state``)
     while a run of another thread is active in it; answers with the token

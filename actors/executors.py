@@ -26,6 +26,7 @@ from .messages import CascadeDone, InterruptRefused, MailboxItem, SteerDelivered
 from .providers.base import ProviderConnection, ProviderRuntimeError
 from .run_control import DELEGATED, InternalStop, thread_stop
 from .workspace_guard import overlaps, shared_refusal
+from .worktrees import plan_fork_workspace
 
 if TYPE_CHECKING:
     from .checkpoints import CheckpointEngine
@@ -101,6 +102,8 @@ class Executor:
             case fx.CheckWorkspace(workspace=workspace):
                 # It resolves symlinks and reads the mount table: off the loop.
                 return await trio.to_thread.run_sync(self.host.checked_workspace, workspace)
+            case fx.PlanWorkspace():
+                return await plan_fork_workspace(self.host, effect)
             case fx.GuardRestore():
                 return await self._guard_restore(effect)
             # -- checkpoints and files

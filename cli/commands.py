@@ -155,6 +155,11 @@ def add_lineage_commands(sub: Subcommands, o: Options) -> None:
                    help="the run to fork after (default: the latest completed one)")
     p.add_argument("--side", action="store_true", help="a side chat: a fork shown only inside its parent")
     p.add_argument("--title", help="the fork's title (default: fork of THREAD)")
+    own = p.add_mutually_exclusive_group()
+    own.add_argument("--worktree", dest="own", action="store_const", const="worktree",
+                     help="work in a git worktree of its own on a branch agentd/… (a copy outside git)")
+    own.add_argument("--copy", dest="own", action="store_const", const="copy",
+                     help="work in a copy of the thread's folder (reflinks where the file system has them)")
     p = add_command(sub, "lineage", "lineage_cmds:cmd_lineage",
                     "a thread's parent, forks and handoffs (strategy and size)", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")

@@ -12,7 +12,7 @@ tool calls without it.
 
 Tools:
 
-- ``delegate_task {instructions, provider?, workspace?: same|fork|new, wait}``
+- ``delegate_task {instructions, provider?, workspace?: same|fork|new|worktree, wait}``
   — ``task.delegate``: a child thread (``delegated_task``, ``createdBy:
   agent``) and its first run on ``provider`` (default: the delegating
   thread's). With ``wait: true`` the tool answers with the task's result once
@@ -126,7 +126,7 @@ def build_server(delegator: Delegator) -> Any:
     @app.tool(name="delegate_task", description=DELEGATE_DESCRIPTION)
     async def delegate_task(
         instructions: str, wait: bool, provider: str | None = None,
-        workspace: Literal["same", "fork", "new"] = "same",
+        workspace: Literal["same", "fork", "new", "worktree"] = "same",
     ) -> dict[str, Any]:
         answer = await answer_of(delegator.delegate(instructions, provider, workspace, wait))
         return {**_fields(answer), "text": describe(answer)}

@@ -266,6 +266,29 @@ class ThreadForked(WireStruct, kw_only=True):
     side_chat: bool
 
 
+class KeptPath(WireStruct, kw_only=True):
+    """A path a fork's new worktree keeps as its commit has it: the fork point's checkpoint did not hold it."""
+
+    path: str
+    reason: Literal["ignored", "not_checkpointed"]
+
+
+class WorkspaceCreated(WireStruct, kw_only=True):
+    """``workspace.created`` (issue 27): a fork's own worktree or copy was made at its first run."""
+
+    kind: Literal["worktree", "copy"]
+    path: str
+    workspace: str
+    repository: str | None
+    branch: str | None
+    commit: str | None
+    checkpoint_id: str | None
+    checkpoint_commit: str | None
+    written: list[str]
+    removed: list[str]
+    kept: list[KeptPath]
+
+
 class TransferChanged(WireStruct, kw_only=True):
     """``context_transfer.<created|resolved|consumed|failed>``."""
 
@@ -391,6 +414,7 @@ def _types() -> dict[str, type[msgspec.Struct]]:
         "thread.unquarantined": ThreadUnquarantined,
         "event.corrupt": EventCorrupt,
         "thread.forked": ThreadForked,
+        "workspace.created": WorkspaceCreated,
         **{f"context_transfer.{change}": TransferChanged for change in ("created", "resolved", "consumed", "failed", "superseded")},
         "run.context_resolved": RunContextResolved,
         "task.delegated": TaskDelegated,

@@ -34,6 +34,7 @@ from .wire_records import (
     RunStatus,
     RuntimeRequest,
     WireStruct,
+    WorkspaceSource,
 )
 
 #: the ``seq`` of the event a command's commit logged (``thread.created`` for ``thread.create``, …)
@@ -143,6 +144,9 @@ class ThreadForkResult(WireStruct, kw_only=True):
     thread_id: str
     transfer_id: str
     seq: Seq
+    #: the fork's workspace (issue 27: a worktree or copy of its own, made at its first run)
+    workspace: str | None = None
+    workspace_source: WorkspaceSource | None = None
 
 
 class TaskDelegateResult(WireStruct, kw_only=True):

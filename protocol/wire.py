@@ -107,8 +107,9 @@ class ThreadRequestsParams(Params):
     include_children: bool = False
 
 
-#: where a delegated task works: the parent's workspace, a copy of it, or a folder of its own
-TaskWorkspace = Literal["same", "fork", "new"]
+#: where a delegated task works: the parent's workspace, a copy of it, a folder of its own, or a
+#: git worktree of the parent's repository (a copy outside one; issue 27)
+TaskWorkspace = Literal["same", "fork", "new", "worktree"]
 
 
 class TaskDelegateParams(Params):

@@ -68,6 +68,21 @@ class AppThread(WireStruct, kw_only=True):
     root_thread_id: str | None = None
     side_chat: bool = False
     created_by: str = "user"
+    workspace_source: WorkspaceSource | None = None
+
+
+class WorkspaceSource(WireStruct, kw_only=True):
+    """Where a fork's own workspace comes from: a git worktree or a copy of its source's (issue 27)."""
+
+    kind: Literal["worktree", "copy"]
+    source_thread_id: str
+    source_workspace: str
+    path: str
+    repository: str | None = None
+    prefix: str = ""
+    branch: str | None = None
+    commit: str | None = None
+    checkpoint_id: str | None = None
 
 
 class ConversationMessage(WireStruct, kw_only=True):
@@ -349,5 +364,5 @@ class Checkpoint(WireStruct, kw_only=True):
 RECORDS: dict[str, type[WireStruct]] = {
     cls.__name__: cls
     for cls in (AppThread, ConversationMessage, Run, Checkpoint, RunAttempt, ExecutionNode, ProviderSession,
-                ProviderThread, RuntimeRequest, PlanArtifact, ContextHandoff, ContextTransfer, SourcePoint)
+                ProviderThread, RuntimeRequest, PlanArtifact, ContextHandoff, ContextTransfer, SourcePoint, WorkspaceSource)
 }

@@ -87,6 +87,28 @@ class AppThread(Record, kw_only=True, frozen=True):
     root_thread_id: str | None = None
     side_chat: bool = False
     created_by: str = "user"
+    #: a fork's own git worktree or copy of its source's workspace, made at
+    #: its first run (issue 27); None: the thread works in ``workspace`` as is
+    workspace_source: WorkspaceSource | None = None
+
+
+class WorkspaceSource(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """Where a fork's own workspace comes from (issue 27): a git worktree of
+    the source's repository on ``branch`` at ``commit``, or a copy, with the
+    source's files as checkpoint ``checkpoint_id`` holds them (None: as the
+    source workspace is when the fork first runs)."""
+
+    kind: Literal["worktree", "copy"]
+    source_thread_id: str
+    source_workspace: str
+    #: the worktree's (or copy's) top folder; the thread's workspace is it plus ``prefix``
+    path: str
+    #: the user's repository top level (a worktree's)
+    repository: str | None = None
+    prefix: str = ""
+    branch: str | None = None
+    commit: str | None = None
+    checkpoint_id: str | None = None
 
 
 class ConversationMessage(Record, kw_only=True, frozen=True):
