@@ -339,6 +339,24 @@ class RestoreFiles:
 
 
 @dataclass(frozen=True)
+class MergeForkFiles:
+    """Merge the fork's checkpoint ``theirs`` into ``workspace`` (base
+    ``base``), fetched from the shadow repository of ``fork_workspace``
+    (``fetch``: fork ref → ref here); before any file is written, the batch
+    ``record_safety`` builds from the ``pre_merge`` capture is committed.
+    Answers with the engine's ``MergeOutcome`` (checkpoints/merge.py)."""
+
+    workspace: str
+    fork_workspace: str
+    fetch: tuple[tuple[str, str], ...]
+    base: str
+    theirs: str
+    safety_ref: str
+    markers: bool
+    record_safety: Callable[[CaptureResult], ThreadBatch]
+
+
+@dataclass(frozen=True)
 class CompareFiles:
     """Which of ``paths`` differ between folders ``theirs`` and ``ours``
     (read in a worker thread); None when both are the same folder."""

@@ -25,6 +25,8 @@ from . import effects as fx
 from .messages import CascadeDone, InterruptRefused, MailboxItem, SteerDelivered, SteerFailed
 from .providers.base import ProviderConnection, ProviderRuntimeError
 from .run_control import DELEGATED, InternalStop, thread_stop
+from .checkpoints.merge import merge_files
+from .checkpoints.shadow import Shadow
 from .workspace_guard import overlaps, shared_refusal
 from .worktrees import plan_fork_workspace
 
@@ -113,6 +115,8 @@ class Executor:
                 return await self.engine.diff(effect.workspace, effect.commit, effect.base, max_bytes=effect.max_bytes)
             case fx.RestoreFiles():
                 return await self._restore(effect)
+            case fx.MergeForkFiles():
+                return await self._merge_files(effect)
             case fx.CompareFiles():
                 return await trio.to_thread.run_sync(differing, effect.theirs, effect.ours, list(effect.paths))
             case _:  # pragma: no cover - a programming error
@@ -209,6 +213,21 @@ class Executor:
 
         return await self.engine.restore(effect.workspace, effect.commit, safety_ref=effect.safety_ref,
                                          include=effect.include, before_files=record_safety)
+
+
+    async def _merge_files(self, effect: fx.MergeForkFiles) -> Any:
+        engine = self.engine
+
+        async def record_safety(capture: Any) -> None:
+            await self.host.store.commit(effect.record_safety(capture))
+
+        fork_git_dir = await trio.to_thread.run_sync(
+            lambda: os.path.join(Shadow.folder(engine.root, engine.workspace_key(effect.fork_workspace)), b"shadow.git"))
+        async with engine.locked(effect.workspace) as locked:
+            return await merge_files(locked.shadow, fork_git_dir=fork_git_dir, fetch=list(effect.fetch),
+                                     base=effect.base, theirs=effect.theirs, safety_ref=effect.safety_ref,
+                                     max_file_bytes=engine.max_file_bytes, markers=effect.markers,
+                                     before_files=record_safety)
 
 
 async def stop_delegated_children(host: ActorHost, thread_id: str) -> None:

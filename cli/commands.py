@@ -84,7 +84,12 @@ def add_send_command(sub: Subcommands, o: Options) -> None:
                    help="start on a fresh provider thread given a summary of the whole thread")
     p.add_argument("--merge-back", metavar="FORK", type=o.thread_id,
                    help="bring what FORK (a fork of THREAD) concluded and changed since its fork point (or its last "
-                        "merge-back) with this message; no files are copied")
+                        "merge-back) with this message; no files are copied unless --files")
+    p.add_argument("--files", action="store_true",
+                   help="with --merge-back: also merge FORK's file changes here (three-way; on a conflict nothing is "
+                        "written unless --markers); `agentd restore` of the pre_merge checkpoint it names undoes it")
+    p.add_argument("--markers", action="store_true",
+                   help="with --merge-back --files: on a conflict write git's conflict markers")
 
 
 def add_run_commands(sub: Subcommands, o: Options) -> None:

@@ -4,7 +4,7 @@
     agentd mcp [--thread THREAD]     agentd's MCP server on stdio (what agents delegate through)
     agentd demo                      a short end-to-end tour on the scripted agent
     agentd new [--title T] [--workspace DIR] [--provider P]
-    agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach] [--merge-back FORK]
+    agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach] [--merge-back FORK [--files [--markers]]]
     agentd stop THREAD | interrupt RUN [--hold-queue] | retry RUN | release THREAD
     agentd cancel RUN | reorder THREAD RUN… | implement PLAN [--new-thread]
     agentd requests THREAD | approve REQUEST [--deny] | answer REQUEST KEY=VALUE…

@@ -26,6 +26,7 @@ from .wire_records import (
     ConversationMessage,
     ExecutionNode,
     MessageStatus,
+    PathReason,
     NodeStatus,
     PlanArtifact,
     ProviderSession,
@@ -289,6 +290,23 @@ class WorkspaceCreated(WireStruct, kw_only=True):
     kept: list[KeptPath]
 
 
+class MergeBackFiles(WireStruct, kw_only=True):
+    """``merge_back.files`` (issue 27): what a merge-back did with the fork's files."""
+
+    transfer_id: str
+    fork_thread_id: str
+    status: Literal["merged", "conflicts", "conflicts_marked"]
+    written: list[str]
+    deleted: list[str]
+    conflicts: list[PathReason]
+    not_merged: list[PathReason]
+    safety_checkpoint_id: str
+    theirs_checkpoint_id: str
+    base_commit: str
+    theirs_commit: str
+    theirs_ref: str
+
+
 class TransferChanged(WireStruct, kw_only=True):
     """``context_transfer.<created|resolved|consumed|failed>``."""
 
@@ -415,6 +433,7 @@ def _types() -> dict[str, type[msgspec.Struct]]:
         "event.corrupt": EventCorrupt,
         "thread.forked": ThreadForked,
         "workspace.created": WorkspaceCreated,
+        "merge_back.files": MergeBackFiles,
         **{f"context_transfer.{change}": TransferChanged for change in ("created", "resolved", "consumed", "failed", "superseded")},
         "run.context_resolved": RunContextResolved,
         "task.delegated": TaskDelegated,

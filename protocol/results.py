@@ -27,6 +27,7 @@ from .wire_records import (
     ContextTransfer,
     ConversationMessage,
     ExecutionNode,
+    FilesMerge,
     PlanArtifact,
     ProviderSession,
     Run,
@@ -65,6 +66,8 @@ class MergeBackAnswer(WireStruct, kw_only=True):
     #: null when the fork shares this thread's workspace
     fork_workspace: str | None
     files_differ: list[str] | None
+    #: ``mergeBack.files``: what the merge of the fork's files did (issue 27)
+    files: FilesMerge | None = None
 
 
 SteerStrategy = Literal["native_steer", "steering_restart", "superseding_run"]

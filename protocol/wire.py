@@ -161,6 +161,10 @@ class MergeBack(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fie
     """Bring what a fork of the thread did home with the message (SPEC F7)."""
 
     fork_thread_id: Id
+    #: also merge the fork's file changes into this workspace (issue 27)
+    files: bool = False
+    #: on a conflict, write git's conflict markers instead of nothing
+    on_conflict: Literal["markers"] | None = None
 
 
 class MessageSendParams(Params):

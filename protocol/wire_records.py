@@ -35,7 +35,7 @@ ProviderThreadStatus = Literal["active", "unloaded", "error", "unusable"]
 RequestStatus = Literal["pending", "resolved", "not_resumable", "cancelled"]
 ArtifactStatus = Literal["active", "final", "proposed", "implemented", "answered", "closed"]
 CheckpointStatus = Literal["captured", "missing", "error", "stale"]
-CheckpointKind = Literal["baseline", "run", "pre_rollback", "child"]
+CheckpointKind = Literal["baseline", "run", "pre_rollback", "child", "pre_merge"]
 TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn", "subagent_result"]
 TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
 TransferResolution = Literal["native", "portable", "checkpoint_context"]
@@ -274,6 +274,29 @@ class ContextTransfer(WireStruct, kw_only=True):
     resolved_at: float | None = None
     consumed_at: float | None = None
     error: str | None = None
+    files_merge: FilesMerge | None = None
+
+
+class PathReason(WireStruct, kw_only=True):
+    """A path, and why it is named."""
+
+    path: str
+    reason: str
+
+
+class FilesMerge(WireStruct, kw_only=True):
+    """What a merge-back did with the fork's files (issue 27)."""
+
+    status: Literal["merged", "conflicts", "conflicts_marked"]
+    written: list[str] = []
+    deleted: list[str] = []
+    conflicts: list[PathReason] = []
+    not_merged: list[PathReason] = []
+    safety_checkpoint_id: str
+    theirs_checkpoint_id: str
+    base_commit: str
+    theirs_commit: str
+    theirs_ref: str
 
 
 class ContextHandoff(WireStruct, kw_only=True):
@@ -364,5 +387,6 @@ class Checkpoint(WireStruct, kw_only=True):
 RECORDS: dict[str, type[WireStruct]] = {
     cls.__name__: cls
     for cls in (AppThread, ConversationMessage, Run, Checkpoint, RunAttempt, ExecutionNode, ProviderSession,
-                ProviderThread, RuntimeRequest, PlanArtifact, ContextHandoff, ContextTransfer, SourcePoint, WorkspaceSource)
+                ProviderThread, RuntimeRequest, PlanArtifact, ContextHandoff, ContextTransfer, SourcePoint, WorkspaceSource,
+                FilesMerge, PathReason)
 }
