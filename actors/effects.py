@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import msgspec
 
 if TYPE_CHECKING:
-    from agentd.store.records import ConversationMessage
+    from agentd.store.records import ConversationMessage, WorkspaceSource
 
     from .checkpoints import CaptureResult
     from .graph import ThreadBatch
@@ -283,6 +283,28 @@ class PlanWorkspace:
     source_workspace: str
     fork_thread_id: str
     checkpoint_id: str | None
+
+
+@dataclass(frozen=True)
+class WorktreeMade:
+    """Whether the fork's own worktree (or copy) exists and was made; answers a bool."""
+
+    source: WorkspaceSource
+
+
+@dataclass(frozen=True)
+class RemoveWorktree:
+    """``git worktree remove --force`` the fork's worktree (its branch stays)."""
+
+    source: WorkspaceSource
+
+
+@dataclass(frozen=True)
+class RecreateWorktree:
+    """Make the fork's worktree again on its branch, with the files of its own checkpoint ``commit``."""
+
+    source: WorkspaceSource
+    commit: str
 
 
 @dataclass(frozen=True)

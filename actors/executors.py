@@ -28,6 +28,7 @@ from .run_control import DELEGATED, InternalStop, thread_stop
 from .checkpoints.merge import merge_files
 from .checkpoints.shadow import Shadow
 from .workspace_guard import overlaps, shared_refusal
+from . import worktrees
 from .worktrees import plan_fork_workspace
 
 if TYPE_CHECKING:
@@ -106,6 +107,12 @@ class Executor:
                 return await trio.to_thread.run_sync(self.host.checked_workspace, workspace)
             case fx.PlanWorkspace():
                 return await plan_fork_workspace(self.host, effect)
+            case fx.WorktreeMade(source=source):
+                return await trio.to_thread.run_sync(worktrees.is_made, source)
+            case fx.RemoveWorktree(source=source):
+                await worktrees.remove(self.host.checkpoints, source)
+            case fx.RecreateWorktree(source=source, commit=commit):
+                return await worktrees.recreate(self.host.checkpoints, source, commit)
             case fx.GuardRestore():
                 return await self._guard_restore(effect)
             # -- checkpoints and files

@@ -195,6 +195,10 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
     params = command.params
     state = ctx.state
     mode = params.dispatch_mode.type if params.dispatch_mode is not None else None
+    if state.thread.archived_at is not None:
+        # Its worktree is gone: it comes back with the thread (issue 27).
+        raise InvalidState(f"thread {state.thread_id} is archived: unarchive it first (thread.unarchive)",
+                           threadId=state.thread_id)
     # Runs a Stop holds do not keep a new message waiting.
     has_open = state.active is not None or state.next_queued() is not None
     if mode is None:

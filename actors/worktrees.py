@@ -108,6 +108,13 @@ def _mark(source: WorkspaceSource) -> None:
         pass
 
 
+def _unmark(source: WorkspaceSource) -> None:
+    try:
+        os.unlink(_marker(source))
+    except FileNotFoundError:
+        pass
+
+
 def is_made(source: WorkspaceSource) -> bool:
     """Whether the fork's workspace was made (blocking: two stats)."""
     return os.path.exists(_marker(source)) and os.path.isdir(source.path)
@@ -223,3 +230,39 @@ async def ensure_made(host: ActorHost, thread: AppThread, run_id: str, node_id: 
                written=carried.written, removed=carried.removed,
                kept=[{"path": path, "reason": why} for path, why in sorted(carried.kept.items())])
     await host.store.commit(batch)
+
+
+def _git(engine: CheckpointEngine | None) -> Git:
+    return engine.git if engine is not None else Git(os.environ.get("AGENTD_CHECKPOINT_GIT"))
+
+
+async def remove(engine: CheckpointEngine | None, source: WorkspaceSource) -> None:
+    """Remove the fork's worktree (archiving; its final checkpoint was
+    recorded first): ``git worktree remove --force``, which changes only git's
+    worktree metadata — the branch stays. No marker is left: ``is_made`` says no."""
+    await trio.to_thread.run_sync(_unmark, source)
+    if source.repository is not None:
+        await _git(engine).run([*QUIET, "worktree", "remove", "--force", source.path], env=scrubbed_env(),
+                               cwd=source.repository, ok=(0, 128))
+    await trio.to_thread.run_sync(lambda: shutil.rmtree(source.path, ignore_errors=True))
+
+
+async def recreate(engine: CheckpointEngine | None, source: WorkspaceSource, commit: str) -> Overlaid:
+    """The fork's worktree again, on its branch, with the files of ``commit``
+    — a checkpoint in the worktree's own shadow repository (the same folder,
+    so the same shadow) — carried over (unarchiving).
+
+    Raises:
+        WorkspaceFailed: git or the file system refused.
+    """
+    if engine is None:
+        raise WorkspaceFailed("the worktree is made again from its final checkpoint, and checkpoints are off")
+    try:
+        await _add_worktree(engine.git, source)
+        workspace = own_workspace(source)
+        async with engine.locked(workspace) as locked:
+            carried = await overlay(engine.git, locked.shadow, commit, workspace)
+        await trio.to_thread.run_sync(_mark, source)
+        return carried
+    except (CheckpointError, OSError) as exc:
+        raise WorkspaceFailed(f"the fork's worktree at {source.path} could not be made again: {exc}") from exc

@@ -43,7 +43,7 @@ def add_daemon_commands(sub: Subcommands, o: Options) -> None:
 
 
 def add_thread_commands(sub: Subcommands, o: Options) -> None:
-    """``new``, ``threads``, ``show``, ``events``, ``doctor``, ``unquarantine``."""
+    """``new``, ``threads``, ``show``, ``events``, ``doctor``, ``unquarantine``, ``archive``, ``unarchive``."""
     p = add_command(sub, "new", "commands_threads:cmd_new", "create a thread; prints its id", [o.results])
     p.add_argument("--title", help="the thread's title")
     p.add_argument("--workspace", metavar="DIR", help="the directory the agent works in (default: a new one under the data dir)")
@@ -51,6 +51,7 @@ def add_thread_commands(sub: Subcommands, o: Options) -> None:
 
     p = add_command(sub, "threads", "commands_threads:cmd_threads", "list threads with their status and queues", [o.results])
     p.add_argument("--ids", action="store_true", help="only the threads' ids, one a line (for scripts and shell completion)")
+    p.add_argument("--archived", action="store_true", help="archived threads too")
     p = add_command(sub, "show", "commands_threads:cmd_show",
                     "a thread: runs, attempts and nodes as a tree, then its messages", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
@@ -65,6 +66,12 @@ def add_thread_commands(sub: Subcommands, o: Options) -> None:
     p = add_command(sub, "unquarantine", "doctor_cmd:cmd_unquarantine",
                     "let commands reach a thread whose actor failed too often again", [o.results])
     p.add_argument("thread", type=o.thread_id, metavar="THREAD", help="the quarantined thread")
+    p = add_command(sub, "archive", "archive_cmd:cmd_archive",
+                    "hide a thread from `agentd threads`; its git worktree goes after a final checkpoint", [o.results])
+    p.add_argument("thread", type=o.thread_id, metavar="THREAD", help="the thread to archive")
+    p = add_command(sub, "unarchive", "archive_cmd:cmd_unarchive",
+                    "list an archived thread again (its worktree comes back from its final checkpoint)", [o.results])
+    p.add_argument("thread", type=o.thread_id, metavar="THREAD", help="the archived thread")
 
 
 def add_send_command(sub: Subcommands, o: Options) -> None:

@@ -14,6 +14,7 @@
     agentd rollback THREAD ORDINAL [--yes]
     agentd web [--no-open]           the web console's URL (`agentd serve --web` serves it)
     agentd doctor | unquarantine THREAD   corrupt records of the data dir; a quarantined thread
+    agentd archive THREAD | unarchive THREAD   hide a thread (its worktree goes after a checkpoint) and back
     agentd completion bash|zsh|fish  a shell completion script
     agentd schema                    the protocol as one JSON Schema document
 

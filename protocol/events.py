@@ -307,6 +307,22 @@ class MergeBackFiles(WireStruct, kw_only=True):
     theirs_ref: str
 
 
+class ThreadArchived(WireStruct, kw_only=True):
+    """``thread.archived`` (issue 27)."""
+
+    worktree_removed: bool
+    checkpoint_id: str | None
+    branch: str | None
+    path: str | None
+
+
+class ThreadUnarchived(WireStruct, kw_only=True):
+    """``thread.unarchived`` (issue 27)."""
+
+    worktree_restored: bool
+    checkpoint_id: str | None
+
+
 class TransferChanged(WireStruct, kw_only=True):
     """``context_transfer.<created|resolved|consumed|failed>``."""
 
@@ -434,6 +450,8 @@ def _types() -> dict[str, type[msgspec.Struct]]:
         "thread.forked": ThreadForked,
         "workspace.created": WorkspaceCreated,
         "merge_back.files": MergeBackFiles,
+        "thread.archived": ThreadArchived,
+        "thread.unarchived": ThreadUnarchived,
         **{f"context_transfer.{change}": TransferChanged for change in ("created", "resolved", "consumed", "failed", "superseded")},
         "run.context_resolved": RunContextResolved,
         "task.delegated": TaskDelegated,

@@ -172,6 +172,26 @@ class TaskCancelResult(WireStruct, kw_only=True):
     seq: Seq
 
 
+class ThreadArchiveResult(WireStruct, kw_only=True):
+    thread_id: str
+    archived: bool
+    #: its git worktree was removed after the final checkpoint ``checkpointId``
+    worktree_removed: bool
+    checkpoint_id: str | None = None
+    #: the worktree's branch, which stays
+    branch: str | None = None
+    seq: Seq
+
+
+class ThreadUnarchiveResult(WireStruct, kw_only=True):
+    thread_id: str
+    archived: bool
+    #: its git worktree was made again from the final checkpoint ``checkpointId``
+    worktree_restored: bool
+    checkpoint_id: str | None = None
+    seq: Seq
+
+
 class ThreadUnquarantineResult(WireStruct, kw_only=True):
     thread_id: str
     was_quarantined: bool

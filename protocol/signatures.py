@@ -45,6 +45,8 @@ SIGNATURES: dict[str, Signature] = {
     "rollback.toRun": Signature(w.RollbackToRunParams, r.RollbackToRunResult),
     "rollback.node": Signature(w.RollbackNodeParams, r.RollbackNodeResult),
     "thread.unquarantine": Signature(w.ThreadIdParams, r.ThreadUnquarantineResult),
+    "thread.archive": Signature(w.ThreadArchiveParams, r.ThreadArchiveResult),
+    "thread.unarchive": Signature(w.ThreadArchiveParams, r.ThreadUnarchiveResult),
     # reads
     "thread.list": Signature(w.ThreadListParams, r.ThreadListResult),
     "thread.get": Signature(w.ThreadGetParams, r.ThreadGetResult),

@@ -40,6 +40,8 @@ class ThreadListParams(Params):
     limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
     #: with ``limit``: only threads older than this thread id (the previous page's ``next``)
     before: Id | None = None
+    #: also the archived threads (issue 27)
+    include_archived: bool = False
 
 
 Relationship = Literal["delegated_task", "subagent", "fork", "side_chat", "plan_implementation"]
@@ -209,6 +211,13 @@ class ThreadStopParams(Params):
 
 class ThreadIdParams(Params):
     thread_id: Id
+
+
+class ThreadArchiveParams(Params):
+    """``thread.archive`` / ``thread.unarchive`` (issue 27)."""
+
+    thread_id: Id
+    command_id: CommandId | None = None
 
 
 class QueuedRunParams(Params):

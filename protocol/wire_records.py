@@ -35,7 +35,7 @@ ProviderThreadStatus = Literal["active", "unloaded", "error", "unusable"]
 RequestStatus = Literal["pending", "resolved", "not_resumable", "cancelled"]
 ArtifactStatus = Literal["active", "final", "proposed", "implemented", "answered", "closed"]
 CheckpointStatus = Literal["captured", "missing", "error", "stale"]
-CheckpointKind = Literal["baseline", "run", "pre_rollback", "child", "pre_merge"]
+CheckpointKind = Literal["baseline", "run", "pre_rollback", "child", "pre_merge", "archive"]
 TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn", "subagent_result"]
 TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
 TransferResolution = Literal["native", "portable", "checkpoint_context"]
@@ -69,6 +69,7 @@ class AppThread(WireStruct, kw_only=True):
     side_chat: bool = False
     created_by: str = "user"
     workspace_source: WorkspaceSource | None = None
+    archived_at: float | None = None
 
 
 class WorkspaceSource(WireStruct, kw_only=True):

@@ -34,7 +34,7 @@ CheckpointStatus = Literal["captured", "missing", "error", "stale"]
 #: ``baseline``: the workspace before a run (ordinal = the run's - 1); ``run``:
 #: after a run (its ordinal); ``pre_rollback``: the safety capture a restore takes first;
 #: ``child``: a child scope's, when a checkpointable child node (a subagent) ended
-CheckpointKind = Literal["baseline", "run", "pre_rollback", "child", "pre_merge"]
+CheckpointKind = Literal["baseline", "run", "pre_rollback", "child", "pre_merge", "archive"]
 #: why context moves from a source point to a target (F8: one model of every movement of context)
 TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn", "subagent_result"]
 TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
@@ -90,6 +90,8 @@ class AppThread(Record, kw_only=True, frozen=True):
     #: a fork's own git worktree or copy of its source's workspace, made at
     #: its first run (issue 27); None: the thread works in ``workspace`` as is
     workspace_source: WorkspaceSource | None = None
+    #: when ``thread.archive`` archived it (None: not archived; issue 27)
+    archived_at: float | None = None
 
 
 class WorkspaceSource(msgspec.Struct, kw_only=True, rename="camel", frozen=True):

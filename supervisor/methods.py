@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from agentd.actors import artifacts, requests, restoring, rollback, run_control, steering, transfers
+from agentd.actors import archiving, artifacts, requests, restoring, rollback, run_control, steering, transfers
 from agentd.actors.workspace_guard import refusing_while_shared
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
@@ -124,6 +124,8 @@ METHODS = MethodTable([
     _thread("rollback.toRun", refusing_while_shared(rollback.rollback_to_run), by_thread),
     _thread("rollback.node", refusing_while_shared(rollback.rollback_node), by_node),
     _daemon("thread.unquarantine", queries.thread_unquarantine, access="control"),
+    _thread("thread.archive", archiving.thread_archive, by_thread),
+    _thread("thread.unarchive", archiving.thread_unarchive, by_thread),
     # reads
     _read("thread.list", queries.thread_list),
     _read("thread.get", queries.thread_get),

@@ -128,7 +128,7 @@ def test_the_cycle_finder_finds_a_cycle():
 CORE = ["state", "graph", "messages", "effects", "context", "handoff", "lineage", "points", "steering", "run_control",
         "turns", "requests", "artifacts", "transfers", "delegation", "checkpointing", "child_checkpoints",
         "merge_back", "rollback", "restoring", "provider_memory", "workspace_guard", "ending", "starting",
-        "task_slots", "own_workspace", "merge_files"]
+        "task_slots", "own_workspace", "merge_files", "archiving"]
 #: what the core may not import: the event loop, and everything that runs it
 BANNED = ["trio", "agentd.actors.thread_actor", "agentd.actors.registry", "agentd.actors.executors",
           "agentd.actors.host", "agentd.actors.starter", "agentd.actors.reply", "agentd.actors.restoring_folders",

@@ -310,6 +310,8 @@ EMITTED_ELSEWHERE = {
     "thread.unquarantined": ("test_fault_isolation", "test_three_failures_quarantine_the_thread_until_unquarantined"),
     "event.corrupt": ("test_fault_isolation", "test_a_torn_event_is_replayed_as_a_placeholder_without_a_gap"),
     # A fork's own worktree needs a git repository with a user's commit (issue 27).
+    "thread.archived": ("test_archiving", "test_archive_removes_the_worktree_after_a_final_checkpoint_and_unarchive_brings_it_back"),
+    "thread.unarchived": ("test_archiving", "test_archive_removes_the_worktree_after_a_final_checkpoint_and_unarchive_brings_it_back"),
     "merge_back.files": ("test_merge_files",
                          "test_a_clean_merge_writes_the_forks_changes_and_its_safety_checkpoint_undoes_it"),
     "workspace.created": ("test_worktrees",
