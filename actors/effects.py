@@ -362,17 +362,21 @@ class RestoreFiles:
 
 @dataclass(frozen=True)
 class MergeForkFiles:
-    """Merge the fork's checkpoint ``theirs`` into ``workspace`` (base
-    ``base``), fetched from the shadow repository of ``fork_workspace``
-    (``fetch``: fork ref → ref here); before any file is written, the batch
-    ``record_safety`` builds from the ``pre_merge`` capture is committed.
-    Answers with the engine's ``MergeOutcome`` (checkpoints/merge.py)."""
+    """Merge the fork's changes from checkpoint ref ``fork_base`` to
+    ``fork_theirs`` (in the shadow repository of ``fork_workspace``) into
+    ``workspace``, whose base is ``base_here`` (None: fetched into
+    ``base_ref``); theirs is made here as ``theirs_ref``. Before any file
+    is written, the batch ``record_safety`` builds from the ``pre_merge``
+    capture is committed. Answers with the engine's ``MergeOutcome``
+    (checkpoints/merge.py)."""
 
     workspace: str
     fork_workspace: str
-    fetch: tuple[tuple[str, str], ...]
-    base: str
-    theirs: str
+    fork_base: str
+    fork_theirs: str
+    base_here: str | None
+    base_ref: str
+    theirs_ref: str
     safety_ref: str
     markers: bool
     record_safety: Callable[[CaptureResult], ThreadBatch]

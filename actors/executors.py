@@ -231,8 +231,9 @@ class Executor:
         fork_git_dir = await trio.to_thread.run_sync(
             lambda: os.path.join(Shadow.folder(engine.root, engine.workspace_key(effect.fork_workspace)), b"shadow.git"))
         async with engine.locked(effect.workspace) as locked:
-            return await merge_files(locked.shadow, fork_git_dir=fork_git_dir, fetch=list(effect.fetch),
-                                     base=effect.base, theirs=effect.theirs, safety_ref=effect.safety_ref,
+            return await merge_files(locked.shadow, fork_git_dir=fork_git_dir, fork_base=effect.fork_base,
+                                     fork_theirs=effect.fork_theirs, base_here=effect.base_here,
+                                     base_ref=effect.base_ref, theirs_ref=effect.theirs_ref, safety_ref=effect.safety_ref,
                                      max_file_bytes=engine.max_file_bytes, markers=effect.markers,
                                      before_files=record_safety)
 

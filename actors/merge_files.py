@@ -2,10 +2,11 @@
 (issue 27, SPEC F7 ``mergeBack: {forkThreadId, files: true}``).
 
 A three-way merge on the shadow repositories (checkpoints/merge.py): base
-the fork's files where it started — its first baseline, which for a
-worktree fork holds the fork point's checkpoint as it was carried over — or,
-after an earlier merge of its files, that merge's theirs (so merging again
-brings only what changed since); theirs the fork's latest checkpoint; ours
+the fork point's checkpoint (a worktree fork's; for another fork, its first
+baseline, fetched from its shadow) or, after an earlier merge of its files,
+that merge's theirs (so merging again brings only what changed since);
+theirs the fork's latest checkpoint — its changes since its first baseline
+(or that merge) laid onto the base; ours
 this workspace now, captured first as a ``pre_merge`` safety checkpoint
 (``checkpoint.restore`` of it undoes the merge). Clean: the merged files are
 written. Conflicting: nothing is written, unless ``onConflict: "markers"``
@@ -31,7 +32,8 @@ from agentd.store.records import Checkpoint, ContextTransfer, Effect, FilesMerge
 
 from .checkpoints.refs import checkpoint_ref
 from .checkpoints.results import CaptureResult
-from .effects import MergeForkFiles, Transition
+from .checkpoints.errors import CheckpointError
+from .effects import Commit, MergeForkFiles, Transition
 from .graph import settle_effect
 from .merge_back import FIELD, MergeDelta
 
@@ -56,9 +58,12 @@ def _captured(checkpoint: Checkpoint | None) -> bool:
     return checkpoint is not None and checkpoint.status in ("captured", "stale") and bool(checkpoint.ref)
 
 
-def _ends(ctx: ThreadContext, found: MergeDelta) -> tuple[Checkpoint, Checkpoint | None, str | None]:
-    """theirs (the fork's latest checkpoint), and the base: the fork's first
-    baseline (to fetch), else a commit here (the last merge's theirs).
+def _ends(ctx: ThreadContext, found: MergeDelta) -> tuple[Checkpoint, str, str | None]:
+    """theirs (the fork's latest checkpoint); the fork's checkpoint ref its
+    changes are counted from — the last merge's theirs, else its first
+    baseline; and the base here, when there is one — the last merge's theirs
+    as made here, else a worktree fork's fork-point checkpoint (None: the
+    fork's own start is fetched).
 
     Raises:
         InvalidState: the fork's latest run has no captured checkpoint, or it has no baseline.
@@ -69,15 +74,20 @@ def _ends(ctx: ThreadContext, found: MergeDelta) -> tuple[Checkpoint, Checkpoint
         raise InvalidState(f"fork {found.fork.id}'s latest completed run has no captured checkpoint: its files "
                            "cannot be merged", threadId=found.fork.id)
     earlier = previous_merge(store.thread_transfers(ctx.thread_id), found.fork.id, ctx.thread_id)
-    if earlier is not None:
-        return theirs, None, earlier.theirs_ref
+    merged = store.get(Checkpoint, earlier.theirs_checkpoint_id) if earlier is not None else None
+    if earlier is not None and merged is not None and _captured(merged):
+        return theirs, merged.ref or "", earlier.theirs_ref
     baselines = [c for c in store.thread_checkpoints(found.fork.id) if c.kind == "baseline" and _captured(c)
                  and c.workspace == theirs.workspace]
     baselines.sort(key=lambda c: (c.ordinal, c.created_at))
     if not baselines:
         raise InvalidState(f"fork {found.fork.id} has no captured baseline to merge its files from",
                            threadId=found.fork.id)
-    return theirs, baselines[0], None
+    source = found.fork.workspace_source
+    point = store.get(Checkpoint, source.checkpoint_id) if source is not None and source.checkpoint_id else None
+    here = point.commit if (point is not None and _captured(point) and point.thread_id == ctx.thread_id
+                            and point.workspace == ctx.state.thread.workspace) else None
+    return theirs, baselines[0].ref or "", here
 
 
 def _safety_record(ctx: ThreadContext, capture: CaptureResult, safety_id: str, ref: str, n: int,
@@ -117,20 +127,26 @@ def merge(ctx: ThreadContext, found: MergeDelta, params: wire.MergeBack) -> Tran
     if found.fork.workspace == state.thread.workspace:
         raise InvalidParams(f"fork {found.fork.id} works in this thread's own workspace: its files are here already",
                             field=FIELD)
-    theirs, baseline, base_here = _ends(ctx, found)
+    theirs, fork_base, base_here = _ends(ctx, found)
     n = 1 + sum(1 for c in ctx.store.thread_checkpoints(ctx.thread_id) if c.kind == "pre_merge")
     safety_id = new_id("ckp")
     safety_ref = checkpoint_ref(ctx.thread_id, "pre_merge", f"{n}-{safety_id}")
     theirs_ref = checkpoint_ref(ctx.thread_id, "merged", f"{n}-{safety_id}-theirs")
-    fetch = [(theirs.ref or "", theirs_ref)]
-    base = base_here or checkpoint_ref(ctx.thread_id, "merged", f"{n}-{safety_id}-base")
-    if baseline is not None:
-        fetch.append((baseline.ref or "", base))
+    base_ref = checkpoint_ref(ctx.thread_id, "merged", f"{n}-{safety_id}-base")
     recorded: list[Effect] = []
-    outcome: MergeOutcome = yield MergeForkFiles(
-        state.thread.workspace, found.fork.workspace, tuple(fetch), base, theirs_ref, safety_ref,
-        params.on_conflict == "markers",
-        lambda capture: _safety_record(ctx, capture, safety_id, safety_ref, n, theirs, recorded))
+    try:
+        outcome: MergeOutcome = yield MergeForkFiles(
+            state.thread.workspace, found.fork.workspace, fork_base, theirs.ref or "", base_here, base_ref, theirs_ref,
+            safety_ref, params.on_conflict == "markers",
+            lambda capture: _safety_record(ctx, capture, safety_id, safety_ref, n, theirs, recorded))
+    except CheckpointError as exc:
+        batch = ctx.batch()
+        settle_effect(batch, recorded[0] if recorded else None, "done", reason=f"merge of fork files failed: {exc}")
+        if batch:
+            yield Commit(batch)
+        undo = f"; checkpoint {safety_id} holds this workspace as it was" if recorded else ""
+        raise InvalidState(f"the files of fork {found.fork.id} could not be merged: {exc}{undo}; the message was "
+                           "not sent", threadId=found.fork.id, reason=exc.reason) from None
     return _files_merge(outcome, theirs, safety_id, theirs_ref), recorded[0] if recorded else None
 
 

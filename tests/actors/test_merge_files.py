@@ -104,3 +104,20 @@ async def test_a_conflict_writes_nothing_unless_markers_are_asked(repo_client):
     assert (repo / "clean.txt").read_text() == "clean\n"
     await client.call("checkpoint.restore", checkpointId=files["safetyCheckpointId"])
     assert (repo / "sub" / "c.txt").read_text() == "ours\n" and not (repo / "clean.txt").exists()
+
+
+async def test_a_fork_in_a_folder_of_its_own_is_merged_from_its_own_start(repo_client, tmp_path):
+    """A fork given an absolute workspace (no fork-point checkpoint there):
+    base and theirs are fetched from its shadow repository."""
+    client, repo, _data = repo_client
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "b.txt").write_text("b2 unstaged\n")
+    source = (await client.call("thread.create", title="main", workspace=str(repo)))["threadId"]
+    await send_and_wait(client, source, write("agent.txt", "source\n"))
+    fork = (await client.call("thread.fork", threadId=source, workspace=str(elsewhere)))["threadId"]
+    await send_and_wait(client, fork, script({"write": {"path": "far.txt", "content": "from afar\n"}},
+                                             {"write": {"path": "b.txt", "content": "b3 by the fork\n"}}))
+    files = (await merge(client, source, fork))["mergeBack"]["files"]
+    assert files["status"] == "merged" and sorted(files["written"]) == ["b.txt", "far.txt"]
+    assert (repo / "far.txt").read_text() == "from afar\n" and (repo / "b.txt").read_text() == "b3 by the fork\n"

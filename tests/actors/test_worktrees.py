@@ -149,3 +149,24 @@ async def test_f9_a_task_delegated_with_workspace_worktree_works_in_a_worktree_o
     assert got.pop("task.txt") == b"by the task\n" and got == expected
     assert not (repo / "task.txt").exists()
     assert fingerprint(repo, besides=(f"refs/heads/{source['branch']}",)) == user_git
+
+
+async def test_a_fork_of_a_subfolder_workspace_with_no_run_yet_carries_its_files_as_they_are_at_its_first_run(repo_client):
+    """A workspace below the repository's top level: the fork works in the
+    same folder of its worktree; with no fork-point checkpoint (the source
+    never ran) the source is captured when the fork first runs."""
+    client, repo, data = repo_client
+    (repo / "sub" / "c.txt").write_text("c changed, uncommitted\n")
+    (repo / "sub" / "fresh.txt").write_text("untracked in sub\n")
+    source = (await client.call("thread.create", title="sub", workspace=str(repo / "sub")))["threadId"]
+    forked = await client.call("thread.fork", threadId=source, workspace="worktree")
+    planned = forked["workspaceSource"]
+    assert planned["prefix"] == "sub" and planned["checkpointId"] is None
+    assert forked["workspace"] == str(data / "worktrees" / forked["threadId"] / "sub")
+    (repo / "sub" / "later.txt").write_text("written before the fork's first run\n")
+    run = await send_and_wait(client, forked["threadId"], write("x.txt", "x\n"))
+    assert run["status"] == "completed", run
+    sub = Path(forked["workspace"])
+    assert (sub / "c.txt").read_text() == "c changed, uncommitted\n"
+    assert (sub / "fresh.txt").exists() and (sub / "later.txt").exists() and (sub / "x.txt").exists()
+    assert (sub.parent / "a.txt").read_text() == "a1\n", "outside the workspace: the commit's files"
