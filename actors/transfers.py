@@ -75,7 +75,9 @@ def thread_fork(ctx: ThreadContext, command: Command) -> Transition:
     result = results.ThreadForkResult(thread_id=thread.id, transfer_id=transfer.id, seq=NO_SEQ,
                                       workspace=thread.workspace,
                                       workspace_source=wire_source(thread.workspace_source))
-    batch.record_receipt(command.command_id, command.method, result)
+    # Asked as thread.create {relationship: fork}: a retry gets that method's answer.
+    receipt = result if command.method == "thread.fork" else {"threadId": thread.id, "transferId": transfer.id}
+    batch.record_receipt(command.command_id, command.method, receipt)
     return Decision(batch, result)
 
 
