@@ -46,6 +46,7 @@ from agentd.store.records import (
     ProviderThread,
     Run,
     SourcePoint,
+    WorkspaceSource,
     to_wire,
 )
 
@@ -56,6 +57,7 @@ from .graph import ThreadBatch
 from .handoff import _paths  # the paths a file-change node names, as handoffs show them
 from .lineage import provider_settings
 from .messages import Command
+from .own_workspace import for_thread, own_workspace
 from .state import ActiveRun, ThreadState
 
 if TYPE_CHECKING:
@@ -236,6 +238,8 @@ class DelegateCommand:
     session_claim: SessionClaim | None = None
     #: the task's end gives the parent a run of its own (``wakeups.py``)
     wake: bool = False
+    #: ``workspace: worktree``: the worktree (or copy) planned for the task (issue 27)
+    workspace_source: WorkspaceSource | None = None
 
 
 def check_limits(
@@ -274,6 +278,7 @@ def task_text(parent: AppThread, run: Run | None, command: DelegateCommand) -> s
         "same": "in the same workspace as the agent that delegated it",
         "fork": "in a copy of that agent's workspace (your changes do not touch its files)",
         "new": "in a workspace of its own",
+        "worktree": "in a git worktree of that agent's repository on a branch of its own (your changes do not touch its files)",
     }[command.workspace_mode]
     origin = f"thread {parent.id}" + (f" ({parent.title})" if parent.title else "")
     if run is not None:
@@ -313,6 +318,9 @@ def delegate(ctx: ThreadContext, command: Command) -> Decision:
     )
     if params.wake:
         child = struct_copy(child, wakes_parent=True)
+    if params.workspace_source is not None:
+        placed = for_thread(params.workspace_source, child.id)
+        child = struct_copy(child, workspace=own_workspace(placed), workspace_source=placed)
     slot = params.slot
     if slot is not None:
         if slot.abandoned:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import msgspec
 
 if TYPE_CHECKING:
-    from agentd.store.records import ConversationMessage
+    from agentd.store.records import ConversationMessage, WorkspaceSource
 
     from .checkpoints import CaptureResult
     from .graph import ThreadBatch
@@ -318,6 +318,41 @@ class CheckWorkspace:
 
 
 @dataclass(frozen=True)
+class PlanWorkspace:
+    """Where a fork of ``source_workspace`` will work (issue 27): a git
+    worktree of its repository (``kind: worktree``; a copy outside one) or a
+    copy; answers with the ``WorkspaceSource`` (read-only: nothing is made)."""
+
+    kind: str
+    source_thread_id: str
+    source_workspace: str
+    fork_thread_id: str
+    checkpoint_id: str | None
+
+
+@dataclass(frozen=True)
+class WorktreeMade:
+    """Whether the fork's own worktree (or copy) exists and was made; answers a bool."""
+
+    source: WorkspaceSource
+
+
+@dataclass(frozen=True)
+class RemoveWorktree:
+    """``git worktree remove --force`` the fork's worktree (its branch stays)."""
+
+    source: WorkspaceSource
+
+
+@dataclass(frozen=True)
+class RecreateWorktree:
+    """Make the fork's worktree again on its branch, with the files of its own checkpoint ``commit``."""
+
+    source: WorkspaceSource
+    commit: str
+
+
+@dataclass(frozen=True)
 class GuardRestore:
     """Mark ``workspace`` as being restored and refuse (``invalid_state``)
     while a run of another thread is active in it; answers with the token
@@ -367,6 +402,28 @@ class RestoreFiles:
     commit: str
     safety_ref: str
     include: tuple[bytes, ...]
+    record_safety: Callable[[CaptureResult], ThreadBatch]
+
+
+@dataclass(frozen=True)
+class MergeForkFiles:
+    """Merge the fork's changes from checkpoint ref ``fork_base`` to
+    ``fork_theirs`` (in the shadow repository of ``fork_workspace``) into
+    ``workspace``, whose base is ``base_here`` (None: fetched into
+    ``base_ref``); theirs is made here as ``theirs_ref``. Before any file
+    is written, the batch ``record_safety`` builds from the ``pre_merge``
+    capture is committed. Answers with the engine's ``MergeOutcome``
+    (checkpoints/merge.py)."""
+
+    workspace: str
+    fork_workspace: str
+    fork_base: str
+    fork_theirs: str
+    base_here: str | None
+    base_ref: str
+    theirs_ref: str
+    safety_ref: str
+    markers: bool
     record_safety: Callable[[CaptureResult], ThreadBatch]
 
 

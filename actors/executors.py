@@ -24,10 +24,14 @@ from agentd.protocol.errors import CorruptRecord, InvalidState, NotFound, Thread
 from . import effects as fx
 from .messages import CascadeDone, InterruptRefused, MailboxItem, SteerDelivered, SteerFailed
 from .providers.base import ProviderConnection, ProviderRuntimeError
+from .checkpoints.merge import merge_files
+from .checkpoints.shadow import Shadow
 from .rollback import ChildMemoryRollback, child_memory_rollback
 from .run_control import DELEGATED, InternalStop, task_cancel, thread_stop
 from .wakeups import TaskWake, task_woke
 from .workspace_guard import overlaps, shared_refusal
+from . import worktrees
+from .worktrees import plan_fork_workspace
 
 if TYPE_CHECKING:
     from .checkpoints import CheckpointEngine
@@ -111,6 +115,14 @@ class Executor:
             case fx.CheckWorkspace(workspace=workspace):
                 # It resolves symlinks and reads the mount table: off the loop.
                 return await trio.to_thread.run_sync(self.host.checked_workspace, workspace)
+            case fx.PlanWorkspace():
+                return await plan_fork_workspace(self.host, effect)
+            case fx.WorktreeMade(source=source):
+                return await trio.to_thread.run_sync(worktrees.is_made, source)
+            case fx.RemoveWorktree(source=source):
+                await worktrees.remove(self.host.checkpoints, source)
+            case fx.RecreateWorktree(source=source, commit=commit):
+                return await worktrees.recreate(self.host.checkpoints, source, commit)
             case fx.GuardRestore():
                 return await self._guard_restore(effect)
             # -- checkpoints and files
@@ -120,6 +132,8 @@ class Executor:
                 return await self.engine.diff(effect.workspace, effect.commit, effect.base, max_bytes=effect.max_bytes)
             case fx.RestoreFiles():
                 return await self._restore(effect)
+            case fx.MergeForkFiles():
+                return await self._merge_files(effect)
             case fx.CompareFiles():
                 return await trio.to_thread.run_sync(differing, effect.theirs, effect.ours, list(effect.paths))
             case _:  # pragma: no cover - a programming error
@@ -248,6 +262,22 @@ class Executor:
 
         return await self.engine.restore(effect.workspace, effect.commit, safety_ref=effect.safety_ref,
                                          include=effect.include, before_files=record_safety)
+
+
+    async def _merge_files(self, effect: fx.MergeForkFiles) -> Any:
+        engine = self.engine
+
+        async def record_safety(capture: Any) -> None:
+            await self.host.store.commit(effect.record_safety(capture))
+
+        fork_git_dir = await trio.to_thread.run_sync(
+            lambda: os.path.join(Shadow.folder(engine.root, engine.workspace_key(effect.fork_workspace)), b"shadow.git"))
+        async with engine.locked(effect.workspace) as locked:
+            return await merge_files(locked.shadow, fork_git_dir=fork_git_dir, fork_base=effect.fork_base,
+                                     fork_theirs=effect.fork_theirs, base_here=effect.base_here,
+                                     base_ref=effect.base_ref, theirs_ref=effect.theirs_ref, safety_ref=effect.safety_ref,
+                                     max_file_bytes=engine.max_file_bytes, markers=effect.markers,
+                                     before_files=record_safety)
 
 
 async def stop_delegated_children(host: ActorHost, thread_id: str) -> None:

@@ -14,7 +14,9 @@ requests; the files the fork changed (from a checkpoint diff where there is
 one, else its file-change nodes); and — when the fork works in a workspace of
 its own — which of those files differ here. It is stored as a ``delta``
 ContextHandoff and given with the message; the transfer is consumed with the
-turn, in the same transaction (lineage.py). Merge-back never touches files.
+turn, in the same transaction (lineage.py). Merge-back touches files only
+with ``mergeBack.files`` (merge_files.py, at the send); the handoff then says
+what that merge wrote.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
 from agentd.store.db import Store
 from agentd.store.ids import new_id
-from agentd.store.records import AppThread, Checkpoint, ContextTransfer, Run, SourcePoint, to_wire
+from agentd.store.records import AppThread, Checkpoint, ContextTransfer, FilesMerge, Run, SourcePoint, to_wire
 
 from .checkpoints.errors import CheckpointError
 from .checkpoints.results import FileChange
@@ -123,14 +125,16 @@ def prepare(store: Store, thread_id: str, fork_id: str) -> MergeDelta:
     return found
 
 
-def record_request(batch: ThreadBatch, thread_id: str, found: MergeDelta, run: Run) -> ContextTransfer:
+def record_request(batch: ThreadBatch, thread_id: str, found: MergeDelta, run: Run, *,
+                   files_merge: FilesMerge | None = None) -> ContextTransfer:
     """The pending ``merge_back`` transfer of ``run`` (the message's run),
-    resolved when that run starts."""
+    resolved when that run starts; ``files_merge``: what the merge of the
+    fork's files did (merge_files.py)."""
     transfer = ContextTransfer(
         id=new_id("xfr"), type="merge_back", source_thread_id=found.fork.id, target_thread_id=thread_id,
         source_point=found.source, base_point=found.base, source_provider=found.source.provider,
         run_id=run.id, source_run_ids=list(found.run_ids), reason=f"merge_back: fork {found.fork.id}",
-        created_by="user", created_at=batch.now,
+        created_by="user", created_at=batch.now, files_merge=files_merge,
     )
     batch.put(transfer)
     batch.emit("context_transfer.created", run_id=run.id, node_id=run.root_node_id, transfer=to_wire(transfer))
@@ -209,4 +213,23 @@ def build(ctx: ThreadContext, transfer: ContextTransfer) -> Transition:
         since = "it was forked"
     built = build_merge_handoff(store, found.run_ids, fork_label=label, since=since, files=files,
                                 reason=transfer.reason, cap=ctx.config.handoff_max_chars)
+    if transfer.files_merge is not None:
+        built = built.with_section(describe_files(transfer.files_merge))
     return found, built, files
+
+
+def describe_files(files: FilesMerge) -> str:
+    """The handoff's section on the files (what the agent is told was merged)."""
+    lines = ["Files merged into this workspace from the fork (three-way merge):"]
+    if files.status == "conflicts":
+        lines = ["The fork's files were NOT merged into this workspace: they conflict with changes here "
+                 "(nothing was written)."]
+    elif files.status == "conflicts_marked":
+        lines = ["The fork's files were merged into this workspace WITH CONFLICT MARKERS to resolve:"]
+    lines += [f"- {p} (written)" for p in files.written] + [f"- {p} (deleted)" for p in files.deleted]
+    lines += [f"- {c.path} (conflict: {c.reason})" for c in files.conflicts]
+    lines += [f"- {n.path} (not merged: {n.reason})" for n in files.not_merged]
+    if len(lines) == 1:
+        lines.append("- nothing changed")
+    lines.append(f"Restoring checkpoint {files.safety_checkpoint_id} undoes the merge.")
+    return "\n".join(lines)

@@ -35,7 +35,7 @@ from agentd.protocol.errors import AgentdError
 from agentd.store.ids import new_id
 from agentd.store.records import Checkpoint, to_wire
 
-from . import lineage
+from . import lineage, worktrees
 from .checkpointing import capture_fields, previous_root
 from .checkpoints import checkpoint_ref
 from .graph import ThreadBatch
@@ -160,6 +160,8 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
         if plan is None:
             return
         cwd = state.thread.workspace
+        # A fork's own worktree (or copy) is made at its first run (issue 27).
+        await worktrees.ensure_made(actor.host, state.thread, active.run.id, active.root.id)
         await trio.to_thread.run_sync(lambda: os.makedirs(cwd, mode=0o700, exist_ok=True))
         # Another thread's restore writing here: start after it, on what it put back.
         await wait_while_restored(actor, cwd)
@@ -207,5 +209,7 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
             native, _turn = await conn.start_first_turn(text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
             await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version,
                                                  history_mode=conn.history_mode(native)))
+    except worktrees.WorkspaceFailed as exc:
+        await actor.post(AttemptStartFailed(attempt_id, "workspace_failed", exc))
     except (ProviderRuntimeError, AgentdError, OSError) as exc:
         await actor.post(AttemptStartFailed(attempt_id, "provider_start_failed", exc))

@@ -25,7 +25,7 @@ from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import ConversationMessage, to_wire
 
-from . import graph, merge_back, run_control
+from . import graph, merge_back, merge_files, run_control
 from .context import ThreadContext
 from agentd.protocol import results
 
@@ -195,6 +195,10 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
     params = command.params
     state = ctx.state
     mode = params.dispatch_mode.type if params.dispatch_mode is not None else None
+    if state.thread.archived_at is not None:
+        # Its worktree is gone: it comes back with the thread (issue 27).
+        raise InvalidState(f"thread {state.thread_id} is archived: unarchive it first (thread.unarchive)",
+                           threadId=state.thread_id)
     # Runs a Stop holds do not keep a new message waiting.
     has_open = state.active is not None or state.next_queued() is not None
     if mode is None:
@@ -220,11 +224,14 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
         if not probe.get("usable", True):
             raise InvalidParams(f"provider {provider!r} cannot be used here: {probe.get('why') or 'its probe failed'} "
                                 "(`agentd providers` shows each instance)", field="provider", provider=provider)
-    merge = files = None
+    merge = files = files_merge = merge_marker = None
     if params.merge_back is not None:
         # Checked before anything is stored; the delta itself is built when the run starts.
         merge = merge_back.prepare(ctx.store, state.thread_id, params.merge_back.fork_thread_id)
         files = yield from merge_back.fork_files(ctx, merge, state.thread.workspace)
+        if params.merge_back.files:
+            # The fork's files, merged now (issue 27): the message says what happened.
+            files_merge, merge_marker = yield from merge_files.merge(ctx, merge, params.merge_back)
     # A run that starts now needs a provider session: past [daemon]
     # max_sessions (idle sessions are stopped first to make room) the message
     # is refused before anything is stored, rather than failing its run. A
@@ -238,10 +245,11 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
                                            clean_context=params.clean_context)
         merged = None
         if merge is not None and files is not None:
-            transfer = merge_back.record_request(batch, state.thread_id, merge, run)
+            transfer = merge_back.record_request(batch, state.thread_id, merge, run, files_merge=files_merge)
             merged = results.MergeBackAnswer(
                 transfer_id=transfer.id, fork_thread_id=merge.fork.id, run_ids=list(merge.run_ids),
                 fork_workspace=files.fork_workspace, files_differ=list(files.differ) if files.differ is not None else None,
+                files=merge_files.recorded(batch, transfer, run, merge_marker),
             )
         result = results.MessageSendResult(run_id=run.id, message_id=message.id, queue_held=state.thread.queue_held,
                                            held_run_ids=[r.id for r in state.held_runs()], merge_back=merged, seq=NO_SEQ)

@@ -17,14 +17,15 @@ from __future__ import annotations
 from agentd.protocol import wire
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
-from agentd.store.records import Checkpoint, ContextTransfer, ProviderThread, Run, to_wire
+from agentd.store.records import Checkpoint, ContextTransfer, ProviderThread, Run, WorkspaceSource, to_wire
 
 from . import delegation, lineage, merge_back
 from .merge_back import describe_change
+from .own_workspace import OWN_WORKSPACES, own_workspace, wire_source
 from .context import ThreadContext
 from agentd.protocol import results
 
-from .effects import NO_SEQ, CheckWorkspace, Decision, Diff, Transition
+from .effects import NO_SEQ, CheckWorkspace, Decision, Diff, PlanWorkspace, Transition
 from .ending import end_run
 from .graph import ThreadBatch
 from .checkpoints.errors import CheckpointError
@@ -36,7 +37,6 @@ from .state import ActiveRun
 
 __all__ = ["fork_transfer", "thread_fork", "thread_history", "on_context_needed"]
 
-
 # -- thread.fork -----------------------------------------------------------------------------
 
 
@@ -46,13 +46,18 @@ def thread_fork(ctx: ThreadContext, command: Command) -> Transition:
     params: wire.ThreadForkParams = command.params
     state = ctx.state
     source, history = resolve_source(ctx.store, state, params.source_point)
-    workspace = (yield CheckWorkspace(params.workspace)) or state.thread.workspace
+    own = params.workspace if params.workspace in OWN_WORKSPACES else None
+    workspace = None if own else (yield CheckWorkspace(params.workspace))
     parent = state.thread
     title = params.title if params.title is not None else f"fork of {parent.title or parent.id}"
     thread = ctx.new_thread_record(
-        title=title, provider=source.provider or parent.provider, workspace=workspace, parent=parent,
-        relationship="fork", side_chat=params.side_chat, created_by=params.created_by,
+        title=title, provider=source.provider or parent.provider, workspace=workspace or parent.workspace,
+        parent=parent, relationship="fork", side_chat=params.side_chat, created_by=params.created_by,
     )
+    if own is not None:
+        # A worktree (or copy) of its own, made at the fork's first run (issue 27).
+        planned: WorkspaceSource = yield PlanWorkspace(own, parent.id, parent.workspace, thread.id, source.checkpoint_id)
+        thread = struct_copy(thread, workspace=own_workspace(planned), workspace_source=planned)
     batch = ctx.batch()
     transfer = ContextTransfer(
         id=new_id("xfr"), type="fork", source_thread_id=parent.id, target_thread_id=thread.id, source_point=source,
@@ -67,8 +72,12 @@ def thread_fork(ctx: ThreadContext, command: Command) -> Transition:
                node_id=source.node_id or (source_run.root_node_id if source_run else None),
                forkThreadId=thread.id, transferId=transfer.id,
                sideChat=params.side_chat)
-    result = results.ThreadForkResult(thread_id=thread.id, transfer_id=transfer.id, seq=NO_SEQ)
-    batch.record_receipt(command.command_id, command.method, result)
+    result = results.ThreadForkResult(thread_id=thread.id, transfer_id=transfer.id, seq=NO_SEQ,
+                                      workspace=thread.workspace,
+                                      workspace_source=wire_source(thread.workspace_source))
+    # Asked as thread.create {relationship: fork}: a retry gets that method's answer.
+    receipt = result if command.method == "thread.fork" else {"threadId": thread.id, "transferId": transfer.id}
+    batch.record_receipt(command.command_id, command.method, receipt)
     return Decision(batch, result)
 
 

@@ -48,7 +48,7 @@ def add_daemon_commands(sub: Subcommands, o: Options) -> None:
 
 
 def add_thread_commands(sub: Subcommands, o: Options) -> None:
-    """``new``, ``threads``, ``show``, ``events``, ``doctor``, ``unquarantine``, then the admin commands."""
+    """``new``, ``threads``, ``show``, ``events``, ``doctor``, ``unquarantine``, ``archive``, ``unarchive``, then the admin commands."""
     p = add_command(sub, "new", "commands_threads:cmd_new", "create a thread; prints its id", [o.results])
     p.add_argument("--title", help="the thread's title")
     p.add_argument("--workspace", metavar="DIR", help="the directory the agent works in (default: a new one under the data dir)")
@@ -56,6 +56,7 @@ def add_thread_commands(sub: Subcommands, o: Options) -> None:
 
     p = add_command(sub, "threads", "commands_threads:cmd_threads", "list threads with their status and queues", [o.results])
     p.add_argument("--ids", action="store_true", help="only the threads' ids, one a line (for scripts and shell completion)")
+    p.add_argument("--archived", action="store_true", help="archived threads too")
     p = add_command(sub, "show", "commands_threads:cmd_show",
                     "a thread: runs, attempts and nodes as a tree, then its messages", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
@@ -70,6 +71,12 @@ def add_thread_commands(sub: Subcommands, o: Options) -> None:
     p = add_command(sub, "unquarantine", "doctor_cmd:cmd_unquarantine",
                     "let commands reach a thread whose actor failed too often again", [o.results])
     p.add_argument("thread", type=o.thread_id, metavar="THREAD", help="the quarantined thread")
+    p = add_command(sub, "archive", "archive_cmd:cmd_archive",
+                    "hide a thread from `agentd threads`; its git worktree goes after a final checkpoint", [o.results])
+    p.add_argument("thread", type=o.thread_id, metavar="THREAD", help="the thread to archive")
+    p = add_command(sub, "unarchive", "archive_cmd:cmd_unarchive",
+                    "list an archived thread again (its worktree comes back from its final checkpoint)", [o.results])
+    p.add_argument("thread", type=o.thread_id, metavar="THREAD", help="the archived thread")
     add_thread_admin_commands(sub, o)
 
 
@@ -111,7 +118,12 @@ def add_send_command(sub: Subcommands, o: Options) -> None:
                    help="start on a fresh provider thread given a summary of the whole thread")
     p.add_argument("--merge-back", metavar="FORK", type=o.thread_id,
                    help="bring what FORK (a fork of THREAD) concluded and changed since its fork point (or its last "
-                        "merge-back) with this message; no files are copied")
+                        "merge-back) with this message; no files are copied unless --files")
+    p.add_argument("--files", action="store_true",
+                   help="with --merge-back: also merge FORK's file changes here (three-way; on a conflict nothing is "
+                        "written unless --markers); `agentd restore` of the pre_merge checkpoint it names undoes it")
+    p.add_argument("--markers", action="store_true",
+                   help="with --merge-back --files: on a conflict write git's conflict markers")
 
 
 def add_run_commands(sub: Subcommands, o: Options) -> None:
@@ -186,6 +198,11 @@ def add_lineage_commands(sub: Subcommands, o: Options) -> None:
                    help="the run to fork after (default: the latest completed one)")
     p.add_argument("--side", action="store_true", help="a side chat: a fork shown only inside its parent")
     p.add_argument("--title", help="the fork's title (default: fork of THREAD)")
+    own = p.add_mutually_exclusive_group()
+    own.add_argument("--worktree", dest="own", action="store_const", const="worktree",
+                     help="work in a git worktree of its own on a branch agentd/… (a copy outside git)")
+    own.add_argument("--copy", dest="own", action="store_const", const="copy",
+                     help="work in a copy of the thread's folder (reflinks where the file system has them)")
     p = add_command(sub, "lineage", "lineage_cmds:cmd_lineage",
                     "a thread's parent, forks and handoffs (strategy and size)", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")

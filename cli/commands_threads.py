@@ -47,7 +47,7 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 def cmd_threads(args: argparse.Namespace) -> int:
     def go(daemon: DaemonConnection) -> int:
-        listed = daemon.call("thread.list")
+        listed = daemon.call("thread.list", **({"includeArchived": True} if getattr(args, "archived", False) else {}))
         if args.json:
             print_json(listed)
             return 0

@@ -1,6 +1,6 @@
 """Lineage commands of the ``agentd`` command line (SPEC F5, F6, F8):
 
-    agentd fork THREAD [--from RUN|latest] [--side] [--title T]   prints the fork's thread id
+    agentd fork THREAD [--from RUN|latest] [--side] [--title T] [--worktree|--copy]   prints the fork's thread id
     agentd lineage THREAD       where a thread comes from, its forks, merge-backs, children and every handoff
     agentd handoff HANDOFF      the exact text an agent was given
 
@@ -10,6 +10,7 @@ Their arguments are in commands.py; each asks on a blocking connection.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from agentd.protocol.errors import NotFound
@@ -25,8 +26,16 @@ def cmd_fork(args: argparse.Namespace) -> int:
             params["sourcePoint"] = {"type": "run", "runId": args.source}
         if args.title is not None:
             params["title"] = args.title
+        if args.own is not None:
+            params["workspace"] = args.own
         result = daemon.call("thread.fork", **params)
         print_json(result) if args.json else print(result["threadId"])
+        source = result.get("workspaceSource")
+        if source is not None and not args.json:
+            # Said where it is made: what agentd will add to the user's repository.
+            where = (f"a git worktree at {source['path']} on a new branch {source['branch']} of {source['repository']}"
+                     if source["kind"] == "worktree" else f"a copy at {source['path']}")
+            print(f"agentd: the fork will work in {where}, made at its first message", file=sys.stderr)
         return 0
 
     return with_daemon(args, go)

@@ -5,7 +5,7 @@
     agentd acp                       agentd as an editor's ACP agent on stdio (Zed, JetBrains, Neovim)
     agentd demo                      a short end-to-end tour on the scripted agent
     agentd new [--title T] [--workspace DIR] [--provider P]
-    agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach] [--merge-back FORK]
+    agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach] [--merge-back FORK [--files [--markers]]]
     agentd stop THREAD | interrupt RUN [--hold-queue] | retry RUN | release THREAD
     agentd cancel RUN | reorder THREAD RUN… | implement PLAN [--new-thread]
     agentd requests THREAD | approve REQUEST [--deny] | answer REQUEST KEY=VALUE…
@@ -15,6 +15,7 @@
     agentd rollback THREAD ORDINAL [--yes]
     agentd web [--no-open]           the web console's URL (`agentd serve --web` serves it)
     agentd doctor | unquarantine THREAD   corrupt records of the data dir; a quarantined thread
+    agentd archive THREAD | unarchive THREAD   hide a thread (its worktree goes after a checkpoint) and back
     agentd completion bash|zsh|fish  a shell completion script
     agentd schema                    the protocol as one JSON Schema document
 

@@ -327,9 +327,28 @@ def _say_merge(sent: dict[str, Any]) -> None:
     if not merge:
         return
     say(f"merging back {merge['forkThreadId']}: {len(merge['runIds'])} run(s) (transfer {merge['transferId']})")
-    if merge.get("forkWorkspace"):
+    files = merge.get("files")
+    if files is not None:
+        _say_files(files)
+    elif merge.get("forkWorkspace"):
         differ = ", ".join(merge.get("filesDiffer") or []) or "none"
         say(f"the fork works in {merge['forkWorkspace']}; no files are copied. Files that differ here: {differ}")
+
+
+def _say_files(files: dict[str, Any]) -> None:
+    """What ``--files`` merged: the files written, every conflicting path, the way back."""
+    changed = [*files["written"], *files["deleted"]]
+    conflicts = ", ".join(f"{c['path']} ({c['reason']})" for c in files["conflicts"])
+    if files["status"] == "conflicts":
+        say(f"the fork's files conflict here, so none were written: {conflicts}; send again with --markers to "
+            "write git's conflict markers")
+    elif files["status"] == "conflicts_marked":
+        say(f"merged {len(changed)} file(s) with conflict markers in: {conflicts}")
+    else:
+        say(f"merged {len(changed)} file(s) from the fork: {', '.join(changed) or 'none changed'}")
+    for left in files["notMerged"]:
+        say(f"not merged: {left['path']} ({left['reason']})")
+    say(f"`agentd restore {files['safetyCheckpointId']}` undoes the merge")
 
 
 def cmd_send(args: argparse.Namespace) -> int:
@@ -354,6 +373,12 @@ def cmd_send(args: argparse.Namespace) -> int:
             params["cleanContext"] = True
         if getattr(args, "merge_back", None):
             params["mergeBack"] = {"forkThreadId": args.merge_back}
+            if args.files:
+                params["mergeBack"]["files"] = True
+            if args.markers:
+                params["mergeBack"]["onConflict"] = "markers"
+        elif args.files or args.markers:
+            raise CliError("--files and --markers go with --merge-back FORK")
         follower = RunFollower(client, args.thread, interactive=interactive)
         if args.detach:
             sent = await client.call("thread.message.send", **params)

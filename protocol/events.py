@@ -26,6 +26,7 @@ from .wire_records import (
     ConversationMessage,
     ExecutionNode,
     MessageStatus,
+    PathReason,
     NodeStatus,
     PlanArtifact,
     ProviderSession,
@@ -283,6 +284,62 @@ class ThreadForked(WireStruct, kw_only=True):
     side_chat: bool
 
 
+class KeptPath(WireStruct, kw_only=True):
+    """A path a fork's new worktree keeps as its commit has it: the fork point's checkpoint did not hold it."""
+
+    path: str
+    reason: Literal["ignored", "not_checkpointed"]
+
+
+class WorkspaceCreated(WireStruct, kw_only=True):
+    """``workspace.created`` (issue 27): a fork's own worktree or copy was made at its first run."""
+
+    kind: Literal["worktree", "copy"]
+    path: str
+    workspace: str
+    repository: str | None
+    branch: str | None
+    commit: str | None
+    checkpoint_id: str | None
+    checkpoint_commit: str | None
+    written: list[str]
+    removed: list[str]
+    kept: list[KeptPath]
+
+
+class MergeBackFiles(WireStruct, kw_only=True):
+    """``merge_back.files`` (issue 27): what a merge-back did with the fork's files."""
+
+    transfer_id: str
+    fork_thread_id: str
+    status: Literal["merged", "conflicts", "conflicts_marked"]
+    written: list[str]
+    deleted: list[str]
+    conflicts: list[PathReason]
+    not_merged: list[PathReason]
+    safety_checkpoint_id: str
+    theirs_checkpoint_id: str
+    base_commit: str
+    theirs_commit: str
+    theirs_ref: str
+
+
+class ThreadArchived(WireStruct, kw_only=True):
+    """``thread.archived`` (issue 27)."""
+
+    worktree_removed: bool
+    checkpoint_id: str | None
+    branch: str | None
+    path: str | None
+
+
+class ThreadUnarchived(WireStruct, kw_only=True):
+    """``thread.unarchived`` (issue 27)."""
+
+    worktree_restored: bool
+    checkpoint_id: str | None
+
+
 class TransferChanged(WireStruct, kw_only=True):
     """``context_transfer.<created|resolved|consumed|failed>``."""
 
@@ -456,6 +513,10 @@ def _types() -> dict[str, type[msgspec.Struct]]:
         "thread.deleted": ThreadDeleted,
         "event.corrupt": EventCorrupt,
         "thread.forked": ThreadForked,
+        "workspace.created": WorkspaceCreated,
+        "merge_back.files": MergeBackFiles,
+        "thread.archived": ThreadArchived,
+        "thread.unarchived": ThreadUnarchived,
         **{f"context_transfer.{change}": TransferChanged for change in ("created", "resolved", "consumed", "failed", "superseded")},
         "run.context_resolved": RunContextResolved,
         "task.delegated": TaskDelegated,

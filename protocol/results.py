@@ -27,6 +27,7 @@ from .wire_records import (
     ContextTransfer,
     ConversationMessage,
     ExecutionNode,
+    FilesMerge,
     PlanArtifact,
     ProviderSession,
     Run,
@@ -34,6 +35,7 @@ from .wire_records import (
     RunStatus,
     RuntimeRequest,
     WireStruct,
+    WorkspaceSource,
 )
 
 #: the ``seq`` of the event a command's commit logged (``thread.created`` for ``thread.create``, …)
@@ -64,6 +66,8 @@ class MergeBackAnswer(WireStruct, kw_only=True):
     #: null when the fork shares this thread's workspace
     fork_workspace: str | None
     files_differ: list[str] | None
+    #: ``mergeBack.files``: what the merge of the fork's files did (issue 27)
+    files: FilesMerge | None = None
 
 
 SteerStrategy = Literal["native_steer", "steering_restart", "superseding_run"]
@@ -143,6 +147,9 @@ class ThreadForkResult(WireStruct, kw_only=True):
     thread_id: str
     transfer_id: str
     seq: Seq
+    #: the fork's workspace (issue 27: a worktree or copy of its own, made at its first run)
+    workspace: str | None = None
+    workspace_source: WorkspaceSource | None = None
 
 
 class TaskDelegateResult(WireStruct, kw_only=True):
@@ -228,6 +235,26 @@ class ThreadExportResult(WireStruct, kw_only=True):
     format: Literal["markdown", "json"]
     markdown: str | None = None
     document: dict[str, Any] | None = None
+
+
+class ThreadArchiveResult(WireStruct, kw_only=True):
+    thread_id: str
+    archived: bool
+    #: its git worktree was removed after the final checkpoint ``checkpointId``
+    worktree_removed: bool
+    checkpoint_id: str | None = None
+    #: the worktree's branch, which stays
+    branch: str | None = None
+    seq: Seq
+
+
+class ThreadUnarchiveResult(WireStruct, kw_only=True):
+    thread_id: str
+    archived: bool
+    #: its git worktree was made again from the final checkpoint ``checkpointId``
+    worktree_restored: bool
+    checkpoint_id: str | None = None
+    seq: Seq
 
 
 class ThreadUnquarantineResult(WireStruct, kw_only=True):

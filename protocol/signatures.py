@@ -48,6 +48,8 @@ SIGNATURES: dict[str, Signature] = {
     "thread.unquarantine": Signature(w.ThreadIdParams, r.ThreadUnquarantineResult),
     "thread.update": Signature(w.ThreadUpdateParams, r.ThreadUpdateResult),
     "thread.delete": Signature(w.ThreadDeleteParams, r.ThreadDeleteResult),
+    "thread.archive": Signature(w.ThreadArchiveParams, r.ThreadArchiveResult),
+    "thread.unarchive": Signature(w.ThreadArchiveParams, r.ThreadUnarchiveResult),
     # reads
     "thread.list": Signature(w.ThreadListParams, r.ThreadListResult),
     "thread.get": Signature(w.ThreadGetParams, r.ThreadGetResult),

@@ -40,6 +40,8 @@ class ThreadListParams(Params):
     limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] | None = None
     #: with ``limit``: only threads older than this thread id (the previous page's ``next``)
     before: Id | None = None
+    #: also the archived threads (issue 27)
+    include_archived: bool = False
 
 
 Relationship = Literal["delegated_task", "subagent", "fork", "side_chat", "plan_implementation"]
@@ -107,8 +109,9 @@ class ThreadRequestsParams(Params):
     include_children: bool = False
 
 
-#: where a delegated task works: the parent's workspace, a copy of it, or a folder of its own
-TaskWorkspace = Literal["same", "fork", "new"]
+#: where a delegated task works: the parent's workspace, a copy of it, a folder of its own, or a
+#: git worktree of the parent's repository (a copy outside one; issue 27)
+TaskWorkspace = Literal["same", "fork", "new", "worktree"]
 
 
 class TaskDelegateParams(Params):
@@ -171,6 +174,10 @@ class MergeBack(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fie
     """Bring what a fork of the thread did home with the message (SPEC F7)."""
 
     fork_thread_id: Id
+    #: also merge the fork's file changes into this workspace (issue 27)
+    files: bool = False
+    #: on a conflict, write git's conflict markers instead of nothing
+    on_conflict: Literal["markers"] | None = None
 
 
 class MessageSendParams(Params):
@@ -249,6 +256,13 @@ class ThreadSearchParams(Params):
 class ThreadExportParams(Params):
     thread_id: Id
     format: Literal["markdown", "json"] = "markdown"
+
+
+class ThreadArchiveParams(Params):
+    """``thread.archive`` / ``thread.unarchive`` (issue 27)."""
+
+    thread_id: Id
+    command_id: CommandId | None = None
 
 
 class QueuedRunParams(Params):

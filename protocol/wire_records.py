@@ -35,7 +35,7 @@ ProviderThreadStatus = Literal["active", "unloaded", "error", "unusable"]
 RequestStatus = Literal["pending", "resolved", "not_resumable", "cancelled"]
 ArtifactStatus = Literal["active", "final", "proposed", "implemented", "answered", "closed"]
 CheckpointStatus = Literal["captured", "missing", "error", "stale"]
-CheckpointKind = Literal["baseline", "run", "pre_rollback", "child"]
+CheckpointKind = Literal["baseline", "run", "pre_rollback", "child", "pre_merge", "archive"]
 TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn", "subagent_result"]
 TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
 TransferResolution = Literal["native", "portable", "checkpoint_context"]
@@ -82,6 +82,22 @@ class AppThread(WireStruct, kw_only=True):
     wakes_parent: bool = False
     usage: TokenUsage | None = None
     cost: float | None = None
+    workspace_source: WorkspaceSource | None = None
+    archived_at: float | None = None
+
+
+class WorkspaceSource(WireStruct, kw_only=True):
+    """Where a fork's own workspace comes from: a git worktree or a copy of its source's (issue 27)."""
+
+    kind: Literal["worktree", "copy"]
+    source_thread_id: str
+    source_workspace: str
+    path: str
+    repository: str | None = None
+    prefix: str = ""
+    branch: str | None = None
+    commit: str | None = None
+    checkpoint_id: str | None = None
 
 
 class ConversationMessage(WireStruct, kw_only=True):
@@ -278,6 +294,29 @@ class ContextTransfer(WireStruct, kw_only=True):
     resolved_at: float | None = None
     consumed_at: float | None = None
     error: str | None = None
+    files_merge: FilesMerge | None = None
+
+
+class PathReason(WireStruct, kw_only=True):
+    """A path, and why it is named."""
+
+    path: str
+    reason: str
+
+
+class FilesMerge(WireStruct, kw_only=True):
+    """What a merge-back did with the fork's files (issue 27)."""
+
+    status: Literal["merged", "conflicts", "conflicts_marked"]
+    written: list[str] = []
+    deleted: list[str] = []
+    conflicts: list[PathReason] = []
+    not_merged: list[PathReason] = []
+    safety_checkpoint_id: str
+    theirs_checkpoint_id: str
+    base_commit: str
+    theirs_commit: str
+    theirs_ref: str
 
 
 class ContextHandoff(WireStruct, kw_only=True):
@@ -368,5 +407,6 @@ class Checkpoint(WireStruct, kw_only=True):
 RECORDS: dict[str, type[WireStruct]] = {
     cls.__name__: cls
     for cls in (AppThread, ConversationMessage, Run, Checkpoint, RunAttempt, ExecutionNode, ProviderSession,
-                ProviderThread, RuntimeRequest, PlanArtifact, ContextHandoff, ContextTransfer, SourcePoint, TokenUsage)
+                ProviderThread, RuntimeRequest, PlanArtifact, ContextHandoff, ContextTransfer, SourcePoint, TokenUsage, WorkspaceSource,
+                FilesMerge, PathReason)
 }

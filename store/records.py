@@ -34,7 +34,7 @@ CheckpointStatus = Literal["captured", "missing", "error", "stale"]
 #: ``baseline``: the workspace before a run (ordinal = the run's - 1); ``run``:
 #: after a run (its ordinal); ``pre_rollback``: the safety capture a restore takes first;
 #: ``child``: a child scope's, when a checkpointable child node (a subagent) ended
-CheckpointKind = Literal["baseline", "run", "pre_rollback", "child"]
+CheckpointKind = Literal["baseline", "run", "pre_rollback", "child", "pre_merge", "archive"]
 #: why context moves from a source point to a target (F8: one model of every movement of context)
 TransferType = Literal["fork", "provider_handoff", "merge_back", "subagent_spawn", "subagent_result"]
 TransferStatus = Literal["pending", "resolved_native", "resolved_portable", "consumed", "failed", "superseded"]
@@ -115,6 +115,30 @@ class AppThread(Record, kw_only=True, frozen=True):
     #: had a price (``[pricing."MODEL"]``); None: no usage reported / no price
     usage: TokenUsage | None = None
     cost: float | None = None
+    #: a fork's own git worktree or copy of its source's workspace, made at
+    #: its first run (issue 27); None: the thread works in ``workspace`` as is
+    workspace_source: WorkspaceSource | None = None
+    #: when ``thread.archive`` archived it (None: not archived; issue 27)
+    archived_at: float | None = None
+
+
+class WorkspaceSource(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """Where a fork's own workspace comes from (issue 27): a git worktree of
+    the source's repository on ``branch`` at ``commit``, or a copy, with the
+    source's files as checkpoint ``checkpoint_id`` holds them (None: as the
+    source workspace is when the fork first runs)."""
+
+    kind: Literal["worktree", "copy"]
+    source_thread_id: str
+    source_workspace: str
+    #: the worktree's (or copy's) top folder; the thread's workspace is it plus ``prefix``
+    path: str
+    #: the user's repository top level (a worktree's)
+    repository: str | None = None
+    prefix: str = ""
+    branch: str | None = None
+    commit: str | None = None
+    checkpoint_id: str | None = None
 
 
 class ConversationMessage(Record, kw_only=True, frozen=True):
@@ -362,6 +386,34 @@ class ContextTransfer(Record, kw_only=True, frozen=True):
     resolved_at: float | None = None
     consumed_at: float | None = None
     error: str | None = None
+    #: a merge-back's merge of the fork's files (``mergeBack.files``, issue 27)
+    files_merge: FilesMerge | None = None
+
+
+class PathReason(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """A path, and why it is named (a conflict's kind, why it was not merged)."""
+
+    path: str
+    reason: str
+
+
+class FilesMerge(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """What a merge-back did with the fork's files (issue 27): a three-way
+    merge in the shadow repositories — base the fork's files at the fork
+    point (or at the last merge), theirs its latest checkpoint, ours the
+    workspace before the merge (the ``pre_merge`` safety checkpoint)."""
+
+    status: Literal["merged", "conflicts", "conflicts_marked"]
+    written: list[str] = []
+    deleted: list[str] = []
+    conflicts: list[PathReason] = []
+    not_merged: list[PathReason] = []
+    safety_checkpoint_id: str
+    theirs_checkpoint_id: str
+    base_commit: str
+    theirs_commit: str
+    #: the ref in this workspace's shadow repository holding theirs: the next merge's base
+    theirs_ref: str
 
 
 class ContextHandoff(Record, kw_only=True, frozen=True):

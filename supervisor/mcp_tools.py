@@ -45,7 +45,7 @@ INSTRUCTIONS = (
 DELEGATE_DESCRIPTION = (
     "Delegate a task to another agent run by agentd. `instructions` is everything the other agent gets (it does "
     "not see this conversation). `provider` names an agentd provider instance (default: your own). `workspace`: "
-    "`same` (your workspace, the default), `fork` (a copy of it) or `new` (an empty folder). With `wait: true` "
+    "`same` (your workspace, the default), `fork` (a copy of it), `worktree` (a git worktree of it on a branch of its own, in a git repository) or `new` (an empty folder). With `wait: true` "
     "the call returns the task's result (final answer, files changed, outcome) when it ends; with `wait: false` "
     "it returns the task id at once and the result is given to you at your next turn (or ask task_result); "
     "add `wake: true` to be given a turn of your own with the result as soon as the task ends, so you can fan "
@@ -68,7 +68,7 @@ TOOLS = {tool.name: tool for tool in (
         "instructions": {"type": "string", "title": "Instructions"},
         "wait": {"type": "boolean", "title": "Wait"},
         "provider": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Provider"},
-        "workspace": {"enum": ["same", "fork", "new"], "type": "string", "default": "same", "title": "Workspace"},
+        "workspace": {"enum": ["same", "fork", "new", "worktree"], "type": "string", "default": "same", "title": "Workspace"},
         "wake": {"type": "boolean", "default": False, "title": "Wake"},
     }, ["instructions", "wait"])),
     Tool("task_result", RESULT_DESCRIPTION, _object(_TASK_ID, ["taskId"])),

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from agentd.actors import (artifacts, node_interrupt, requests, restoring, rollback, run_control, steering, thread_admin,
-                           transfers)
+from agentd.actors import (archiving, artifacts, node_interrupt, requests, restoring, rollback, run_control, steering,
+                           thread_admin, transfers)
 from agentd.actors.workspace_guard import refusing_while_shared
 from agentd.protocol import wire
 from agentd.protocol.errors import NotFound
@@ -130,6 +130,8 @@ METHODS = MethodTable([
     _thread("thread.update", thread_admin.thread_update, by_thread),
     # Runs in the thread's actor (race-free with a run starting), then drops its refs.
     _daemon("thread.delete", thread_deletion.thread_delete, access="control"),
+    _thread("thread.archive", archiving.thread_archive, by_thread),
+    _thread("thread.unarchive", archiving.thread_unarchive, by_thread),
     # reads
     _read("thread.list", queries.thread_list),
     _read("thread.get", queries.thread_get),

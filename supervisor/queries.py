@@ -65,12 +65,17 @@ async def thread_list(context: DaemonContext, params: wire.ThreadListParams, _co
     """Every thread, oldest first; with ``limit``, one page, newest first,
     and ``next`` (the ``before`` of the next page; null on the last). A
     thread whose record cannot be decoded is listed as ``{id, corrupt, reason}``."""
+    def listed(found: list[Any]) -> list[Any]:
+        # Archived threads are left out unless asked for (issue 27).
+        return [_thread_entry(t) for t in found
+                if params.include_archived or not (isinstance(t, AppThread) and t.archived_at is not None)]
+
     if params.limit is None:
-        return {"threads": [_thread_entry(t) for t in context.store.list_threads_keeping_unreadable()]}
+        return {"threads": listed(context.store.list_threads_keeping_unreadable())}
     threads, more = context.store.list_threads_page(params.limit, params.before)
     last = threads[-1] if threads else None
     last_id = (last.id if isinstance(last, AppThread) else last.data.get("recordId")) if last is not None else None
-    return {"threads": [_thread_entry(t) for t in threads], "next": last_id if more else None}
+    return {"threads": listed(threads), "next": last_id if more else None}
 
 
 async def thread_get(context: DaemonContext, params: wire.ThreadGetParams, _conn: Connection) -> dict[str, Any]:

@@ -24,7 +24,8 @@ from typing import Any
 
 import trio
 
-from agentd.actors import delegation, run_control
+from agentd.actors import delegation, run_control, worktrees
+from agentd.actors.checkpoints.gitproc import Git
 from agentd.actors.delegation import ConsumeResult, DelegateCommand
 from agentd.actors.providers.base import SessionClaim
 from agentd.actors.task_slots import TaskSlot
@@ -33,7 +34,15 @@ from agentd.protocol.errors import Forbidden, InvalidParams, NotFound
 from agentd.protocol.server import Connection
 from agentd.store.db import Store
 from agentd.store.hub import Resync
-from agentd.store.records import RUN_TERMINAL, AppThread, ContextHandoff, ContextTransfer, ProviderSession, to_wire
+from agentd.store.records import (
+    RUN_TERMINAL,
+    AppThread,
+    ContextHandoff,
+    ContextTransfer,
+    ProviderSession,
+    WorkspaceSource,
+    to_wire,
+)
 
 from . import workspace_copy
 from .context import DaemonContext
@@ -133,6 +142,7 @@ async def task_delegate(context: DaemonContext, params: wire.TaskDelegateParams,
                                   max_fanout=config.delegate_max_fanout)
     copy: Path | None = None
     claim: SessionClaim | None = None
+    source: WorkspaceSource | None = None
     try:
         # The task's session, within [daemon] max_sessions (idle sessions are
         # stopped to make room): refused here, before anything is made.
@@ -146,11 +156,17 @@ async def task_delegate(context: DaemonContext, params: wire.TaskDelegateParams,
                 await workspace_copy.copy_workspace(parent.workspace, target, limit=config.delegate_max_copy_bytes)
                 copy = target
             workspace = str(target)
+        elif params.workspace == "worktree":
+            # Planned now (read-only), made at the task's first run, which starts at once.
+            source = await worktrees.plan(
+                git_of(context), kind="worktree", source_thread_id=parent.id, source_workspace=parent.workspace,
+                fork_thread_id="pending", root=worktrees.worktrees_root(registry.workspaces_folder), checkpoint_id=None)
         await _tool_call_recorded(context, params.session_id, parent.id)
         command = DelegateCommand(
             parent_thread_id=parent.id, instructions=params.instructions, provider=provider, workspace=workspace,
             workspace_mode=params.workspace, wait=params.wait, max_depth=config.delegate_max_depth,
             max_fanout=config.delegate_max_fanout, slot=slot, session_claim=claim, wake=params.wake,
+            workspace_source=source,
         )
         answer: dict[str, Any] = await registry.call(parent.id, delegation.delegate, command, params.command_id,
                                                      method="task.delegate")
@@ -165,6 +181,12 @@ async def task_delegate(context: DaemonContext, params: wire.TaskDelegateParams,
         raise
     finally:
         context.task_slots.release(slot)
+
+
+def git_of(context: DaemonContext) -> Git:
+    """The git the checkpoint engine runs (``$AGENTD_CHECKPOINT_GIT``), else ``git``."""
+    engine = context.registry.checkpoints
+    return engine.git if engine is not None else Git(os.environ.get("AGENTD_CHECKPOINT_GIT"))
 
 
 def _task_not_made(store: Store, slot: TaskSlot, exc: BaseException) -> bool:

@@ -128,10 +128,11 @@ def test_the_cycle_finder_finds_a_cycle():
 CORE = ["state", "graph", "messages", "effects", "context", "handoff", "lineage", "points", "steering", "run_control",
         "turns", "requests", "artifacts", "transfers", "delegation", "checkpointing", "child_checkpoints",
         "merge_back", "rollback", "restoring", "provider_memory", "workspace_guard", "ending", "starting", "wakeups",
-        "node_interrupt", "task_slots", "usage", "stalls", "thread_admin"]
+        "node_interrupt", "task_slots", "usage", "stalls", "thread_admin", "own_workspace", "merge_files", "archiving"]
 #: what the core may not import: the event loop, and everything that runs it
 BANNED = ["trio", "agentd.actors.thread_actor", "agentd.actors.registry", "agentd.actors.executors",
-          "agentd.actors.host", "agentd.actors.starter", "agentd.actors.reply", "agentd.actors.restoring_folders"]
+          "agentd.actors.host", "agentd.actors.starter", "agentd.actors.reply", "agentd.actors.restoring_folders",
+          "agentd.actors.worktrees"]
 
 
 @pytest.mark.parametrize("name", CORE)
@@ -148,7 +149,7 @@ def test_every_actors_module_is_core_or_runs_it():
     """A new module in actors/ is placed on purpose: in the core, or among
     what runs it (the loop, its executors, the starter task, the registry)."""
     runners = {"thread_actor", "registry", "executors", "host", "starter", "reply", "restoring_folders",
-               "failures", "config", "__init__"}
+               "failures", "config", "__init__", "worktrees"}
     placed = set(CORE) | runners
     unplaced = sorted(p.stem for p in (ROOT / "actors").glob("*.py") if p.stem not in placed)
     assert not unplaced, f"place these in CORE or among the runners in tests/test_layers.py: {unplaced}"

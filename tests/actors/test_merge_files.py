@@ -1,0 +1,123 @@
+"""Merge-back of files through the socket (issue 27; SPEC F7, F13): a
+worktree fork's file changes come home as a three-way merge on the shadow
+repositories — clean, conflicting (nothing written), with markers, undone by
+the safety checkpoint, and again with only what changed since."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from agentd.protocol.client import Client
+from tests.actors.gitrepo import fingerprint
+from tests.actors.test_worktrees import repo_client, write  # noqa: F401 - the fixture
+from tests.helpers import script, send_and_wait, stored_events, wait_run_terminal
+
+
+async def merge(client: Client, source: str, fork: str, **files) -> dict:
+    """Send a merge-back of ``fork``'s files; its answer, once its run ended."""
+    sent = await client.call("thread.message.send", threadId=source, text="merged, go on",
+                             mergeBack={"forkThreadId": fork, "files": True, **files})
+    run = await wait_run_terminal(client, source, sent["runId"])
+    assert run["status"] == "completed", run
+    return sent
+
+
+async def worktree_fork(client: Client, repo: Path) -> tuple[str, str, Path]:
+    source = (await client.call("thread.create", title="main", workspace=str(repo)))["threadId"]
+    assert (await send_and_wait(client, source, write("agent.txt", "source\n")))["status"] == "completed"
+    forked = await client.call("thread.fork", threadId=source, workspace="worktree")
+    return source, forked["threadId"], Path(forked["workspace"])
+
+
+async def test_a_clean_merge_writes_the_forks_changes_and_its_safety_checkpoint_undoes_it(repo_client):
+    client, repo, _data = repo_client
+    source, fork, tree = await worktree_fork(client, repo)
+    blob = bytes(range(256))
+    run = await send_and_wait(client, fork, script(
+        {"write": {"path": "feature.txt", "content": "new feature\n"}},
+        {"write": {"path": "sub/c.txt", "content": "c by the fork\n"}},
+        {"write": {"path": "img.bin", "content": base64.b64encode(blob).decode(), "binary": True}},
+        {"delete": {"path": "run.sh"}}))
+    assert run["status"] == "completed", run
+    (repo / "a.txt").write_text("a edited by hand meanwhile\n")
+    user_git = fingerprint(repo, besides=("refs/heads/agentd",))
+
+    sent = await merge(client, source, fork)
+    files = sent["mergeBack"]["files"]
+    assert files["status"] == "merged" and files["conflicts"] == []
+    assert sorted(files["written"]) == ["feature.txt", "img.bin", "sub/c.txt"] and files["deleted"] == ["run.sh"]
+    assert (repo / "feature.txt").read_text() == "new feature\n" and (repo / "img.bin").read_bytes() == blob
+    assert (repo / "sub" / "c.txt").read_text() == "c by the fork\n" and not (repo / "run.sh").exists()
+    assert (repo / "a.txt").read_text() == "a edited by hand meanwhile\n", "ours kept"
+    assert (repo / "debug.log").read_text() == "ignored\n"
+    assert fingerprint(repo, besides=("refs/heads/agentd",)) == user_git, "never the user's index"
+    (event,) = [e for e in await stored_events(client, source) if e["type"] == "merge_back.files"]
+    assert event["payload"]["written"] == files["written"] and event["payload"]["transferId"] == sent["mergeBack"]["transferId"]
+    (transfer,) = [t for t in (await client.call("thread.transfers", threadId=source))["transfers"]
+                   if t["type"] == "merge_back"]
+    handoff = (await client.call("handoff.get", handoffId=transfer["handoffId"]))["handoff"]
+    assert "Files merged into this workspace" in handoff["text"] and "feature.txt (written)" in handoff["text"]
+    safety = next(c for c in (await client.call("checkpoint.list", threadId=source))["checkpoints"]
+                  if c["id"] == files["safetyCheckpointId"])
+    assert (safety["kind"], safety["status"]) == ("pre_merge", "captured")
+
+    await client.call("checkpoint.restore", checkpointId=files["safetyCheckpointId"])
+    assert not (repo / "feature.txt").exists() and not (repo / "img.bin").exists()
+    assert (repo / "run.sh").read_text() == "#!/bin/sh\necho hi\n" and (repo / "sub" / "c.txt").read_text() == "c1\n"
+    assert (repo / "a.txt").read_text() == "a edited by hand meanwhile\n"
+
+
+async def test_merging_again_brings_only_what_changed_since(repo_client):
+    client, repo, _data = repo_client
+    source, fork, _tree = await worktree_fork(client, repo)
+    await send_and_wait(client, fork, write("feature.txt", "v1\n"))
+    first = (await merge(client, source, fork))["mergeBack"]["files"]
+    assert first["written"] == ["feature.txt"]
+    (repo / "feature.txt").write_text("v1\nedited here after the merge\n")
+    await send_and_wait(client, fork, write("other.txt", "later\n"))
+    second = (await merge(client, source, fork))["mergeBack"]["files"]
+    assert second["status"] == "merged" and second["written"] == ["other.txt"], second
+    assert (repo / "feature.txt").read_text() == "v1\nedited here after the merge\n", "not merged again"
+    assert second["baseCommit"] == first["theirsCommit"]
+
+
+async def test_a_conflict_writes_nothing_unless_markers_are_asked(repo_client):
+    client, repo, _data = repo_client
+    source, fork, _tree = await worktree_fork(client, repo)
+    await send_and_wait(client, fork, script({"write": {"path": "sub/c.txt", "content": "theirs\n"}},
+                                             {"write": {"path": "clean.txt", "content": "clean\n"}}))
+    (repo / "sub" / "c.txt").write_text("ours\n")
+    sent = await merge(client, source, fork)
+    files = sent["mergeBack"]["files"]
+    assert files["status"] == "conflicts" and files["written"] == [] and files["deleted"] == []
+    assert [c["path"] for c in files["conflicts"]] == ["sub/c.txt"]
+    assert (repo / "sub" / "c.txt").read_text() == "ours\n" and not (repo / "clean.txt").exists(), "nothing written"
+    (event,) = [e for e in await stored_events(client, source) if e["type"] == "merge_back.files"]
+    assert [c["path"] for c in event["payload"]["conflicts"]] == ["sub/c.txt"]
+
+    await send_and_wait(client, fork, script({"say": "still here"}))
+    files = (await merge(client, source, fork, onConflict="markers"))["mergeBack"]["files"]
+    assert files["status"] == "conflicts_marked" and [c["path"] for c in files["conflicts"]] == ["sub/c.txt"]
+    marked = (repo / "sub" / "c.txt").read_text()
+    assert "<<<<<<<" in marked and "ours" in marked and "theirs" in marked and ">>>>>>>" in marked
+    assert (repo / "clean.txt").read_text() == "clean\n"
+    await client.call("checkpoint.restore", checkpointId=files["safetyCheckpointId"])
+    assert (repo / "sub" / "c.txt").read_text() == "ours\n" and not (repo / "clean.txt").exists()
+
+
+async def test_a_fork_in_a_folder_of_its_own_is_merged_from_its_own_start(repo_client, tmp_path):
+    """A fork given an absolute workspace (no fork-point checkpoint there):
+    base and theirs are fetched from its shadow repository."""
+    client, repo, _data = repo_client
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "b.txt").write_text("b2 unstaged\n")
+    source = (await client.call("thread.create", title="main", workspace=str(repo)))["threadId"]
+    await send_and_wait(client, source, write("agent.txt", "source\n"))
+    fork = (await client.call("thread.fork", threadId=source, workspace=str(elsewhere)))["threadId"]
+    await send_and_wait(client, fork, script({"write": {"path": "far.txt", "content": "from afar\n"}},
+                                             {"write": {"path": "b.txt", "content": "b3 by the fork\n"}}))
+    files = (await merge(client, source, fork))["mergeBack"]["files"]
+    assert files["status"] == "merged" and sorted(files["written"]) == ["b.txt", "far.txt"]
+    assert (repo / "far.txt").read_text() == "from afar\n" and (repo / "b.txt").read_text() == "b3 by the fork\n"
