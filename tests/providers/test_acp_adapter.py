@@ -200,8 +200,14 @@ async def test_resume_is_session_load_whose_replay_is_history_not_events(tmp_pat
 async def test_agentds_tool_is_among_the_mcp_servers_and_mode_is_set(tmp_path, workspace):
     import json
 
+    from agentd.actors.providers.tool_credentials import ToolCredentials
+
     adapter = AcpAdapter(config(tmp_path, mode="plan"), home=tmp_path / "home")
-    adapter.agentd_tool = AgentdTool(socket="/nonexistent.sock")
+    credentials = ToolCredentials(tmp_path / "credentials")
+    credentials.reset()
+    credentials.mcp_url = "http://127.0.0.1:9/mcp"
+    await credentials.issue("pss_1")  # the harness's first session
+    adapter.agentd_tool = AgentdTool(socket="/nonexistent.sock", credentials=credentials)
     async with trio.open_nursery() as nursery:
         h = Harness(nursery, adapter, live=True)
         conn, native = await session(h, workspace)
