@@ -454,7 +454,7 @@ async def apply(shadow: Shadow, plan: Plan, *, fsync: bool = False, include: Ite
             with trio.CancelScope(shield=True), trio.move_on_after(60):
                 try:
                     await shadow.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"],
-                                     stdin=b"".join(p + b"\0" for p in touched))
+                                     stdin=b"".join(p + b"\0" for p in touched), writes=True)
                 except GitCommandError:
                     pass  # the index is a cache: the next capture compares the files again
                 else:
