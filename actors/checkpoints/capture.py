@@ -462,8 +462,9 @@ async def write_tree(shadow: Shadow) -> str:
     prefix = shadow.layout.prefix
     # Borrowing, git writes without seeing the user's objects (``Shadow._set_envs``), so it cannot check
     # that the entries it did not hash exist: they are the user's index's, read from its object store.
-    args = ["write-tree", *(["--missing-ok"] if shadow.borrowing else []),
-            *([b"--prefix=" + prefix + b"/"] if prefix else [])]
+    args: list[str | bytes] = ["write-tree", *(["--missing-ok"] if shadow.borrowing else [])]
+    if prefix:
+        args.append(b"--prefix=" + prefix + b"/")
     result = await shadow.run(args, ok=(0, 128), writes=True)
     if result.returncode == 0:
         return result.stdout.strip().decode()
