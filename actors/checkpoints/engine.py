@@ -188,8 +188,14 @@ class CheckpointEngine:
         capture is between writing an object and the ref that reaches it.
         A shadow seeded from the user's repository stops reading the user's
         objects here: the repack copied those its checkpoints need."""
-        async with self.locked(workspace) as locked:
-            shadow, seeds = locked.shadow, locked.shadow.state.seeds
+        real = self.workspace_key(workspace)
+        shadow = self._shadows.get(real)
+        if shadow is None or shadow.borrowing:
+            # Borrowing: wait for a seed in progress to have its ref, so that the repack packs what it needs.
+            async with self.locked(workspace) as locked:
+                shadow = locked.shadow
+        # A seed that starts after this counts one more: then the shadow keeps borrowing (below).
+        seeds = shadow.state.seeds
         # With the user's objects borrowed (``seed``), the repack reads them and packs every one a
         # checkpoint or the index reaches: afterwards the shadow needs none of them.
         await shadow.run(["repack", "-A", "-d", "-q"])
