@@ -257,3 +257,43 @@ async def test_the_compactor_stops_a_seeded_shadow_borrowing_at_once(tmp_path):
         await compactor.wait_done(engine.workspace_key(ws), 1)
         nursery.cancel_scope.cancel()
     assert not state(tmp_path / "store")["borrowed"]
+
+
+def test_index_versions_2_3_and_4_read_alike(tmp_path):
+    from agentd.actors.checkpoints.userindex import read_index
+
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    ugit(ws, "init", "-q")
+    for i in range(30):
+        write(ws / "deep" / f"d{i % 3}" / f"name-{i:02}-{'x' * (i * 7)}.txt", f"{i}\n")
+    ugit(ws, "add", "-A")
+    ugit(ws, "commit", "-q", "-m", "first")
+    found = {}
+    for version in ("2", "3", "4"):
+        ugit(ws, "update-index", "--index-version", version)
+        entries = read_index((ws / ".git" / "index").read_bytes())
+        found[version] = (entries.paths, entries.sizes, entries.version)
+    assert found["2"][:2] == found["3"][:2] == found["4"][:2]
+    assert found["4"][2] == 4  # (git writes 2 for 3 when no entry needs extended flags)
+    assert found["2"][0] == ugit(ws, "ls-files", "-z").split(b"\0")[:-1]
+
+
+@pytest.mark.parametrize("how", ["split", "no-checksum"])
+async def test_an_index_seeding_cannot_read_falls_back_and_one_without_checksum_is_seeded(how, tmp_path):
+    top = tmp_path / "repo"
+    top.mkdir()
+    ws = make_dirty_repo(top)
+    index = top / ".git" / "index"
+    if how == "split":
+        ugit(top, "update-index", "--split-index")
+    else:  # as a newer git's index.skipHash writes it
+        data = index.read_bytes()
+        index.write_bytes(data[:-20] + bytes(20))
+    before = files(ws, skip=not_stored)
+    engine = CheckpointEngine(tmp_path / "store", max_file_bytes=CAP)
+    base = await engine.capture(ws, ref())
+    assert bool(state(tmp_path / "store")["borrowed"]) == (how == "no-checksum")
+    write(ws / "src" / "m01.py", "agent\n")
+    result = await engine.restore(ws, base.commit, safety_ref=ref("pre_rollback"))
+    assert result.complete and files(ws, skip=not_stored) == before
