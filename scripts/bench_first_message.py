@@ -192,19 +192,25 @@ def report(results: dict[str, Any]) -> None:
     print(f"{results['git']}, {results['cpus']} cpus, load {results['load_at_start']:.1f} at the start, "
           f"{results['load']:.1f} at the end; ms per round, sorted")
     for size in results["sizes"]:
-        print(f"\n{size['files']:,} tracked files (10 modified, 10 untracked)")
-        print(show("first delta of the first message, workspace = the repository", size["first_delta"]))
-        print(show("  floor: git status + the bare turn (same round)", size["floor"]))
-        print(show("    git status --porcelain", size["git_status"]))
-        print(show("    first delta of the first message, an empty workspace", size["bare_turn"]))
-        print(show("baseline capture alone (engine, seeded)", size["baseline"]))
-        print(show("  its CPU time, agentd + git", size["baseline_cpu"]))
-        if size["git_first_commit"]:
-            print(show("  git's own first add -A && commit of the same files", size["git_first_commit"]))
-        if "baseline_unseeded" in size:
-            print(show("  the same capture without the seed (before issue 24)", size["baseline_unseeded"]))
-        met = size["ratio"] <= TARGET_RATIO
-        print(f"  ratio (medians) {size['ratio']:.2f}x   target <= {TARGET_RATIO}x: {'met' if met else 'NOT met'}")
+        report_size(size)
+
+
+def report_size(size: dict[str, Any]) -> None:
+    """One size's figures (printed as soon as it is measured, and again at the end)."""
+    print(f"\n{size['files']:,} tracked files (10 modified, 10 untracked)", flush=True)
+    print(show("first delta of the first message, workspace = the repository", size["first_delta"]))
+    print(show("  floor: git status + the bare turn (same round)", size["floor"]))
+    print(show("    git status --porcelain", size["git_status"]))
+    print(show("    first delta of the first message, an empty workspace", size["bare_turn"]))
+    print(show("baseline capture alone (engine, seeded)", size["baseline"]))
+    print(show("  its CPU time, agentd + git", size["baseline_cpu"]))
+    if size["git_first_commit"]:
+        print(show("  git's own first add -A && commit of the same files", size["git_first_commit"]))
+    if "baseline_unseeded" in size:
+        print(show("  the same capture without the seed (before issue 24)", size["baseline_unseeded"]))
+    met = size["ratio"] <= TARGET_RATIO
+    print(f"  ratio (medians) {size['ratio']:.2f}x   target <= {TARGET_RATIO}x: {'met' if met else 'NOT met'}",
+          flush=True)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -214,7 +220,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         base.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="bench-first-", dir=base))
     try:
-        sizes = [await bench_size(root, int(n), args) for n in args.sizes.split(",")]
+        sizes = []
+        for n in args.sizes.split(","):
+            sizes.append(await bench_size(root, int(n), args))
+            report_size(sizes[-1])
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return {"git": git(Path.cwd(), "--version").stdout.decode().strip(), "cpus": os.cpu_count(),
