@@ -36,6 +36,7 @@ SHADOW_CONFIG = b"""\
 \tfsmonitor = false
 \thooksPath = /dev/null
 \tuntrackedCache = true
+\tsplitIndex = true
 \tquotePath = false
 \tlogAllRefUpdates = false
 \tsparseCheckout = false
