@@ -54,6 +54,8 @@ from .paths import PathGuard
 from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
 from .results import CaptureResult, CheckpointSummary, FileChange, SkippedFile, SkipReason
+from .seed import SeedPlan
+from .seed import seed as seed_index
 from .shadow import Shadow
 
 
@@ -204,6 +206,8 @@ class Staged:
     skipped: list[SkippedFile]
     #: the index file's stat before this capture touched it (``Shadow.index_stat``)
     index_before: tuple[int, int, int] | None
+    #: the modes of a seeded index's files and the recent ones (``_seeded_listing``), None without a seed
+    seed_modes: tuple[Modes, set[bytes]] | None = None
 
 
 async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
@@ -213,9 +217,13 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
     # Nested repositories that are gone are no longer excluded: their files are the workspace's now.
     state.nested = [p for p in state.nested if os.path.lexists(os.path.join(layout.top, p, b".git"))]
     fingerprint = shadow.refresh_excludes()
+    seeded = await seed_index(shadow, max_file_bytes)
     index_before = shadow.index_stat()
     started = time.time()
-    entries = await list_changes(shadow)
+    if seeded is not None:
+        entries, ignored, seed_modes = await _seeded_listing(shadow, seeded, started - 1.0)
+    else:
+        entries, ignored, seed_modes = await list_changes(shadow), None, None
     found = await trio.to_thread.run_sync(classify, layout.top, layout.prefix, entries, max_file_bytes, started)
     new_nested = [p for p in found.nested if p not in state.nested]
     if new_nested:
@@ -223,7 +231,10 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
         fingerprint = shadow.refresh_excludes()
     drop = list(found.drop)
     skipped = [skipped_file(layout.from_top(p), r, s) for p, r, s in found.skipped]
-    if fingerprint != state.excludes_fingerprint or found.ignore_rules_touched:
+    if ignored is not None:
+        # A seed's ignored files came from the user's index, not from a checkpoint: nothing to report.
+        drop.extend(filter(None, ignored.split(b"\0")))
+    elif fingerprint != state.excludes_fingerprint or found.ignore_rules_touched:
         await _drop_ignored(shadow, drop, skipped)
     await _update_index(shadow, found.keep, drop)
     if state.excludes_fingerprint != fingerprint:
@@ -231,7 +242,33 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
         shadow.save_state()
     elif new_nested:
         shadow.save_state()
-    return Staged(found, drop, skipped, index_before)
+    return Staged(found, drop, skipped, index_before, seed_modes)
+
+
+async def _seeded_listing(shadow: Shadow, seeded: SeedPlan, since: float
+                          ) -> tuple[dict[bytes, bool], bytes, tuple[Modes, set[bytes]]]:
+    """Step 1 after a seed, with step 3's listing (the tracked files the
+    ignore rules ignore) and the modes of the seeded files read at the same
+    time (``modes.scan``; ``modes_after`` updates them with what step 1 finds)."""
+    layout = shadow.layout
+    out: dict[str, object] = {}
+
+    async def listing() -> None:
+        out["entries"] = await list_changes(shadow)
+
+    async def ignored() -> None:
+        out["ignored"] = (await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--",
+                                            *layout.pathspec()])).stdout
+
+    async def scanning() -> None:
+        paths = [layout.from_top(p) for p in seeded.paths]
+        out["modes"] = await trio.to_thread.run_sync(scan_modes, layout.workspace, paths, since)
+
+    async def listings() -> None:
+        await both(listing, ignored)
+
+    await both(listings, scanning)
+    return out["entries"], out["ignored"], out["modes"]  # type: ignore[return-value]
 
 
 async def _drop_ignored(shadow: Shadow, drop: list[bytes], skipped: list[SkippedFile]) -> None:
@@ -251,9 +288,10 @@ async def _update_index(shadow: Shadow, keep: list[bytes], drop: list[bytes]) ->
     if drop or keep:
         shadow.index_tree = None
     if drop:
-        await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z(drop))
+        await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z(drop), writes=True)
     if keep:
-        await shadow.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], stdin=_z(keep))
+        await shadow.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], stdin=_z(keep),
+                         writes=True)
 
 
 async def tree_and_modes(shadow: Shadow, base: str | None, staged: Staged) -> tuple[str, list[FileChange], Modes]:
@@ -266,7 +304,8 @@ async def tree_and_modes(shadow: Shadow, base: str | None, staged: Staged) -> tu
         found_tree.append(await tree_and_changes(shadow, base))
 
     async def modes_step() -> None:
-        found_modes.append(await modes_after(shadow, staged.found, staged.drop, staged.index_before))
+        found_modes.append(await modes_after(shadow, staged.found, staged.drop, staged.index_before,
+                                             staged.seed_modes))
 
     await both(tree_step, modes_step)
     (tree, files), (now_modes,) = found_tree[0], found_modes
@@ -298,7 +337,8 @@ def _summary(shadow: Shadow, files: list[FileChange], skipped: list[SkippedFile]
 
 
 async def modes_after(shadow: Shadow, found: Sorted, drop: list[bytes],
-                      index_before: tuple[int, int, int] | None) -> Modes:
+                      index_before: tuple[int, int, int] | None,
+                      seed_modes: tuple[Modes, set[bytes]] | None = None) -> Modes:
     """Step 6: the modes of what the index now holds. The previous capture's
     modes updated with this capture's listing when the index is still the one
     it (or a restore since) left (its ``diff-files`` lists every file whose
@@ -307,7 +347,9 @@ async def modes_after(shadow: Shadow, found: Sorted, drop: list[bytes],
     layout = shadow.layout
     since = found.started - 1.0  # git's seconds, and a margin for clocks that tick apart
     previous = None
-    if shadow.modes_index_stat == index_before is not None:
+    if seed_modes is not None:
+        previous, shadow.modes_recent = seed_modes
+    elif shadow.modes_index_stat == index_before is not None:
         previous = shadow.modes_current
     if previous is None or not previous.recorded:
         now, shadow.modes_recent = await modes_now(shadow, since)
@@ -391,7 +433,7 @@ async def _commit_and_ref(shadow: Shadow, ref: str, tree: str, parent: str | Non
 
 async def _commit(shadow: Shadow, tree: str, parent: str | None, message: str) -> str:
     args = ["commit-tree", tree, *(["-p", parent] if parent else []), "-m", message]
-    commit = (await shadow.run(args)).stdout.strip().decode()
+    commit = (await shadow.run(args, writes=True)).stdout.strip().decode()
     shadow.trees[commit] = tree
     return commit
 
@@ -418,9 +460,14 @@ async def write_tree(shadow: Shadow) -> str:
     """The tree of the shadow index's workspace part (the empty tree when the
     workspace holds nothing that is stored)."""
     prefix = shadow.layout.prefix
-    result = await shadow.run(["write-tree", *([b"--prefix=" + prefix + b"/"] if prefix else [])], ok=(0, 128))
+    # Borrowing, git writes without seeing the user's objects (``Shadow._set_envs``), so it cannot check
+    # that the entries it did not hash exist: they are the user's index's, read from its object store.
+    args: list[str | bytes] = ["write-tree", *(["--missing-ok"] if shadow.borrowing else [])]
+    if prefix:
+        args.append(b"--prefix=" + prefix + b"/")
+    result = await shadow.run(args, ok=(0, 128), writes=True)
     if result.returncode == 0:
         return result.stdout.strip().decode()
     if b"not found" not in result.stderr:
         raise GitCommandError(["write-tree"], result.returncode, result.stderr)
-    return (await shadow.run(["mktree", "-z"], stdin=b"")).stdout.strip().decode()
+    return (await shadow.run(["mktree", "-z"], stdin=b"", writes=True)).stdout.strip().decode()

@@ -6,7 +6,9 @@ repacked and pruned (``gc.auto=0`` keeps git from doing it by surprise, in
 the middle of a capture). The compactor counts captures per workspace (the
 engine's ``on_capture``) and, once a workspace has had ``after`` of them,
 compacts it ``delay`` seconds later — after the run whose capture tipped the
-count has ended — with ``CheckpointEngine.compact``: the repack runs beside
+count has ended — with ``CheckpointEngine.compact``; a shadow just seeded
+from the user's repository (``seed``) is compacted ``delay`` seconds after
+its seed whatever the count, so it stops borrowing the user's objects soon: the repack runs beside
 captures, the prune waits for the workspace's lock, so it never runs while a
 capture holds it. One workspace at a time, in a worker process (git), never on
 the event loop. A failure is logged and the count starts again: a shadow
@@ -50,11 +52,20 @@ class Compactor:
         self._compacted = trio.Event()
         if after > 0:
             engine.on_capture = self.captured
+            # A seeded shadow reads the user's objects until compacted: never wait ``after`` captures for that.
+            engine.on_seed = self.seeded
 
     def captured(self, workspace: bytes) -> None:
         """Count a capture of ``workspace``; queue its compaction at ``after``."""
         count = self.counts[workspace] = self.counts.get(workspace, 0) + 1
         if count >= self.after and workspace not in self.due:
+            self.due.add(workspace)
+            self._send.send_nowait(workspace)
+
+    def seeded(self, workspace: bytes) -> None:
+        """``workspace``'s shadow was seeded from the user's repository: queue
+        its compaction (``delay`` seconds on), which copies the borrowed objects."""
+        if workspace not in self.due:
             self.due.add(workspace)
             self._send.send_nowait(workspace)
 

@@ -59,6 +59,9 @@ class CheckpointEngine:
         #: called with the workspace's real path after each capture (the
         #: compactor's count; must not block)
         self.on_capture: Callable[[bytes], None] | None = None
+        #: called with it after a capture seeded from the user's repository
+        #: (``seed``): its compaction copies the borrowed objects (must not block)
+        self.on_seed: Callable[[bytes], None] | None = None
 
     def workspace_key(self, workspace: PathLike) -> bytes:
         """The workspace's real path, checked (no git run).
@@ -182,18 +185,28 @@ class CheckpointEngine:
         meanwhile stay loose; ``-A`` makes unreachable packed objects loose
         instead of dropping them, so an object a capture is about to reuse
         survives). Only the prune, which deletes, takes the lock: then no
-        capture is between writing an object and the ref that reaches it."""
+        capture is between writing an object and the ref that reaches it.
+        A shadow seeded from the user's repository stops reading the user's
+        objects here: the repack copied those its checkpoints need."""
         real = self.workspace_key(workspace)
         shadow = self._shadows.get(real)
-        if shadow is None:
+        if shadow is None or shadow.borrowing:
+            # Borrowing: wait for a seed in progress to have its ref, so that the repack packs what it needs.
             async with self.locked(workspace) as locked:
                 shadow = locked.shadow
+        # A seed that starts after this counts one more: then the shadow keeps borrowing (below).
+        seeds = shadow.state.seeds
+        # With the user's objects borrowed (``seed``), the repack reads them and packs every one a
+        # checkpoint or the index reaches: afterwards the shadow needs none of them.
         await shadow.run(["repack", "-A", "-d", "-q"])
         async with self.locked(workspace) as locked:
             await locked.shadow.run(["prune", "--expire=now"])
             # What this process remembers of trees and commits may name pruned objects.
             locked.shadow.trees.clear()
             locked.shadow.index_tree = None
+            # A seed during the repack may rely on objects it did not pack: borrow until the next one.
+            if locked.shadow.borrowing and locked.shadow.state.seeds == seeds:
+                locked.shadow.stop_borrowing()
 
 
 class LockedWorkspace:
@@ -215,9 +228,12 @@ class LockedWorkspace:
 
     async def capture(self, ref: str, *, base: str | None = None, message: str | None = None) -> CaptureResult:
         """See ``CheckpointEngine.capture``."""
+        seeds = self.shadow.state.seeds
         result = await capture_workspace(self.shadow, check_ref(ref), base=base,
                                         max_file_bytes=self.engine.max_file_bytes, message=message)
         self._captured()
+        if self.shadow.state.seeds != seeds and self.engine.on_seed is not None and self.real is not None:
+            self.engine.on_seed(self.real)
         return result
 
     async def restore(self, target: str, *, safety_ref: str, safety_base: str | None = None,

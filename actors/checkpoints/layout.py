@@ -90,6 +90,10 @@ class Layout:
         user_git_dir: the user repository's common git dir (for its ``info/exclude``), if any.
         excludes_file: the user's effective ``core.excludesFile`` (may not exist).
         marker: what ``nearest_dotgit`` said when this layout was found.
+        user_index: the user repository's index file (of this worktree), if
+            the workspace is in a SHA-1 repository: a first capture reads it
+            (``seed``), never writes it.
+        user_objects: that repository's object directory (read-only to the shadow).
     """
 
     workspace: bytes
@@ -98,6 +102,8 @@ class Layout:
     user_git_dir: bytes | None
     excludes_file: bytes
     marker: bytes | None
+    user_index: bytes | None = None
+    user_objects: bytes | None = None
 
     def pathspec(self) -> list[bytes]:
         """The pathspec that limits a command to the workspace (none at top)."""
@@ -131,18 +137,21 @@ async def discover(git: Git, real: bytes) -> Layout:
     plain = Layout(real, real, b"", None, excludes, marker)
     if marker is None:
         return plain
-    result = await git.run(["rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir"],
+    result = await git.run(["rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir",
+                            "--git-path", "index", "--git-path", "objects", "--show-object-format"],
                            env=env, cwd=real, ok=(0, 128))
     lines = result.stdout.split(b"\n")
-    if result.returncode != 0 or len(lines) < 2 or not lines[0]:
+    if result.returncode != 0 or len(lines) < 5 or not lines[0]:
         return plain
     top, common = os.path.realpath(lines[0]), os.path.realpath(lines[1])
+    # Seeding reads the user's objects: only when they are SHA-1, as the shadow's are.
+    index, objects = (lines[2], lines[3]) if lines[4] == b"sha1" else (None, None)
     if top == real:
-        return Layout(real, top, b"", common, excludes, marker)
+        return Layout(real, top, b"", common, excludes, marker, index, objects)
     if not real.startswith(top.rstrip(b"/") + b"/"):
         return plain
     prefix = real[len(top.rstrip(b"/")) + 1:]
     ignored = await git.run(["check-ignore", "-q", "--no-index", "--", prefix + b"/"], env=env, cwd=top, ok=(0, 1, 128))
     if ignored.returncode == 0:
         return plain
-    return Layout(real, top, prefix, common, excludes, marker)
+    return Layout(real, top, prefix, common, excludes, marker, index, objects)

@@ -36,6 +36,7 @@ SHADOW_CONFIG = b"""\
 \tfsmonitor = false
 \thooksPath = /dev/null
 \tuntrackedCache = true
+\tsplitIndex = true
 \tquotePath = false
 \tlogAllRefUpdates = false
 \tsparseCheckout = false
@@ -84,19 +85,26 @@ class ShadowState:
     excludes_fingerprint: str = ""
     #: the ``core.excludesFile`` value written to the shadow's config
     excludes_file: bytes = b""
+    #: the user's object directories the shadow reads from until its first
+    #: compaction copies what its checkpoints need (``seed``)
+    borrowed: list[bytes] = field(default_factory=list)
+    #: seeded captures so far (the compaction stops borrowing only if none came during it)
+    seeds: int = 0
 
     def encode(self) -> bytes:
         return json.dumps({
             "top": os.fsdecode(self.top), "prefix": os.fsdecode(self.prefix),
             "nested": [os.fsdecode(p) for p in self.nested],
             "excludesFingerprint": self.excludes_fingerprint, "excludesFile": os.fsdecode(self.excludes_file),
+            "borrowed": [os.fsdecode(p) for p in self.borrowed], "seeds": self.seeds,
         }).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> ShadowState:
         raw = json.loads(data)
         return cls(os.fsencode(raw["top"]), os.fsencode(raw["prefix"]), [os.fsencode(p) for p in raw["nested"]],
-                   raw["excludesFingerprint"], os.fsencode(raw["excludesFile"]))
+                   raw["excludesFingerprint"], os.fsencode(raw["excludesFile"]),
+                   [os.fsencode(p) for p in raw.get("borrowed", [])], int(raw.get("seeds", 0)))
 
 
 def _read(path: bytes) -> bytes:
@@ -130,7 +138,9 @@ class Shadow:
         self.git_dir = os.path.join(folder, b"shadow.git")
         self.layout = layout
         self.state = state
-        self.env = shadow_env(self.git_dir, layout.top)
+        self.env: dict[str, str] = {}
+        self.write_env: dict[str, str] = {}
+        self._set_envs()
         #: the workspace tree of the index as last written, None once the index changed since
         self.index_tree: str | None = None
         self._index_stat: tuple[int, int, int] | None = None
@@ -219,6 +229,35 @@ class Shadow:
         _write_atomic(os.path.join(tmp, b"info", b"attributes"), ATTRIBUTES)
         os.rename(tmp, git_dir)
 
+    def _set_envs(self) -> None:
+        """``write_env``: git that writes objects (never sees the user's store:
+        git "freshens" an object it finds there by touching the user's file's
+        mtime); ``env``: every other git, which reads the borrowed objects."""
+        self.write_env = shadow_env(self.git_dir, self.layout.top)
+        self.env = dict(self.write_env)
+        if self.state.borrowed:
+            self.env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = ":".join(map(os.fsdecode, self.state.borrowed))
+
+    def borrow(self, objects: bytes) -> None:
+        """Read ``objects`` (the user's object directory) from now on, until
+        ``stop_borrowing``; recorded in ``state.json`` first."""
+        if objects not in self.state.borrowed:
+            self.state.borrowed.append(objects)
+        self.state.seeds += 1
+        self.save_state()
+        self._set_envs()
+
+    def stop_borrowing(self) -> None:
+        """Every object the checkpoints and the index reach is the shadow's own now."""
+        self.state.borrowed = []
+        self.save_state()
+        self._set_envs()
+
+    @property
+    def borrowing(self) -> bool:
+        """Whether some checkpoint may still need the user's objects."""
+        return bool(self.state.borrowed)
+
     def remember_modes(self, modes: Modes) -> None:
         """Record ``modes`` as those of what the index holds now."""
         self.modes_current, self.modes_index_stat = modes, self._stat_index()
@@ -281,14 +320,17 @@ class Shadow:
             self.modes[commit] = found
         return found
 
-    async def run(self, args: Sequence[Arg], *, stdin: bytes | None = None, ok: Sequence[int] = (0,)) -> GitResult:
-        """Run git on the shadow (work tree = ``layout.top``, cwd there).
+    async def run(self, args: Sequence[Arg], *, stdin: bytes | None = None, ok: Sequence[int] = (0,),
+                  writes: bool = False) -> GitResult:
+        """Run git on the shadow (work tree = ``layout.top``, cwd there);
+        ``writes``: a command that writes objects (see ``_set_envs``).
 
         Raises:
             GitCommandError: see ``Git.run``.
             WorkspaceError: the work tree is gone.
         """
         try:
-            return await self.gitbin.run(args, env=self.env, cwd=self.layout.top, stdin=stdin, ok=ok)
+            return await self.gitbin.run(args, env=self.write_env if writes else self.env, cwd=self.layout.top,
+                                         stdin=stdin, ok=ok)
         except FileNotFoundError as exc:
             raise WorkspaceError(f"the workspace {os.fsdecode(self.layout.workspace)} is gone: {exc}") from exc

@@ -214,12 +214,14 @@ async def test_sigkill_during_a_rollback_leaves_a_graph_the_next_run_can_trust(t
     thread is retired (its memory is not trusted) and the next run gets the
     whole thread from a stored summary."""
     ws = user_repo(tmp_path, repo=False)
-    git = StalledGit(tmp_path)
+    # Between the restore's deletes and its writes (its safety capture writes no index when
+    # nothing changed since the last run's capture, and the restore itself updates none).
+    git = StalledGit(tmp_path, at="cat-file --batch")
     daemon = await _start(tmp_path, short_dir, env=git.env)
     try:
         async with Client.connect(daemon.socket) as client:
             thread_id, runs, _states = await three_runs(client, ws)
-            # The rollback's safety capture stalls.
+            # The rollback's restore stalls.
             await git.kill_during(daemon, partial(client.call, "rollback.toRun", threadId=thread_id, targetOrdinal=1))
     finally:
         git.release()

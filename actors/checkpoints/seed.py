@@ -1,0 +1,169 @@
+"""Seeding a shadow's first capture from the user's repository (issue 24 §2).
+
+A first capture from nothing hashes and compresses every file of the
+workspace (seconds on 10,000 files, a minute and more on 100,000). In a git
+repository most of them are already in the user's object store, and the
+user's index says which: its entries carry each file's blob id and the stat
+data that tells git, without reading the file, that it has not changed
+since. So a first capture in a repository:
+
+1. copies the user's index (``Layout.user_index``: this worktree's, read,
+   never written) as the shadow's index, with the original's mtime, so git's
+   racy-entry check sees exactly what it sees for the user;
+2. drops from the copy what the shadow never stores as the user's git does
+   (``plan``): entries outside the workspace, submodules (gitlinks) and the
+   files of nested repositories (both become nested repositories, excluded
+   and reported, as without a seed), files over the size cap (then listed as
+   untracked and reported), and entries git would not compare with the disk
+   as it is (assume-unchanged, skip-worktree, intent-to-add, unmerged: they
+   are hashed again from disk like new files);
+3. reads the user's object directory as an alternate (``Shadow.borrow``),
+   so the capture that follows — the usual one: ``diff-files`` lists the
+   changed files, ``ls-files -o`` the untracked ones, only those are hashed —
+   needs none of the unchanged blobs copied.
+
+Exactness: the result is the capture of the files on disk, as without a
+seed (the user's index only spares reading files whose stat data matches; a
+file whose stat changed is read again).
+
+Never writing the user's repository: the index is copied; git commands that
+write objects never see the user's store (``Shadow._set_envs``: git would
+touch the mtime of a user's pack that holds an object it was about to write);
+only reads do.
+
+Borrowing ends at the shadow's next compaction (``CheckpointEngine.compact``,
+queued by the ``Compactor`` right after a seed): ``repack -A -d`` with the
+alternate copies every object a checkpoint or the index reaches into the
+shadow's own pack, then the shadow stops reading the user's store. Until
+then a checkpoint relies on objects the user's index held at capture time,
+which the user's ``gc`` keeps while the index or a ref reaches them; only a
+history rewrite followed by an expired reflog and ``gc --prune=now`` inside
+that window (30 s by default) could take one away.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+
+import trio
+
+from .shadow import Shadow
+from .userindex import IndexEntries, UnreadableIndex, filtered, read_index
+
+#: up to this many dropped entries ``update-index --force-remove`` takes them
+#: out (it keeps the cache tree; each removal moves the entries after it);
+#: beyond, the index is cut in Python (``userindex.filtered``)
+GIT_DROP_LIMIT = 2000
+
+
+@dataclass
+class SeedPlan:
+    """What ``plan`` decided for a copy of the user's index."""
+
+    #: the bytes of the shadow's new index (the user's, or a cut of it)
+    index: bytes
+    #: the user index's (atime, mtime) in nanoseconds, given to the copy
+    times: tuple[int, int]
+    #: work-tree-relative paths ``update-index --force-remove`` takes out
+    drop: list[bytes] = field(default_factory=list)
+    #: the trees the copied index's cache tree names (copied into the shadow, see ``seed``)
+    trees: list[str] = field(default_factory=list)
+    #: the work-tree-relative paths of the seeded entries (files and symlinks)
+    paths: list[bytes] = field(default_factory=list)
+
+
+def _nested_dirs(top: bytes, paths: list[bytes]) -> list[bytes]:
+    """The folders holding an indexed file that hold a ``.git`` too (blocking)."""
+    folders: set[bytes] = set()
+    for path in paths:
+        folder = os.path.dirname(path)
+        while folder and folder not in folders:
+            folders.add(folder)
+            folder = os.path.dirname(folder)
+    return sorted(f for f in folders if os.path.lexists(os.path.join(top, f, b".git")))
+
+
+def _dropped(entries: IndexEntries, top: bytes, prefix: bytes, max_file_bytes: int) -> list[bool]:
+    """For each of ``entries.paths``: whether the seed leaves it out (blocking)."""
+    inside = prefix + b"/"
+    out = [(bool(prefix) and not path.startswith(inside)) or size > max_file_bytes
+           for path, size in zip(entries.paths, entries.sizes)]
+    nested = tuple(n + b"/" for n in _nested_dirs(top, entries.paths))
+    if nested:
+        out = [gone or path.startswith(nested) for gone, path in zip(out, entries.paths)]
+    return out
+
+
+def plan(user_index: bytes, top: bytes, prefix: bytes, max_file_bytes: int) -> SeedPlan | None:
+    """Read the user's index and decide the seed (blocking); None when it
+    cannot seed (no index, one this module cannot read)."""
+    try:
+        with open(user_index, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read()
+        entries = read_index(data)
+    except (OSError, UnreadableIndex):
+        return None
+    if data[-20:] == bytes(20):
+        # A newer git's ``index.skipHash`` leaves the checksum out; an older one refuses such a file.
+        data = data[:-20] + hashlib.sha1(data[:-20]).digest()  # noqa: S324 - git's index checksum
+    dropped = _dropped(entries, top, prefix, max_file_bytes)
+    extra = [*dict.fromkeys(entries.flagged), *entries.gitlinks]
+    count = sum(dropped)
+    times = (st.st_atime_ns, st.st_mtime_ns)
+    kept = [p for p, gone in zip(entries.paths, dropped) if not gone]
+    if count + len(extra) <= GIT_DROP_LIMIT:
+        return SeedPlan(data, times, [p for p, gone in zip(entries.paths, dropped) if gone] + extra, entries.trees,
+                        kept)
+    try:
+        cut = filtered(data, entries, [i for i, gone in enumerate(dropped) if not gone])
+    except UnreadableIndex:
+        return None
+    return SeedPlan(cut, times, paths=kept)
+
+
+def install(git_dir: bytes, seed_plan: SeedPlan) -> None:
+    """Write the planned index as the shadow's (blocking; atomic)."""
+    final = os.path.join(git_dir, b"index")
+    temp = final + b".agentd-seed"
+    with open(temp, "wb") as f:
+        f.write(seed_plan.index)
+    os.utime(temp, ns=seed_plan.times)
+    os.replace(temp, final)
+
+
+def can_seed(shadow: Shadow) -> bool:
+    """Whether a capture now would seed: the shadow has no index yet and the
+    workspace is in a SHA-1 repository whose object directory git can be
+    given as an alternate."""
+    layout = shadow.layout
+    objects = layout.user_objects
+    if layout.user_index is None or objects is None or b":" in objects or objects.startswith(b'"'):
+        return False
+    return not os.path.lexists(os.path.join(shadow.git_dir, b"index")) and os.path.isdir(objects)
+
+
+async def seed(shadow: Shadow, max_file_bytes: int) -> SeedPlan | None:
+    """Make the shadow's index a copy of the user's (see the module's
+    docstring), under the workspace's locks; what it seeded, None if it did not."""
+    if not can_seed(shadow):
+        return None
+    layout = shadow.layout
+    assert layout.user_index is not None and layout.user_objects is not None  # can_seed
+    found = await trio.to_thread.run_sync(plan, layout.user_index, layout.top, layout.prefix, max_file_bytes)
+    if found is None:
+        return None
+    shadow.borrow(layout.user_objects)  # recorded before any checkpoint can need it
+    await trio.to_thread.run_sync(install, shadow.git_dir, found)
+    shadow.index_tree = None
+    if found.trees:
+        # ``write-tree`` takes a cached tree as it is only if the shadow has its object (it cannot look in
+        # the user's store, see ``Shadow._set_envs``): a few thousand trees, one pack, copied by a reader.
+        await shadow.run(["pack-objects", "-q", os.path.join(shadow.git_dir, b"objects", b"pack", b"pack")],
+                         stdin="".join(t + "\n" for t in found.trees).encode(), ok=(0, 128))
+    if found.drop:
+        await shadow.run(["update-index", "--force-remove", "-z", "--stdin"],
+                         stdin=b"".join(p + b"\0" for p in found.drop), writes=True)
+    return found
