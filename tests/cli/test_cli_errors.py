@@ -46,7 +46,7 @@ ERRORS = [
     (["handoff", "hof_missing"], 1, "agentd: no handoff hof_missing; `agentd lineage THREAD` shows a thread's handoffs"),
     (["new", "--title", "t" * 600], 1, "agentd: --title: expected `str` of length <= 500"),
     (["show", ""], 2, "agentd: argument thread: the thread id is empty; see `agentd show --help`"),
-    (["interrupt", "r" * 129], 2, "agentd: argument run: the run id is 129 characters; an id has at most 128; "
+    (["interrupt", "r" * 129], 2, "agentd: argument RUN|NODE: the run id is 129 characters; an id has at most 128; "
                                   "see `agentd interrupt --help`"),
     (["events", "--after", "-5"], 2, "agentd: argument --after: -5 is negative; it counts from 0; see `agentd events --help`"),
     (["approve", " "], 2, "agentd: argument request: the request id is empty; see `agentd approve --help`"),

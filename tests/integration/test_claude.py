@@ -240,6 +240,28 @@ async def test_an_interrupt_ends_the_run_only_when_claude_says_so(world, tmp_pat
         assert len(sessions) == 1, "the same claude process took the next turn"
 
 
+async def test_issue23_a_person_retries_an_interrupted_run_on_claude(world, tmp_path, short_dir):
+    """Issue 23 item 5 on the real binary: run.retry of the interrupted
+    latest run is its attempt 2 (reason retry) on the same message, which
+    Claude answers in full."""
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client)
+        sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW:20")
+        await event(client, thread_id, "message.delta")
+        await client.call("run.interrupt", runId=sent["runId"])
+        assert (await wait_run_terminal(client, thread_id, sent["runId"], timeout=60))["status"] == "interrupted"
+        retried = await client.call("run.retry", runId=sent["runId"])
+        assert (retried["runId"], retried["attemptNumber"]) == (sent["runId"], 2)
+        ended = await wait_event(client, lambda e: e["type"] in ("run.completed", "run.failed", "run.interrupted")
+                                 and e["runId"] == sent["runId"], thread_id=thread_id, after_seq=retried["seq"], timeout=60)
+        run = ended["payload"]["run"]
+        assert (run["status"], run["attemptCount"]) == ("completed", 2), run
+        attempts = (await client.call("run.get", runId=sent["runId"]))["attempts"]
+        assert [(a["number"], a["reason"], a["status"]) for a in attempts] == [
+            (1, "initial", "interrupted"), (2, "retry", "completed")]
+        assert (await assistant_texts(client, thread_id))[-1] == " ".join(f"w{i}" for i in range(20))
+
+
 async def test_a_steer_takes_the_restart_fallback(world, tmp_path, short_dir):
     async with agentd(world, tmp_path, short_dir / "s.sock") as client:
         thread_id = await new_thread(client)
