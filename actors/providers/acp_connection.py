@@ -70,6 +70,7 @@ from .base import (
     RuntimeWarning_,
     TurnCompleted,
     TurnStarted,
+    Usage,
 )
 from .transport import ProcessLike
 
@@ -305,6 +306,9 @@ class AcpConnection(ProviderConnection):
             return
         if answer.usage:
             session.mapper.usage.update(answer.usage)
+            used = turn_usage(answer.usage, turn.attempt_id)
+            if used is not None:
+                await self._emit(used)
         await self._end_turn(session, turn, answer.stop_reason, None)
 
     async def _end_turn(self, session: Session, turn: Turn, stop_reason: str | None, error: str | None) -> None:
@@ -503,3 +507,27 @@ class AcpConnection(ProviderConnection):
 def _is_agentd_tool(title: str) -> bool:
     """Whether a permission asks for one of agentd's own tools (pre-approved with ``agentd_tool = "allow"``)."""
     return any(f"{SERVER_NAME}__{tool}" in title or title.strip() == tool for tool in TOOLS)
+
+
+def _count(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key)
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def turn_usage(usage: dict[str, Any], attempt_id: str) -> Usage | None:
+    """The prompt answer's ``usage`` (ACP: the turn's tokens — ``inputTokens``,
+    ``outputTokens``, ``thoughtTokens``, ``cachedReadTokens``,
+    ``cachedWriteTokens``) as agentd's increment, in its one convention:
+    input counts cache reads and writes, output counts thought tokens.
+    ``usage_update`` is the context window's fill, not tokens used: not
+    counted. None when the agent reported no counts."""
+    cached = _count(usage, "cachedReadTokens")
+    written = _count(usage, "cachedWriteTokens")
+    thought = _count(usage, "thoughtTokens")
+    given = _count(usage, "inputTokens") + cached + written
+    made = _count(usage, "outputTokens") + thought
+    if not given and not made:
+        return None
+    return Usage(attempt_id=attempt_id, input_tokens=given, cached_input_tokens=cached, output_tokens=made,
+                 reasoning_tokens=thought)
+

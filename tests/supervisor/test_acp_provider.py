@@ -75,6 +75,11 @@ async def test_a_text_turn_and_the_provider_listing(tmp_path, short_dir):
         nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
         (thought,) = [n for n in nodes if n["kind"] == "reasoning"]
         assert thought["detail"]["text"] == "let me think" and thought["status"] == "completed"
+        # The prompt answer's usage (the turn's tokens) lands on the run and the thread;
+        # usage_update (the context window's fill) is not counted (issue 28).
+        usage = (await client.call("run.get", runId=run["id"]))["run"]["usage"]
+        assert (usage["inputTokens"], usage["outputTokens"]) == (20, 10), usage
+        assert (await client.call("thread.get", threadId=thread_id))["thread"]["usage"]["inputTokens"] == 20
         listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
         fake = listed["fake"]
         assert fake["kind"] == "acp" and fake["usable"] is True and fake["version"] == "1.2.3"
