@@ -60,6 +60,9 @@ from typing import Any
 import msgspec
 import trio
 
+# The session's tool credential (its file named in the environment): the delegate step's only.
+from agentd.actors.providers.tool_credentials import CREDENTIAL_ENV as TOOL_CREDENTIAL_ENV, read_credential
+
 # Error codes: -32601 and -32602 are JSON-RPC's own, the -3200x ones ours.
 INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
@@ -77,9 +80,6 @@ HISTORY_MODES = ("legacy", "paginated")
 INTERRUPTIBLE = frozenset({"tool", "commandExecution", "subagent"})
 #: characters of a command step's output kept in its item
 MAX_COMMAND_OUTPUT = 16_000
-#: the environment variable naming the session's tool credential (tool_credentials.py): the delegate step's only
-TOOL_CREDENTIAL_ENV = "AGENTD_TOOL_CREDENTIAL"
-
 #: Switches a client may turn off in ``initialize``; all are on by default.
 CAPABILITIES = {
     "steer": True,
@@ -986,7 +986,7 @@ async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | 
     from agentd.protocol.mcp_client import McpHttpError, call_tool, shut
 
     url, session = os.environ.get("AGENTD_MCP_URL"), os.environ.get("AGENTD_SESSION_ID")
-    credential = _read_credential()
+    credential = read_credential()
     if not url or not session or not credential:
         return "agentd's tool is not configured for this agent (its provider has agentd_tool = \"off\")", {}
     opened: list[Any] = []
@@ -999,16 +999,6 @@ async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | 
         return str(exc), {}
     finally:
         shut(opened)
-
-
-def _read_credential() -> str | None:
-    path = os.environ.get(TOOL_CREDENTIAL_ENV)
-    if not path:
-        return None
-    try:
-        return Path(path).read_text(encoding="ascii").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 async def _serve(home: Path, history_mode: str = "paginated") -> None:
