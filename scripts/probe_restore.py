@@ -386,7 +386,8 @@ async def probe_sigkill(root: Path, args: argparse.Namespace) -> list[str]:
                 except (FileNotFoundError, ProcessLookupError):
                     pass
             await daemon.terminate()
-        gone = sum(1 for k in before if k not in tree(ws))
+        after_kill = tree(ws)  # once: per path it would read the whole tree again (quadratic)
+        gone = sum(1 for k in before if k not in after_kill)
         restarted = time.monotonic()
         daemon = await probe.start(timeout=120)
         try:
