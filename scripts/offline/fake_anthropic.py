@@ -18,6 +18,9 @@ What the model "does" follows keywords in the last user text of the request:
   (narration before a tool call);
 * ``ASK_APPROVAL`` — a Bash tool use that Claude must ask permission for
   (it writes a file), so Claude sends ``control_request can_use_tool``;
+* ``CANCEL_TASK:TASK_ID`` — cancel a delegated task through agentd's MCP
+  tool ``task_cancel`` (loaded with ``ToolSearch`` first, as for delegation),
+  then say ``The cancel answered: …``;
 * ``DELEGATE_TO:PROVIDER: INSTRUCTIONS`` — delegate through agentd's MCP
   tool: Claude lists it only as a deferred tool, so first a ``ToolSearch``
   ``select:mcp__agentd__delegate_task``, then (once the tool is loaded) a
@@ -110,6 +113,20 @@ def _tool_result_text(message: dict[str, Any]) -> str:
 
 
 DELEGATE_TOOL = "mcp__agentd__delegate_task"
+CANCEL_TOOL = "mcp__agentd__task_cancel"
+
+
+def _cancel_target(messages: list[dict[str, Any]]) -> str | None:
+    """The task id of the newest ``CANCEL_TASK:ID`` the person wrote, if any."""
+    for message in reversed(messages):
+        if message.get("role") != "user" or _is_tool_result(message):
+            continue
+        for text in reversed(_user_texts(message)):
+            match = re.search(r"CANCEL_TASK:(\S+)", text)
+            if match:
+                return match.group(1)
+        return None
+    return None
 
 
 def _bash(command: str) -> dict[str, Any]:
@@ -159,6 +176,11 @@ def plan_reply(body: dict[str, Any]) -> dict[str, Any]:
                     "input": {"instructions": instructions, "provider": provider, "wait": True}}
         if _last_tool_use(messages) == DELEGATE_TOOL:
             return {"kind": "text", "text": f"The delegated task answered: {result[:2000]}", "slow": False}
+        cancel = _cancel_target(messages)
+        if cancel is not None and _last_tool_use(messages) == "ToolSearch" and _offers(body, CANCEL_TOOL):
+            return {"kind": "tool", "name": CANCEL_TOOL, "input": {"taskId": cancel}}
+        if _last_tool_use(messages) == CANCEL_TOOL:
+            return {"kind": "text", "text": f"The cancel answered: {result[:2000]}", "slow": False}
         return {"kind": "text", "text": f"The command finished: {result[:200]}", "slow": False}
     texts = _user_texts(last)
     text = texts[-1] if texts else ""
@@ -178,6 +200,10 @@ def plan_reply(body: dict[str, Any]) -> dict[str, Any]:
             return {"kind": "tool", "name": DELEGATE_TOOL,
                     "input": {"instructions": instructions, "provider": provider, "wait": True}}
         return {"kind": "tool", "name": "ToolSearch", "input": {"query": f"select:{DELEGATE_TOOL}"}}
+    if _cancel_target(messages) is not None:
+        if _offers(body, CANCEL_TOOL):
+            return {"kind": "tool", "name": CANCEL_TOOL, "input": {"taskId": _cancel_target(messages)}}
+        return {"kind": "tool", "name": "ToolSearch", "input": {"query": f"select:{CANCEL_TOOL}"}}
     if "GO_SLOW" in text:
         match = re.search(r"GO_SLOW:(\d+)", text)
         words = " ".join(f"w{i}" for i in range(int(match.group(1)) if match else SLOW_CHUNKS))

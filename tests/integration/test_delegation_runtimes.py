@@ -21,7 +21,7 @@ from agentd.protocol.client import Client
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
 from scripts.offline import fake_openai
-from tests.helpers import wait_event, wait_run_terminal
+from tests.helpers import script, wait_event, wait_run_terminal
 from tests.integration.test_lineage_runtimes import agentd
 
 needs_both = pytest.mark.skipif(
@@ -107,6 +107,33 @@ async def test_f9_a_preapproved_agentd_tool_asks_no_permission(tmp_path, short_d
             assert [n for n in nodes if n["kind"] == "approval"] == []
             [child] = [t for t in await _threads(client) if t["parentThreadId"] == parent]
             assert child["createdBy"] == "agent"
+    finally:
+        assert await daemon.terminate() == 0
+
+
+@pytest.mark.skipif(claude_world.claude_binary() is None, reason=claude_world.SKIP_REASON)
+async def test_issue23_real_claude_cancels_its_task_with_task_cancel(tmp_path, short_dir, claude):
+    """Issue 23 item 3 on the real binary: a Claude thread's delegated task
+    (a hanging scripted one) is cancelled by Claude itself through agentd's
+    ``task_cancel`` tool, with its session's token; the task ends
+    interrupted (task_cancelled) and Claude's turn goes on to its answer."""
+    config = tmp_path / "config.toml"
+    config.write_text(claude.provider_toml("claude", agentd_tool="allow") + '\n[providers.basic]\nkind = "scripted"\n')
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            parent = (await client.call("thread.create", provider="claude"))["threadId"]
+            task = await client.call("task.delegate", parentThreadId=parent, provider="basic",
+                                     instructions=script({"say": "on it"}, {"hang": True}))
+            await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=task["taskId"], timeout=60)
+            sent = await client.call("thread.message.send", threadId=parent, text=f"CANCEL_TASK:{task['taskId']}")
+            run = await wait_run_terminal(client, parent, sent["runId"], timeout=240)
+            assert run["status"] == "completed", run
+            ended = await wait_run_terminal(client, task["taskId"], task["runId"], timeout=60)
+            assert (ended["status"], ended["reason"]) == ("interrupted", "task_cancelled"), ended
+            answers = [m["text"] for m in (await client.call("thread.get", threadId=parent))["messages"]
+                       if m["role"] == "assistant"]
+            assert any(a.startswith("The cancel answered:") and task["taskId"] in a for a in answers), answers
     finally:
         assert await daemon.terminate() == 0
 
