@@ -18,6 +18,7 @@ from pathlib import Path
 
 import trio
 
+from ..checkpoints.beneath import Refused, Workspace
 from .base import ProviderRuntimeError
 
 #: a file larger than this is not read for the agent (it asks for text)
@@ -88,13 +89,25 @@ class Written:
         return {"path": self.path, "kind": self.kind, "diff": unified_diff(self.path, self.before, self.after, root)}
 
 
-def _write(target: Path, content: str) -> str | None:
+def _write(base: str, target: Path, content: str) -> str | None:
+    """Write ``target`` (resolved inside ``base`` by :func:`confined`) from a
+    descriptor of ``base``, never following a symlink: a folder the agent
+    swaps for a symlink after the check is refused, not written through."""
+    rel = os.fsencode(os.path.relpath(target, base))
+    name = os.path.basename(rel)
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        before: str | None = target.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        before = None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(content, encoding="utf-8")
+        with Workspace(os.fsencode(base)) as ws, ws.parent(rel, create=True) as folder:
+            try:
+                with os.fdopen(os.open(name, os.O_RDONLY | flags, dir_fd=folder), "rb") as old:
+                    before: str | None = old.read().decode("utf-8", errors="replace")
+            except FileNotFoundError:
+                before = None
+            with os.fdopen(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flags, 0o666, dir_fd=folder),
+                           "wb") as new:
+                new.write(content.encode("utf-8"))
+    except Refused as exc:
+        raise OutsideWorkspace(f"{target}: {exc.detail}; agentd does not write through it") from None
     return before
 
 
@@ -107,7 +120,7 @@ async def write_text(root: str, path: str, content: str) -> Written:
     """
     target = confined(root, path)
     try:
-        before = await trio.to_thread.run_sync(_write, target, content)
+        before = await trio.to_thread.run_sync(_write, os.path.realpath(root), target, content)
     except OSError as exc:
         raise ProviderRuntimeError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return Written(path=path, before=before, after=content)

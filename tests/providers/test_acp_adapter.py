@@ -251,3 +251,22 @@ def test_agentd_providers_prints_the_agent_line():
               "agentCapabilities": {"loadSession": True, "sessionCapabilities": {"list": {}, "resume": {}}},
               "authMethods": [{"id": "chatgpt", "name": "Login with ChatGPT", "type": "agent"}]}
     assert _agent_line(listed) == "Codex 0.16.0 (loadSession, session/list, session/resume); logins: Login with ChatGPT"
+
+
+async def test_a_write_through_a_folder_swapped_for_a_symlink_after_the_check_is_refused(tmp_path):
+    """Hostile agent: ``fs/write_text_file``'s path is checked inside the
+    workspace, then its folder is swapped for a symlink to a folder outside
+    before the write: the write is refused, nothing lands outside."""
+    from agentd.actors.providers import acp_files
+
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    (workspace / "sub").mkdir(parents=True)
+    outside.mkdir()
+    target = acp_files.confined(str(workspace), str(workspace / "sub" / "f.txt"))
+    (workspace / "sub").rmdir()
+    (workspace / "sub").symlink_to(outside)  # the swap, after the check
+    with pytest.raises(acp_files.OutsideWorkspace):
+        acp_files._write(os.path.realpath(workspace), target, "escaped?")
+    assert list(outside.iterdir()) == []
+    written = await acp_files.write_text(str(workspace), str(workspace / "new.txt"), "inside")
+    assert (workspace / "new.txt").read_text() == "inside" and written.before is None
