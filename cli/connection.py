@@ -101,7 +101,25 @@ class DaemonConnection:
         try:
             self._sock.sendall(data)
         except (BrokenPipeError, ConnectionResetError):
-            raise ConnectionLost("the daemon closed the connection") from None
+            # The daemon closed first; a refusal it sent (``overloaded``) may
+            # still be unread, and is the better answer than "lost".
+            while True:
+                try:
+                    line = self._line()
+                except ConnectionLost:
+                    raise ConnectionLost("the daemon closed the connection") from None
+                self._raise_refusal(line)
+
+    @staticmethod
+    def _raise_refusal(line: bytes) -> None:
+        """Raise the error of ``line`` if it is one without an id: the
+        daemon's refusal of the whole connection (sent just before closing)."""
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(message, dict) and "error" in message and message.get("id") is None:
+            raise error_from_wire(message["error"])
 
     def _answer(self, request_id: int) -> dict[str, Any]:
         """The answer to request ``request_id``, reading until it comes
@@ -111,6 +129,8 @@ class DaemonConnection:
             if not line.strip():
                 continue
             message = json.loads(line)
+            if isinstance(message, dict) and "error" in message and message.get("id") is None:
+                raise error_from_wire(message["error"])  # the connection was refused (``overloaded``)
             if isinstance(message, dict) and "method" not in message and isinstance(message.get("id"), int):
                 self._answers[message["id"]] = message
         return self._answers.pop(request_id)

@@ -47,6 +47,9 @@ class Client:
         self._subscriptions: dict[str, trio.MemorySendChannel[Message]] = {}
         self._send_lock = trio.Lock()
         self._lost: str | None = None
+        #: the error line without an id the daemon sent last (an ``overloaded``
+        #: refusal of the whole connection comes that way, just before it closes)
+        self._refusal: dict[str, Any] | None = None
         #: subscriptions closed because their consumer fell behind
         self._fell_behind: set[str] = set()
 
@@ -87,14 +90,18 @@ class Client:
                 self._dispatch(message)
         finally:
             self._lost = "the daemon closed the connection"
+            # A refusal the daemon sent before closing is what callers are
+            # told (e.g. ``overloaded``: retry shortly), not a bare "lost".
+            error = self._refusal or {"code": -32000, "message": self._lost, "data": {"kind": "connection_lost"}}
             for send, _ in self._waiting.values():
-                send.send_nowait({"error": {"code": -32000, "message": self._lost, "data": {"kind": "connection_lost"}}})
+                send.send_nowait({"error": error})
             self._waiting.clear()
             for send in self._subscriptions.values():
                 send.close()
             self._subscriptions.clear()
 
     def _dispatch(self, message: Message) -> None:
+        self._refusal = message["error"] if "error" in message and message.get("id") is None else None
         if "method" in message:
             params = message.get("params") or {}
             if message["method"] == "event" or message["method"] == "events.resync":
@@ -125,13 +132,21 @@ class Client:
             AgentdError: the daemon's error, as the matching subclass.
         """
         if self._lost:
+            if self._refusal is not None:
+                raise error_from_wire(self._refusal)
             raise ConnectionLost(self._lost)
         request_id = next(self._ids)
         send, receive = trio.open_memory_channel[Message](1)
         self._waiting[request_id] = (send, _on_result)
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         async with self._send_lock:
-            await self._stream.send_all(framing.encode(message))
+            try:
+                await self._stream.send_all(framing.encode(message))
+            except trio.BrokenResourceError:
+                # The daemon closed first (it may have turned this connection
+                # away with a line still unread): the read loop ends and
+                # answers this call with what it said, or with "lost".
+                pass
         reply = await receive.receive()
         if "error" in reply:
             raise error_from_wire(reply["error"])

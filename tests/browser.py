@@ -102,7 +102,19 @@ class Page:
         return self.css(selector)
 
     def click(self, selector: str) -> None:
-        self.wait_css(selector).click()
+        """Click what ``selector`` finds once it is there. The console
+        re-renders a list when an event arrives; an element replaced between
+        finding and clicking is found again (as a user's next try would),
+        a bounded number of times."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        for attempt in range(5):
+            try:
+                self.wait_css(selector).click()
+                return
+            except StaleElementReferenceException:
+                if attempt == 4:
+                    raise
 
     def shot(self, label: str) -> Path:
         self.step += 1
