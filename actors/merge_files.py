@@ -33,7 +33,7 @@ from agentd.store.records import Checkpoint, ContextTransfer, Effect, FilesMerge
 from .checkpoints.refs import checkpoint_ref
 from .checkpoints.results import CaptureResult
 from .checkpoints.errors import CheckpointError
-from .effects import Commit, MergeForkFiles, Transition
+from .effects import Commit, EndRestore, GuardRestore, MergeForkFiles, Transition
 from .graph import settle_effect
 from .merge_back import FIELD, MergeDelta
 
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 #: file-merge statuses after which the merged theirs is the next merge's base
 APPLIED = ("merged", "conflicts_marked")
+#: what a refusal while another thread runs in the workspace calls the merge
+GUARDED = "a merge-back of files (mergeBack.files)"
 
 
 def previous_merge(transfers: list[ContextTransfer], fork_id: str, thread_id: str) -> FilesMerge | None:
@@ -113,8 +115,9 @@ def merge(ctx: ThreadContext, found: MergeDelta, params: wire.MergeBack) -> Tran
     ``FilesMerge`` and the outbox entry to settle with the message's commit.
 
     Raises:
-        InvalidState: checkpoints are off, a run of this thread is active, or
-            the fork has no checkpoint to merge.
+        InvalidState: checkpoints are off, a run of this thread — or of
+            another thread in the same folder (``data.activeRuns``) — is
+            active, or the fork has no checkpoint to merge.
         InvalidParams: the fork works in this same workspace.
     """
     state = ctx.state
@@ -134,6 +137,12 @@ def merge(ctx: ThreadContext, found: MergeDelta, params: wire.MergeBack) -> Tran
     theirs_ref = checkpoint_ref(ctx.thread_id, "merged", f"{n}-{safety_id}-theirs")
     base_ref = checkpoint_ref(ctx.thread_id, "merged", f"{n}-{safety_id}-base")
     recorded: list[Effect] = []
+    # The source workspace may be shared: another fork made in the same
+    # folder, a second thread on the project. A merge writes (and deletes)
+    # files there, so — like a restore — it is refused while a run of
+    # another thread is active in that folder (naming it), and a run that
+    # starts meanwhile waits for the merge to end (workspace_guard.py).
+    token = yield GuardRestore(GUARDED, state.thread.workspace)
     try:
         outcome: MergeOutcome = yield MergeForkFiles(
             state.thread.workspace, found.fork.workspace, fork_base, theirs.ref or "", base_here, base_ref, theirs_ref,
@@ -147,6 +156,8 @@ def merge(ctx: ThreadContext, found: MergeDelta, params: wire.MergeBack) -> Tran
         undo = f"; checkpoint {safety_id} holds this workspace as it was" if recorded else ""
         raise InvalidState(f"the files of fork {found.fork.id} could not be merged: {exc}{undo}; the message was "
                            "not sent", threadId=found.fork.id, reason=exc.reason) from None
+    finally:
+        yield EndRestore(token)
     return _files_merge(outcome, theirs, safety_id, theirs_ref), recorded[0] if recorded else None
 
 

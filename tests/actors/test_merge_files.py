@@ -8,10 +8,13 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+import pytest
+
 from agentd.protocol.client import Client
+from agentd.protocol.errors import InvalidState
 from tests.actors.gitrepo import fingerprint
 from tests.actors.test_worktrees import repo_client, write  # noqa: F401 - the fixture
-from tests.helpers import script, send_and_wait, stored_events, wait_run_terminal
+from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
 
 
 async def merge(client: Client, source: str, fork: str, **files) -> dict:
@@ -121,3 +124,37 @@ async def test_a_fork_in_a_folder_of_its_own_is_merged_from_its_own_start(repo_c
     files = (await merge(client, source, fork))["mergeBack"]["files"]
     assert files["status"] == "merged" and sorted(files["written"]) == ["b.txt", "far.txt"]
     assert (repo / "far.txt").read_text() == "from afar\n" and (repo / "b.txt").read_text() == "b3 by the fork\n"
+
+
+async def test_a_merge_is_refused_while_another_thread_runs_in_the_target_folder(repo_client):
+    """Issue 27: the source workspace may be shared — here by a second fork
+    that works in the same folder. A merge writes and deletes files there,
+    so while that fork's run is active the merge is ``invalid_state`` naming
+    its thread and run (``data.activeRuns``, as a restore's refusal), and
+    nothing is written or recorded; once that run has ended it goes through."""
+    client, repo, _data = repo_client
+    source, fork, _tree = await worktree_fork(client, repo)
+    await send_and_wait(client, fork, write("feature.txt", "from the worktree fork\n"))
+    sharing = (await client.call("thread.fork", threadId=source))["threadId"]
+    assert (await client.call("thread.get", threadId=sharing))["thread"]["workspace"] == str(repo)
+    busy = await client.call("thread.message.send", threadId=sharing, text=script(
+        {"write": {"path": "busy.txt", "content": "being written\n"}}, {"hang": True}))
+    await wait_event(client, lambda e: e["type"] == "file_change.completed", thread_id=sharing)
+
+    with pytest.raises(InvalidState) as refused:
+        await client.call("thread.message.send", threadId=source, text="merged, go on",
+                          mergeBack={"forkThreadId": fork, "files": True})
+    message = str(refused.value)
+    assert "merge-back of files" in message and sharing in message and busy["runId"] in message, message
+    assert [(r["threadId"], r["runId"]) for r in refused.value.data["activeRuns"]] == [(sharing, busy["runId"])]
+    assert not (repo / "feature.txt").exists() and (repo / "busy.txt").read_text() == "being written\n"
+    checkpoints = (await client.call("checkpoint.list", threadId=source))["checkpoints"]
+    assert [c for c in checkpoints if c["kind"] == "pre_merge"] == [], "nothing recorded"
+    assert [t for t in (await client.call("thread.transfers", threadId=source))["transfers"]
+            if t["type"] == "merge_back"] == [], "the message was not sent"
+
+    await client.call("thread.stop", threadId=sharing)
+    assert (await wait_run_terminal(client, sharing, busy["runId"]))["status"] == "interrupted"
+    files = (await merge(client, source, fork))["mergeBack"]["files"]
+    assert files["status"] == "merged" and files["written"] == ["feature.txt"]
+    assert (repo / "busy.txt").read_text() == "being written\n", "ours kept"
