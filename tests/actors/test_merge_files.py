@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import InvalidState
-from tests.actors.gitrepo import fingerprint
+from tests.actors.gitrepo import fingerprint, make_repo
 from tests.actors.test_worktrees import repo_client, write  # noqa: F401 - the fixture
 from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
 
@@ -158,3 +159,37 @@ async def test_a_merge_is_refused_while_another_thread_runs_in_the_target_folder
     files = (await merge(client, source, fork))["mergeBack"]["files"]
     assert files["status"] == "merged" and files["written"] == ["feature.txt"]
     assert (repo / "busy.txt").read_text() == "being written\n", "ours kept"
+
+
+async def test_a_file_over_the_checkpoint_size_cap_is_reported_not_merged(tmp_path, short_dir):
+    """Issue 27: a file over ``[checkpoints] max_file_bytes`` is in no
+    checkpoint, so a merge cannot carry it: the answer's ``notMerged`` and
+    the ``merge_back.files`` event name it (``too_large``), the handoff says
+    so, and it is not written here; the other files merge as usual."""
+    repo = make_repo(tmp_path / "repo")
+    config = tmp_path / "config.toml"
+    config.write_text("[checkpoints]\nmax_file_bytes = 1000\n")
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            source, fork, tree = await worktree_fork(client, repo)
+            run = await send_and_wait(client, fork, script(
+                {"write": {"path": "big.dat", "content": "x" * 5000}},
+                {"write": {"path": "small.txt", "content": "small\n"}}))
+            assert run["status"] == "completed", run
+            assert (tree / "big.dat").stat().st_size == 5000
+
+            sent = await merge(client, source, fork)
+            files = sent["mergeBack"]["files"]
+            assert files["status"] == "merged" and files["written"] == ["small.txt"], files
+            assert {"path": "big.dat", "reason": "too_large"} in files["notMerged"], files
+            assert not (repo / "big.dat").exists(), "never merged"
+            assert (repo / "small.txt").read_text() == "small\n"
+            (event,) = [e for e in await stored_events(client, source) if e["type"] == "merge_back.files"]
+            assert {"path": "big.dat", "reason": "too_large"} in event["payload"]["notMerged"]
+            (transfer,) = [t for t in (await client.call("thread.transfers", threadId=source))["transfers"]
+                           if t["type"] == "merge_back"]
+            handoff = (await client.call("handoff.get", handoffId=transfer["handoffId"]))["handoff"]
+            assert "big.dat (not merged: too_large)" in handoff["text"]
+    finally:
+        assert await daemon.terminate() == 0, daemon.log_text()[-4000:]
