@@ -18,7 +18,8 @@ and the branch ref; its HEAD, index, stash, other refs, hooks and config are
 untouched. Not a git repository (or ``kind: copy``): a copy of the source
 folder, with reflinks where the file system has them (``cp
 --reflink=auto``). A marker under ``<data>/worktrees/.ready`` says it was
-made; a daemon killed part-way leaves none, and the next run makes it again.
+made; a daemon killed part-way leaves none, and the next run makes it again
+— removing first what was half made, git's locked record of it too.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import trio
 
 from agentd.store.records import AppThread, Checkpoint, WorkspaceSource
 
-from .checkpoints.errors import CheckpointError
+from .checkpoints.errors import CheckpointError, GitCommandError
 from .checkpoints.gitproc import Git, scrubbed_env
 from .checkpoints.overlay import Overlaid, overlay
 from .checkpoints.refs import checkpoint_ref
@@ -149,20 +150,46 @@ async def _fork_point(engine: CheckpointEngine | None, store: Any, source: Works
     return captured.commit, [s.path for s in summary.skipped] + [p.rstrip("/") for p in summary.nested_repos]
 
 
-async def _add_worktree(git: Git, source: WorkspaceSource) -> None:
+async def _clear(git: Git, source: WorkspaceSource) -> None:
+    """A worktree of this fork cut off part-way earlier goes — git's record
+    of it and its folder; the branch stays. ``--force`` twice: a ``git
+    worktree add`` killed in the middle of its checkout leaves its worktree
+    locked (``initializing``), which one ``--force`` does not remove (and
+    then no ``worktree add`` at that path succeeds)."""
+    assert source.repository is not None
+    await git.run([*QUIET, "worktree", "remove", "--force", "--force", source.path], env=scrubbed_env(),
+                  cwd=source.repository, ok=(0, 128))
+    await trio.to_thread.run_sync(lambda: shutil.rmtree(source.path, ignore_errors=True))
+
+
+async def _checkout(git: Git, source: WorkspaceSource) -> None:
+    """``git worktree add``: on the fork's branch when it exists (made by an
+    earlier, cut-off attempt, or kept by archiving), else on a new one at
+    the planned commit."""
     assert source.repository is not None and source.branch is not None and source.commit is not None
     env = scrubbed_env()
     top = source.repository
-    if await trio.to_thread.run_sync(os.path.lexists, source.path):
-        # Cut off part-way earlier: git's record of it goes, the branch stays.
-        await git.run([*QUIET, "worktree", "remove", "--force", source.path], env=env, cwd=top, ok=(0, 128))
-        await trio.to_thread.run_sync(lambda: shutil.rmtree(source.path, ignore_errors=True))
     exists = await git.run(["rev-parse", "--verify", "-q", f"refs/heads/{source.branch}"], env=env, cwd=top, ok=(0, 1))
     if exists.returncode == 0:
         args = ["worktree", "add", "-f", "--quiet", source.path, source.branch]
     else:
         args = ["worktree", "add", "--quiet", "--no-track", "-b", source.branch, source.path, source.commit]
     await git.run([*QUIET, *args], env=env, cwd=top)
+
+
+async def _add_worktree(git: Git, source: WorkspaceSource) -> None:
+    cleared = await trio.to_thread.run_sync(os.path.lexists, source.path)
+    if cleared:
+        await _clear(git, source)
+    try:
+        await _checkout(git, source)
+    except GitCommandError:
+        if cleared:
+            raise
+        # git's record of a worktree whose folder it had not made yet when
+        # it was cut off ("a missing but locked worktree"): cleared, then once more.
+        await _clear(git, source)
+        await _checkout(git, source)
 
 
 def _copy(source: str, target: str) -> None:
