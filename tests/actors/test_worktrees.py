@@ -170,3 +170,37 @@ async def test_a_fork_of_a_subfolder_workspace_with_no_run_yet_carries_its_files
     assert (sub / "c.txt").read_text() == "c changed, uncommitted\n"
     assert (sub / "fresh.txt").exists() and (sub / "later.txt").exists() and (sub / "x.txt").exists()
     assert (sub.parent / "a.txt").read_text() == "a1\n", "outside the workspace: the commit's files"
+
+
+async def test_a_worktree_git_cannot_make_fails_the_run_with_why_and_the_fork_stays_usable(repo_client):
+    """Issue 27: ``git worktree add`` refused — here the data dir's
+    ``worktrees`` folder cannot be made (a file is in its way) — fails the
+    fork's run with reason ``workspace_failed: …`` naming the path and git's
+    own words; nothing of the user's changes but the fork's branch, the fork
+    is idle and readable, and once the cause is gone its next message makes
+    the worktree and runs."""
+    client, repo, data = repo_client
+    source = (await client.call("thread.create", title="main", workspace=str(repo)))["threadId"]
+    assert (await send_and_wait(client, source, write("agent.txt", "source\n")))["status"] == "completed"
+    user_git = fingerprint(repo)
+    expected = tree_files(repo)
+    forked = await fork_into_worktree(client, source)
+    fork, tree, branch = forked["threadId"], Path(forked["workspace"]), forked["workspaceSource"]["branch"]
+    (data / "worktrees").write_text("in the way\n")
+
+    failed = await send_and_wait(client, fork, write("fork.txt", "fork\n"))
+    assert failed["status"] == "failed", failed
+    reason = failed["reason"]
+    assert reason.startswith("workspace_failed: ") and str(tree) in reason and "Not a directory" in reason, reason
+    assert fingerprint(repo, besides=(f"refs/heads/{branch}",)) == user_git
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1, "no worktree recorded"
+    thread = (await client.call("thread.get", threadId=fork))["thread"]
+    assert thread["status"] == "idle" and thread["activeRunId"] is None
+    assert [e for e in await stored_events(client, fork) if e["type"] == "workspace.created"] == []
+
+    (data / "worktrees").unlink()
+    again = await send_and_wait(client, fork, write("fork.txt", "fork\n"))
+    assert again["status"] == "completed", again["reason"]
+    got = tree_files(tree)
+    assert got.pop("fork.txt") == b"fork\n" and got == expected
+    assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == branch
