@@ -83,8 +83,10 @@ def thread_row(thread: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     tokens = f"{count(usage['inputTokens'])} / {count(usage['outputTokens'])}" if usage else "-"
     # Its active run's agent went quiet (run.stalled): said before the title, the columns stay put.
     stalled = "STALLED " if any(stalled_text(r, 0.0) for r in runs if r["id"] == t["activeRunId"]) else ""
+    # Listed only with --archived (issue 27): said as plainly.
+    archived = "ARCHIVED " if t.get("archivedAt") is not None else ""
     return (f"{t['id']:30} {t['status']:8} {t['provider']:10} {t['runCount']:>4}  {t['activeRunId'] or '-':30} "
-            f"{queued or '-':12} {tokens:>13} {cost_text(t.get('cost')) or '-':>9} {stalled}{t['title']}")
+            f"{queued or '-':12} {tokens:>13} {cost_text(t.get('cost')) or '-':>9} {archived}{stalled}{t['title']}")
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -64,18 +64,30 @@ def _thread_entry(item: AppThread | AgentdError) -> dict[str, Any]:
 async def thread_list(context: DaemonContext, params: wire.ThreadListParams, _conn: Connection) -> dict[str, Any]:
     """Every thread, oldest first; with ``limit``, one page, newest first,
     and ``next`` (the ``before`` of the next page; null on the last). A
-    thread whose record cannot be decoded is listed as ``{id, corrupt, reason}``."""
-    def listed(found: list[Any]) -> list[Any]:
-        # Archived threads are left out unless asked for (issue 27).
-        return [_thread_entry(t) for t in found
-                if params.include_archived or not (isinstance(t, AppThread) and t.archived_at is not None)]
+    thread whose record cannot be decoded is listed as ``{id, corrupt, reason}``.
+    Archived threads are left out unless ``includeArchived`` (issue 27); a
+    page left without them is filled from older threads, so that only the
+    last page holds fewer than ``limit``."""
+    def shown(t: AppThread | AgentdError) -> bool:
+        return params.include_archived or not (isinstance(t, AppThread) and t.archived_at is not None)
 
+    store = context.store
     if params.limit is None:
-        return {"threads": listed(context.store.list_threads_keeping_unreadable())}
-    threads, more = context.store.list_threads_page(params.limit, params.before)
-    last = threads[-1] if threads else None
-    last_id = (last.id if isinstance(last, AppThread) else last.data.get("recordId")) if last is not None else None
-    return {"threads": listed(threads), "next": last_id if more else None}
+        return {"threads": [_thread_entry(t) for t in store.list_threads_keeping_unreadable() if shown(t)]}
+    kept: list[AppThread | AgentdError] = []
+    before, more = params.before, True
+    while more and len(kept) < params.limit:
+        # Each read asks for as many as are still missing: a page reads what
+        # it holds plus the archived threads it passes over.
+        threads, more = store.list_threads_page(params.limit - len(kept), before)
+        if not threads:
+            break
+        kept += [t for t in threads if shown(t)]
+        last = threads[-1]
+        before = last.id if isinstance(last, AppThread) else last.data.get("recordId")
+        if before is None:  # a record with no id to go on from: the list ends here
+            more = False
+    return {"threads": [_thread_entry(t) for t in kept], "next": before if more else None}
 
 
 async def thread_get(context: DaemonContext, params: wire.ThreadGetParams, _conn: Connection) -> dict[str, Any]:

@@ -77,3 +77,35 @@ async def test_files_no_checkpoint_holds_refuse_the_archive_and_are_named(repo_c
     assert "vendor/lib" in info.value.message
     assert tree.exists() and (nested / "keep.c").exists(), "nothing is lost"
     assert fork in await listed(client), "not archived"
+
+
+async def test_thread_list_pages_fill_past_archived_threads_and_include_archived_pages_them_too(client):
+    """Issue 27 with ``thread.list``'s paging: left out, archived threads
+    never shorten a page — a page holds ``limit`` threads unless it is the
+    last, and ``next`` goes on past the archived ones read — and with
+    ``includeArchived`` the same pages hold them in their places."""
+    made = [(await client.call("thread.create", title=f"t{n}"))["threadId"] for n in range(7)]
+    archived = {made[1], made[4], made[5], made[6]}
+    for thread_id in archived:
+        await client.call("thread.archive", threadId=thread_id)
+
+    async def pages(**params) -> list[list[str]]:
+        out, before = [], None
+        while True:
+            page = await client.call("thread.list", limit=2, **({"before": before} if before else {}), **params)
+            out.append([t["id"] for t in page["threads"]])
+            before = page["next"]
+            if before is None:
+                return out
+
+    newest_first = made[::-1]
+    kept = [t for t in newest_first if t not in archived]
+    assert await pages() == [kept[0:2], kept[2:3]], "full pages, the last one short"
+    assert await pages(includeArchived=True) == [newest_first[0:2], newest_first[2:4], newest_first[4:6],
+                                                 newest_first[6:7]]
+    everything = await client.call("thread.list", includeArchived=True)
+    assert [t["id"] for t in everything["threads"]] == made
+    assert [t["id"] for t in (await client.call("thread.list"))["threads"]] == [t for t in made if t not in archived]
+    # Past three archived threads and one more, to the oldest: the last page.
+    three = await client.call("thread.list", limit=3)
+    assert [t["id"] for t in three["threads"]] == kept[0:3] and three["next"] is None
