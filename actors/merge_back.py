@@ -56,23 +56,41 @@ class MergeDelta:
     since_merge: ContextTransfer | None
 
 
+def _made_from(store: Store, thread_id: str, fork: AppThread) -> ContextTransfer | None:
+    """The transfer that made ``fork`` from ``thread_id``: a fork's ``fork``
+    transfer, or — for a task delegated from it with a workspace of its own
+    (``workspace: worktree`` or ``copy``, issue 27) — its ``subagent_spawn``."""
+    made = fork_transfer(store, fork.id)
+    if made is not None:
+        return made if made.source_thread_id == thread_id else None
+    source = fork.workspace_source
+    if (fork.relationship_to_parent != "delegated_task" or fork.parent_thread_id != thread_id or source is None
+            or source.source_thread_id != thread_id):
+        return None
+    return next((t for t in store.thread_transfers(fork.id)
+                 if t.type == "subagent_spawn" and t.target_thread_id == fork.id and t.source_thread_id == thread_id),
+                None)
+
+
 def _fork_of(store: Store, thread_id: str, fork_id: str) -> tuple[AppThread, ContextTransfer]:
-    """The fork ``fork_id`` of ``thread_id`` and the transfer that made it.
+    """The fork ``fork_id`` of ``thread_id`` (or a task delegated from it
+    with a workspace of its own) and the transfer that made it.
 
     Raises:
         NotFound: no such thread.
-        InvalidParams: it is not a fork of this thread.
+        InvalidParams: it is neither.
     """
     fork = store.thread(fork_id)
     if fork is None:
         raise NotFound(f"no thread {fork_id}", threadId=fork_id)
-    made = fork_transfer(store, fork_id)
-    if made is None or made.source_thread_id != thread_id or fork_id == thread_id:
+    made = _made_from(store, thread_id, fork) if fork_id != thread_id else None
+    if made is None:
         what = (f"a {fork.relationship_to_parent} of {fork.parent_thread_id}" if fork.parent_thread_id
                 else "a thread of its own")
         raise InvalidParams(
             f"thread {fork_id} is not a fork of thread {thread_id} (it is {what}); merge-back brings a fork's work "
-            "home to the thread it was forked from", field=FIELD, threadId=fork_id,
+            "(or that of a task delegated with a workspace of its own) home to the thread it was made from",
+            field=FIELD, threadId=fork_id,
         )
     return fork, made
 
@@ -205,12 +223,13 @@ def build(ctx: ThreadContext, transfer: ContextTransfer) -> Transition:
     fork = found.fork
     label = f"\"{fork.title}\", {fork.id}" if fork.title else fork.id
     base_run = store.run(found.base.run_id) if found.base.run_id else None
+    made = "delegated" if fork.relationship_to_parent == "delegated_task" else "forked"
     if found.since_merge is not None:
         since = f"the last merge-back ({found.since_merge.id})"
     elif base_run is not None:
-        since = f"it was forked after run {base_run.ordinal} of this conversation"
+        since = f"it was {made} {'in' if made == 'delegated' else 'after'} run {base_run.ordinal} of this conversation"
     else:
-        since = "it was forked"
+        since = f"it was {made}"
     built = build_merge_handoff(store, found.run_ids, fork_label=label, since=since, files=files,
                                 reason=transfer.reason, cap=ctx.config.handoff_max_chars)
     if transfer.files_merge is not None:

@@ -3,7 +3,7 @@
 
 A three-way merge on the shadow repositories (checkpoints/merge.py): base
 the fork point's checkpoint (a worktree fork's; for another fork, its first
-baseline, fetched from its shadow) or, after an earlier merge of its files,
+baseline, copied from its shadow) or, after an earlier merge of its files,
 that merge's theirs (so merging again brings only what changed since);
 theirs the fork's latest checkpoint — its changes since its first baseline
 (or that merge) laid onto the base; ours

@@ -10,7 +10,7 @@ read or written.
   merge) — git's diff between two checkpoints of the fork's shadow
   repository — laid onto base in a temporary index, with only the changed
   blobs copied (a fork's whole tree is never fetched when base is here; when
-  it is not, both are fetched from the fork's shadow);
+  it is not, both are copied from the fork's shadow, borrowed objects too);
 - git 2.39's ``merge-tree --write-tree`` has no ``--merge-base``: the three
   trees get throwaway commits (ours and theirs children of base) so that git
   finds base as their merge base; they are reachable from no ref and go at
@@ -37,7 +37,7 @@ from .modes import Modes
 from .rawdiff import parse_raw_numstat
 from .restore import GITLINK, Plan, apply
 from .results import CaptureResult, RestoreResult
-from .shadow import Shadow
+from .shadow import Shadow, ShadowState
 
 
 @dataclass
@@ -110,13 +110,30 @@ def _changes(out: bytes) -> list[tuple[str, str, str]]:
     return found
 
 
+def _fork_env(fork_git_dir: bytes) -> dict[str, str]:
+    """git's environment in the fork's shadow repository — with the user's
+    object directories it still borrows (``seed``: a worktree fork's first
+    captures take the objects of the user's commit from there until its
+    compaction copies them), or its checkpoints' files would be missing."""
+    folder = os.path.dirname(fork_git_dir)
+    env = shadow_env(fork_git_dir, folder)
+    try:
+        with open(os.path.join(folder, b"state.json"), "rb") as f:
+            borrowed = ShadowState.decode(f.read()).borrowed
+    except FileNotFoundError:
+        borrowed = []
+    if borrowed:
+        env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = ":".join(map(os.fsdecode, borrowed))
+    return env
+
+
 async def bring_changes(shadow: Shadow, fork_git_dir: bytes, fork_base: str, fork_theirs: str, base_here: str,
                         theirs_ref: str) -> str:
     """Theirs, made here without fetching the fork's whole tree: the fork's
     changes from ``fork_base`` to ``fork_theirs`` (git's diff in its shadow)
     laid onto ``base_here``'s tree in a temporary index, with only the new
     blobs copied over (one pack). ``theirs_ref`` names the commit; its id."""
-    fork_env = shadow_env(fork_git_dir, os.path.dirname(fork_git_dir))
+    fork_env = _fork_env(fork_git_dir)
     diff = await shadow.gitbin.run(["diff-tree", "-r", "-z", "--no-renames", "--no-commit-id", fork_base, fork_theirs],
                                    env=fork_env, cwd=os.path.dirname(fork_git_dir))
     changes = _changes(diff.stdout)
@@ -145,16 +162,23 @@ async def bring_changes(shadow: Shadow, fork_git_dir: bytes, fork_base: str, for
 async def _ends(shadow: Shadow, *, fork_git_dir: bytes, fork_base: str, fork_theirs: str, base_here: str | None,
                 base_ref: str, theirs_ref: str) -> tuple[str, str]:
     """``(base, theirs)`` commits here: laid onto ``base_here`` when there is
-    one (cheap), else both fetched from the fork's shadow (its whole trees)."""
+    one (cheap), else both copied from the fork's shadow (their whole trees)."""
     if base_here is not None:
         theirs = await bring_changes(shadow, fork_git_dir, fork_base, fork_theirs, base_here, theirs_ref)
         base = (await shadow.run(["rev-parse", "--verify", "-q", f"{base_here}^{{commit}}"])).stdout.decode().strip()
         return base, theirs
-    await shadow.run(["fetch", "--no-tags", "--no-write-fetch-head", "--quiet", os.fsdecode(fork_git_dir),
-                      f"+{fork_base}:{base_ref}", f"+{fork_theirs}:{theirs_ref}"])
-    base, theirs = [(await shadow.run(["rev-parse", "--verify", "-q", f"{ref}^{{commit}}"])).stdout.decode().strip()
-                    for ref in (base_ref, theirs_ref)]
-    return base, theirs
+    # Not ``git fetch``: the upload-pack it runs in the fork's shadow would
+    # not see the objects that shadow borrows. One pack of both commits with
+    # everything they reach, borrowed objects included, read in here.
+    fork_env, fork_cwd = _fork_env(fork_git_dir), os.path.dirname(fork_git_dir)
+    commits = [(await shadow.gitbin.run(["rev-parse", "--verify", "-q", f"{ref}^{{commit}}"], env=fork_env,
+                                        cwd=fork_cwd)).stdout.decode().strip() for ref in (fork_base, fork_theirs)]
+    pack = await shadow.gitbin.run(["pack-objects", "--revs", "--stdout", "-q"], env=fork_env, cwd=fork_cwd,
+                                   stdin="".join(f"{c}\n" for c in commits).encode())
+    await shadow.run(["index-pack", "--stdin", "--fix-thin"], stdin=pack.stdout)
+    for ref, commit in zip((base_ref, theirs_ref), commits):
+        await shadow.run(["update-ref", ref, commit])
+    return commits[0], commits[1]
 
 
 async def merge_files(shadow: Shadow, *, fork_git_dir: bytes, fork_base: str, fork_theirs: str,
@@ -166,8 +190,8 @@ async def merge_files(shadow: Shadow, *, fork_git_dir: bytes, fork_base: str, fo
     Args:
         fork_git_dir: the fork's shadow repository.
         base_here: the base as a commit (or ref) here — the fork point's
-            checkpoint, or the last merge's theirs; None: fetch ``fork_base``.
-        base_ref, theirs_ref: refs made here (``base_ref`` only when fetched).
+            checkpoint, or the last merge's theirs; None: copy ``fork_base`` here.
+        base_ref, theirs_ref: refs made here (``base_ref`` only when copied).
         safety_ref: the create-only ref of the ``pre_merge`` safety capture.
         markers: on a conflict, write the merged files with git's conflict markers.
         before_files: awaited with the safety capture before any file is

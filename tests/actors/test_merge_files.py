@@ -13,7 +13,7 @@ import pytest
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import InvalidState
-from tests.actors.gitrepo import fingerprint, make_repo
+from tests.actors.gitrepo import fingerprint, make_repo, tree_files
 from tests.actors.test_worktrees import repo_client, write  # noqa: F401 - the fixture
 from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
 
@@ -193,3 +193,30 @@ async def test_a_file_over_the_checkpoint_size_cap_is_reported_not_merged(tmp_pa
             assert "big.dat (not merged: too_large)" in handoff["text"]
     finally:
         assert await daemon.terminate() == 0, daemon.log_text()[-4000:]
+
+
+async def test_f9_a_task_delegated_with_a_worktree_of_its_own_merges_its_files_home(repo_client):
+    """Issue 27: a delegated task with ``workspace: worktree`` is no fork,
+    yet it worked on a copy of the parent's files in a tree of its own, so
+    its parent merges its files back as a fork's (``forkThreadId``: the
+    task): base its first baseline, theirs its latest checkpoint. The
+    parent's tree is untouched until then; the handoff says it was delegated."""
+    client, repo, _data = repo_client
+    parent = (await client.call("thread.create", title="lead", workspace=str(repo)))["threadId"]
+    before = tree_files(repo)
+    made = await client.call("task.delegate", parentThreadId=parent, workspace="worktree", instructions=script(
+        {"write": {"path": "task.txt", "content": "by the task\n"}}, {"delete": {"path": "gone-too.txt"}},
+        {"write": {"path": "b.txt", "content": "b by the task\n"}}))
+    run = await wait_run_terminal(client, made["taskId"], made["runId"])
+    assert run["status"] == "completed", run
+    assert tree_files(repo) == before, "the parent's tree is unchanged"
+
+    sent = await merge(client, parent, made["taskId"])
+    files = sent["mergeBack"]["files"]
+    assert files["status"] == "merged" and sorted(files["written"]) == ["b.txt", "task.txt"], files
+    assert (repo / "task.txt").read_text() == "by the task\n" and (repo / "b.txt").read_text() == "b by the task\n"
+    (transfer,) = [t for t in (await client.call("thread.transfers", threadId=parent))["transfers"]
+                   if t["type"] == "merge_back"]
+    assert transfer["sourceThreadId"] == made["taskId"] and transfer["status"] == "consumed"
+    handoff = (await client.call("handoff.get", handoffId=transfer["handoffId"]))["handoff"]
+    assert "it was delegated" in handoff["text"] and "task.txt (written)" in handoff["text"]
