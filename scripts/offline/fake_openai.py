@@ -10,7 +10,8 @@ chosen from keywords in the last user message, so tests script their turns:
   needs approval under ``approval_policy = "on-request"`` (``touch approved.txt``);
 * ``ASK_USER`` — a ``request_user_input`` call (Codex offers it in plan mode);
 * ``GO_SLOW`` — a reply streamed slowly (for interrupt and steer tests);
-* ``WRITE_FILE`` — an ``apply_patch`` call adding ``patched.txt`` when offered;
+* ``WRITE_FILE`` — an ``apply_patch`` call adding ``patched.txt`` when offered, else a
+  shell call writing the same file in the turn's working directory;
 * ``NARRATE`` (with a tool keyword) — the response says ``NARRATION`` first,
   an assistant message with ``phase: commentary``, then makes the call;
 * ``PHASE:<phase>`` — the reply's message carries that ``phase``
@@ -156,6 +157,9 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
     if "WRITE_FILE" in text and "apply_patch" in tool_names(body):
         patch = "*** Begin Patch\n*** Add File: patched.txt\n+patched by the fake model\n*** End Patch\n"
         return {"call": {"name": "apply_patch", "arguments": json.dumps({"input": patch})}}
+    if "WRITE_FILE" in text:
+        # The fake model's family gets no apply_patch tool from the pinned Codex.
+        return {"call": shell_call(body, "printf 'patched by the fake model\\n' > patched.txt")}
     delegation = re.search(r"DELEGATE_TO:([A-Za-z0-9_-]+):\s*(.+)", text, re.S)
     if delegation and DELEGATE_NAMESPACE in tool_names(body):
         arguments = {"instructions": delegation.group(2).strip(), "provider": delegation.group(1), "wait": True}
