@@ -93,7 +93,7 @@ def _ends(ctx: ThreadContext, found: MergeDelta) -> tuple[Checkpoint, str, str |
 
 
 def _safety_record(ctx: ThreadContext, capture: CaptureResult, safety_id: str, ref: str, n: int,
-                   theirs: Checkpoint, recorded: list[Effect]) -> ThreadBatch:
+                   theirs: Checkpoint, fork_id: str, recorded: list[Effect]) -> ThreadBatch:
     batch = ctx.batch()
     workspace = ctx.state.thread.workspace
     safety = Checkpoint(
@@ -104,7 +104,8 @@ def _safety_record(ctx: ThreadContext, capture: CaptureResult, safety_id: str, r
     batch.put(safety)
     batch.emit("checkpoint.captured", checkpoint=to_wire(safety))
     marker = Effect(id=new_id("eff"), kind=RESTORE, thread_id=ctx.thread_id, replay_safe=False, created_at=batch.now,
-                    payload={"checkpointId": theirs.id, "safetyCheckpointId": safety_id, "workspace": workspace})
+                    payload={"checkpointId": theirs.id, "safetyCheckpointId": safety_id, "workspace": workspace,
+                             "mergeForkThreadId": fork_id})
     batch.put(marker)
     recorded.append(marker)
     return batch
@@ -147,7 +148,7 @@ def merge(ctx: ThreadContext, found: MergeDelta, params: wire.MergeBack) -> Tran
         outcome: MergeOutcome = yield MergeForkFiles(
             state.thread.workspace, found.fork.workspace, fork_base, theirs.ref or "", base_here, base_ref, theirs_ref,
             safety_ref, params.on_conflict == "markers",
-            lambda capture: _safety_record(ctx, capture, safety_id, safety_ref, n, theirs, recorded))
+            lambda capture: _safety_record(ctx, capture, safety_id, safety_ref, n, theirs, found.fork.id, recorded))
     except CheckpointError as exc:
         batch = ctx.batch()
         settle_effect(batch, recorded[0] if recorded else None, "done", reason=f"merge of fork files failed: {exc}")

@@ -329,9 +329,16 @@ def _restore_cut_off(batch: WriteBatch, effect: Effect, now: float, reason: str,
     safety checkpoint (recorded before any file was touched) that undoes it."""
     p = effect.payload
     batch.put(struct_copy(effect, status="done", reason=f"{reason}: cut off part-way"))
+    message = cut_off_message("a restore", p.get("checkpointId"), p.get("safetyCheckpointId"), reason)
+    if p.get("mergeForkThreadId"):
+        # A merge-back of files writes as a restore does, from another thread's checkpoint.
+        message = (f"a merge-back of the files of fork {p['mergeForkThreadId']} (its checkpoint {p.get('checkpointId')}) "
+                   f"was cut off by {reason} while it wrote files: some may be merged, others not, and its message "
+                   f"was not sent. Restore checkpoint {p.get('safetyCheckpointId')} (agentd restore "
+                   f"{p.get('safetyCheckpointId')}) to go back to the files as they were before it, then send the "
+                   "merge-back again")
     batch.event("checkpoint.restore_interrupted", thread_id=effect.thread_id, at=now, reason=reason,
-                checkpointId=p.get("checkpointId"), safetyCheckpointId=p.get("safetyCheckpointId"),
-                message=cut_off_message("a restore", p.get("checkpointId"), p.get("safetyCheckpointId"), reason))
+                checkpointId=p.get("checkpointId"), safetyCheckpointId=p.get("safetyCheckpointId"), message=message)
     report.restores_interrupted.append(effect.id)
 
 

@@ -183,7 +183,9 @@ async def test_sigkill_during_a_merge_of_files_reports_it_and_its_safety_checkpo
         assert safety["status"] == "captured"
         (cut,) = [e for e in await stored_events(client, source) if e["type"] == "checkpoint.restore_interrupted"]
         assert cut["payload"]["safetyCheckpointId"] == safety["id"]
-        assert f"agentd restore {safety['id']}" in cut["payload"]["message"]
+        message = cut["payload"]["message"]
+        assert f"a merge-back of the files of fork {fork}" in message and "was not sent" in message, message
+        assert f"agentd restore {safety['id']}" in message and "send the merge-back again" in message
         detail = await client.call("thread.get", threadId=source)
         assert len(detail["runs"]) == 1, "no run for the message"
         assert [t for t in (await client.call("thread.transfers", threadId=source))["transfers"]
