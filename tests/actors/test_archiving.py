@@ -80,7 +80,7 @@ async def test_files_no_checkpoint_holds_refuse_the_archive_and_are_named(repo_c
 
 
 async def test_thread_list_pages_fill_past_archived_threads_and_include_archived_pages_them_too(client):
-    """Issue 27 with ``thread.list``'s paging: left out, archived threads
+    """Issue 27 with ``thread.list``'s paging (SPEC F20): left out, archived threads
     never shorten a page — a page holds ``limit`` threads unless it is the
     last, and ``next`` goes on past the archived ones read — and with
     ``includeArchived`` the same pages hold them in their places."""

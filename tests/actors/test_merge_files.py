@@ -128,7 +128,7 @@ async def test_a_fork_in_a_folder_of_its_own_is_merged_from_its_own_start(repo_c
 
 
 async def test_a_merge_is_refused_while_another_thread_runs_in_the_target_folder(repo_client):
-    """Issue 27: the source workspace may be shared — here by a second fork
+    """Issue 27, SPEC F7/F14: the source workspace may be shared — here by a second fork
     that works in the same folder. A merge writes and deletes files there,
     so while that fork's run is active the merge is ``invalid_state`` naming
     its thread and run (``data.activeRuns``, as a restore's refusal), and
@@ -162,7 +162,7 @@ async def test_a_merge_is_refused_while_another_thread_runs_in_the_target_folder
 
 
 async def test_a_file_over_the_checkpoint_size_cap_is_reported_not_merged(tmp_path, short_dir):
-    """Issue 27: a file over ``[checkpoints] max_file_bytes`` is in no
+    """Issue 27, SPEC F7/F13: a file over ``[checkpoints] max_file_bytes`` is in no
     checkpoint, so a merge cannot carry it: the answer's ``notMerged`` and
     the ``merge_back.files`` event name it (``too_large``), the handoff says
     so, and it is not written here; the other files merge as usual."""
