@@ -45,7 +45,7 @@ INTRO: dict[str, str] = {
         "were at that point ({reason}). What happened up to it, oldest first:"
     ),
     "merge_back": (
-        "A fork of this conversation ({fork}) went on on its own since {since}. What it concluded and did, "
+        "{who} ({fork}) went on on its own since {since}. What it concluded and did, "
         "oldest first (its conversation is not repeated here, and none of its files were copied here):"
     ),
     "portable_context": "What happened so far, oldest first:",
@@ -299,19 +299,24 @@ def checkpoint_section(checkpoint: Checkpoint, files: list[str] | None, *, what:
 
 def build_merge_handoff(
     store: Store, run_ids: Iterable[str], *, fork_label: str, since: str, files: MergeFiles, reason: str, cap: int,
+    delegated: bool = False,
 ) -> BuiltHandoff:
     """The ``delta`` handoff of a merge-back: per fork run, its conclusion
     (final answer), commands and tests run with their outcome, decisions, open
     questions and unanswered requests; then the files changed (checkpoint diff,
     else file-change nodes) and, for a fork in its own workspace, which of
     them differ here. No user messages, narration or tool output: no
-    transcript. At most ``cap`` characters, oldest runs dropped first."""
+    transcript. At most ``cap`` characters, oldest runs dropped first.
+    ``delegated``: the "fork" is a task delegated from this conversation
+    (in a worktree or copy of its own), and the handoff calls it that."""
     run_ids = list(run_ids)
     runs, messages = _runs_and_messages(store, run_ids)
     sections = [(run.id, merge_section(run, messages.get(run.id, []), store.run_nodes(run.id), store.run_artifacts(run.id),
                                        with_files=files.source == "nodes"))
                 for run in runs]
-    header = "[agentd context handoff: delta (merge-back)]\n" + INTRO["merge_back"].format(fork=fork_label, since=since)
+    header = "[agentd context handoff: delta (merge-back)]\n" + INTRO["merge_back"].format(
+        who="A task delegated from this conversation" if delegated else "A fork of this conversation",
+        fork=fork_label, since=since)
     footer = _files_footer(files)
     dropped_ids: list[str] = []
     dropped: list[str] = []

@@ -231,7 +231,7 @@ def build(ctx: ThreadContext, transfer: ContextTransfer) -> Transition:
     else:
         since = f"it was {made}"
     built = build_merge_handoff(store, found.run_ids, fork_label=label, since=since, files=files,
-                                reason=transfer.reason, cap=ctx.config.handoff_max_chars)
+                                reason=transfer.reason, cap=ctx.config.handoff_max_chars, delegated=made == "delegated")
     if transfer.files_merge is not None:
         built = built.with_section(describe_files(transfer.files_merge))
     return found, built, files

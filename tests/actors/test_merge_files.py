@@ -220,3 +220,4 @@ async def test_f9_a_task_delegated_with_a_worktree_of_its_own_merges_its_files_h
     assert transfer["sourceThreadId"] == made["taskId"] and transfer["status"] == "consumed"
     handoff = (await client.call("handoff.get", handoffId=transfer["handoffId"]))["handoff"]
     assert "it was delegated" in handoff["text"] and "task.txt (written)" in handoff["text"]
+    assert "A task delegated from this conversation" in handoff["text"] and "A fork of" not in handoff["text"]
