@@ -40,6 +40,7 @@ from .checkpointing import capture_fields, previous_root
 from .checkpoints import checkpoint_ref
 from .graph import ThreadBatch
 from .messages import AttemptStartFailed, ContextNeeded, MailboxItem, ProviderThreadReady, StartPlan
+from .providers import images
 from .providers.base import NativeThreadMissing, ProviderConnection, ProviderRuntimeError
 from .reply import Reply
 from .state import ActiveRun, ThreadState
@@ -155,6 +156,10 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
     state = actor.state
     attempt_id = active.attempt.id
     text = active.user_message.text
+    # The message's images, passed only when there are some (issue 26).
+    extra: dict[str, Any] = {}
+    if active.user_message.attachments:
+        extra["images"] = images.inputs(images.folder_beside(actor.host.workspaces_folder), active.user_message)
     try:
         plan = await _context(actor, attempt_id)
         if plan is None:
@@ -182,7 +187,7 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
                 await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=False,
                                                      resumed_turn_count=turns, provider_thread=plan.resume,
                                                      history_mode=conn.history_mode(native)))
-                await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
+                await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context, **extra)
                 return
             plan = await _context(actor, attempt_id, lost=(plan.resume.id, lost))
             if plan is None:
@@ -198,15 +203,15 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
                 return
             await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version,
                                                  forked=True, history_mode=conn.history_mode(native)))
-            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
+            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context, **extra)
         elif conn.capabilities.empty_threads:
             native = await conn.create_thread(cwd=cwd)
             await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version,
                                                  history_mode=conn.history_mode(native)))
-            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
+            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context, **extra)
         else:
             session_id, conn = await _unbound_session(actor, active, conn, session_id)
-            native, _turn = await conn.start_first_turn(text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
+            native, _turn = await conn.start_first_turn(text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context, **extra)
             await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version,
                                                  history_mode=conn.history_mode(native)))
     except worktrees.WorkspaceFailed as exc:

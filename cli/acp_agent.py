@@ -502,7 +502,9 @@ class AgentdAcp:
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=PromptCapabilities(image=False, audio=False, embedded_context=True),
+                # Images go on to providers that take them; a message with images to
+                # one that does not is refused (unsupported) saying why.
+                prompt_capabilities=PromptCapabilities(image=True, audio=False, embedded_context=True),
                 session_capabilities=SessionCapabilities(
                     list=SessionListCapabilities(), resume=SessionResumeCapabilities(),
                     close=SessionCloseCapabilities(), fork=SessionForkCapabilities()),
@@ -585,6 +587,9 @@ class AgentdAcp:
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         session = self.session(session_id)
         text = tr.prompt_text(prompt)
+        attachments = tr.prompt_images(prompt)
+        if not text.strip() and attachments:
+            text = "[an image]" if len(attachments) == 1 else f"[{len(attachments)} images]"
         if not text.strip():
             raise RequestError(-32602, "the prompt has no text agentd can pass on", {"kind": "invalid_params",
                                                                                        "field": "prompt"})
@@ -597,6 +602,8 @@ class AgentdAcp:
             if name in COMMANDS:
                 return await self.command(session, name, rest.strip())
         params: dict[str, Any] = {"threadId": session.id, "text": text}
+        if attachments:
+            params["attachments"] = attachments
         if session.switch_to:
             params["provider"] = session.switch_to
         target = session.running

@@ -243,13 +243,34 @@ def prompt_text(blocks: Iterable[Any]) -> str:
             text = getattr(resource, "text", None)
             if text is not None:
                 parts.append(f"{resource.uri}:\n```\n{text}\n```")
+            elif (getattr(resource, "mime_type", None) or "").startswith("image/"):
+                pass  # an attachment (prompt_images)
             else:
                 parts.append(f"[binary resource {resource.uri} not passed on]")
         elif kind == "resource_link":
             parts.append(f"[{block.name}]({block.uri})")
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind} not passed on: agentd's agents take text]")
+        elif kind == "image" and not getattr(block, "data", None) and getattr(block, "uri", None):
+            parts.append(f"[image]({block.uri})")
+        elif kind == "audio":
+            parts.append("[audio not passed on: agentd's agents take text and images]")
     return "\n\n".join(p for p in parts if p)
+
+
+def prompt_images(blocks: Iterable[Any]) -> list[dict[str, Any]]:
+    """The images of an ACP prompt as ``thread.message.send`` attachments:
+    each ``image`` block with data, and each embedded blob resource of an
+    image type (the daemon checks the type and the bytes)."""
+    out = []
+    for block in blocks:
+        kind = getattr(block, "type", None)
+        if kind == "image" and getattr(block, "data", None):
+            out.append({"type": "image", "mimeType": block.mime_type, "data": block.data})
+        elif kind == "resource":
+            resource = block.resource
+            blob, mime = getattr(resource, "blob", None), getattr(resource, "mime_type", None) or ""
+            if blob and mime.startswith("image/"):
+                out.append({"type": "image", "mimeType": mime, "data": blob})
+    return out
 
 
 # -- diffs from a checkpoint ---------------------------------------------------------------

@@ -113,6 +113,17 @@ class ConversationMessage(WireStruct, kw_only=True):
     status: MessageStatus = "complete"
     created_at: float = 0.0
     completed_at: float | None = None
+    attachments: list[MessageAttachment] | None = None
+
+
+class MessageAttachment(WireStruct, kw_only=True):
+    """An image that came with a user message (issue 26); its bytes are the
+    file ``<data-dir>/attachments/<sha256>``."""
+
+    type: Literal["image"] = "image"
+    mime_type: str
+    sha256: str
+    size: int
 
 
 class Run(WireStruct, kw_only=True):
@@ -406,7 +417,7 @@ class Checkpoint(WireStruct, kw_only=True):
 #: the record shapes, by the name the contract's Records section gives them
 RECORDS: dict[str, type[WireStruct]] = {
     cls.__name__: cls
-    for cls in (AppThread, ConversationMessage, Run, Checkpoint, RunAttempt, ExecutionNode, ProviderSession,
+    for cls in (AppThread, ConversationMessage, MessageAttachment, Run, Checkpoint, RunAttempt, ExecutionNode, ProviderSession,
                 ProviderThread, RuntimeRequest, PlanArtifact, ContextHandoff, ContextTransfer, SourcePoint, TokenUsage, WorkspaceSource,
                 FilesMerge, PathReason)
 }

@@ -156,6 +156,23 @@ class ConversationMessage(Record, kw_only=True, frozen=True):
     status: MessageStatus = "complete"
     created_at: float = 0.0
     completed_at: float | None = None
+    #: the images that came with a user message (issue 26), each stored as a
+    #: file of its own (``MessageAttachment``); None: none
+    attachments: list[MessageAttachment] | None = None
+
+
+class MessageAttachment(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """An image that came with a user message (issue 26). Its bytes are not
+    in the store (a value stays small, and so does the ``message.created``
+    event every subscriber gets): they are the file
+    ``<data-dir>/attachments/<sha256>``, written before the message is."""
+
+    type: Literal["image"] = "image"
+    mime_type: str
+    #: the hex SHA-256 of its bytes: the name of its file
+    sha256: str
+    #: its size in bytes
+    size: int
 
 
 class Run(Record, kw_only=True, frozen=True):

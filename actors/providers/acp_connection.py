@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -53,6 +54,7 @@ from .acp_wire import (
     SetSessionModelRequest,
     SetSessionModeRequest,
     TerminalRequest,
+    ImageContent,
     TextContent,
     WriteTextFileRequest,
 )
@@ -76,6 +78,7 @@ from .transport import ProcessLike
 
 if TYPE_CHECKING:
     from ..config import ProviderConfig
+    from .images import ImageInput
     from .agentd_tool import AgentdTool
     from .base import Capabilities
 
@@ -109,6 +112,8 @@ class AgentInstance(Protocol):
     agentd_tool: AgentdTool | None
 
     def needs_login(self, why: str) -> None: ...
+
+    def images_refused(self) -> str | None: ...
 
 
 @dataclass
@@ -277,8 +282,15 @@ class AcpConnection(ProviderConnection):
     # -- turns ---------------------------------------------------------------------------------
 
     async def start_turn(
-        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> str:
+        # Images only where the agent said it takes them (issue 26); read off the loop.
+        why = self.adapter.images_refused() if images else None
+        if why is not None:
+            raise ProviderRuntimeError(why)
+        pictures = await trio.to_thread.run_sync(
+            lambda: [ImageContent(data=image.base64(), mime_type=image.mime_type) for image in images]) if images else []
         session = self._sessions.get(native_thread_id)
         if session is None:
             raise ProviderRuntimeError(f"session {native_thread_id} is not loaded in this agent process")
@@ -289,8 +301,9 @@ class AcpConnection(ProviderConnection):
         turn = session.turn = Turn(native_turn_id=f"acp_turn_{uuid.uuid4().hex[:16]}", attempt_id=attempt_id)
         session.mapper.begin(attempt_id)
         await self._emit(TurnStarted(attempt_id=attempt_id, native_turn_id=turn.native_turn_id))
-        prompt = [TextContent(text=context)] if context else []
+        prompt: list[TextContent | ImageContent] = [TextContent(text=context)] if context else []
         prompt.append(TextContent(text=text))
+        prompt += pictures
         self._nursery.start_soon(self._prompt, session, turn, PromptRequest(session_id=native_thread_id, prompt=prompt))
         return turn.native_turn_id
 

@@ -127,9 +127,16 @@ class TextContent(_Wire, kw_only=True, tag_field="type", tag="text"):
     text: str
 
 
+class ImageContent(_Wire, kw_only=True, tag_field="type", tag="image"):
+    """An image of the prompt (base64), for agents whose ``promptCapabilities.image`` is true."""
+
+    data: str
+    mime_type: str
+
+
 class PromptRequest(_Wire, kw_only=True):
     session_id: str
-    prompt: list[TextContent]
+    prompt: list[TextContent | ImageContent]
 
 
 StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]

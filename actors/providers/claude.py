@@ -75,6 +75,7 @@ import itertools
 import logging
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,7 @@ from .claude_stream import (
 )
 from ..config import ProviderConfig
 from .agentd_tool import AgentdTool
+from .images import ImageInput
 from .jsonl import RequestCorrelator, RequestTimeout
 from .runtime import RuntimeBinary, StderrLog, parse_version
 from .transport import ProcessLike, Spawn, spawn_process
@@ -170,6 +172,10 @@ class ClaudeAdapter(ProviderAdapter):
         self.agentd_tool: AgentdTool | None = None
 
     # -- describing -------------------------------------------------------------------
+
+    def images_refused(self) -> str | None:
+        """Claude takes images: ``image`` content blocks (base64) in the user message."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "binary": str(self.binary), "model": self.config.model}
@@ -321,7 +327,7 @@ class ClaudeConnection(ProviderConnection):
         raise ProviderRuntimeError("Claude has no empty sessions: a session starts with its first turn (start_first_turn)")
 
     async def start_first_turn(
-        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None, images: Sequence[ImageInput] = (),
     ) -> tuple[str, str]:
         claude = self._claude
         if claude.mode is None:
@@ -329,7 +335,7 @@ class ClaudeConnection(ProviderConnection):
         elif claude.mode != "new" or claude.session is not None:
             raise ProviderRuntimeError(f"this claude process already runs session {claude.session}")
         self._session_known = trio.Event()
-        turn_id = await self._begin_turn(text, attempt_id, context)
+        turn_id = await self._begin_turn(text, attempt_id, context, images)
         with trio.move_on_after(claude.bound) as scope:
             await self._session_known.wait()
         if scope.cancelled_caught:
@@ -369,13 +375,14 @@ class ClaudeConnection(ProviderConnection):
         return fork_id
 
     async def start_turn(
-        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> str:
         if native_thread_id not in self.loaded_threads:
             raise ProviderRuntimeError(
                 f"session {native_thread_id} is not loaded in this claude process (resume it first)"
             )
-        return await self._begin_turn(text, attempt_id, context)
+        return await self._begin_turn(text, attempt_id, context, images)
 
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
         turn = self._stream.turn
@@ -388,14 +395,23 @@ class ClaudeConnection(ProviderConnection):
         result = self._stream.answer_permission(request_ref, response)
         await self._write(control_response_line(request_ref, result))
 
-    async def _begin_turn(self, text: str, attempt_id: str, context: str | None) -> str:
+    async def _begin_turn(self, text: str, attempt_id: str, context: str | None,
+                          images: Sequence[ImageInput] = ()) -> str:
+        line = user_line(text, context)
+        if images:
+            # Ahead of the text, as Anthropic advises; read off the loop (up to 9 MiB).
+            blocks = await trio.to_thread.run_sync(lambda: [
+                {"type": "image", "source": {"type": "base64", "media_type": image.mime_type, "data": image.base64()}}
+                for image in images])
+            content = line["message"]["content"]
+            content[len(content) - 1:len(content) - 1] = blocks
         if self._claude.closed:
             raise ProviderRuntimeError(f"cannot start a turn: {self._claude.closed}")
         if self._stream.turn is not None:
             raise ProviderRuntimeError(f"claude is still running turn {self._stream.turn.native_turn_id}")
         turn = await self._stream.begin_turn(attempt_id)
         try:
-            await self._write(user_line(text, context))
+            await self._write(line)
         except ProviderRuntimeError:
             self._stream.drop_turn(turn)
             raise

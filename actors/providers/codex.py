@@ -43,6 +43,7 @@ import logging
 import os
 import platform
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -70,6 +71,7 @@ from .base import (
 )
 from ..config import ProviderConfig
 from .agentd_tool import AgentdTool
+from .images import ImageInput
 from .jsonl import JsonLinesPeer, stop_process
 from .runtime import RuntimeBinary, StderrLog, parse_version  # noqa: F401 - parse_version re-exported
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
@@ -176,6 +178,7 @@ from .codex_wire import (  # the typed shapes
     PermissionsRequestApprovalResponse,
     ReviewDecisionResponse,
     ServerRequestResolvedNotification,
+    LocalImageUserInput,
     TextUserInput,
     ThreadForkParams,
     ThreadForkResponse,
@@ -310,6 +313,10 @@ class CodexAdapter(ProviderAdapter):
         self.agentd_tool: AgentdTool | None = None
         self.binary = find_binary(config.binary, env)
         self.executable, self._launcher_env = native_binary(self.binary)
+
+    def images_refused(self) -> str | None:
+        """Codex takes images in a turn's input (``localImage``: a file it reads)."""
+        return None
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -563,7 +570,8 @@ class CodexConnection(ProviderConnection):
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=len(turns))
 
     async def start_turn(
-        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> str:
         collaboration = None
         stripped = text.lstrip()
@@ -571,8 +579,10 @@ class CodexConnection(ProviderConnection):
             text = stripped[len(PLAN_PREFIX):].lstrip() or text
             model = self._models.get(native_thread_id) or self.adapter.config.model or ""
             collaboration = CollaborationMode(mode="plan", settings=CollaborationSettings(model=model))
-        inputs = [TextUserInput(text=context)] if context else []
+        inputs: list[TextUserInput | LocalImageUserInput] = [TextUserInput(text=context)] if context else []
         inputs.append(TextUserInput(text=text))
+        # The message's images as the files agentd keeps them (issue 26): Codex reads them itself.
+        inputs += [LocalImageUserInput(path=image.path) for image in images]
         params = TurnStartParams(thread_id=native_thread_id, input=inputs, cwd=cwd, collaboration_mode=collaboration)
         # Registered before the request: turn/started may come before the answer.
         self._attempts[native_thread_id] = attempt_id
@@ -587,8 +597,11 @@ class CodexConnection(ProviderConnection):
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
         await self._peer.request("turn/interrupt", _encode(TurnInterruptParams(thread_id=native_thread_id, turn_id=native_turn_id)))
 
-    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str) -> None:
-        params = TurnSteerParams(thread_id=native_thread_id, expected_turn_id=native_turn_id, input=[TextUserInput(text=text)])
+    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str,
+                         images: Sequence[ImageInput] = ()) -> None:
+        inputs: list[TextUserInput | LocalImageUserInput] = [TextUserInput(text=text)]
+        inputs += [LocalImageUserInput(path=image.path) for image in images]
+        params = TurnSteerParams(thread_id=native_thread_id, expected_turn_id=native_turn_id, input=inputs)
         _decode(TurnSteerResponse, await self._peer.request("turn/steer", _encode(params)), "turn/steer answer")
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:

@@ -101,6 +101,15 @@ class TextUserInput(_Wire, kw_only=True, omit_defaults=False):
     text: str
 
 
+class LocalImageUserInput(_Wire, kw_only=True, omit_defaults=False):
+    """The ``localImage`` variant of ``UserInput``: an image file Codex reads (issue 26)."""
+
+    __schema__ = "v2/UserInput#LocalImageUserInput"
+    __direction__ = "out"
+    type: str = "localImage"
+    path: str
+
+
 class CollaborationSettings(_Wire, kw_only=True):
     __schema__ = "v2/Settings"
     __direction__ = "out"
@@ -118,7 +127,7 @@ class TurnStartParams(_Wire, kw_only=True, rename="camel"):
     __schema__ = "v2/TurnStartParams"
     __direction__ = "out"
     thread_id: str
-    input: list[TextUserInput]
+    input: list[TextUserInput | LocalImageUserInput]
     cwd: str | None = None
     collaboration_mode: CollaborationMode | None = None
 
@@ -128,7 +137,7 @@ class TurnSteerParams(_Wire, kw_only=True, rename="camel"):
     __direction__ = "out"
     thread_id: str
     expected_turn_id: str
-    input: list[TextUserInput]
+    input: list[TextUserInput | LocalImageUserInput]
 
 
 class TurnInterruptParams(_Wire, kw_only=True, rename="camel"):

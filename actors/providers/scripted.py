@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -38,6 +39,7 @@ from .base import (
     message_phase,
 )
 from .agentd_tool import AgentdTool
+from .images import ImageInput
 from .jsonl import JsonLinesPeer, stop_process
 from .runtime import StderrLog
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
@@ -56,6 +58,11 @@ ITEM_TYPES = {
     "approval": "approval",
     "userInput": "user_input_request",
 }
+
+def _images(images: Sequence[ImageInput]) -> list[dict[str, Any]]:
+    """A turn's images as the scripted agent takes them: the files, as Codex's ``localImage``."""
+    return [{"type": "localImage", "mimeType": image.mime_type, "path": image.path} for image in images]
+
 
 # error codes of the scripted agent
 THREAD_NOT_FOUND = -32001
@@ -102,6 +109,13 @@ class ScriptedAdapter(ProviderAdapter):
 
     async def probe(self) -> dict[str, Any]:
         return {"usable": True, "binary": sys.executable, "version": "built-in"}
+
+    def images_refused(self) -> str | None:
+        """The agent takes images (it reports them: ``reportImages``) unless
+        its instance's ``args`` hold ``--no-images``."""
+        if "--no-images" in self.args:
+            return f"provider instance {self.name!r} (scripted, --no-images) does not take images"
+        return None
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "agentd.actors.providers.scripted_agent", "--home", str(self.home), *self.args]
@@ -200,27 +214,32 @@ class ScriptedConnection(ProviderConnection):
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=result.get("turnCount"))
 
     async def start_turn(
-        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> str:
         # Registered before the request: the agent may report the turn started
         # before its answer to turn/start arrives.
         self._attempts[native_thread_id] = attempt_id
-        params = {"threadId": native_thread_id, "input": text, "cwd": cwd}
+        params: dict[str, Any] = {"threadId": native_thread_id, "input": text, "cwd": cwd}
         if context:
             params["context"] = context
+        if images:
+            params["images"] = _images(images)
         result = await self._peer.request("turn/start", params)
         turn_id: str = result["turnId"]
         return turn_id
 
     async def start_first_turn(
-        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None, images: Sequence[ImageInput] = (),
     ) -> tuple[str, str]:
         # The thread id is unknown until the answer; events of a thread we
         # have not seen yet belong to this attempt (one thread per process).
         self._first_turn_attempt = attempt_id
-        params = {"cwd": cwd, "input": text}
+        params: dict[str, Any] = {"cwd": cwd, "input": text}
         if context:
             params["context"] = context
+        if images:
+            params["images"] = _images(images)
         result = await self._peer.request("turn/start", params)
         self._loaded_threads.add(result["threadId"])
         self._history_modes[result["threadId"]] = result.get("historyMode")
@@ -233,10 +252,12 @@ class ScriptedConnection(ProviderConnection):
         await self._peer.request("item/interrupt",
                                  {"threadId": native_thread_id, "turnId": native_turn_id, "itemId": native_item_id})
 
-    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str) -> None:
-        await self._peer.request(
-            "turn/steer", {"threadId": native_thread_id, "expectedTurnId": native_turn_id, "input": text}
-        )
+    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str,
+                         images: Sequence[ImageInput] = ()) -> None:
+        params: dict[str, Any] = {"threadId": native_thread_id, "expectedTurnId": native_turn_id, "input": text}
+        if images:
+            params["images"] = _images(images)
+        await self._peer.request("turn/steer", params)
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
         params: dict[str, Any] = {"threadId": native_thread_id}

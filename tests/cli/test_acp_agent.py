@@ -10,6 +10,8 @@ from trio. Nothing waits on time: every wait is for a message or an event.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -21,9 +23,10 @@ from typing import Any, Awaitable, Callable
 import pytest
 import trio
 
-from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, text_block
+from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, image_block, resource_block, text_block
 from acp.schema import (
     AcceptElicitationResponse,
+    BlobResourceContents,
     AllowedOutcome,
     ClientCapabilities,
     DeniedOutcome,
@@ -33,6 +36,8 @@ from acp.schema import (
 )
 
 from agentd.launch import start_daemon
+from agentd.protocol.client import Client
+from agentd.protocol.errors import AgentdError
 from tests.helpers import script, wait_event, wait_run_terminal
 
 WAIT = 60
@@ -186,7 +191,9 @@ async def test_initialize_says_what_agentd_can(editor):
     assert caps.load_session is True
     assert caps.session_capabilities.list is not None and caps.session_capabilities.resume is not None
     assert caps.session_capabilities.close is not None and caps.session_capabilities.fork is not None
-    assert caps.prompt_capabilities.embedded_context is True and not caps.prompt_capabilities.image
+    assert caps.prompt_capabilities.embedded_context is True and not caps.prompt_capabilities.audio
+    # Images go on where the session's provider takes them (refused per message where not).
+    assert caps.prompt_capabilities.image is True
 
 
 async def test_a_session_is_a_thread_and_a_prompt_streams_its_run(editor, client, workspace):
@@ -598,3 +605,118 @@ async def test_stop_and_merge_back_commands(editor, client, workspace):
     with pytest.raises(RequestError) as unknown:
         await prompt(editor, session, "/switch nope")
     assert unknown.value.code == -32602 and "no provider instance 'nope'" in str(unknown.value)
+
+
+#: a 1×1 PNG
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+GIF = b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00" \
+      b"\x01\x00\x01\x00\x00\x02\x02D\x01\x00;"
+
+
+async def test_images_in_a_prompt_reach_the_provider_or_are_refused_saying_why(tmp_path, short_dir, workspace):
+    """Issue 26: an image block (and an embedded image resource) of a prompt
+    goes to the thread's provider — the scripted agent reads the files agentd
+    keeps and says what it got — and is kept beside the store, not in it; an
+    instance that takes no images refuses the message up front."""
+    config = tmp_path / "config.toml"
+    config.write_text('[providers.blind]\nkind = "scripted"\nargs = ["--no-images"]\n')
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        session = await new_session(editor, workspace)
+        gif = resource_block(BlobResourceContents(uri="file:///tmp/dot.gif", blob=base64.b64encode(GIF).decode(),
+                                                  mime_type="image/gif"))
+        answer = await editor.run(editor.conn.prompt(session_id=session, prompt=[
+            text_block(script({"reportImages": True})), image_block(base64.b64encode(PNG).decode(), "image/png"), gif]))
+        assert answer.stop_reason == "end_turn"
+        said = editor.text(session)
+        assert f"image image/png {len(PNG)} bytes sha256={hashlib.sha256(PNG).hexdigest()}" in said
+        assert f"image image/gif {len(GIF)} bytes sha256={hashlib.sha256(GIF).hexdigest()}" in said
+        async with Client.connect(daemon.socket) as client:
+            (message,) = [m for m in (await client.call("thread.get", threadId=session))["messages"] if m["role"] == "user"]
+            assert message["attachments"] == [
+                {"type": "image", "mimeType": "image/png", "sha256": hashlib.sha256(PNG).hexdigest(), "size": len(PNG)},
+                {"type": "image", "mimeType": "image/gif", "sha256": hashlib.sha256(GIF).hexdigest(), "size": len(GIF)}]
+            kept = tmp_path / "data" / "attachments" / hashlib.sha256(PNG).hexdigest()
+            assert kept.read_bytes() == PNG and kept.stat().st_mode & 0o777 == 0o600
+            # Too many bytes together, or bytes that are not the type said: invalid_params, nothing stored.
+            runs_before = len((await client.call("thread.get", threadId=session))["runs"])
+            too_big = "A" * (((9 << 20) // 3 + 1) * 4)
+            with pytest.raises(AgentdError) as big:
+                await client.call("thread.message.send", threadId=session, text="look",
+                                  attachments=[{"type": "image", "mimeType": "image/png", "data": too_big}])
+            assert big.value.kind == "invalid_params" and big.value.data["field"] == "attachments"
+            with pytest.raises(AgentdError) as fake:
+                await client.call("thread.message.send", threadId=session, text="look",
+                                  attachments=[{"type": "image", "mimeType": "image/jpeg",
+                                                "data": base64.b64encode(PNG).decode()}])
+            assert fake.value.kind == "invalid_params" and fake.value.data["field"] == "attachments[0].data"
+            assert len((await client.call("thread.get", threadId=session))["runs"]) == runs_before
+        # An instance that takes no images: the editor learns why, per message.
+        await editor.run(editor.conn.set_session_mode(session_id=session, mode_id="blind"))
+        with pytest.raises(RequestError) as refused:
+            await editor.run(editor.conn.prompt(session_id=session, prompt=[
+                text_block("what is this?"), image_block(base64.b64encode(PNG).decode(), "image/png")]))
+        assert refused.value.data["kind"] == "unsupported" and "--no-images" in str(refused.value)
+        assert await prompt(editor, session, "just text then") == "end_turn"
+        assert "You said: just text then" in editor.text(session)
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+    assert "Traceback" not in editor.stderr()
+
+
+async def test_images_reach_an_acp_provider_that_takes_them(tmp_path, short_dir, workspace):
+    """Issue 26: behind ``agentd acp``, an ACP provider instance gets the
+    prompt's image as an ACP ``image`` block when its agent said
+    ``promptCapabilities.image``; one whose agent did not refuses it up front."""
+    from tests.supervisor.test_acp_provider import provider_toml, prompts
+
+    state = tmp_path / "agent-state"
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ndefault_provider = "eyes"\n\n'
+                      + provider_toml("eyes", state, env={"FAKE_ACP_STATE": str(state), "FAKE_ACP_IMAGES": "1"})
+                      + "\n" + provider_toml("blind", state))
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        session = await new_session(editor, workspace)
+        answer = await editor.run(editor.conn.prompt(session_id=session, prompt=[
+            text_block("look at this"), image_block(base64.b64encode(PNG).decode(), "image/png")]))
+        assert answer.stop_reason == "end_turn"
+        assert "Echo: look at this" in editor.text(session)
+        (logged,) = [p for p in prompts(tmp_path) if p.get("images")]
+        assert logged["images"] == [["image/png", hashlib.sha256(PNG).hexdigest()]]
+        assert logged["texts"][-1] == "look at this"
+        other = await new_session(editor, workspace)
+        await editor.run(editor.conn.set_session_mode(session_id=other, mode_id="blind"))
+        with pytest.raises(RequestError) as refused:
+            await editor.run(editor.conn.prompt(session_id=other, prompt=[
+                text_block("and this?"), image_block(base64.b64encode(PNG).decode(), "image/png")]))
+        assert refused.value.data["kind"] == "unsupported"
+        assert "promptCapabilities.image" in str(refused.value)
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+    assert "Traceback" not in editor.stderr()
+
+
+async def test_an_image_steers_the_running_turn(editor, client, workspace):
+    """Issue 26: a prompt with an image while the session's run is going is a
+    native steer on the scripted agent, and the image comes with it."""
+    session = await new_session(editor, workspace)
+    editor.gate = await editor.run(_event())
+    first = asyncio.run_coroutine_threadsafe(editor.conn.prompt(session_id=session, prompt=[text_block(script(
+        {"approval": {"kind": "command", "command": "make"}}, {"reportImages": True}))]), editor.loop)
+    await editor.wait_for(lambda: editor.permissions)
+    steer = asyncio.run_coroutine_threadsafe(editor.conn.prompt(session_id=session, prompt=[
+        text_block("also this"), image_block(base64.b64encode(PNG).decode(), "image/png")]), editor.loop)
+    await wait_event(client, lambda e: e["type"] == "message.steered", thread_id=session)
+    editor.loop.call_soon_threadsafe(editor.gate.set)
+    assert (await trio.to_thread.run_sync(lambda: first.result(WAIT))).stop_reason == "end_turn"
+    assert (await trio.to_thread.run_sync(lambda: steer.result(WAIT))).stop_reason == "end_turn"
+    assert f"image image/png {len(PNG)} bytes sha256={hashlib.sha256(PNG).hexdigest()}" in editor.text(session)

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from acp import PROTOCOL_VERSION
+from acp import PROTOCOL_VERSION, image_block, text_block
 from agentd.launch import start_daemon
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
@@ -52,6 +52,59 @@ async def test_an_editor_drives_a_real_runtime_through_agentd_acp(kind, tmp_path
         assert [o.kind for o in editor.permissions[0].options] == ["allow_once", "allow_always", "reject_once"]
         assert (workspace / approved_file).exists()
         assert world.model_requests(), "the fake model answered"
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+        world.close()
+    assert "Traceback" not in editor.stderr()
+
+
+#: a 1×1 PNG
+PNG_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def images_sent(kind: str, body: dict) -> list[str]:
+    """The images of a model request's user messages, as the model got them:
+    Codex's ``input_image`` data URLs, Claude's base64 ``image`` blocks."""
+    found = []
+    for item in body.get("input" if kind == "codex" else "messages") or []:
+        content = item.get("content") if isinstance(item, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if kind == "codex" and part.get("type") == "input_image":
+                found.append(part.get("image_url", ""))
+            elif kind == "claude" and part.get("type") == "image":
+                found.append((part.get("source") or {}).get("data", ""))
+    return found
+
+
+@pytest.mark.parametrize("kind", sorted(RUNTIMES))
+async def test_an_editors_image_reaches_the_real_runtimes_model(kind, tmp_path, short_dir):
+    """Issue 26: an image block of the editor's prompt goes through agentd to
+    the real runtime (Codex: a ``localImage`` input of the file agentd keeps;
+    Claude: a base64 ``image`` block) and on to its model's request."""
+    offline = RUNTIMES[kind][0]
+    binary = offline.codex_binary() if kind == "codex" else offline.claude_binary()
+    if binary is None:
+        pytest.skip(offline.SKIP_REASON)
+    world = offline.make_world(tmp_path / kind)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[daemon]\ndefault_provider = "{kind}"\n\n' + world.provider_toml(kind))
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        session = await new_session(editor, workspace)
+        answer = await editor.run(editor.conn.prompt(session_id=session, prompt=[
+            text_block("what is in this picture?"), image_block(PNG_B64, "image/png")]))
+        assert answer.stop_reason == "end_turn"
+        sent = [image for body in world.model_requests() for image in images_sent(kind, body)]
+        assert sent, json.dumps(world.model_requests())[:3000]
+        assert all(PNG_B64 in image or image.startswith("data:image/") for image in sent), sent
+        if kind == "claude":
+            assert PNG_B64 in sent
     finally:
         await editor.stop()
         await daemon.terminate()
