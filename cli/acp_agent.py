@@ -39,6 +39,7 @@ from acp.schema import (
     AvailableCommandInput,
     AvailableCommandsUpdate,
     ClientCapabilities,
+    ConfigOptionUpdate,
     CurrentModeUpdate,
     ElicitationFormSessionMode,
     ElicitationSchema,
@@ -55,12 +56,15 @@ from acp.schema import (
     ResumeSessionResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
     SessionForkCapabilities,
     SessionInfo,
     SessionListCapabilities,
     SessionMode,
     SessionModeState,
     SessionResumeCapabilities,
+    SetSessionConfigOptionResponse,
     SetSessionModeResponse,
     ToolCallUpdate,
     UnstructuredCommandInput,
@@ -85,6 +89,8 @@ COMMANDS = {
     "retry": ("retry the latest run after it failed or was interrupted", None),
     "stop": ("the Stop button: interrupt the run and hold what is queued", None),
 }
+#: the id of the one config option: the provider instance (as the session modes)
+CONFIG_PROVIDER = "provider"
 #: the options of an approval
 APPROVAL_OPTIONS = [
     PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
@@ -135,6 +141,11 @@ class Session:
     running: str | None = None
     #: a question waiting for the next prompt: (request id, answers so far, free-text question ids)
     question: tuple[str, dict[str, Any], list[str]] | None = None
+
+    @property
+    def current_provider(self) -> str:
+        """The provider the next message runs on (the mode and config option show it)."""
+        return self.switch_to or self.provider
 
 
 class AgentdAcp:
@@ -193,6 +204,18 @@ class AgentdAcp:
             note = "" if p.get("usable", True) else f" — not usable here: {p.get('why') or 'unknown'}"
             modes.append(SessionMode(id=p["name"], name=p["name"], description=f"agentd provider ({p['kind']}){note}"))
         return SessionModeState(current_mode_id=current, available_modes=modes)
+
+    async def config_options(self, current: str) -> list[Any]:
+        """The session's config options: one, ``provider``, whose values are
+        the provider instances (as the modes are; either one switches)."""
+        choices = [SessionConfigSelectOption(value=p["name"], name=p["name"],
+                                             description=f"agentd provider ({p['kind']})"
+                                             + ("" if p.get("usable", True) else f" — not usable here: {p.get('why') or 'unknown'}"))
+                   for p in await self.providers()]
+        return [SessionConfigOptionSelect(type="select", id=CONFIG_PROVIDER, name="Provider", category="model",
+                                          description="the agentd provider instance the next message runs on "
+                                                      "(a switch hands the thread's context over)",
+                                          current_value=current, options=choices)]
 
     async def can_steer(self, provider: str) -> bool:
         return any(p["name"] == provider and p.get("capabilities", {}).get("steer") for p in await self.providers())
@@ -518,18 +541,21 @@ class AgentdAcp:
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
         created = await self.call("thread.create", workspace=cwd)
         session = await self.open_session(created["threadId"])
-        return NewSessionResponse(session_id=session.id, modes=await self.modes(session.provider))
+        return NewSessionResponse(session_id=session.id, modes=await self.modes(session.provider),
+                                  config_options=await self.config_options(session.provider))
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                            **kwargs: Any) -> LoadSessionResponse:
         """Replays the thread's history as updates, then follows it; nothing runs (seed 003)."""
         session = await self.open_session(session_id, replay=True)
-        return LoadSessionResponse(modes=await self.modes(session.provider))
+        return LoadSessionResponse(modes=await self.modes(session.current_provider),
+                                   config_options=await self.config_options(session.current_provider))
 
     async def resume_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                              **kwargs: Any) -> ResumeSessionResponse:
         session = await self.open_session(session_id)
-        return ResumeSessionResponse(modes=await self.modes(session.provider))
+        return ResumeSessionResponse(modes=await self.modes(session.current_provider),
+                                     config_options=await self.config_options(session.current_provider))
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any) -> ListSessionsResponse:
         params: dict[str, Any] = {"limit": 200}
@@ -558,19 +584,37 @@ class AgentdAcp:
             params["workspace"] = cwd
         forked = await self.call("thread.fork", **params)
         session = await self.open_session(forked["threadId"])
-        return ForkSessionResponse(session_id=session.id, modes=await self.modes(session.provider))
+        return ForkSessionResponse(session_id=session.id, modes=await self.modes(session.provider),
+                                   config_options=await self.config_options(session.provider))
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
         session = self.session(session_id)
         await self.switch(session, mode_id)
         return SetSessionModeResponse()
 
-    async def switch(self, session: Session, provider: str) -> None:
+    async def set_config_option(self, config_id: str, session_id: str, value: str | bool,
+                                **kwargs: Any) -> SetSessionConfigOptionResponse:
+        """``provider`` is the one option: as ``session/set_mode``."""
+        session = self.session(session_id)
+        if config_id != CONFIG_PROVIDER:
+            raise RequestError(-32602, f"no config option {config_id!r}; agentd has one, {CONFIG_PROVIDER!r}",
+                               {"kind": "invalid_params", "field": "configId"})
+        if not isinstance(value, str):
+            raise RequestError(-32602, "the provider option takes a provider instance's name",
+                               {"kind": "invalid_params", "field": "value"})
+        await self.switch(session, value, field="value")
+        return SetSessionConfigOptionResponse(config_options=await self.config_options(session.current_provider))
+
+    async def switch(self, session: Session, provider: str, field: str = "modeId") -> None:
+        """The next message runs on ``provider`` (a switch, when it is not the
+        thread's); the editor hears it as the mode and the config option."""
         if provider not in [p["name"] for p in await self.providers()]:
             raise RequestError(-32602, f"no provider instance {provider!r}; the session's modes list them",
-                               {"kind": "invalid_params", "field": "modeId"})
+                               {"kind": "invalid_params", "field": field})
         session.switch_to = None if provider == session.provider else provider
         await self.update(session, CurrentModeUpdate(session_update="current_mode_update", current_mode_id=provider))
+        await self.update(session, ConfigOptionUpdate(session_update="config_option_update",
+                                                      config_options=await self.config_options(provider)))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         """Interrupt the runs this session's prompts started (a queued one is cancelled)."""

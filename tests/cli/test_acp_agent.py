@@ -423,6 +423,40 @@ async def test_provider_instances_are_modes_and_switching_one_moves_the_thread(t
     finally:
         await editor.stop()
         await daemon.terminate()
+
+
+async def test_the_provider_is_a_config_option_too(tmp_path, short_dir, workspace):
+    """Issue 26: ``configOptions`` hold one select, ``provider`` (the
+    instances, as the modes); ``session/set_config_option`` of it is the
+    same switch with its handoff (F5), and the mode follows."""
+    config = tmp_path / "config.toml"
+    config.write_text('[providers.basic]\nkind = "scripted"\n')
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        created = await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=[]))
+        session = created.session_id
+        (option,) = created.config_options
+        assert option.id == "provider" and option.type == "select" and option.current_value == "scripted"
+        assert {o.value for o in option.options} == {"scripted", "basic"}
+        assert await prompt(editor, session, "remember alpha") == "end_turn"
+        answer = await editor.run(editor.conn.set_config_option(config_id="provider", session_id=session, value="basic"))
+        assert answer.config_options[0].current_value == "basic"
+        assert {"current_mode_update", "config_option_update"} <= set(editor.kinds(session))
+        assert await prompt(editor, session, script({"recall": ["alpha"]})) == "end_turn"
+        assert "alpha=context" in editor.text(session)
+        resumed = await editor.run(editor.conn.resume_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+        assert resumed.config_options[0].current_value == "basic" and resumed.modes.current_mode_id == "basic"
+        for config_id, value, field in (("model", "basic", "configId"), ("provider", "nope", "value"),
+                                        ("provider", True, "value")):
+            with pytest.raises(RequestError) as bad:
+                await editor.run(editor.conn.set_config_option(config_id=config_id, session_id=session, value=value))
+            assert bad.value.code == -32602 and bad.value.data["field"] == field
+    finally:
+        await editor.stop()
+        await daemon.terminate()
     assert "Traceback" not in editor.stderr()
 
 
