@@ -49,6 +49,7 @@ from acp.schema import (
     InitializeResponse,
     ListSessionsResponse,
     LoadSessionResponse,
+    McpCapabilities,
     NewSessionResponse,
     PermissionOption,
     PromptCapabilities,
@@ -528,6 +529,8 @@ class AgentdAcp:
                 # Images go on to providers that take them; a message with images to
                 # one that does not is refused (unsupported) saying why.
                 prompt_capabilities=PromptCapabilities(image=True, audio=False, embedded_context=True),
+                # The editor's stdio and http MCP servers go on to the thread's provider sessions.
+                mcp_capabilities=McpCapabilities(http=True, sse=False),
                 session_capabilities=SessionCapabilities(
                     list=SessionListCapabilities(), resume=SessionResumeCapabilities(),
                     close=SessionCloseCapabilities(), fork=SessionForkCapabilities()),
@@ -538,8 +541,27 @@ class AgentdAcp:
     async def authenticate(self, method_id: str, **kwargs: Any) -> None:
         return None
 
+    async def give_mcp_servers(self, thread_id: str, servers: Any) -> None:
+        """The editor's MCP servers kept on the thread (``thread.update``), for
+        its provider sessions; None (not sent) leaves the thread's as they are."""
+        if servers is None:
+            return
+        given, left = tr.mcp_servers(servers)
+        if left:
+            log.warning("MCP servers %s are neither stdio nor http: not passed on", ", ".join(left))
+        updated = await self.call("thread.update", threadId=thread_id, mcpServers=given)
+        for name, kept in (updated.get("renamed") or {}).items():
+            log.warning("the editor's MCP server %r is %r for the agents (agentd's own tool is 'agentd')", name, kept)
+
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
         created = await self.call("thread.create", workspace=cwd)
+        if mcp_servers:
+            try:
+                await self.give_mcp_servers(created["threadId"], mcp_servers)
+            except RequestError:
+                with contextlib.suppress(RequestError):  # no thread is left behind by a refused session/new
+                    await self.call("thread.delete", threadId=created["threadId"])
+                raise
         session = await self.open_session(created["threadId"])
         return NewSessionResponse(session_id=session.id, modes=await self.modes(session.provider),
                                   config_options=await self.config_options(session.provider))
@@ -547,12 +569,14 @@ class AgentdAcp:
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                            **kwargs: Any) -> LoadSessionResponse:
         """Replays the thread's history as updates, then follows it; nothing runs (seed 003)."""
+        await self.give_mcp_servers(session_id, mcp_servers)
         session = await self.open_session(session_id, replay=True)
         return LoadSessionResponse(modes=await self.modes(session.current_provider),
                                    config_options=await self.config_options(session.current_provider))
 
     async def resume_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                              **kwargs: Any) -> ResumeSessionResponse:
+        await self.give_mcp_servers(session_id, mcp_servers)
         session = await self.open_session(session_id)
         return ResumeSessionResponse(modes=await self.modes(session.current_provider),
                                      config_options=await self.config_options(session.current_provider))
@@ -583,6 +607,7 @@ class AgentdAcp:
         if source is not None and cwd and cwd.rstrip("/") != source.cwd.rstrip("/"):
             params["workspace"] = cwd
         forked = await self.call("thread.fork", **params)
+        await self.give_mcp_servers(forked["threadId"], mcp_servers)
         session = await self.open_session(forked["threadId"])
         return ForkSessionResponse(session_id=session.id, modes=await self.modes(session.provider),
                                    config_options=await self.config_options(session.provider))

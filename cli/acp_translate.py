@@ -273,6 +273,25 @@ def prompt_images(blocks: Iterable[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def mcp_servers(servers: Iterable[Any] | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The editor's MCP servers (``session/new {mcpServers}``) as
+    ``thread.update {mcpServers}`` takes them — stdio and http ones — and the
+    names of those left out (sse, acp: agentd does not advertise them)."""
+    out: list[dict[str, Any]] = []
+    left: list[str] = []
+    for server in servers or []:
+        kind = getattr(server, "type", None)
+        if kind is None and getattr(server, "command", None):
+            out.append({"type": "stdio", "name": server.name, "command": server.command, "args": list(server.args or []),
+                        "env": {e.name: e.value for e in server.env or []}})
+        elif kind == "http":
+            out.append({"type": "http", "name": server.name, "url": server.url,
+                        "headers": {h.name: h.value for h in server.headers or []}})
+        else:
+            left.append(str(getattr(server, "name", "?")))
+    return out, left
+
+
 # -- diffs from a checkpoint ---------------------------------------------------------------
 
 _DIFF_HEADER = re.compile(r"^diff --git a/(.*?) b/(.*)$")

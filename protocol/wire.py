@@ -249,11 +249,40 @@ class ThreadIdParams(Params):
     thread_id: Id
 
 
+#: MCP servers one thread may be given (issue 26)
+MAX_MCP_SERVERS = 32
+McpName = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+McpText = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+McpMap = Annotated[dict[Annotated[str, msgspec.Meta(min_length=1, max_length=256)],
+                        Annotated[str, msgspec.Meta(max_length=16384)]], msgspec.Meta(max_length=256)]
+
+
+class McpServerStdio(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True, tag_field="type",
+                     tag="stdio"):
+    """An MCP server the provider starts as a process (an editor's, issue 26)."""
+
+    name: McpName
+    command: McpText
+    args: Annotated[list[Annotated[str, msgspec.Meta(max_length=16384)]], msgspec.Meta(max_length=256)] = []
+    env: McpMap = {}
+
+
+class McpServerHttp(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True, tag_field="type",
+                    tag="http"):
+    """An MCP server the provider reaches over streamable HTTP (an editor's, issue 26)."""
+
+    name: McpName
+    url: McpText
+    headers: McpMap = {}
+
+
 class ThreadUpdateParams(Params):
     """``thread.update``: what to change (a field left out stays as it is)."""
 
     thread_id: Id
     title: Title | None = None
+    #: MCP servers for the thread's provider sessions, besides agentd's own tool (issue 26); [] removes them
+    mcp_servers: Annotated[list[McpServerStdio | McpServerHttp], msgspec.Meta(max_length=MAX_MCP_SERVERS)] | None = None
     command_id: CommandId | None = None
 
 

@@ -120,6 +120,24 @@ class AppThread(Record, kw_only=True, frozen=True):
     workspace_source: WorkspaceSource | None = None
     #: when ``thread.archive`` archived it (None: not archived; issue 27)
     archived_at: float | None = None
+    #: MCP servers its provider sessions get besides agentd's own tool (an
+    #: editor's, ``thread.update {mcpServers}``; issue 26); None: none
+    mcp_servers: list[McpServer] | None = None
+
+
+class McpServer(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """An MCP server a thread's provider sessions get (issue 26): a process
+    the runtime starts (``stdio``: ``command``, ``args``, ``env``) or a server
+    it reaches (``http``: ``url``, ``headers``). ``name`` is unique in the
+    thread and never agentd's own tool's."""
+
+    name: str
+    type: Literal["stdio", "http"] = "stdio"
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    url: str | None = None
+    headers: dict[str, str] = {}
 
 
 class WorkspaceSource(msgspec.Struct, kw_only=True, rename="camel", frozen=True):

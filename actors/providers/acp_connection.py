@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import msgspec
 import trio
 
-from . import acp_files
+from . import acp_files, extra_mcp
 from .acp_rpc import AUTH_REQUIRED, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, AcpError, AcpPeer
 from .acp_terminals import Terminals
 from .acp_updates import TurnMapper
@@ -78,6 +78,8 @@ from .transport import ProcessLike
 
 if TYPE_CHECKING:
     from ..config import ProviderConfig
+    from agentd.store.records import McpServer
+
     from .images import ImageInput
     from .agentd_tool import AgentdTool
     from .base import Capabilities
@@ -206,7 +208,16 @@ class AcpConnection(ProviderConnection):
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def _mcp_servers(self) -> list[McpServerStdio]:
+    def _mcp_servers(self, extra: Sequence[McpServer] = ()) -> list[Any]:
+        """agentd's own tool, then the thread's other servers (an editor's;
+        issue 26): ``http`` ones only where the agent said ``mcpCapabilities.http``."""
+        http = bool(self.initialized and self.initialized.agent_capabilities.mcp_capabilities.get("http"))
+        others, left = extra_mcp.acp_servers(extra, http=http)
+        if left:
+            log.warning("ACP agent %s takes no http MCP servers: %s not passed on", self.adapter.name, ", ".join(left))
+        return [*self._own_server(), *others]
+
+    def _own_server(self) -> list[McpServerStdio]:
         tool = self.adapter.agentd_tool
         if tool is None:
             return []
@@ -223,8 +234,8 @@ class AcpConnection(ProviderConnection):
         session = self._sessions[session_id] = Session(session_id=session_id, cwd=cwd, mapper=mapper)
         return session
 
-    async def create_thread(self, *, cwd: str) -> str:
-        params = NewSessionRequest(cwd=cwd, mcp_servers=self._mcp_servers())
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+        params = NewSessionRequest(cwd=cwd, mcp_servers=self._mcp_servers(mcp_servers))
         try:
             raw = await self._peer.request("session/new", _encode(params))
         except AcpError as exc:
@@ -255,7 +266,7 @@ class AcpConnection(ProviderConnection):
             else:
                 raise ProviderRuntimeError(f"the agent offers no choice of {category}, so {category} = {wanted!r} cannot be set")
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
         """``session/load``: the history it replays is counted, never reported as new."""
         if native_thread_id in self._sessions:
             return ResumeInfo(native_thread_id=native_thread_id)
@@ -264,7 +275,7 @@ class AcpConnection(ProviderConnection):
             raise NativeThreadMissing("the agent cannot load a session (no loadSession capability)")
         session = self._session(native_thread_id, cwd)
         session.replaying = True
-        params = LoadSessionRequest(session_id=native_thread_id, cwd=cwd, mcp_servers=self._mcp_servers())
+        params = LoadSessionRequest(session_id=native_thread_id, cwd=cwd, mcp_servers=self._mcp_servers(mcp_servers))
         try:
             raw = await self._peer.request("session/load", _encode(params))
         except AcpError as exc:

@@ -72,6 +72,7 @@ message gets a fresh one instead of a half-started one).
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import uuid
@@ -81,6 +82,8 @@ from typing import Any
 
 import msgspec
 import trio
+
+from agentd.store.records import McpServer
 
 from .base import (
     Capabilities,
@@ -102,6 +105,7 @@ from .claude_stream import (
 )
 from ..config import ProviderConfig
 from .agentd_tool import AgentdTool
+from . import extra_mcp
 from .images import ImageInput
 from .jsonl import RequestCorrelator, RequestTimeout
 from .runtime import RuntimeBinary, StderrLog, parse_version
@@ -323,15 +327,16 @@ class ClaudeConnection(ProviderConnection):
 
     # -- primitives ---------------------------------------------------------------------
 
-    async def create_thread(self, *, cwd: str) -> str:
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
         raise ProviderRuntimeError("Claude has no empty sessions: a session starts with its first turn (start_first_turn)")
 
     async def start_first_turn(
         self, *, text: str, attempt_id: str, cwd: str, context: str | None = None, images: Sequence[ImageInput] = (),
+        mcp_servers: Sequence[McpServer] = (),
     ) -> tuple[str, str]:
         claude = self._claude
         if claude.mode is None:
-            await claude.launch("new", [], cwd, initialize=self._initialize)
+            await claude.launch("new", await self._mcp_args(mcp_servers), cwd, initialize=self._initialize)
         elif claude.mode != "new" or claude.session is not None:
             raise ProviderRuntimeError(f"this claude process already runs session {claude.session}")
         self._session_known = trio.Event()
@@ -345,17 +350,19 @@ class ClaudeConnection(ProviderConnection):
             raise ProviderRuntimeError(claude.closed or "claude ended the turn without a session id")
         return claude.session, turn_id
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
         if native_thread_id in self.loaded_threads:
             return ResumeInfo(native_thread_id=native_thread_id)
         await self._claude.launch_existing(
-            "resume", native_thread_id, ["--resume", native_thread_id], cwd, initialize=self._initialize,
+            "resume", native_thread_id, ["--resume", native_thread_id, *await self._mcp_args(mcp_servers)], cwd,
+            initialize=self._initialize,
         )
         self._claude.bind(native_thread_id)
         turns = await trio.to_thread.run_sync(count_turns, self.adapter.config_dir(), native_thread_id)
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=turns)
 
-    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
+                          mcp_servers: Sequence[McpServer] = ()) -> str:
         # ``last_turn_id`` is a turn's last message uuid (``TurnCompleted.end_ref``):
         # ``--resume-session-at`` forks there; our own turn ids name nothing in Claude.
         if last_turn_id is not None and last_turn_id.startswith("turn_"):
@@ -368,8 +375,9 @@ class ClaudeConnection(ProviderConnection):
         fork_id = str(uuid.uuid4())
         at = ["--resume-session-at", last_turn_id] if last_turn_id is not None else []
         await self._claude.launch_existing(
-            "fork", native_thread_id, ["--resume", native_thread_id, *at, "--fork-session", "--session-id", fork_id], cwd,
-            initialize=self._initialize,
+            "fork", native_thread_id,
+            ["--resume", native_thread_id, *at, "--fork-session", "--session-id", fork_id, *await self._mcp_args(mcp_servers)],
+            cwd, initialize=self._initialize,
         )
         self._claude.bind(fork_id)
         return fork_id
@@ -394,6 +402,26 @@ class ClaudeConnection(ProviderConnection):
     async def answer_request(self, request_ref: str, response: dict[str, Any]) -> None:
         result = self._stream.answer_permission(request_ref, response)
         await self._write(control_response_line(request_ref, result))
+
+    async def _mcp_args(self, servers: Sequence[McpServer]) -> list[str]:
+        """A second ``--mcp-config`` with the thread's extra MCP servers (issue
+        26): a 0600 file of this session's, as agentd's own (it may hold
+        secrets, which an argv must not)."""
+        if not servers:
+            return []
+        path = self.adapter.home / "mcp" / f"{self._agentd_session}.json"
+        document = json.dumps(extra_mcp.claude_config(servers)).encode()
+
+        def write() -> None:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, document)
+            finally:
+                os.close(fd)
+
+        await trio.to_thread.run_sync(write)
+        return ["--mcp-config", str(path)]
 
     async def _begin_turn(self, text: str, attempt_id: str, context: str | None,
                           images: Sequence[ImageInput] = ()) -> str:

@@ -50,6 +50,8 @@ from typing import Any, TypeVar
 import msgspec
 import trio
 
+from agentd.store.records import McpServer
+
 from .base import (
     Capabilities,
     EventSink,
@@ -71,6 +73,7 @@ from .base import (
 )
 from ..config import ProviderConfig
 from .agentd_tool import AgentdTool
+from . import extra_mcp
 from .images import ImageInput
 from .jsonl import JsonLinesPeer, stop_process
 from .runtime import RuntimeBinary, StderrLog, parse_version  # noqa: F401 - parse_version re-exported
@@ -546,16 +549,18 @@ class CodexConnection(ProviderConnection):
     def history_mode(self, native_thread_id: str) -> str | None:
         return self._history_modes.get(native_thread_id)
 
-    async def create_thread(self, *, cwd: str) -> str:
-        params = ThreadStartParams(cwd=cwd, model=self.adapter.config.model)
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+        params = ThreadStartParams(cwd=cwd, model=self.adapter.config.model,
+                                   config=extra_mcp.codex_config(mcp_servers) or None)
         result = _decode(ThreadStartResponse, await self._peer.request("thread/start", _encode(params)), "thread/start answer")
         self._loaded_threads.add(result.thread.id)
         self._models[result.thread.id] = result.model
         self._history_modes[result.thread.id] = result.thread.history_mode
         return result.thread.id
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
-        params = ThreadResumeParams(thread_id=native_thread_id, cwd=cwd, model=self.adapter.config.model, exclude_turns=True)
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
+        params = ThreadResumeParams(thread_id=native_thread_id, cwd=cwd, model=self.adapter.config.model, exclude_turns=True,
+                                    config=extra_mcp.codex_config(mcp_servers) or None)
         try:
             raw = await self._peer.request("thread/resume", _encode(params))
         except ProviderRuntimeError as exc:
@@ -604,7 +609,8 @@ class CodexConnection(ProviderConnection):
         params = TurnSteerParams(thread_id=native_thread_id, expected_turn_id=native_turn_id, input=inputs)
         _decode(TurnSteerResponse, await self._peer.request("turn/steer", _encode(params)), "turn/steer answer")
 
-    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
+                          mcp_servers: Sequence[McpServer] = ()) -> str:
         """``thread/fork`` with ``lastTurnId`` (inclusive). Where the runtime
         cannot fork at a turn — it refuses ``lastTurnId``, or its fork holds
         turns after that one (a runtime that ignores the field) — the fork is
@@ -612,18 +618,19 @@ class CodexConnection(ProviderConnection):
         on the fork, never on the source: SPEC F6). A fork that lacks the turn,
         or whose later turns cannot be reverted, is an explicit failure."""
         try:
-            fork = await self._fork(native_thread_id, last_turn_id)
+            fork = await self._fork(native_thread_id, last_turn_id, mcp_servers)
         except ProviderRuntimeError as exc:
             if last_turn_id is None or exc.code is None or _MISSING_THREAD.search(str(exc)):
                 raise
             log.info("codex refused thread/fork at turn %s (%s): forking the whole thread and reverting", last_turn_id, exc)
-            fork = await self._fork(native_thread_id, None)
+            fork = await self._fork(native_thread_id, None, mcp_servers)
         if last_turn_id is not None:
             await self._revert_after(fork, last_turn_id)
         return fork
 
-    async def _fork(self, native_thread_id: str, last_turn_id: str | None) -> str:
-        params = ThreadForkParams(thread_id=native_thread_id, last_turn_id=last_turn_id, exclude_turns=True)
+    async def _fork(self, native_thread_id: str, last_turn_id: str | None, mcp_servers: Sequence[McpServer] = ()) -> str:
+        params = ThreadForkParams(thread_id=native_thread_id, last_turn_id=last_turn_id, exclude_turns=True,
+                                  config=extra_mcp.codex_config(mcp_servers) or None)
         result = _decode(ThreadForkResponse, await self._peer.request("thread/fork", _encode(params)), "thread/fork answer")
         self._loaded_threads.add(result.thread.id)
         self._history_modes[result.thread.id] = result.thread.history_mode

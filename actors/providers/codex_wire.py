@@ -56,6 +56,8 @@ class ThreadStartParams(_Wire, kw_only=True, rename="camel"):
     __direction__ = "out"
     cwd: str | None = None
     model: str | None = None
+    #: config overrides for this thread (dotted keys): the thread's extra MCP servers (issue 26)
+    config: dict[str, Any] | None = None
 
 
 class ThreadResumeParams(_Wire, kw_only=True, rename="camel"):
@@ -65,6 +67,7 @@ class ThreadResumeParams(_Wire, kw_only=True, rename="camel"):
     cwd: str | None = None
     model: str | None = None
     exclude_turns: bool
+    config: dict[str, Any] | None = None
 
 
 class ThreadForkParams(_Wire, kw_only=True, rename="camel"):
@@ -73,6 +76,7 @@ class ThreadForkParams(_Wire, kw_only=True, rename="camel"):
     thread_id: str
     last_turn_id: str | None = None
     exclude_turns: bool
+    config: dict[str, Any] | None = None
 
 
 class ThreadTurnsListParams(_Wire, kw_only=True, rename="camel"):

@@ -19,6 +19,8 @@ from typing import Any
 import msgspec
 import trio
 
+from agentd.store.records import McpServer
+
 from .base import (
     Capabilities,
     EventSink,
@@ -39,6 +41,7 @@ from .base import (
     message_phase,
 )
 from .agentd_tool import AgentdTool
+from . import extra_mcp
 from .images import ImageInput
 from .jsonl import JsonLinesPeer, stop_process
 from .runtime import StderrLog
@@ -192,8 +195,11 @@ class ScriptedConnection(ProviderConnection):
 
     # -- primitives -------------------------------------------------------------
 
-    async def create_thread(self, *, cwd: str) -> str:
-        result = await self._peer.request("thread/start", {"cwd": cwd})
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+        params: dict[str, Any] = {"cwd": cwd}
+        if mcp_servers:
+            params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)
+        result = await self._peer.request("thread/start", params)
         thread_id: str = result["threadId"]
         self._loaded_threads.add(thread_id)
         self._history_modes[thread_id] = result.get("historyMode")
@@ -202,9 +208,12 @@ class ScriptedConnection(ProviderConnection):
     def history_mode(self, native_thread_id: str) -> str | None:
         return self._history_modes.get(native_thread_id)
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
+        params: dict[str, Any] = {"threadId": native_thread_id}
+        if mcp_servers:
+            params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)
         try:
-            result = await self._peer.request("thread/resume", {"threadId": native_thread_id})
+            result = await self._peer.request("thread/resume", params)
         except ProviderRuntimeError as exc:
             if exc.code in (THREAD_NOT_FOUND, THREAD_CORRUPT):
                 raise NativeThreadMissing(str(exc), code=exc.code) from exc
@@ -231,6 +240,7 @@ class ScriptedConnection(ProviderConnection):
 
     async def start_first_turn(
         self, *, text: str, attempt_id: str, cwd: str, context: str | None = None, images: Sequence[ImageInput] = (),
+        mcp_servers: Sequence[McpServer] = (),
     ) -> tuple[str, str]:
         # The thread id is unknown until the answer; events of a thread we
         # have not seen yet belong to this attempt (one thread per process).
@@ -240,6 +250,8 @@ class ScriptedConnection(ProviderConnection):
             params["context"] = context
         if images:
             params["images"] = _images(images)
+        if mcp_servers:
+            params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)
         result = await self._peer.request("turn/start", params)
         self._loaded_threads.add(result["threadId"])
         self._history_modes[result["threadId"]] = result.get("historyMode")
@@ -259,8 +271,11 @@ class ScriptedConnection(ProviderConnection):
             params["images"] = _images(images)
         await self._peer.request("turn/steer", params)
 
-    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
+                          mcp_servers: Sequence[McpServer] = ()) -> str:
         params: dict[str, Any] = {"threadId": native_thread_id}
+        if mcp_servers:
+            params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)
         if last_turn_id is not None:
             params["lastTurnId"] = last_turn_id
         result = await self._peer.request("thread/fork", params)

@@ -185,6 +185,8 @@ class Agent:
         self.store = NativeStore(home)
         #: whether turns may come with images (``--no-images``: refused)
         self.images = images
+        #: the MCP servers each loaded thread was given (``mcpServers``), as a runtime holds its connections
+        self.mcp_servers: dict[str, list[dict[str, Any]]] = {}
         #: what its threads report as ``historyMode``; a ``legacy`` one, as
         #: Codex's, cannot be rolled back or forked
         self.history_mode = history_mode
@@ -363,7 +365,16 @@ class Agent:
 
     def _thread_start(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("emptyThreads")
-        return {"threadId": self._thread_for_cwd(params, "thread/start").threadId, "historyMode": self.history_mode}
+        thread = self._thread_for_cwd(params, "thread/start")
+        self._take_mcp(thread.threadId, params)
+        return {"threadId": thread.threadId, "historyMode": self.history_mode}
+
+    def _take_mcp(self, thread_id: str, params: dict[str, Any]) -> None:
+        servers = params.get("mcpServers") or []
+        for server in _expect(servers, list, "mcpServers must be a list"):
+            if not (isinstance(server, dict) and isinstance(server.get("name"), str)):
+                raise RpcError(INVALID_PARAMS, "each of mcpServers is {name, type, command | url}")
+        self.mcp_servers[thread_id] = list(servers)
 
     def _thread_for_cwd(self, params: dict[str, Any], method: str) -> ThreadRecord:
         cwd = _param(params, "cwd", str, method)
@@ -376,6 +387,7 @@ class Agent:
         thread = self.threads.get(thread_id)
         if thread is None:
             thread = self.threads[thread_id] = self.store.load(thread_id)
+        self._take_mcp(thread_id, params)
         return {"threadId": thread_id, "turnCount": len(thread.turns), "historyMode": self.history_mode}
 
     def _thread_fork(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -386,6 +398,7 @@ class Agent:
         if params.get("lastTurnId") is not None:
             turns = turns[: _turn_index(source, params["lastTurnId"]) + 1]
         fork = self._new_thread(source.cwd, list(turns))
+        self._take_mcp(fork.threadId, params)
         return {"threadId": fork.threadId, "historyMode": self.history_mode}
 
     def _thread_turns_list(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -416,6 +429,7 @@ class Agent:
             # Without a thread id the turn starts a new thread: the only way
             # to get a thread when emptyThreads is switched off.
             thread = self._thread_for_cwd(params, "turn/start")
+            self._take_mcp(thread.threadId, params)
             result["threadId"] = thread.threadId
             result["historyMode"] = self.history_mode
         if thread.threadId in self.active:
@@ -558,6 +572,10 @@ class Turn:
         Say, one line each, the images that came with the turn (``turn/start
         {images: [{type: localImage, mimeType, path}]}``, and its steers'):
         ``image MIME N bytes sha256=HEX`` of the file it read, or ``no images``.
+    ``{"reportMcp": true}``
+        Say the MCP servers the thread was given when this process started,
+        resumed or forked it (``mcpServers: [{name, type, command | url}]``):
+        ``mcp: NAME (stdio COMMAND), NAME (http URL)``, or ``mcp: none``.
     ``{"approval": {"kind": KIND, "command": TEXT}}``
         Ask the client via ``item/approval/request``, then say the decision.
     ``{"ask": {"questions": [{"id", "question", "options"}]}}``
@@ -882,6 +900,11 @@ class Turn:
             lines.append(f"image {image['mimeType']} {len(data)} bytes sha256={hashlib.sha256(data).hexdigest()}")
         await self._message("\n".join(lines) or "no images", parent)
 
+    async def _report_mcp(self, step: dict[str, Any], parent: str | None) -> None:
+        servers = self.agent.mcp_servers.get(self.thread.threadId) or []
+        said = [f"{s['name']} ({s.get('type', 'stdio')} {s.get('url') or s.get('command')})" for s in servers]
+        await self._message("mcp: " + (", ".join(said) or "none"), parent)
+
     async def _recall(self, step: dict[str, Any], parent: str | None) -> None:
         words = _expect(step["recall"], list, "recall needs a list of words")
         for word in words:
@@ -1001,6 +1024,7 @@ class Turn:
         "command": _command,
         "reportHistory": _report_history,
         "reportImages": _report_images,
+        "reportMcp": _report_mcp,
         "recall": _recall,
         "approval": _approval,
         "ask": _ask,

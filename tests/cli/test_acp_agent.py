@@ -32,6 +32,10 @@ from acp.schema import (
     DeniedOutcome,
     ElicitationCapabilities,
     ElicitationFormCapabilities,
+    EnvVariable,
+    HttpHeader,
+    HttpMcpServer,
+    McpServerStdio,
     RequestPermissionResponse,
 )
 
@@ -754,3 +758,59 @@ async def test_an_image_steers_the_running_turn(editor, client, workspace):
     assert (await trio.to_thread.run_sync(lambda: first.result(WAIT))).stop_reason == "end_turn"
     assert (await trio.to_thread.run_sync(lambda: steer.result(WAIT))).stop_reason == "end_turn"
     assert f"image image/png {len(PNG)} bytes sha256={hashlib.sha256(PNG).hexdigest()}" in editor.text(session)
+
+
+async def test_the_editors_mcp_servers_reach_the_provider_and_stay_with_the_thread(editor, client, workspace):
+    """Issue 26: ``session/new {mcpServers}`` (stdio and http) goes to the
+    thread's provider sessions — the scripted agent says what it was given —
+    and is kept on the thread; one named as agentd's own tool is renamed;
+    ``session/resume`` with other servers replaces them, at the next run."""
+    caps = editor.init.agent_capabilities.mcp_capabilities
+    assert caps.http is True and not caps.sse
+    servers = [McpServerStdio(name="agentd", command="/bin/true", args=[], env=[]),
+               McpServerStdio(name="files", command="/usr/bin/env", args=["files-mcp"],
+                              env=[EnvVariable(name="TOKEN", value="s3cret")]),
+               HttpMcpServer(type="http", name="web", url="http://127.0.0.1:9/mcp",
+                             headers=[HttpHeader(name="Authorization", value="Bearer x")])]
+    session = (await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=servers))).session_id
+    kept = (await client.call("thread.get", threadId=session))["thread"]["mcpServers"]
+    assert [(s["name"], s["type"]) for s in kept] == [("agentd-editor", "stdio"), ("files", "stdio"), ("web", "http")]
+    assert kept[1]["env"] == {"TOKEN": "s3cret"} and kept[2]["headers"] == {"Authorization": "Bearer x"}
+    assert await prompt(editor, session, script({"reportMcp": True})) == "end_turn"
+    assert ("mcp: agentd-editor (stdio /bin/true), files (stdio /usr/bin/env), web (http http://127.0.0.1:9/mcp)"
+            in editor.text(session))
+    # Opened again with other servers: the thread's provider gets those from its next run on.
+    await editor.run(editor.conn.close_session(session_id=session))
+    await editor.run(editor.conn.resume_session(cwd=str(workspace), session_id=session, mcp_servers=[servers[1]]))
+    assert await prompt(editor, session, script({"reportMcp": True})) == "end_turn"
+    assert editor.text(session).endswith("mcp: files (stdio /usr/bin/env)")
+    # A fork gets the servers its editor names.
+    forked = await editor.run(editor.conn.fork_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+    assert (await client.call("thread.get", threadId=forked.session_id))["thread"]["mcpServers"] is None
+
+
+async def test_the_editors_mcp_servers_reach_an_acp_provider(tmp_path, short_dir, workspace):
+    """Issue 26: behind ``agentd acp``, an ACP provider instance's agent gets
+    the editor's stdio server in its ``session/new {mcpServers}`` beside
+    agentd's own, and not an http one, which it did not say it takes."""
+    from tests.supervisor.test_acp_provider import provider_toml
+
+    state = tmp_path / "agent-state"
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ndefault_provider = "fake"\n\n' + provider_toml("fake", state))
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        servers = [McpServerStdio(name="files", command="/usr/bin/env", args=[], env=[]),
+                   HttpMcpServer(type="http", name="web", url="http://127.0.0.1:9/mcp", headers=[])]
+        session = (await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=servers))).session_id
+        assert await prompt(editor, session, "hello") == "end_turn"
+        (native,) = [json.loads(p.read_text()) for p in state.glob("fake_*.json")]
+        assert "files" in native["mcpServers"] and "web" not in native["mcpServers"]
+        assert "takes no http MCP servers: web not passed on" in daemon.log_text()
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+    assert "Traceback" not in editor.stderr()

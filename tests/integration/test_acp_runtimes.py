@@ -9,15 +9,19 @@ tests/integration/test_codex.py and test_claude.py); skipped without them.
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 
 from acp import PROTOCOL_VERSION, image_block, text_block
+from acp.schema import EnvVariable, McpServerStdio
 from agentd.launch import start_daemon
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
 from tests.cli.test_acp_agent import Editor, new_session, prompt
 
+MCP_ECHO = Path(__file__).resolve().parents[1] / "fixtures" / "mcp_echo.py"
 #: per runtime: its world, and the command its fake model has it run for RUN_COMMAND
 RUNTIMES = {
     "codex": (codex_world, "agentd-ran-this", "approved.txt"),
@@ -105,6 +109,42 @@ async def test_an_editors_image_reaches_the_real_runtimes_model(kind, tmp_path, 
         assert all(PNG_B64 in image or image.startswith("data:image/") for image in sent), sent
         if kind == "claude":
             assert PNG_B64 in sent
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+        world.close()
+    assert "Traceback" not in editor.stderr()
+
+
+@pytest.mark.parametrize("kind", sorted(RUNTIMES))
+async def test_the_editors_mcp_server_reaches_the_real_runtime(kind, tmp_path, short_dir):
+    """Issue 26: an editor's stdio MCP server (``tests/fixtures/mcp_echo.py``)
+    given in ``session/new`` is started by the real runtime (Codex: the
+    thread's ``config`` ``mcp_servers.NAME``; Claude: a second
+    ``--mcp-config``), and its tool is offered to the model."""
+    offline = RUNTIMES[kind][0]
+    binary = offline.codex_binary() if kind == "codex" else offline.claude_binary()
+    if binary is None:
+        pytest.skip(offline.SKIP_REASON)
+    world = offline.make_world(tmp_path / kind)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[daemon]\ndefault_provider = "{kind}"\n\n' + world.provider_toml(kind))
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    log = tmp_path / "mcp-echo.log"
+    server = McpServerStdio(name="editor-tools", command=sys.executable, args=[str(MCP_ECHO)],
+                            env=[EnvVariable(name="MCP_ECHO_LOG", value=str(log))])
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        session = (await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=[server]))).session_id
+        assert await prompt(editor, session, "hello there") == "end_turn"
+        assert "tools/list" in log.read_text().split(), "the runtime started the editor's server and listed its tools"
+        offered = json.dumps(world.model_requests())
+        assert "editor_echo" in offered, "its tool was offered to the model"
+        assert "delegate_task" in offered, "agentd's own tool is still there beside it"
     finally:
         await editor.stop()
         await daemon.terminate()
