@@ -90,7 +90,7 @@ class Executor:
             case fx.ProbeProvider(provider=provider):
                 return await self._probe(provider)
             case fx.SaveAttachments(attachments=attachments):
-                folder = images.folder_beside(self.host.workspaces_folder)
+                folder = images.folder_beside(self.host.workspaces_folder, self.thread_id)
                 return await trio.to_thread.run_sync(images.save, folder, attachments)
             case fx.AllowRecovery(crash=crash):
                 return sessions.allow_recovery(self.thread_id, crash)
@@ -159,7 +159,7 @@ class Executor:
             if live is None or effect.native_thread_id is None or effect.native_turn_id is None:
                 raise ProviderRuntimeError("the provider session is gone")
             if effect.message.attachments:
-                pictures = images.inputs(images.folder_beside(self.host.workspaces_folder), effect.message)
+                pictures = images.inputs(images.folder_beside(self.host.workspaces_folder, self.thread_id), effect.message)
                 await live[1].steer_turn(effect.native_thread_id, effect.native_turn_id, text=effect.message.text,
                                          images=pictures)
             else:

@@ -160,7 +160,7 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
     # The message's images, passed only when there are some (issue 26).
     extra: dict[str, Any] = {}
     if active.user_message.attachments:
-        extra["images"] = images.inputs(images.folder_beside(actor.host.workspaces_folder), active.user_message)
+        extra["images"] = images.inputs(images.folder_beside(actor.host.workspaces_folder, actor.thread_id), active.user_message)
     # The thread's MCP servers besides agentd's own (an editor's), given where a native thread is made or loaded.
     servers: dict[str, Any] = {"mcp_servers": list(state.thread.mcp_servers)} if state.thread.mcp_servers else {}
     try:

@@ -131,7 +131,7 @@ class ConversationMessage(WireStruct, kw_only=True):
 
 class MessageAttachment(WireStruct, kw_only=True):
     """An image that came with a user message (issue 26); its bytes are the
-    file ``<data-dir>/attachments/<sha256>``."""
+    file ``<data-dir>/attachments/<threadId>/<sha256>``."""
 
     type: Literal["image"] = "image"
     mime_type: str

@@ -183,7 +183,8 @@ class MessageAttachment(msgspec.Struct, kw_only=True, rename="camel", frozen=Tru
     """An image that came with a user message (issue 26). Its bytes are not
     in the store (a value stays small, and so does the ``message.created``
     event every subscriber gets): they are the file
-    ``<data-dir>/attachments/<sha256>``, written before the message is."""
+    ``<data-dir>/attachments/<threadId>/<sha256>``, written before the
+    message is."""
 
     type: Literal["image"] = "image"
     mime_type: str

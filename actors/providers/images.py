@@ -3,8 +3,10 @@ handed to the provider.
 
 A message's images are not kept in the store: a value of LMDB stays small,
 and so does the ``message.created`` event every subscriber gets. Each image
-is written once, named by its SHA-256, to ``<data-dir>/attachments/<sha256>``
-(0600, in a 0700 folder, fsynced before the message's batch is committed), and
+is written once, named by its SHA-256, to
+``<data-dir>/attachments/<threadId>/<sha256>`` (0600, in 0700 folders,
+fsynced before the message's batch is committed; ``thread.delete`` removes
+the thread's folder), and
 the message record holds ``{type, mimeType, sha256, size}``
 (``MessageAttachment``). A provider gets an ``ImageInput`` per image: the
 file's path (Codex's ``localImage``) and its bytes on demand (base64 for
@@ -55,9 +57,9 @@ class ImageInput:
         return base64.b64encode(self.read()).decode("ascii")
 
 
-def folder_beside(workspaces_folder: str) -> str:
-    """``<data-dir>/attachments``: beside the data dir's ``workspaces``."""
-    return os.path.join(os.path.dirname(os.path.abspath(workspaces_folder)), "attachments")
+def folder_beside(workspaces_folder: str, thread_id: str) -> str:
+    """``<data-dir>/attachments/<threadId>``: beside the data dir's ``workspaces``."""
+    return os.path.join(os.path.dirname(os.path.abspath(workspaces_folder)), "attachments", thread_id)
 
 
 def decoded_size(data: str) -> int:
@@ -128,7 +130,8 @@ def save(folder: str, attachments: Sequence[ImageAttachment]) -> list[MessageAtt
     """
     decoded = [decode(a, i) for i, a in enumerate(attachments)]
     where = Path(folder)
-    where.mkdir(parents=True, exist_ok=True, mode=0o700)
+    where.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    where.mkdir(exist_ok=True, mode=0o700)
     kept = []
     for attachment, data in zip(attachments, decoded):
         digest = hashlib.sha256(data).hexdigest()

@@ -677,7 +677,7 @@ async def test_images_in_a_prompt_reach_the_provider_or_are_refused_saying_why(t
             assert message["attachments"] == [
                 {"type": "image", "mimeType": "image/png", "sha256": hashlib.sha256(PNG).hexdigest(), "size": len(PNG)},
                 {"type": "image", "mimeType": "image/gif", "sha256": hashlib.sha256(GIF).hexdigest(), "size": len(GIF)}]
-            kept = tmp_path / "data" / "attachments" / hashlib.sha256(PNG).hexdigest()
+            kept = tmp_path / "data" / "attachments" / session / hashlib.sha256(PNG).hexdigest()
             assert kept.read_bytes() == PNG and kept.stat().st_mode & 0o777 == 0o600
             # Too many bytes together, or bytes that are not the type said: invalid_params, nothing stored.
             runs_before = len((await client.call("thread.get", threadId=session))["runs"])
@@ -700,6 +700,11 @@ async def test_images_in_a_prompt_reach_the_provider_or_are_refused_saying_why(t
         assert refused.value.data["kind"] == "unsupported" and "--no-images" in str(refused.value)
         assert await prompt(editor, session, "just text then") == "end_turn"
         assert "You said: just text then" in editor.text(session)
+        # Deleting the thread takes its images with it.
+        await editor.run(editor.conn.close_session(session_id=session))
+        async with Client.connect(daemon.socket) as client:
+            await client.call("thread.delete", threadId=session)
+        assert not kept.parent.exists()
     finally:
         await editor.stop()
         await daemon.terminate()
