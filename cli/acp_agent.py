@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import logging
 import sys
@@ -162,9 +163,23 @@ class AgentdAcp:
         self.sessions: dict[str, Session] = {}
         self._providers: list[dict[str, Any]] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: the daemon's data dir, as it says (its messages' images are files there)
+        self._data_dir: str | None = None
 
     def on_connect(self, conn: Any) -> None:
         self.client = conn
+
+    def read_image(self, thread_id: str, attachment: dict[str, Any]) -> str | None:
+        """A message's image as base64, from the file the daemon keeps
+        (``<data-dir>/attachments/<threadId>/<sha256>``); None where it cannot."""
+        sha = str(attachment.get("sha256") or "")
+        if not self._data_dir or not thread_id or "/" in thread_id or thread_id.startswith(".") or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
+            return None
+        try:
+            data = (Path(self._data_dir) / "attachments" / thread_id / sha).read_bytes()
+        except OSError:
+            return None
+        return base64.b64encode(data).decode("ascii")
 
     # -- the daemon ------------------------------------------------------------------------
 
@@ -239,7 +254,8 @@ class AgentdAcp:
         from the seq read *before* the thread was, so nothing in between is
         missed (what was replayed is not sent twice). Requests that wait on
         the person are asked again (``thread.requests``)."""
-        after = (await self.call("daemon.status"))["lastSeq"]
+        status = await self.call("daemon.status")
+        after, self._data_dir = status["lastSeq"], status.get("dataDir") or self._data_dir
         got = await self.call("thread.get", threadId=thread_id)
         thread = got["thread"]
         old = self.sessions.get(thread["id"])
@@ -249,7 +265,8 @@ class AgentdAcp:
                 await self.replay(old, got)
             return old
         session = Session(id=thread["id"], cwd=thread.get("workspace") or "", provider=thread.get("provider") or "",
-                          translator=tr.EventTranslator(workspace=thread.get("workspace")), last_seq=after,
+                          translator=tr.EventTranslator(workspace=thread.get("workspace"), read_image=self.read_image),
+                          last_seq=after,
                           running=thread.get("activeRunId"))
         self.sessions[session.id] = session
         if replay:
@@ -263,7 +280,7 @@ class AgentdAcp:
     async def replay(self, session: Session, got: dict[str, Any]) -> None:
         """The thread's history (``thread.get``'s answer and each run's ``run.get``) as updates."""
         runs = [await self.call("run.get", runId=run["id"]) for run in got["runs"]]
-        for update in tr.history_updates(got, runs, got["thread"].get("workspace")):
+        for update in tr.history_updates(got, runs, got["thread"].get("workspace"), self.read_image):
             await self.update(session, update)
         session.translator.mark_seen(got, runs)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from acp.schema import (
     AgentMessageChunk,
@@ -32,6 +32,7 @@ from acp.schema import (
     AgentThoughtChunk,
     ContentToolCallContent,
     FileEditToolCallContent,
+    ImageContentBlock,
     PlanEntry,
     TextContentBlock,
     ToolCallLocation,
@@ -273,6 +274,26 @@ def prompt_images(blocks: Iterable[Any]) -> list[dict[str, Any]]:
     return out
 
 
+#: reads one of a message's images (``MessageAttachment``): its base64, or None where it cannot
+ImageReader = Callable[[str, dict[str, Any]], "str | None"]
+
+
+def user_chunks(message: dict[str, Any], read_image: ImageReader | None = None) -> list[Update]:
+    """A user message as ``user_message_chunk``s: its text, then its images
+    (read with ``read_image``; one that cannot be read is said in words)."""
+    out: list[Update] = []
+    if message.get("text"):
+        out.append(UserMessageChunk(session_update="user_message_chunk",
+                                    content=TextContentBlock(type="text", text=message["text"])))
+    for attachment in message.get("attachments") or []:
+        data = read_image(message.get("threadId") or "", attachment) if read_image is not None else None
+        content: Any = (ImageContentBlock(type="image", mime_type=attachment["mimeType"], data=data) if data
+                        else TextContentBlock(type="text", text=f"[image {attachment['mimeType']}, "
+                                                                f"{attachment['size']} bytes]"))
+        out.append(UserMessageChunk(session_update="user_message_chunk", content=content))
+    return out
+
+
 def mcp_servers(servers: Iterable[Any] | None) -> tuple[list[dict[str, Any]], list[str]]:
     """The editor's MCP servers (``session/new {mcpServers}``) as
     ``thread.update {mcpServers}`` takes them — stdio and http ones — and the
@@ -391,6 +412,8 @@ class EventTranslator:
     open_tools: set[str] = field(default_factory=set)
     #: file changes of each run, by run id → node id → node (for their diffs)
     file_changes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: how a user message's images are read (None: said in words)
+    read_image: ImageReader | None = None
 
     def mark_seen(self, thread: dict[str, Any], runs: list[dict[str, Any]]) -> None:
         """What ``history_updates`` sent of these (``thread.get``'s and
@@ -426,8 +449,7 @@ class EventTranslator:
                 if message.get("text") in self.sending:
                     self.own_runs.add(message.get("runId") or "")
                 elif message.get("runId") not in self.own_runs and message.get("text"):
-                    return [UserMessageChunk(session_update="user_message_chunk",
-                                             content=TextContentBlock(type="text", text=message["text"]))]
+                    return user_chunks(message, self.read_image)
                 return []
             return self._text(message["id"], 0, message.get("text") or "")
         if kind == "plan.updated" and payload.get("scope", "root") == "root":
@@ -458,7 +480,8 @@ class EventTranslator:
         return [tool_call_update(node, self.workspace)]
 
 
-def history_updates(thread: dict[str, Any], runs: list[dict[str, Any]], workspace: str | None = None) -> list[Update]:
+def history_updates(thread: dict[str, Any], runs: list[dict[str, Any]], workspace: str | None = None,
+                    read_image: ImageReader | None = None) -> list[Update]:
     """A thread's history as ACP replays it for ``session/load``: per run,
     the user's message, then the selected attempt's nodes (as tool calls
     with their final status) and assistant messages in the order they began.
@@ -475,9 +498,7 @@ def history_updates(thread: dict[str, Any], runs: list[dict[str, Any]], workspac
         items: list[tuple[float, int, dict[str, Any], str]] = []
         for message in by_run.get(run["id"], []):
             if message.get("role") == "user":
-                if message.get("text"):
-                    out.append(UserMessageChunk(session_update="user_message_chunk",
-                                                content=TextContentBlock(type="text", text=message["text"])))
+                out += user_chunks(message, read_image)
             elif message.get("attemptId") in (None, run.get("selectedAttemptId")) and message.get("text"):
                 items.append((float(message.get("createdAt") or 0), 1, message, "message"))
         for node in detail.get("nodes") or []:

@@ -692,6 +692,12 @@ async def test_images_in_a_prompt_reach_the_provider_or_are_refused_saying_why(t
                                                 "data": base64.b64encode(PNG).decode()}])
             assert fake.value.kind == "invalid_params" and fake.value.data["field"] == "attachments[0].data"
             assert len((await client.call("thread.get", threadId=session))["runs"]) == runs_before
+        # Loading the session again replays the images with the user's message.
+        before = len(editor.updates[session])
+        await editor.run(editor.conn.load_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+        replayed = [u.content for u in editor.updates[session][before:] if u.session_update == "user_message_chunk"]
+        assert [(c.type, getattr(c, "mime_type", None), getattr(c, "data", None)) for c in replayed[1:]] == [
+            ("image", "image/png", base64.b64encode(PNG).decode()), ("image", "image/gif", base64.b64encode(GIF).decode())]
         # An instance that takes no images: the editor learns why, per message.
         await editor.run(editor.conn.set_session_mode(session_id=session, mode_id="blind"))
         with pytest.raises(RequestError) as refused:
