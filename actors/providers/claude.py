@@ -242,13 +242,17 @@ class ClaudeAdapter(ProviderAdapter):
         connection.runtime_version = await self.runtime_version()
         # Once started, open() only returns: the caller learns of the end
         # from the exit status, never from an exception.
-        await connection._claude.run(
-            name=session_id,
-            started=lambda: task_status.started(connection),
-            on_line=connection._dispatch,
-            on_exit=connection._fail_waiters,
-            grace=self.stop_grace,
-        )
+        try:
+            await connection._claude.run(
+                name=session_id,
+                started=lambda: task_status.started(connection),
+                on_line=connection._dispatch,
+                on_exit=connection._fail_waiters,
+                grace=self.stop_grace,
+            )
+        finally:
+            # The session's extra MCP servers' file (it may hold secrets) goes with it.
+            (self.home / "mcp" / f"{session_id}.json").unlink(missing_ok=True)
 
 
 # -- the connection ---------------------------------------------------------------------

@@ -145,8 +145,12 @@ async def test_the_editors_mcp_server_reaches_the_real_runtime(kind, tmp_path, s
         offered = json.dumps(world.model_requests())
         assert "editor_echo" in offered, "its tool was offered to the model"
         assert "delegate_task" in offered, "agentd's own tool is still there beside it"
+        if kind == "claude":
+            assert list((tmp_path / "data" / "providers").rglob("mcp/*.json")), "the session's --mcp-config file"
     finally:
         await editor.stop()
         await daemon.terminate()
         world.close()
     assert "Traceback" not in editor.stderr()
+    # The file (it may hold secrets) ended with the session.
+    assert not list((tmp_path / "data" / "providers").rglob("mcp/*.json"))
