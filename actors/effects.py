@@ -216,6 +216,16 @@ class ProbeProvider:
 
 
 @dataclass(frozen=True)
+class SaveAttachments:
+    """Decode and store a message's images as files (``providers/images.py``),
+    durably, before the message is committed; answers with the
+    ``MessageAttachment``s its record keeps (raises ``invalid_params`` for
+    one that is not base64 of an image of its type)."""
+
+    attachments: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
 class AllowRecovery:
     """Ask the session host whether a crashed session may be restarted for
     a new attempt (its crash budget); answers with its ``RecoveryDecision``."""

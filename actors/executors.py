@@ -23,6 +23,7 @@ from agentd.protocol.errors import CorruptRecord, InvalidState, NotFound, Thread
 
 from . import effects as fx
 from .messages import CascadeDone, InterruptRefused, MailboxItem, SteerDelivered, SteerFailed
+from .providers import images
 from .providers.base import ProviderConnection, ProviderRuntimeError
 from .checkpoints.merge import merge_files
 from .checkpoints.shadow import Shadow
@@ -88,6 +89,9 @@ class Executor:
                 self.release(effect)
             case fx.ProbeProvider(provider=provider):
                 return await self._probe(provider)
+            case fx.SaveAttachments(attachments=attachments):
+                folder = images.folder_beside(self.host.workspaces_folder, self.thread_id)
+                return await trio.to_thread.run_sync(images.save, folder, attachments)
             case fx.AllowRecovery(crash=crash):
                 return sessions.allow_recovery(self.thread_id, crash)
             case fx.ListNativeTurns():
@@ -154,7 +158,12 @@ class Executor:
         try:
             if live is None or effect.native_thread_id is None or effect.native_turn_id is None:
                 raise ProviderRuntimeError("the provider session is gone")
-            await live[1].steer_turn(effect.native_thread_id, effect.native_turn_id, text=effect.message.text)
+            if effect.message.attachments:
+                pictures = images.inputs(images.folder_beside(self.host.workspaces_folder, self.thread_id), effect.message)
+                await live[1].steer_turn(effect.native_thread_id, effect.native_turn_id, text=effect.message.text,
+                                         images=pictures)
+            else:
+                await live[1].steer_turn(effect.native_thread_id, effect.native_turn_id, text=effect.message.text)
         except ProviderRuntimeError as exc:
             await self.post(SteerFailed(effect.message, str(exc)))
         else:

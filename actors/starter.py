@@ -40,6 +40,7 @@ from .checkpointing import capture_fields, previous_root
 from .checkpoints import checkpoint_ref
 from .graph import ThreadBatch
 from .messages import AttemptStartFailed, ContextNeeded, MailboxItem, ProviderThreadReady, StartPlan
+from .providers import images
 from .providers.base import NativeThreadMissing, ProviderConnection, ProviderRuntimeError
 from .reply import Reply
 from .state import ActiveRun, ThreadState
@@ -81,7 +82,8 @@ async def _context(actor: StarterHandle, attempt_id: str, lost: tuple[str, str] 
         return None
 
 
-async def _resume(conn: ProviderConnection, plan: StartPlan, cwd: str) -> tuple[int | None, str | None]:
+async def _resume(conn: ProviderConnection, plan: StartPlan, cwd: str,
+                  servers: dict[str, Any]) -> tuple[int | None, str | None]:
     """Load the plan's provider thread into ``conn``: ``(native turn count, None)``,
     or ``(None, why)`` when it cannot go on."""
     pt = plan.resume
@@ -89,7 +91,7 @@ async def _resume(conn: ProviderConnection, plan: StartPlan, cwd: str) -> tuple[
     turns = None
     try:
         if pt.native_thread_id not in conn.loaded_threads:
-            turns = (await conn.resume_thread(pt.native_thread_id, cwd=cwd)).turn_count
+            turns = (await conn.resume_thread(pt.native_thread_id, cwd=cwd, **servers)).turn_count
     except NativeThreadMissing as exc:
         return None, f"resume failed: {exc}"
     changed = lineage.version_change(pt.settings.get("version"), conn.runtime_version)
@@ -155,6 +157,12 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
     state = actor.state
     attempt_id = active.attempt.id
     text = active.user_message.text
+    # The message's images, passed only when there are some (issue 26).
+    extra: dict[str, Any] = {}
+    if active.user_message.attachments:
+        extra["images"] = images.inputs(images.folder_beside(actor.host.workspaces_folder, actor.thread_id), active.user_message)
+    # The thread's MCP servers besides agentd's own (an editor's), given where a native thread is made or loaded.
+    servers: dict[str, Any] = {"mcp_servers": list(state.thread.mcp_servers)} if state.thread.mcp_servers else {}
     try:
         plan = await _context(actor, attempt_id)
         if plan is None:
@@ -174,7 +182,7 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
         active.session_id = session_id
         version = conn.runtime_version
         if plan.resume is not None:
-            turns, lost = await _resume(conn, plan, cwd)
+            turns, lost = await _resume(conn, plan, cwd, servers)
             if lost is None:
                 native = plan.resume.native_thread_id
                 # Posted before the turn starts, so the actor knows the
@@ -182,7 +190,7 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
                 await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=False,
                                                      resumed_turn_count=turns, provider_thread=plan.resume,
                                                      history_mode=conn.history_mode(native)))
-                await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
+                await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context, **extra)
                 return
             plan = await _context(actor, attempt_id, lost=(plan.resume.id, lost))
             if plan is None:
@@ -192,21 +200,22 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
                 return
         if plan.fork_native_thread_id is not None:
             try:
-                native = await conn.fork_thread(plan.fork_native_thread_id, last_turn_id=plan.fork_turn_ref)
+                native = await conn.fork_thread(plan.fork_native_thread_id, last_turn_id=plan.fork_turn_ref, **servers)
             except ProviderRuntimeError as exc:
                 await actor.post(AttemptStartFailed(attempt_id, "context_transfer_failed", f"native fork failed: {exc}"))
                 return
             await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version,
                                                  forked=True, history_mode=conn.history_mode(native)))
-            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
+            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context, **extra)
         elif conn.capabilities.empty_threads:
-            native = await conn.create_thread(cwd=cwd)
+            native = await conn.create_thread(cwd=cwd, **servers)
             await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version,
                                                  history_mode=conn.history_mode(native)))
-            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
+            await conn.start_turn(native, text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context, **extra)
         else:
             session_id, conn = await _unbound_session(actor, active, conn, session_id)
-            native, _turn = await conn.start_first_turn(text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context)
+            native, _turn = await conn.start_first_turn(text=text, attempt_id=attempt_id, cwd=cwd, context=plan.context,
+                                                        **extra, **servers)
             await actor.post(ProviderThreadReady(attempt_id, session_id, native, created=True, runtime_version=version,
                                                  history_mode=conn.history_mode(native)))
     except worktrees.WorkspaceFailed as exc:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
+from agentd.protocol.errors import InvalidParams, InvalidState, NotFound, Unsupported
 from agentd.store.db import struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import ConversationMessage, to_wire
@@ -36,6 +36,7 @@ from .effects import (
     Decision,
     ProbeProvider,
     ReleaseClaim,
+    SaveAttachments,
     SendSteer,
     StartNext,
     Transition,
@@ -44,6 +45,7 @@ from .effects import (
 from .ending import end_run, retry
 from .graph import ThreadBatch
 from .messages import Command
+from .providers import images
 from .state import ActiveRun, PendingRestart, ThreadState
 
 SteerMode = Literal["steer_active", "restart_active"]
@@ -190,6 +192,26 @@ def _check_provider(ctx: ThreadContext, provider: str | None) -> str:
     return provider
 
 
+def _images(ctx: ThreadContext, params: Any, provider: str) -> Transition:
+    """The message's images, checked and stored (``providers/images.py``):
+    what its record keeps (None: it has none). An instance whose turns take
+    no images refuses them first, saying why (``unsupported``); one that
+    cannot say yet (an ACP agent not asked yet) is probed, and taken at its
+    word or, when the probe cannot tell, left to refuse the turn."""
+    if not params.attachments:
+        return None
+    images.check(params.attachments)
+    adapter = ctx.adapter(provider)
+    if not adapter.images_known:
+        yield ProbeProvider(provider)
+    why = adapter.images_refused() if adapter.images_known else None
+    if why is not None:
+        raise Unsupported(f"{why}: send the message without images, or to an instance that takes them",
+                          field="attachments", provider=provider)
+    saved = yield SaveAttachments(tuple(params.attachments))
+    return list(saved)
+
+
 def message_send(ctx: ThreadContext, command: Command) -> Transition:
     """``thread.message.send``: start or queue a run, or steer the active one."""
     params = command.params
@@ -206,7 +228,9 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
     if mode in ("steer_active", "restart_active"):
         if params.merge_back is not None:
             raise InvalidParams(f"a merge-back comes with a run of its own; send it without {mode}", field="mergeBack")
-        return _steer_command(ctx, command, mode, params.dispatch_mode.target_run_id, params.text)  # type: ignore[arg-type]
+        active = _steer_target(ctx, mode, params.dispatch_mode.target_run_id)  # type: ignore[arg-type]
+        attachments = yield from _images(ctx, params, active.run.provider)
+        return _steer_command(ctx, command, mode, active, params.text, attachments)  # type: ignore[arg-type]
     if mode == "start_immediately" and has_open:
         busy = state.active.run if state.active is not None else state.next_queued()
         assert busy is not None
@@ -237,11 +261,16 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
     # is refused before anything is stored, rather than failing its run. A
     # thread whose idle session is still live needs no room: its claim only
     # keeps that session from being stopped for another until its run starts.
+    attachments = yield from _images(ctx, params, provider)
     claim = (yield ClaimSession()) if not has_open else None
     try:
         batch = ctx.batch()
+        message = None
+        if attachments:
+            message = ConversationMessage(id=new_id("msg"), thread_id=state.thread_id, role="user", text=params.text,
+                                          status="queued", created_at=batch.now, attachments=attachments)
         run, message = run_control.enqueue(batch, state, params.text, provider, dispatch_mode=mode,
-                                           root_of=run_control.root_of(ctx),
+                                           root_of=run_control.root_of(ctx), message=message,
                                            clean_context=params.clean_context)
         merged = None
         if merge is not None and files is not None:
@@ -263,9 +292,8 @@ def message_send(ctx: ThreadContext, command: Command) -> Transition:
     return with_seq(result, committed.seq)
 
 
-def _steer_command(
-    ctx: ThreadContext, command: Command, mode: SteerMode, target_run_id: str | None, text: str,
-) -> Decision:
+def _steer_target(ctx: ThreadContext, mode: SteerMode, target_run_id: str | None) -> ActiveRun:
+    """The active run a steer names (else why not)."""
     if target_run_id is None:
         raise InvalidParams(f"dispatchMode {mode} needs targetRunId, the id of the active run", field="dispatchMode.targetRunId")
     active = ctx.state.active
@@ -276,10 +304,17 @@ def _steer_command(
             "send the message with queue_after_active instead",
             runId=run.id, status=run.status,
         )
+    return active
+
+
+def _steer_command(
+    ctx: ThreadContext, command: Command, mode: SteerMode, active: ActiveRun, text: str,
+    attachments: list[Any] | None = None,
+) -> Decision:
     batch = ctx.batch()
     message = ConversationMessage(
         id=new_id("msg"), thread_id=ctx.thread_id, run_id=active.run.id, role="user", text=text,
-        status="queued", created_at=batch.now,
+        status="queued", created_at=batch.now, attachments=attachments,
     )
     return steer_active(ctx, command, mode, active, message, batch)
 

@@ -9,6 +9,8 @@ retires (``ThreadState.deleted``); the registry finds no thread to load.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from agentd.protocol.errors import InvalidParams, InvalidState
@@ -17,29 +19,44 @@ from agentd.store.thread_delete import DeletedThread, delete_thread
 
 from . import graph
 from .context import ThreadContext
-from .effects import NO_SEQ, Decision
+from .effects import NO_SEQ, Decision, StopSession
 from .messages import Command
+from .providers import extra_mcp
 
 
 def thread_update(ctx: ThreadContext, command: Command) -> Decision:
-    """``thread.update {threadId, title?}``: change the thread's title; ``thread.updated``."""
+    """``thread.update {threadId, title?, mcpServers?}``: change the thread's
+    title, or the MCP servers its provider sessions get; ``thread.updated``.
+    New servers reach the provider when a native thread is next made or
+    loaded: an idle live session is stopped for it (a running one keeps
+    its servers until its session ends)."""
     params = command.params
     state = ctx.state
-    changes = {}
+    changes: dict[str, Any] = {}
+    renamed: dict[str, str] = {}
     if params.title is not None:
         title = params.title.strip()
         if not title:
             raise InvalidParams("title must not be empty", field="title")
         if title != state.thread.title:
             changes["title"] = title
+    if params.mcp_servers is not None:
+        servers, renamed = extra_mcp.normalize(params.mcp_servers)
+        if (servers or None) != (state.thread.mcp_servers or None):
+            changes["mcp_servers"] = servers or None
     if not changes:
-        return Decision(None, {"thread": to_wire(state.thread), "changed": [], "seq": ctx.store.last_seq}, seq=False)
+        return Decision(None, {"thread": to_wire(state.thread), "changed": [], "renamed": renamed,
+                               "seq": ctx.store.last_seq}, seq=False)
     batch = ctx.batch()
     graph.set_thread(batch, state, **changes)
-    batch.emit("thread.updated", thread=to_wire(state.thread), changed=sorted(changes))
-    result = {"thread": to_wire(state.thread), "changed": sorted(changes)}
+    changed = sorted("mcpServers" if key == "mcp_servers" else key for key in changes)
+    batch.emit("thread.updated", thread=to_wire(state.thread), changed=changed)
+    result = {"thread": to_wire(state.thread), "changed": changed, "renamed": renamed}
     batch.record_receipt(command.command_id, command.method, result)
-    return Decision(batch, result)
+    effects = []
+    if "mcp_servers" in changes and state.active is None and state.next_queued() is None:
+        effects.append(StopSession("mcp_servers_changed"))
+    return Decision(batch, result, effects)
 
 
 def _refuse_if_busy(ctx: ThreadContext) -> None:

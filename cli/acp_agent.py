@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import logging
 import sys
@@ -39,6 +40,7 @@ from acp.schema import (
     AvailableCommandInput,
     AvailableCommandsUpdate,
     ClientCapabilities,
+    ConfigOptionUpdate,
     CurrentModeUpdate,
     ElicitationFormSessionMode,
     ElicitationSchema,
@@ -48,6 +50,7 @@ from acp.schema import (
     InitializeResponse,
     ListSessionsResponse,
     LoadSessionResponse,
+    McpCapabilities,
     NewSessionResponse,
     PermissionOption,
     PromptCapabilities,
@@ -55,12 +58,15 @@ from acp.schema import (
     ResumeSessionResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
     SessionForkCapabilities,
     SessionInfo,
     SessionListCapabilities,
     SessionMode,
     SessionModeState,
     SessionResumeCapabilities,
+    SetSessionConfigOptionResponse,
     SetSessionModeResponse,
     ToolCallUpdate,
     UnstructuredCommandInput,
@@ -85,6 +91,8 @@ COMMANDS = {
     "retry": ("retry the latest run after it failed or was interrupted", None),
     "stop": ("the Stop button: interrupt the run and hold what is queued", None),
 }
+#: the id of the one config option: the provider instance (as the session modes)
+CONFIG_PROVIDER = "provider"
 #: the options of an approval
 APPROVAL_OPTIONS = [
     PermissionOption(option_id="allow_once", name="Allow once", kind="allow_once"),
@@ -136,6 +144,11 @@ class Session:
     #: a question waiting for the next prompt: (request id, answers so far, free-text question ids)
     question: tuple[str, dict[str, Any], list[str]] | None = None
 
+    @property
+    def current_provider(self) -> str:
+        """The provider the next message runs on (the mode and config option show it)."""
+        return self.switch_to or self.provider
+
 
 class AgentdAcp:
     """The ACP agent: each method is the SDK's, each session an agentd thread."""
@@ -150,9 +163,23 @@ class AgentdAcp:
         self.sessions: dict[str, Session] = {}
         self._providers: list[dict[str, Any]] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: the daemon's data dir, as it says (its messages' images are files there)
+        self._data_dir: str | None = None
 
     def on_connect(self, conn: Any) -> None:
         self.client = conn
+
+    def read_image(self, thread_id: str, attachment: dict[str, Any]) -> str | None:
+        """A message's image as base64, from the file the daemon keeps
+        (``<data-dir>/attachments/<threadId>/<sha256>``); None where it cannot."""
+        sha = str(attachment.get("sha256") or "")
+        if not self._data_dir or not thread_id or "/" in thread_id or thread_id.startswith(".") or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
+            return None
+        try:
+            data = (Path(self._data_dir) / "attachments" / thread_id / sha).read_bytes()
+        except OSError:
+            return None
+        return base64.b64encode(data).decode("ascii")
 
     # -- the daemon ------------------------------------------------------------------------
 
@@ -194,6 +221,18 @@ class AgentdAcp:
             modes.append(SessionMode(id=p["name"], name=p["name"], description=f"agentd provider ({p['kind']}){note}"))
         return SessionModeState(current_mode_id=current, available_modes=modes)
 
+    async def config_options(self, current: str) -> list[Any]:
+        """The session's config options: one, ``provider``, whose values are
+        the provider instances (as the modes are; either one switches)."""
+        choices = [SessionConfigSelectOption(value=p["name"], name=p["name"],
+                                             description=f"agentd provider ({p['kind']})"
+                                             + ("" if p.get("usable", True) else f" — not usable here: {p.get('why') or 'unknown'}"))
+                   for p in await self.providers()]
+        return [SessionConfigOptionSelect(type="select", id=CONFIG_PROVIDER, name="Provider", category="model",
+                                          description="the agentd provider instance the next message runs on "
+                                                      "(a switch hands the thread's context over)",
+                                          current_value=current, options=choices)]
+
     async def can_steer(self, provider: str) -> bool:
         return any(p["name"] == provider and p.get("capabilities", {}).get("steer") for p in await self.providers())
 
@@ -215,7 +254,8 @@ class AgentdAcp:
         from the seq read *before* the thread was, so nothing in between is
         missed (what was replayed is not sent twice). Requests that wait on
         the person are asked again (``thread.requests``)."""
-        after = (await self.call("daemon.status"))["lastSeq"]
+        status = await self.call("daemon.status")
+        after, self._data_dir = status["lastSeq"], status.get("dataDir") or self._data_dir
         got = await self.call("thread.get", threadId=thread_id)
         thread = got["thread"]
         old = self.sessions.get(thread["id"])
@@ -225,7 +265,8 @@ class AgentdAcp:
                 await self.replay(old, got)
             return old
         session = Session(id=thread["id"], cwd=thread.get("workspace") or "", provider=thread.get("provider") or "",
-                          translator=tr.EventTranslator(workspace=thread.get("workspace")), last_seq=after,
+                          translator=tr.EventTranslator(workspace=thread.get("workspace"), read_image=self.read_image),
+                          last_seq=after,
                           running=thread.get("activeRunId"))
         self.sessions[session.id] = session
         if replay:
@@ -239,7 +280,7 @@ class AgentdAcp:
     async def replay(self, session: Session, got: dict[str, Any]) -> None:
         """The thread's history (``thread.get``'s answer and each run's ``run.get``) as updates."""
         runs = [await self.call("run.get", runId=run["id"]) for run in got["runs"]]
-        for update in tr.history_updates(got, runs, got["thread"].get("workspace")):
+        for update in tr.history_updates(got, runs, got["thread"].get("workspace"), self.read_image):
             await self.update(session, update)
         session.translator.mark_seen(got, runs)
 
@@ -502,7 +543,11 @@ class AgentdAcp:
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=PromptCapabilities(image=False, audio=False, embedded_context=True),
+                # Images go on to providers that take them; a message with images to
+                # one that does not is refused (unsupported) saying why.
+                prompt_capabilities=PromptCapabilities(image=True, audio=False, embedded_context=True),
+                # The editor's stdio and http MCP servers go on to the thread's provider sessions.
+                mcp_capabilities=McpCapabilities(http=True, sse=False),
                 session_capabilities=SessionCapabilities(
                     list=SessionListCapabilities(), resume=SessionResumeCapabilities(),
                     close=SessionCloseCapabilities(), fork=SessionForkCapabilities()),
@@ -513,21 +558,45 @@ class AgentdAcp:
     async def authenticate(self, method_id: str, **kwargs: Any) -> None:
         return None
 
+    async def give_mcp_servers(self, thread_id: str, servers: Any) -> None:
+        """The editor's MCP servers kept on the thread (``thread.update``), for
+        its provider sessions; None (not sent) leaves the thread's as they are."""
+        if servers is None:
+            return
+        given, left = tr.mcp_servers(servers)
+        if left:
+            log.warning("MCP servers %s are neither stdio nor http: not passed on", ", ".join(left))
+        updated = await self.call("thread.update", threadId=thread_id, mcpServers=given)
+        for name, kept in (updated.get("renamed") or {}).items():
+            log.warning("the editor's MCP server %r is %r for the agents (agentd's own tool is 'agentd')", name, kept)
+
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
         created = await self.call("thread.create", workspace=cwd)
+        if mcp_servers:
+            try:
+                await self.give_mcp_servers(created["threadId"], mcp_servers)
+            except RequestError:
+                with contextlib.suppress(RequestError):  # no thread is left behind by a refused session/new
+                    await self.call("thread.delete", threadId=created["threadId"])
+                raise
         session = await self.open_session(created["threadId"])
-        return NewSessionResponse(session_id=session.id, modes=await self.modes(session.provider))
+        return NewSessionResponse(session_id=session.id, modes=await self.modes(session.provider),
+                                  config_options=await self.config_options(session.provider))
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                            **kwargs: Any) -> LoadSessionResponse:
         """Replays the thread's history as updates, then follows it; nothing runs (seed 003)."""
+        await self.give_mcp_servers(session_id, mcp_servers)
         session = await self.open_session(session_id, replay=True)
-        return LoadSessionResponse(modes=await self.modes(session.provider))
+        return LoadSessionResponse(modes=await self.modes(session.current_provider),
+                                   config_options=await self.config_options(session.current_provider))
 
     async def resume_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                              **kwargs: Any) -> ResumeSessionResponse:
+        await self.give_mcp_servers(session_id, mcp_servers)
         session = await self.open_session(session_id)
-        return ResumeSessionResponse(modes=await self.modes(session.provider))
+        return ResumeSessionResponse(modes=await self.modes(session.current_provider),
+                                     config_options=await self.config_options(session.current_provider))
 
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any) -> ListSessionsResponse:
         params: dict[str, Any] = {"limit": 200}
@@ -555,20 +624,39 @@ class AgentdAcp:
         if source is not None and cwd and cwd.rstrip("/") != source.cwd.rstrip("/"):
             params["workspace"] = cwd
         forked = await self.call("thread.fork", **params)
+        await self.give_mcp_servers(forked["threadId"], mcp_servers)
         session = await self.open_session(forked["threadId"])
-        return ForkSessionResponse(session_id=session.id, modes=await self.modes(session.provider))
+        return ForkSessionResponse(session_id=session.id, modes=await self.modes(session.provider),
+                                   config_options=await self.config_options(session.provider))
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
         session = self.session(session_id)
         await self.switch(session, mode_id)
         return SetSessionModeResponse()
 
-    async def switch(self, session: Session, provider: str) -> None:
+    async def set_config_option(self, config_id: str, session_id: str, value: str | bool,
+                                **kwargs: Any) -> SetSessionConfigOptionResponse:
+        """``provider`` is the one option: as ``session/set_mode``."""
+        session = self.session(session_id)
+        if config_id != CONFIG_PROVIDER:
+            raise RequestError(-32602, f"no config option {config_id!r}; agentd has one, {CONFIG_PROVIDER!r}",
+                               {"kind": "invalid_params", "field": "configId"})
+        if not isinstance(value, str):
+            raise RequestError(-32602, "the provider option takes a provider instance's name",
+                               {"kind": "invalid_params", "field": "value"})
+        await self.switch(session, value, field="value")
+        return SetSessionConfigOptionResponse(config_options=await self.config_options(session.current_provider))
+
+    async def switch(self, session: Session, provider: str, field: str = "modeId") -> None:
+        """The next message runs on ``provider`` (a switch, when it is not the
+        thread's); the editor hears it as the mode and the config option."""
         if provider not in [p["name"] for p in await self.providers()]:
             raise RequestError(-32602, f"no provider instance {provider!r}; the session's modes list them",
-                               {"kind": "invalid_params", "field": "modeId"})
+                               {"kind": "invalid_params", "field": field})
         session.switch_to = None if provider == session.provider else provider
         await self.update(session, CurrentModeUpdate(session_update="current_mode_update", current_mode_id=provider))
+        await self.update(session, ConfigOptionUpdate(session_update="config_option_update",
+                                                      config_options=await self.config_options(provider)))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         """Interrupt the runs this session's prompts started (a queued one is cancelled)."""
@@ -585,6 +673,9 @@ class AgentdAcp:
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         session = self.session(session_id)
         text = tr.prompt_text(prompt)
+        attachments = tr.prompt_images(prompt)
+        if not text.strip() and attachments:
+            text = "[an image]" if len(attachments) == 1 else f"[{len(attachments)} images]"
         if not text.strip():
             raise RequestError(-32602, "the prompt has no text agentd can pass on", {"kind": "invalid_params",
                                                                                        "field": "prompt"})
@@ -597,6 +688,8 @@ class AgentdAcp:
             if name in COMMANDS:
                 return await self.command(session, name, rest.strip())
         params: dict[str, Any] = {"threadId": session.id, "text": text}
+        if attachments:
+            params["attachments"] = attachments
         if session.switch_to:
             params["provider"] = session.switch_to
         target = session.running

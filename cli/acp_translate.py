@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from acp.schema import (
     AgentMessageChunk,
@@ -32,6 +32,7 @@ from acp.schema import (
     AgentThoughtChunk,
     ContentToolCallContent,
     FileEditToolCallContent,
+    ImageContentBlock,
     PlanEntry,
     TextContentBlock,
     ToolCallLocation,
@@ -243,13 +244,73 @@ def prompt_text(blocks: Iterable[Any]) -> str:
             text = getattr(resource, "text", None)
             if text is not None:
                 parts.append(f"{resource.uri}:\n```\n{text}\n```")
+            elif (getattr(resource, "mime_type", None) or "").startswith("image/"):
+                pass  # an attachment (prompt_images)
             else:
                 parts.append(f"[binary resource {resource.uri} not passed on]")
         elif kind == "resource_link":
             parts.append(f"[{block.name}]({block.uri})")
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind} not passed on: agentd's agents take text]")
+        elif kind == "image" and not getattr(block, "data", None) and getattr(block, "uri", None):
+            parts.append(f"[image]({block.uri})")
+        elif kind == "audio":
+            parts.append("[audio not passed on: agentd's agents take text and images]")
     return "\n\n".join(p for p in parts if p)
+
+
+def prompt_images(blocks: Iterable[Any]) -> list[dict[str, Any]]:
+    """The images of an ACP prompt as ``thread.message.send`` attachments:
+    each ``image`` block with data, and each embedded blob resource of an
+    image type (the daemon checks the type and the bytes)."""
+    out = []
+    for block in blocks:
+        kind = getattr(block, "type", None)
+        if kind == "image" and getattr(block, "data", None):
+            out.append({"type": "image", "mimeType": block.mime_type, "data": block.data})
+        elif kind == "resource":
+            resource = block.resource
+            blob, mime = getattr(resource, "blob", None), getattr(resource, "mime_type", None) or ""
+            if blob and mime.startswith("image/"):
+                out.append({"type": "image", "mimeType": mime, "data": blob})
+    return out
+
+
+#: reads one of a message's images (``MessageAttachment``): its base64, or None where it cannot
+ImageReader = Callable[[str, dict[str, Any]], "str | None"]
+
+
+def user_chunks(message: dict[str, Any], read_image: ImageReader | None = None) -> list[Update]:
+    """A user message as ``user_message_chunk``s: its text, then its images
+    (read with ``read_image``; one that cannot be read is said in words)."""
+    out: list[Update] = []
+    if message.get("text"):
+        out.append(UserMessageChunk(session_update="user_message_chunk",
+                                    content=TextContentBlock(type="text", text=message["text"])))
+    for attachment in message.get("attachments") or []:
+        data = read_image(message.get("threadId") or "", attachment) if read_image is not None else None
+        content: Any = (ImageContentBlock(type="image", mime_type=attachment["mimeType"], data=data) if data
+                        else TextContentBlock(type="text", text=f"[image {attachment['mimeType']}, "
+                                                                f"{attachment['size']} bytes]"))
+        out.append(UserMessageChunk(session_update="user_message_chunk", content=content))
+    return out
+
+
+def mcp_servers(servers: Iterable[Any] | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The editor's MCP servers (``session/new {mcpServers}``) as
+    ``thread.update {mcpServers}`` takes them — stdio and http ones — and the
+    names of those left out (sse, acp: agentd does not advertise them)."""
+    out: list[dict[str, Any]] = []
+    left: list[str] = []
+    for server in servers or []:
+        kind = getattr(server, "type", None)
+        if kind is None and getattr(server, "command", None):
+            out.append({"type": "stdio", "name": server.name, "command": server.command, "args": list(server.args or []),
+                        "env": {e.name: e.value for e in server.env or []}})
+        elif kind == "http":
+            out.append({"type": "http", "name": server.name, "url": server.url,
+                        "headers": {h.name: h.value for h in server.headers or []}})
+        else:
+            left.append(str(getattr(server, "name", "?")))
+    return out, left
 
 
 # -- diffs from a checkpoint ---------------------------------------------------------------
@@ -351,6 +412,8 @@ class EventTranslator:
     open_tools: set[str] = field(default_factory=set)
     #: file changes of each run, by run id → node id → node (for their diffs)
     file_changes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: how a user message's images are read (None: said in words)
+    read_image: ImageReader | None = None
 
     def mark_seen(self, thread: dict[str, Any], runs: list[dict[str, Any]]) -> None:
         """What ``history_updates`` sent of these (``thread.get``'s and
@@ -386,8 +449,7 @@ class EventTranslator:
                 if message.get("text") in self.sending:
                     self.own_runs.add(message.get("runId") or "")
                 elif message.get("runId") not in self.own_runs and message.get("text"):
-                    return [UserMessageChunk(session_update="user_message_chunk",
-                                             content=TextContentBlock(type="text", text=message["text"]))]
+                    return user_chunks(message, self.read_image)
                 return []
             return self._text(message["id"], 0, message.get("text") or "")
         if kind == "plan.updated" and payload.get("scope", "root") == "root":
@@ -418,7 +480,8 @@ class EventTranslator:
         return [tool_call_update(node, self.workspace)]
 
 
-def history_updates(thread: dict[str, Any], runs: list[dict[str, Any]], workspace: str | None = None) -> list[Update]:
+def history_updates(thread: dict[str, Any], runs: list[dict[str, Any]], workspace: str | None = None,
+                    read_image: ImageReader | None = None) -> list[Update]:
     """A thread's history as ACP replays it for ``session/load``: per run,
     the user's message, then the selected attempt's nodes (as tool calls
     with their final status) and assistant messages in the order they began.
@@ -435,9 +498,7 @@ def history_updates(thread: dict[str, Any], runs: list[dict[str, Any]], workspac
         items: list[tuple[float, int, dict[str, Any], str]] = []
         for message in by_run.get(run["id"], []):
             if message.get("role") == "user":
-                if message.get("text"):
-                    out.append(UserMessageChunk(session_update="user_message_chunk",
-                                                content=TextContentBlock(type="text", text=message["text"])))
+                out += user_chunks(message, read_image)
             elif message.get("attemptId") in (None, run.get("selectedAttemptId")) and message.get("text"):
                 items.append((float(message.get("createdAt") or 0), 1, message, "message"))
         for node in detail.get("nodes") or []:

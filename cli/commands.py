@@ -107,6 +107,9 @@ def add_send_command(sub: Subcommands, o: Options) -> None:
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
     p.add_argument("text", nargs="?", help="the message; - reads it from stdin")
     p.add_argument("--file", metavar="PATH", help="read the message from PATH (up to 1,048,576 characters)")
+    p.add_argument("--image", metavar="PATH", action="append", default=[],
+                   help="send the image at PATH with the message (PNG, JPEG, GIF or WebP; repeatable, up to 8 and "
+                        "9 MiB together), where the thread's provider takes images")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--steer", action="store_true", help="steer the active run (native, or by restart)")
     how.add_argument("--restart", action="store_true", help="restart the active run with this message")

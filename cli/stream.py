@@ -14,6 +14,7 @@ the exit code is 130.
 from __future__ import annotations
 
 import argparse
+import base64
 import os
 import signal
 import sys
@@ -351,6 +352,28 @@ def _say_files(files: dict[str, Any]) -> None:
     say(f"`agentd restore {files['safetyCheckpointId']}` undoes the merge")
 
 
+#: file name endings → the image types a message may carry
+IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".gif": "image/gif",
+               ".webp": "image/webp"}
+
+
+def image_attachments(paths: list[str]) -> list[dict[str, Any]]:
+    """``send --image PATH``: each file as an ``image`` attachment (its type by
+    its ending; the daemon checks its bytes are one)."""
+    out = []
+    for path in paths:
+        mime = IMAGE_TYPES.get(os.path.splitext(path)[1].lower())
+        if mime is None:
+            raise CliError(f"--image {path}: not a .png, .jpg, .jpeg, .gif or .webp file")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise CliError(f"--image {path}: {exc.strerror}") from None
+        out.append({"type": "image", "mimeType": mime, "data": base64.b64encode(data).decode("ascii")})
+    return out
+
+
 def cmd_send(args: argparse.Namespace) -> int:
     text = message_text(args)
     interactive = sys.stdin.isatty() and args.text != "-"
@@ -371,6 +394,8 @@ def cmd_send(args: argparse.Namespace) -> int:
             params["provider"] = args.provider
         if args.clean_context:
             params["cleanContext"] = True
+        if args.image:
+            params["attachments"] = image_attachments(args.image)
         if getattr(args, "merge_back", None):
             params["mergeBack"] = {"forkThreadId": args.merge_back}
             if args.files:

@@ -190,6 +190,8 @@ class ThreadUpdateResult(WireStruct, kw_only=True):
 
     thread: AppThread
     changed: list[str]
+    #: MCP server names that were changed to be kept (given → kept; issue 26)
+    renamed: dict[str, str] = {}
     seq: Seq
 
 

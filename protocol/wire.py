@@ -180,6 +180,24 @@ class MergeBack(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fie
     on_conflict: Literal["markers"] | None = None
 
 
+#: what an image attachment may be (what Codex, Claude and ACP agents all take)
+ImageMimeType = Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+#: images one message may carry
+MAX_ATTACHMENTS = 8
+#: decoded bytes of all of one message's attachments together: their base64
+#: (4/3 of it) and the text still fit one request line (framing.MAX_LINE)
+MAX_ATTACHMENT_BYTES = 9 << 20
+
+
+class ImageAttachment(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True, tag_field="type",
+                      tag="image"):
+    """An image that comes with a user message (issue 26): its bytes as base64."""
+
+    mime_type: ImageMimeType
+    #: base64 (RFC 4648, with padding) of the image's bytes
+    data: Annotated[str, msgspec.Meta(min_length=1)]
+
+
 class MessageSendParams(Params):
     thread_id: Id
     text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
@@ -190,6 +208,8 @@ class MessageSendParams(Params):
     command_id: CommandId | None = None
     #: a fork of this thread whose work since the fork point (or the last merge) comes with the message (SPEC F7)
     merge_back: MergeBack | None = None
+    #: images for the provider, where the thread's provider instance takes them (issue 26)
+    attachments: Annotated[list[ImageAttachment], msgspec.Meta(max_length=MAX_ATTACHMENTS)] | None = None
 
 
 class ThreadGetParams(Params):
@@ -229,11 +249,40 @@ class ThreadIdParams(Params):
     thread_id: Id
 
 
+#: MCP servers one thread may be given (issue 26)
+MAX_MCP_SERVERS = 32
+McpName = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+McpText = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+McpMap = Annotated[dict[Annotated[str, msgspec.Meta(min_length=1, max_length=256)],
+                        Annotated[str, msgspec.Meta(max_length=16384)]], msgspec.Meta(max_length=256)]
+
+
+class McpServerStdio(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True, tag_field="type",
+                     tag="stdio"):
+    """An MCP server the provider starts as a process (an editor's, issue 26)."""
+
+    name: McpName
+    command: McpText
+    args: Annotated[list[Annotated[str, msgspec.Meta(max_length=16384)]], msgspec.Meta(max_length=256)] = []
+    env: McpMap = {}
+
+
+class McpServerHttp(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True, tag_field="type",
+                    tag="http"):
+    """An MCP server the provider reaches over streamable HTTP (an editor's, issue 26)."""
+
+    name: McpName
+    url: McpText
+    headers: McpMap = {}
+
+
 class ThreadUpdateParams(Params):
     """``thread.update``: what to change (a field left out stays as it is)."""
 
     thread_id: Id
     title: Title | None = None
+    #: MCP servers for the thread's provider sessions, besides agentd's own tool (issue 26); [] removes them
+    mcp_servers: Annotated[list[McpServerStdio | McpServerHttp], msgspec.Meta(max_length=MAX_MCP_SERVERS)] | None = None
     command_id: CommandId | None = None
 
 

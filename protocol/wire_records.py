@@ -84,6 +84,19 @@ class AppThread(WireStruct, kw_only=True):
     cost: float | None = None
     workspace_source: WorkspaceSource | None = None
     archived_at: float | None = None
+    mcp_servers: list[McpServer] | None = None
+
+
+class McpServer(WireStruct, kw_only=True):
+    """An MCP server a thread's provider sessions get besides agentd's own tool (issue 26)."""
+
+    name: str
+    type: Literal["stdio", "http"] = "stdio"
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    url: str | None = None
+    headers: dict[str, str] = {}
 
 
 class WorkspaceSource(WireStruct, kw_only=True):
@@ -113,6 +126,17 @@ class ConversationMessage(WireStruct, kw_only=True):
     status: MessageStatus = "complete"
     created_at: float = 0.0
     completed_at: float | None = None
+    attachments: list[MessageAttachment] | None = None
+
+
+class MessageAttachment(WireStruct, kw_only=True):
+    """An image that came with a user message (issue 26); its bytes are the
+    file ``<data-dir>/attachments/<threadId>/<sha256>``."""
+
+    type: Literal["image"] = "image"
+    mime_type: str
+    sha256: str
+    size: int
 
 
 class Run(WireStruct, kw_only=True):
@@ -406,7 +430,7 @@ class Checkpoint(WireStruct, kw_only=True):
 #: the record shapes, by the name the contract's Records section gives them
 RECORDS: dict[str, type[WireStruct]] = {
     cls.__name__: cls
-    for cls in (AppThread, ConversationMessage, Run, Checkpoint, RunAttempt, ExecutionNode, ProviderSession,
+    for cls in (AppThread, McpServer, ConversationMessage, MessageAttachment, Run, Checkpoint, RunAttempt, ExecutionNode, ProviderSession,
                 ProviderThread, RuntimeRequest, PlanArtifact, ContextHandoff, ContextTransfer, SourcePoint, TokenUsage, WorkspaceSource,
                 FilesMerge, PathReason)
 }

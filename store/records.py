@@ -120,6 +120,24 @@ class AppThread(Record, kw_only=True, frozen=True):
     workspace_source: WorkspaceSource | None = None
     #: when ``thread.archive`` archived it (None: not archived; issue 27)
     archived_at: float | None = None
+    #: MCP servers its provider sessions get besides agentd's own tool (an
+    #: editor's, ``thread.update {mcpServers}``; issue 26); None: none
+    mcp_servers: list[McpServer] | None = None
+
+
+class McpServer(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """An MCP server a thread's provider sessions get (issue 26): a process
+    the runtime starts (``stdio``: ``command``, ``args``, ``env``) or a server
+    it reaches (``http``: ``url``, ``headers``). ``name`` is unique in the
+    thread and never agentd's own tool's."""
+
+    name: str
+    type: Literal["stdio", "http"] = "stdio"
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    url: str | None = None
+    headers: dict[str, str] = {}
 
 
 class WorkspaceSource(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
@@ -156,6 +174,24 @@ class ConversationMessage(Record, kw_only=True, frozen=True):
     status: MessageStatus = "complete"
     created_at: float = 0.0
     completed_at: float | None = None
+    #: the images that came with a user message (issue 26), each stored as a
+    #: file of its own (``MessageAttachment``); None: none
+    attachments: list[MessageAttachment] | None = None
+
+
+class MessageAttachment(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """An image that came with a user message (issue 26). Its bytes are not
+    in the store (a value stays small, and so does the ``message.created``
+    event every subscriber gets): they are the file
+    ``<data-dir>/attachments/<threadId>/<sha256>``, written before the
+    message is."""
+
+    type: Literal["image"] = "image"
+    mime_type: str
+    #: the hex SHA-256 of its bytes: the name of its file
+    sha256: str
+    #: its size in bytes
+    size: int
 
 
 class Run(Record, kw_only=True, frozen=True):

@@ -9,10 +9,14 @@ leaves refs that name no checkpoint; they cost only their objects."""
 from __future__ import annotations
 
 import logging
+import shutil
 from collections import defaultdict
 from typing import Any
 
+import trio
+
 from agentd.actors import thread_admin
+from agentd.actors.providers import images
 from agentd.protocol import wire
 from agentd.protocol.server import Connection
 
@@ -28,6 +32,9 @@ async def thread_delete(context: DaemonContext, params: wire.ThreadDeleteParams,
     deleted = done.deleted
     await context.sessions.stop_session(deleted.thread_id, "thread_deleted")
     dropped = await _drop_refs(context, deleted.checkpoint_refs)
+    # Its messages' images (issue 26) go with it.
+    folder = images.folder_beside(context.registry.workspaces_folder, deleted.thread_id)
+    await trio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
     return {"threadId": deleted.thread_id, "runs": deleted.runs, "messages": deleted.messages,
             "nodes": deleted.nodes, "handoffs": deleted.handoffs, "checkpoints": deleted.checkpoints,
             "refsDropped": dropped, "childThreadIds": deleted.child_thread_ids, "seq": done.seq}

@@ -142,6 +142,19 @@ class AcpAdapter(ProviderAdapter):
     def needs_login(self, why: str) -> None:
         self.login_needed = why
 
+    def images_refused(self) -> str | None:
+        """Images go to agents whose ``initialize`` said ``promptCapabilities.image`` (issue 26)."""
+        known = self.initialized
+        if known is not None and known.agent_capabilities.prompt_capabilities.get("image") is True:
+            return None
+        return (f"provider instance {self.name!r} (acp) does not take images: "
+                + ("its agent's promptCapabilities.image is not true" if known is not None
+                   else "its agent has not said whether it does"))
+
+    @property
+    def images_known(self) -> bool:
+        return self.initialized is not None
+
     def describe(self) -> dict[str, Any]:
         out = {**super().describe(), "binary": str(self.binary), "model": self.config.model}
         return {**out, **self.agent_facts()}

@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 import trio
 
-from . import acp_files
+from . import acp_files, extra_mcp
 from .acp_rpc import AUTH_REQUIRED, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, AcpError, AcpPeer
 from .acp_terminals import Terminals
 from .acp_updates import TurnMapper
@@ -53,6 +54,7 @@ from .acp_wire import (
     SetSessionModelRequest,
     SetSessionModeRequest,
     TerminalRequest,
+    ImageContent,
     TextContent,
     WriteTextFileRequest,
 )
@@ -76,6 +78,9 @@ from .transport import ProcessLike
 
 if TYPE_CHECKING:
     from ..config import ProviderConfig
+    from agentd.store.records import McpServer
+
+    from .images import ImageInput
     from .agentd_tool import AgentdTool
     from .base import Capabilities
 
@@ -109,6 +114,8 @@ class AgentInstance(Protocol):
     agentd_tool: AgentdTool | None
 
     def needs_login(self, why: str) -> None: ...
+
+    def images_refused(self) -> str | None: ...
 
 
 @dataclass
@@ -201,7 +208,16 @@ class AcpConnection(ProviderConnection):
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def _mcp_servers(self) -> list[McpServerStdio]:
+    def _mcp_servers(self, extra: Sequence[McpServer] = ()) -> list[Any]:
+        """agentd's own tool, then the thread's other servers (an editor's;
+        issue 26): ``http`` ones only where the agent said ``mcpCapabilities.http``."""
+        http = bool(self.initialized and self.initialized.agent_capabilities.mcp_capabilities.get("http"))
+        others, left = extra_mcp.acp_servers(extra, http=http)
+        if left:
+            log.warning("ACP agent %s takes no http MCP servers: %s not passed on", self.adapter.name, ", ".join(left))
+        return [*self._own_server(), *others]
+
+    def _own_server(self) -> list[McpServerStdio]:
         tool = self.adapter.agentd_tool
         if tool is None:
             return []
@@ -218,8 +234,8 @@ class AcpConnection(ProviderConnection):
         session = self._sessions[session_id] = Session(session_id=session_id, cwd=cwd, mapper=mapper)
         return session
 
-    async def create_thread(self, *, cwd: str) -> str:
-        params = NewSessionRequest(cwd=cwd, mcp_servers=self._mcp_servers())
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+        params = NewSessionRequest(cwd=cwd, mcp_servers=self._mcp_servers(mcp_servers))
         try:
             raw = await self._peer.request("session/new", _encode(params))
         except AcpError as exc:
@@ -250,7 +266,7 @@ class AcpConnection(ProviderConnection):
             else:
                 raise ProviderRuntimeError(f"the agent offers no choice of {category}, so {category} = {wanted!r} cannot be set")
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
         """``session/load``: the history it replays is counted, never reported as new."""
         if native_thread_id in self._sessions:
             return ResumeInfo(native_thread_id=native_thread_id)
@@ -259,7 +275,7 @@ class AcpConnection(ProviderConnection):
             raise NativeThreadMissing("the agent cannot load a session (no loadSession capability)")
         session = self._session(native_thread_id, cwd)
         session.replaying = True
-        params = LoadSessionRequest(session_id=native_thread_id, cwd=cwd, mcp_servers=self._mcp_servers())
+        params = LoadSessionRequest(session_id=native_thread_id, cwd=cwd, mcp_servers=self._mcp_servers(mcp_servers))
         try:
             raw = await self._peer.request("session/load", _encode(params))
         except AcpError as exc:
@@ -277,8 +293,15 @@ class AcpConnection(ProviderConnection):
     # -- turns ---------------------------------------------------------------------------------
 
     async def start_turn(
-        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> str:
+        # Images only where the agent said it takes them (issue 26); read off the loop.
+        why = self.adapter.images_refused() if images else None
+        if why is not None:
+            raise ProviderRuntimeError(why)
+        pictures = await trio.to_thread.run_sync(
+            lambda: [ImageContent(data=image.base64(), mime_type=image.mime_type) for image in images]) if images else []
         session = self._sessions.get(native_thread_id)
         if session is None:
             raise ProviderRuntimeError(f"session {native_thread_id} is not loaded in this agent process")
@@ -289,8 +312,9 @@ class AcpConnection(ProviderConnection):
         turn = session.turn = Turn(native_turn_id=f"acp_turn_{uuid.uuid4().hex[:16]}", attempt_id=attempt_id)
         session.mapper.begin(attempt_id)
         await self._emit(TurnStarted(attempt_id=attempt_id, native_turn_id=turn.native_turn_id))
-        prompt = [TextContent(text=context)] if context else []
+        prompt: list[TextContent | ImageContent] = [TextContent(text=context)] if context else []
         prompt.append(TextContent(text=text))
+        prompt += pictures
         self._nursery.start_soon(self._prompt, session, turn, PromptRequest(session_id=native_thread_id, prompt=prompt))
         return turn.native_turn_id
 

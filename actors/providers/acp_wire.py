@@ -89,7 +89,8 @@ class McpServerStdio(_Wire, kw_only=True):
 
 class NewSessionRequest(_Wire, kw_only=True):
     cwd: str
-    mcp_servers: list[McpServerStdio]
+    #: agentd's own (``McpServerStdio``), then the thread's others as ACP's mappings (issue 26)
+    mcp_servers: list[McpServerStdio | Any]
 
 
 class NewSessionResponse(_Wire, kw_only=True):
@@ -104,7 +105,7 @@ class NewSessionResponse(_Wire, kw_only=True):
 class LoadSessionRequest(_Wire, kw_only=True):
     session_id: str
     cwd: str
-    mcp_servers: list[McpServerStdio]
+    mcp_servers: list[McpServerStdio | Any]
 
 
 class SetSessionModeRequest(_Wire, kw_only=True):
@@ -127,9 +128,16 @@ class TextContent(_Wire, kw_only=True, tag_field="type", tag="text"):
     text: str
 
 
+class ImageContent(_Wire, kw_only=True, tag_field="type", tag="image"):
+    """An image of the prompt (base64), for agents whose ``promptCapabilities.image`` is true."""
+
+    data: str
+    mime_type: str
+
+
 class PromptRequest(_Wire, kw_only=True):
     session_id: str
-    prompt: list[TextContent]
+    prompt: list[TextContent | ImageContent]
 
 
 StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]

@@ -19,6 +19,7 @@ id, ``can_use_tool`` requests), so neither needs the interface bent.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
     import trio
 
     from .agentd_tool import AgentdTool
+    from agentd.store.records import McpServer
+
+    from .images import ImageInput
 
 
 class Capabilities(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
@@ -190,20 +194,25 @@ class ProviderConnection(abc.ABC):
         """Native thread ids this process has created or resumed (callers read it)."""
 
     @abc.abstractmethod
-    async def create_thread(self, *, cwd: str) -> str:
-        """Make a new native thread; return its handle."""
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+        """Make a new native thread; return its handle. ``mcp_servers``: the
+        thread's MCP servers besides agentd's own (an editor's; issue 26),
+        passed only when there are some, by the kinds that take them."""
 
     @abc.abstractmethod
-    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
         """Load a native thread into this process (raises NativeThreadMissing)."""
 
     @abc.abstractmethod
     async def start_turn(
-        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> str:
         """Start a turn; its events are tagged ``attempt_id``. ``context`` is a
         stored ContextHandoff's text, given to the runtime ahead of ``text`` in
-        whatever way it takes extra context. Returns the native turn id."""
+        whatever way it takes extra context; ``images`` come with ``text``
+        (only where the adapter's ``images_refused`` is None; callers pass
+        the argument only when there are images). Returns the native turn id."""
 
     @abc.abstractmethod
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
@@ -223,16 +232,19 @@ class ProviderConnection(abc.ABC):
         raise ProviderRuntimeError("this runtime cannot interrupt one item of a turn")
 
     async def start_first_turn(
-        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None, images: Sequence[ImageInput] = (),
+        mcp_servers: Sequence[McpServer] = (),
     ) -> tuple[str, str]:
         """For runtimes without empty threads: create the native thread with its
         first turn. Returns ``(native_thread_id, native_turn_id)``."""
         raise ProviderRuntimeError("this provider cannot start a thread with a turn")
 
-    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str) -> None:
+    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str,
+                         images: Sequence[ImageInput] = ()) -> None:
         raise ProviderRuntimeError("steering is not supported by this provider")
 
-    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
+                          mcp_servers: Sequence[McpServer] = ()) -> str:
         """A new native thread with ``native_thread_id``'s history up to and
         including the turn ``last_turn_id`` names (a ``ProviderTurn``'s
         ``nativeEndRef`` or ``nativeTurnId``; None: all of it), loaded in this
@@ -289,6 +301,18 @@ class ProviderAdapter(abc.ABC):
         runtime reports goes to ``emit``; the process exit is reported as
         ``SessionExited`` by the caller, which owns the session's lifecycle.
         """
+
+    def images_refused(self) -> str | None:
+        """Why this instance's turns cannot take images (None: they can;
+        issue 26). A message with images to an instance that refuses them is
+        ``unsupported`` before anything is stored."""
+        return f"provider instance {self.name!r} ({self.kind}) does not take images"
+
+    @property
+    def images_known(self) -> bool:
+        """Whether ``images_refused`` knows yet (an ACP agent says so only in
+        its ``initialize``: False until a probe or a session asked it)."""
+        return True
 
     def describe(self) -> dict[str, Any]:
         """What ``agentd providers`` shows for this instance."""

@@ -72,14 +72,18 @@ message gets a fresh one instead of a half-started one).
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import trio
+
+from agentd.store.records import McpServer
 
 from .base import (
     Capabilities,
@@ -101,6 +105,8 @@ from .claude_stream import (
 )
 from ..config import ProviderConfig
 from .agentd_tool import AgentdTool
+from . import extra_mcp
+from .images import ImageInput
 from .jsonl import RequestCorrelator, RequestTimeout
 from .runtime import RuntimeBinary, StderrLog, parse_version
 from .transport import ProcessLike, Spawn, spawn_process
@@ -171,6 +177,10 @@ class ClaudeAdapter(ProviderAdapter):
 
     # -- describing -------------------------------------------------------------------
 
+    def images_refused(self) -> str | None:
+        """Claude takes images: ``image`` content blocks (base64) in the user message."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "binary": str(self.binary), "model": self.config.model}
 
@@ -232,13 +242,17 @@ class ClaudeAdapter(ProviderAdapter):
         connection.runtime_version = await self.runtime_version()
         # Once started, open() only returns: the caller learns of the end
         # from the exit status, never from an exception.
-        await connection._claude.run(
-            name=session_id,
-            started=lambda: task_status.started(connection),
-            on_line=connection._dispatch,
-            on_exit=connection._fail_waiters,
-            grace=self.stop_grace,
-        )
+        try:
+            await connection._claude.run(
+                name=session_id,
+                started=lambda: task_status.started(connection),
+                on_line=connection._dispatch,
+                on_exit=connection._fail_waiters,
+                grace=self.stop_grace,
+            )
+        finally:
+            # The session's extra MCP servers' file (it may hold secrets) goes with it.
+            (self.home / "mcp" / f"{session_id}.json").unlink(missing_ok=True)
 
 
 # -- the connection ---------------------------------------------------------------------
@@ -317,19 +331,20 @@ class ClaudeConnection(ProviderConnection):
 
     # -- primitives ---------------------------------------------------------------------
 
-    async def create_thread(self, *, cwd: str) -> str:
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
         raise ProviderRuntimeError("Claude has no empty sessions: a session starts with its first turn (start_first_turn)")
 
     async def start_first_turn(
-        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None, images: Sequence[ImageInput] = (),
+        mcp_servers: Sequence[McpServer] = (),
     ) -> tuple[str, str]:
         claude = self._claude
         if claude.mode is None:
-            await claude.launch("new", [], cwd, initialize=self._initialize)
+            await claude.launch("new", await self._mcp_args(mcp_servers), cwd, initialize=self._initialize)
         elif claude.mode != "new" or claude.session is not None:
             raise ProviderRuntimeError(f"this claude process already runs session {claude.session}")
         self._session_known = trio.Event()
-        turn_id = await self._begin_turn(text, attempt_id, context)
+        turn_id = await self._begin_turn(text, attempt_id, context, images)
         with trio.move_on_after(claude.bound) as scope:
             await self._session_known.wait()
         if scope.cancelled_caught:
@@ -339,17 +354,19 @@ class ClaudeConnection(ProviderConnection):
             raise ProviderRuntimeError(claude.closed or "claude ended the turn without a session id")
         return claude.session, turn_id
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
         if native_thread_id in self.loaded_threads:
             return ResumeInfo(native_thread_id=native_thread_id)
         await self._claude.launch_existing(
-            "resume", native_thread_id, ["--resume", native_thread_id], cwd, initialize=self._initialize,
+            "resume", native_thread_id, ["--resume", native_thread_id, *await self._mcp_args(mcp_servers)], cwd,
+            initialize=self._initialize,
         )
         self._claude.bind(native_thread_id)
         turns = await trio.to_thread.run_sync(count_turns, self.adapter.config_dir(), native_thread_id)
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=turns)
 
-    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
+                          mcp_servers: Sequence[McpServer] = ()) -> str:
         # ``last_turn_id`` is a turn's last message uuid (``TurnCompleted.end_ref``):
         # ``--resume-session-at`` forks there; our own turn ids name nothing in Claude.
         if last_turn_id is not None and last_turn_id.startswith("turn_"):
@@ -362,20 +379,22 @@ class ClaudeConnection(ProviderConnection):
         fork_id = str(uuid.uuid4())
         at = ["--resume-session-at", last_turn_id] if last_turn_id is not None else []
         await self._claude.launch_existing(
-            "fork", native_thread_id, ["--resume", native_thread_id, *at, "--fork-session", "--session-id", fork_id], cwd,
-            initialize=self._initialize,
+            "fork", native_thread_id,
+            ["--resume", native_thread_id, *at, "--fork-session", "--session-id", fork_id, *await self._mcp_args(mcp_servers)],
+            cwd, initialize=self._initialize,
         )
         self._claude.bind(fork_id)
         return fork_id
 
     async def start_turn(
-        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> str:
         if native_thread_id not in self.loaded_threads:
             raise ProviderRuntimeError(
                 f"session {native_thread_id} is not loaded in this claude process (resume it first)"
             )
-        return await self._begin_turn(text, attempt_id, context)
+        return await self._begin_turn(text, attempt_id, context, images)
 
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
         turn = self._stream.turn
@@ -388,14 +407,43 @@ class ClaudeConnection(ProviderConnection):
         result = self._stream.answer_permission(request_ref, response)
         await self._write(control_response_line(request_ref, result))
 
-    async def _begin_turn(self, text: str, attempt_id: str, context: str | None) -> str:
+    async def _mcp_args(self, servers: Sequence[McpServer]) -> list[str]:
+        """A second ``--mcp-config`` with the thread's extra MCP servers (issue
+        26): a 0600 file of this session's, as agentd's own (it may hold
+        secrets, which an argv must not)."""
+        if not servers:
+            return []
+        path = self.adapter.home / "mcp" / f"{self._agentd_session}.json"
+        document = json.dumps(extra_mcp.claude_config(servers)).encode()
+
+        def write() -> None:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, document)
+            finally:
+                os.close(fd)
+
+        await trio.to_thread.run_sync(write)
+        return ["--mcp-config", str(path)]
+
+    async def _begin_turn(self, text: str, attempt_id: str, context: str | None,
+                          images: Sequence[ImageInput] = ()) -> str:
+        line = user_line(text, context)
+        if images:
+            # Ahead of the text, as Anthropic advises; read off the loop (up to 9 MiB).
+            blocks = await trio.to_thread.run_sync(lambda: [
+                {"type": "image", "source": {"type": "base64", "media_type": image.mime_type, "data": image.base64()}}
+                for image in images])
+            content = line["message"]["content"]
+            content[len(content) - 1:len(content) - 1] = blocks
         if self._claude.closed:
             raise ProviderRuntimeError(f"cannot start a turn: {self._claude.closed}")
         if self._stream.turn is not None:
             raise ProviderRuntimeError(f"claude is still running turn {self._stream.turn.native_turn_id}")
         turn = await self._stream.begin_turn(attempt_id)
         try:
-            await self._write(user_line(text, context))
+            await self._write(line)
         except ProviderRuntimeError:
             self._stream.drop_turn(turn)
             raise

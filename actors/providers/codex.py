@@ -43,11 +43,14 @@ import logging
 import os
 import platform
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 import trio
+
+from agentd.store.records import McpServer
 
 from .base import (
     Capabilities,
@@ -70,6 +73,8 @@ from .base import (
 )
 from ..config import ProviderConfig
 from .agentd_tool import AgentdTool
+from . import extra_mcp
+from .images import ImageInput
 from .jsonl import JsonLinesPeer, stop_process
 from .runtime import RuntimeBinary, StderrLog, parse_version  # noqa: F401 - parse_version re-exported
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
@@ -176,6 +181,7 @@ from .codex_wire import (  # the typed shapes
     PermissionsRequestApprovalResponse,
     ReviewDecisionResponse,
     ServerRequestResolvedNotification,
+    LocalImageUserInput,
     TextUserInput,
     ThreadForkParams,
     ThreadForkResponse,
@@ -310,6 +316,10 @@ class CodexAdapter(ProviderAdapter):
         self.agentd_tool: AgentdTool | None = None
         self.binary = find_binary(config.binary, env)
         self.executable, self._launcher_env = native_binary(self.binary)
+
+    def images_refused(self) -> str | None:
+        """Codex takes images in a turn's input (``localImage``: a file it reads)."""
+        return None
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -539,16 +549,18 @@ class CodexConnection(ProviderConnection):
     def history_mode(self, native_thread_id: str) -> str | None:
         return self._history_modes.get(native_thread_id)
 
-    async def create_thread(self, *, cwd: str) -> str:
-        params = ThreadStartParams(cwd=cwd, model=self.adapter.config.model)
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+        params = ThreadStartParams(cwd=cwd, model=self.adapter.config.model,
+                                   config=extra_mcp.codex_config(mcp_servers) or None)
         result = _decode(ThreadStartResponse, await self._peer.request("thread/start", _encode(params)), "thread/start answer")
         self._loaded_threads.add(result.thread.id)
         self._models[result.thread.id] = result.model
         self._history_modes[result.thread.id] = result.thread.history_mode
         return result.thread.id
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
-        params = ThreadResumeParams(thread_id=native_thread_id, cwd=cwd, model=self.adapter.config.model, exclude_turns=True)
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
+        params = ThreadResumeParams(thread_id=native_thread_id, cwd=cwd, model=self.adapter.config.model, exclude_turns=True,
+                                    config=extra_mcp.codex_config(mcp_servers) or None)
         try:
             raw = await self._peer.request("thread/resume", _encode(params))
         except ProviderRuntimeError as exc:
@@ -563,7 +575,8 @@ class CodexConnection(ProviderConnection):
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=len(turns))
 
     async def start_turn(
-        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> str:
         collaboration = None
         stripped = text.lstrip()
@@ -571,8 +584,10 @@ class CodexConnection(ProviderConnection):
             text = stripped[len(PLAN_PREFIX):].lstrip() or text
             model = self._models.get(native_thread_id) or self.adapter.config.model or ""
             collaboration = CollaborationMode(mode="plan", settings=CollaborationSettings(model=model))
-        inputs = [TextUserInput(text=context)] if context else []
+        inputs: list[TextUserInput | LocalImageUserInput] = [TextUserInput(text=context)] if context else []
         inputs.append(TextUserInput(text=text))
+        # The message's images as the files agentd keeps them (issue 26): Codex reads them itself.
+        inputs += [LocalImageUserInput(path=image.path) for image in images]
         params = TurnStartParams(thread_id=native_thread_id, input=inputs, cwd=cwd, collaboration_mode=collaboration)
         # Registered before the request: turn/started may come before the answer.
         self._attempts[native_thread_id] = attempt_id
@@ -587,11 +602,15 @@ class CodexConnection(ProviderConnection):
     async def interrupt_turn(self, native_thread_id: str, native_turn_id: str) -> None:
         await self._peer.request("turn/interrupt", _encode(TurnInterruptParams(thread_id=native_thread_id, turn_id=native_turn_id)))
 
-    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str) -> None:
-        params = TurnSteerParams(thread_id=native_thread_id, expected_turn_id=native_turn_id, input=[TextUserInput(text=text)])
+    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str,
+                         images: Sequence[ImageInput] = ()) -> None:
+        inputs: list[TextUserInput | LocalImageUserInput] = [TextUserInput(text=text)]
+        inputs += [LocalImageUserInput(path=image.path) for image in images]
+        params = TurnSteerParams(thread_id=native_thread_id, expected_turn_id=native_turn_id, input=inputs)
         _decode(TurnSteerResponse, await self._peer.request("turn/steer", _encode(params)), "turn/steer answer")
 
-    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
+                          mcp_servers: Sequence[McpServer] = ()) -> str:
         """``thread/fork`` with ``lastTurnId`` (inclusive). Where the runtime
         cannot fork at a turn — it refuses ``lastTurnId``, or its fork holds
         turns after that one (a runtime that ignores the field) — the fork is
@@ -599,18 +618,19 @@ class CodexConnection(ProviderConnection):
         on the fork, never on the source: SPEC F6). A fork that lacks the turn,
         or whose later turns cannot be reverted, is an explicit failure."""
         try:
-            fork = await self._fork(native_thread_id, last_turn_id)
+            fork = await self._fork(native_thread_id, last_turn_id, mcp_servers)
         except ProviderRuntimeError as exc:
             if last_turn_id is None or exc.code is None or _MISSING_THREAD.search(str(exc)):
                 raise
             log.info("codex refused thread/fork at turn %s (%s): forking the whole thread and reverting", last_turn_id, exc)
-            fork = await self._fork(native_thread_id, None)
+            fork = await self._fork(native_thread_id, None, mcp_servers)
         if last_turn_id is not None:
             await self._revert_after(fork, last_turn_id)
         return fork
 
-    async def _fork(self, native_thread_id: str, last_turn_id: str | None) -> str:
-        params = ThreadForkParams(thread_id=native_thread_id, last_turn_id=last_turn_id, exclude_turns=True)
+    async def _fork(self, native_thread_id: str, last_turn_id: str | None, mcp_servers: Sequence[McpServer] = ()) -> str:
+        params = ThreadForkParams(thread_id=native_thread_id, last_turn_id=last_turn_id, exclude_turns=True,
+                                  config=extra_mcp.codex_config(mcp_servers) or None)
         result = _decode(ThreadForkResponse, await self._peer.request("thread/fork", _encode(params)), "thread/fork answer")
         self._loaded_threads.add(result.thread.id)
         self._history_modes[result.thread.id] = result.thread.history_mode

@@ -56,6 +56,8 @@ class ThreadStartParams(_Wire, kw_only=True, rename="camel"):
     __direction__ = "out"
     cwd: str | None = None
     model: str | None = None
+    #: config overrides for this thread (dotted keys): the thread's extra MCP servers (issue 26)
+    config: dict[str, Any] | None = None
 
 
 class ThreadResumeParams(_Wire, kw_only=True, rename="camel"):
@@ -65,6 +67,7 @@ class ThreadResumeParams(_Wire, kw_only=True, rename="camel"):
     cwd: str | None = None
     model: str | None = None
     exclude_turns: bool
+    config: dict[str, Any] | None = None
 
 
 class ThreadForkParams(_Wire, kw_only=True, rename="camel"):
@@ -73,6 +76,7 @@ class ThreadForkParams(_Wire, kw_only=True, rename="camel"):
     thread_id: str
     last_turn_id: str | None = None
     exclude_turns: bool
+    config: dict[str, Any] | None = None
 
 
 class ThreadTurnsListParams(_Wire, kw_only=True, rename="camel"):
@@ -101,6 +105,15 @@ class TextUserInput(_Wire, kw_only=True, omit_defaults=False):
     text: str
 
 
+class LocalImageUserInput(_Wire, kw_only=True, omit_defaults=False):
+    """The ``localImage`` variant of ``UserInput``: an image file Codex reads (issue 26)."""
+
+    __schema__ = "v2/UserInput#LocalImageUserInput"
+    __direction__ = "out"
+    type: str = "localImage"
+    path: str
+
+
 class CollaborationSettings(_Wire, kw_only=True):
     __schema__ = "v2/Settings"
     __direction__ = "out"
@@ -118,7 +131,7 @@ class TurnStartParams(_Wire, kw_only=True, rename="camel"):
     __schema__ = "v2/TurnStartParams"
     __direction__ = "out"
     thread_id: str
-    input: list[TextUserInput]
+    input: list[TextUserInput | LocalImageUserInput]
     cwd: str | None = None
     collaboration_mode: CollaborationMode | None = None
 
@@ -128,7 +141,7 @@ class TurnSteerParams(_Wire, kw_only=True, rename="camel"):
     __direction__ = "out"
     thread_id: str
     expected_turn_id: str
-    input: list[TextUserInput]
+    input: list[TextUserInput | LocalImageUserInput]
 
 
 class TurnInterruptParams(_Wire, kw_only=True, rename="camel"):

@@ -13,10 +13,13 @@ import logging
 import os
 import sys
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 import trio
+
+from agentd.store.records import McpServer
 
 from .base import (
     Capabilities,
@@ -38,6 +41,8 @@ from .base import (
     message_phase,
 )
 from .agentd_tool import AgentdTool
+from . import extra_mcp
+from .images import ImageInput
 from .jsonl import JsonLinesPeer, stop_process
 from .runtime import StderrLog
 from .transport import ProcessLike, Spawn, exit_status, spawn_process
@@ -56,6 +61,11 @@ ITEM_TYPES = {
     "approval": "approval",
     "userInput": "user_input_request",
 }
+
+def _images(images: Sequence[ImageInput]) -> list[dict[str, Any]]:
+    """A turn's images as the scripted agent takes them: the files, as Codex's ``localImage``."""
+    return [{"type": "localImage", "mimeType": image.mime_type, "path": image.path} for image in images]
+
 
 # error codes of the scripted agent
 THREAD_NOT_FOUND = -32001
@@ -102,6 +112,13 @@ class ScriptedAdapter(ProviderAdapter):
 
     async def probe(self) -> dict[str, Any]:
         return {"usable": True, "binary": sys.executable, "version": "built-in"}
+
+    def images_refused(self) -> str | None:
+        """The agent takes images (it reports them: ``reportImages``) unless
+        its instance's ``args`` hold ``--no-images``."""
+        if "--no-images" in self.args:
+            return f"provider instance {self.name!r} (scripted, --no-images) does not take images"
+        return None
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", "agentd.actors.providers.scripted_agent", "--home", str(self.home), *self.args]
@@ -178,8 +195,11 @@ class ScriptedConnection(ProviderConnection):
 
     # -- primitives -------------------------------------------------------------
 
-    async def create_thread(self, *, cwd: str) -> str:
-        result = await self._peer.request("thread/start", {"cwd": cwd})
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+        params: dict[str, Any] = {"cwd": cwd}
+        if mcp_servers:
+            params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)
+        result = await self._peer.request("thread/start", params)
         thread_id: str = result["threadId"]
         self._loaded_threads.add(thread_id)
         self._history_modes[thread_id] = result.get("historyMode")
@@ -188,9 +208,12 @@ class ScriptedConnection(ProviderConnection):
     def history_mode(self, native_thread_id: str) -> str | None:
         return self._history_modes.get(native_thread_id)
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
+        params: dict[str, Any] = {"threadId": native_thread_id}
+        if mcp_servers:
+            params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)
         try:
-            result = await self._peer.request("thread/resume", {"threadId": native_thread_id})
+            result = await self._peer.request("thread/resume", params)
         except ProviderRuntimeError as exc:
             if exc.code in (THREAD_NOT_FOUND, THREAD_CORRUPT):
                 raise NativeThreadMissing(str(exc), code=exc.code) from exc
@@ -200,27 +223,35 @@ class ScriptedConnection(ProviderConnection):
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=result.get("turnCount"))
 
     async def start_turn(
-        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None,
+        images: Sequence[ImageInput] = (),
     ) -> str:
         # Registered before the request: the agent may report the turn started
         # before its answer to turn/start arrives.
         self._attempts[native_thread_id] = attempt_id
-        params = {"threadId": native_thread_id, "input": text, "cwd": cwd}
+        params: dict[str, Any] = {"threadId": native_thread_id, "input": text, "cwd": cwd}
         if context:
             params["context"] = context
+        if images:
+            params["images"] = _images(images)
         result = await self._peer.request("turn/start", params)
         turn_id: str = result["turnId"]
         return turn_id
 
     async def start_first_turn(
-        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None
+        self, *, text: str, attempt_id: str, cwd: str, context: str | None = None, images: Sequence[ImageInput] = (),
+        mcp_servers: Sequence[McpServer] = (),
     ) -> tuple[str, str]:
         # The thread id is unknown until the answer; events of a thread we
         # have not seen yet belong to this attempt (one thread per process).
         self._first_turn_attempt = attempt_id
-        params = {"cwd": cwd, "input": text}
+        params: dict[str, Any] = {"cwd": cwd, "input": text}
         if context:
             params["context"] = context
+        if images:
+            params["images"] = _images(images)
+        if mcp_servers:
+            params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)
         result = await self._peer.request("turn/start", params)
         self._loaded_threads.add(result["threadId"])
         self._history_modes[result["threadId"]] = result.get("historyMode")
@@ -233,13 +264,18 @@ class ScriptedConnection(ProviderConnection):
         await self._peer.request("item/interrupt",
                                  {"threadId": native_thread_id, "turnId": native_turn_id, "itemId": native_item_id})
 
-    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str) -> None:
-        await self._peer.request(
-            "turn/steer", {"threadId": native_thread_id, "expectedTurnId": native_turn_id, "input": text}
-        )
+    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str,
+                         images: Sequence[ImageInput] = ()) -> None:
+        params: dict[str, Any] = {"threadId": native_thread_id, "expectedTurnId": native_turn_id, "input": text}
+        if images:
+            params["images"] = _images(images)
+        await self._peer.request("turn/steer", params)
 
-    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
+                          mcp_servers: Sequence[McpServer] = ()) -> str:
         params: dict[str, Any] = {"threadId": native_thread_id}
+        if mcp_servers:
+            params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)
         if last_turn_id is not None:
             params["lastTurnId"] = last_turn_id
         result = await self._peer.request("thread/fork", params)

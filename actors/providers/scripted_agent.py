@@ -29,6 +29,9 @@ method then fails with :data:`NOT_SUPPORTED`.  With ``emptyThreads`` off,
 ``thread/start`` is refused and ``turn/start {cwd, input}`` (no
 ``threadId``) creates the thread together with its first turn; ``cwd`` on
 the turn of an existing thread moves it there (as codex takes a cwd per turn).
+``turn/start`` and ``turn/steer`` may carry ``images: [{type: localImage,
+mimeType, path}]`` (as Codex's ``localImage`` input), which the
+``reportImages`` step reports; ``--no-images`` refuses them.
 
 Each thread is stored natively as ``HOME/threads/<threadId>.json``::
 
@@ -178,8 +181,12 @@ class Agent:
     """Answers client requests, owns the loaded threads and the output stream."""
 
     def __init__(self, home: Path, stdout: trio.abc.SendStream, nursery: trio.Nursery, *,
-                 history_mode: str = "paginated") -> None:
+                 history_mode: str = "paginated", images: bool = True) -> None:
         self.store = NativeStore(home)
+        #: whether turns may come with images (``--no-images``: refused)
+        self.images = images
+        #: the MCP servers each loaded thread was given (``mcpServers``), as a runtime holds its connections
+        self.mcp_servers: dict[str, list[dict[str, Any]]] = {}
         #: what its threads report as ``historyMode``; a ``legacy`` one, as
         #: Codex's, cannot be rolled back or forked
         self.history_mode = history_mode
@@ -358,7 +365,16 @@ class Agent:
 
     def _thread_start(self, params: dict[str, Any]) -> dict[str, Any]:
         self._require("emptyThreads")
-        return {"threadId": self._thread_for_cwd(params, "thread/start").threadId, "historyMode": self.history_mode}
+        thread = self._thread_for_cwd(params, "thread/start")
+        self._take_mcp(thread.threadId, params)
+        return {"threadId": thread.threadId, "historyMode": self.history_mode}
+
+    def _take_mcp(self, thread_id: str, params: dict[str, Any]) -> None:
+        servers = params.get("mcpServers") or []
+        for server in _expect(servers, list, "mcpServers must be a list"):
+            if not (isinstance(server, dict) and isinstance(server.get("name"), str)):
+                raise RpcError(INVALID_PARAMS, "each of mcpServers is {name, type, command | url}")
+        self.mcp_servers[thread_id] = list(servers)
 
     def _thread_for_cwd(self, params: dict[str, Any], method: str) -> ThreadRecord:
         cwd = _param(params, "cwd", str, method)
@@ -371,6 +387,7 @@ class Agent:
         thread = self.threads.get(thread_id)
         if thread is None:
             thread = self.threads[thread_id] = self.store.load(thread_id)
+        self._take_mcp(thread_id, params)
         return {"threadId": thread_id, "turnCount": len(thread.turns), "historyMode": self.history_mode}
 
     def _thread_fork(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -381,6 +398,7 @@ class Agent:
         if params.get("lastTurnId") is not None:
             turns = turns[: _turn_index(source, params["lastTurnId"]) + 1]
         fork = self._new_thread(source.cwd, list(turns))
+        self._take_mcp(fork.threadId, params)
         return {"threadId": fork.threadId, "historyMode": self.history_mode}
 
     def _thread_turns_list(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -411,6 +429,7 @@ class Agent:
             # Without a thread id the turn starts a new thread: the only way
             # to get a thread when emptyThreads is switched off.
             thread = self._thread_for_cwd(params, "turn/start")
+            self._take_mcp(thread.threadId, params)
             result["threadId"] = thread.threadId
             result["historyMode"] = self.history_mode
         if thread.threadId in self.active:
@@ -422,7 +441,9 @@ class Agent:
             if not os.path.isdir(cwd):
                 raise RpcError(INVALID_PARAMS, f"cwd {cwd} is not a directory")
             thread.cwd = os.path.realpath(cwd)
+        images = self._images(params, "turn/start")
         turn = self.active[thread.threadId] = Turn(self, thread, text)
+        turn.images = images
         if "context" in params:
             turn.context = _param(params, "context", str, "turn/start")
         self._after_reply.append(functools.partial(self._nursery.start_soon, turn.run))
@@ -452,8 +473,20 @@ class Agent:
         self._require("steer")
         thread_id = _param(params, "threadId", str, "turn/steer")
         turn = self._active_turn(thread_id, params.get("expectedTurnId"))
+        turn.images.extend(self._images(params, "turn/steer"))
         turn.steers.append(_param(params, "input", str, "turn/steer"))
         return {"turnId": turn.id}
+
+    def _images(self, params: dict[str, Any], method: str) -> list[dict[str, Any]]:
+        """A turn's images: ``[{type: localImage, mimeType, path}]`` (refused with ``--no-images``)."""
+        images = params.get("images") or []
+        if images and not self.images:
+            raise RpcError(NOT_SUPPORTED, "this agent takes no images (--no-images)")
+        for image in _expect(images, list, f"{method} images must be a list"):
+            if not (isinstance(image, dict) and image.get("type") == "localImage" and isinstance(image.get("path"), str)
+                    and isinstance(image.get("mimeType"), str)):
+                raise RpcError(INVALID_PARAMS, f"{method}: each image is {{type: localImage, mimeType, path}}")
+        return list(images)
 
     def _shutdown(self, params: dict[str, Any]) -> dict[str, Any]:
         self._stopping = True
@@ -535,6 +568,14 @@ class Turn:
     ``{"reportHistory": true}``
         Say how many earlier turns the thread holds, and, when the client
         injected context (a handoff) into this turn, how long it is.
+    ``{"reportImages": true}``
+        Say, one line each, the images that came with the turn (``turn/start
+        {images: [{type: localImage, mimeType, path}]}``, and its steers'):
+        ``image MIME N bytes sha256=HEX`` of the file it read, or ``no images``.
+    ``{"reportMcp": true}``
+        Say the MCP servers the thread was given when this process started,
+        resumed or forked it (``mcpServers: [{name, type, command | url}]``):
+        ``mcp: NAME (stdio COMMAND), NAME (http URL)``, or ``mcp: none``.
     ``{"approval": {"kind": KIND, "command": TEXT}}``
         Ask the client via ``item/approval/request``, then say the decision.
     ``{"ask": {"questions": [{"id", "question", "options"}]}}``
@@ -576,6 +617,8 @@ class Turn:
         self.interruptible: dict[str, trio.CancelScope] = {}
         self._output: list[str] = []
         self.context = ""
+        #: the images that came with the turn (and its steers): ``{type, mimeType, path}``
+        self.images: list[dict[str, Any]] = []
 
     async def run(self) -> None:
         await self._notify("turn/started")
@@ -846,6 +889,22 @@ class Turn:
             text += f" + {len(self.context)} chars of context"
         await self._message(text, parent)
 
+    async def _report_images(self, step: dict[str, Any], parent: str | None) -> None:
+        lines = []
+        for image in self.images:
+            try:
+                data = Path(image["path"]).read_bytes()
+            except OSError as exc:
+                lines.append(f"image {image['mimeType']} unreadable: {exc.strerror}")
+                continue
+            lines.append(f"image {image['mimeType']} {len(data)} bytes sha256={hashlib.sha256(data).hexdigest()}")
+        await self._message("\n".join(lines) or "no images", parent)
+
+    async def _report_mcp(self, step: dict[str, Any], parent: str | None) -> None:
+        servers = self.agent.mcp_servers.get(self.thread.threadId) or []
+        said = [f"{s['name']} ({s.get('type', 'stdio')} {s.get('url') or s.get('command')})" for s in servers]
+        await self._message("mcp: " + (", ".join(said) or "none"), parent)
+
     async def _recall(self, step: dict[str, Any], parent: str | None) -> None:
         words = _expect(step["recall"], list, "recall needs a list of words")
         for word in words:
@@ -964,6 +1023,8 @@ class Turn:
         "tool": _tool,
         "command": _command,
         "reportHistory": _report_history,
+        "reportImages": _report_images,
+        "reportMcp": _report_mcp,
         "recall": _recall,
         "approval": _approval,
         "ask": _ask,
@@ -1001,12 +1062,12 @@ async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | 
         shut(opened)
 
 
-async def _serve(home: Path, history_mode: str = "paginated") -> None:
+async def _serve(home: Path, history_mode: str = "paginated", images: bool = True) -> None:
     stdin = trio.lowlevel.FdStream(os.dup(0))
     stdout = trio.lowlevel.FdStream(os.dup(1))
     async with stdin, stdout:
         async with trio.open_nursery() as nursery:
-            agent = Agent(home, stdout, nursery, history_mode=history_mode)
+            agent = Agent(home, stdout, nursery, history_mode=history_mode, images=images)
             await agent.serve(stdin)
             # EOF or shutdown: running turns simply stop; their native state
             # is whatever was saved when earlier turns ended.
@@ -1018,8 +1079,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--home", required=True, type=Path, help="directory for native state")
     parser.add_argument("--history-mode", choices=HISTORY_MODES, default="paginated",
                         help="the history contract its threads report (legacy: no rollback or fork, as Codex's)")
+    parser.add_argument("--no-images", action="store_true", help="refuse turns that come with images")
     args = parser.parse_args(argv)
-    trio.run(_serve, args.home, args.history_mode)
+    trio.run(_serve, args.home, args.history_mode, not args.no_images)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from trio. Nothing waits on time: every wait is for a message or an event.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -21,18 +23,25 @@ from typing import Any, Awaitable, Callable
 import pytest
 import trio
 
-from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, text_block
+from acp import PROTOCOL_VERSION, RequestError, connect_to_agent, image_block, resource_block, text_block
 from acp.schema import (
     AcceptElicitationResponse,
+    BlobResourceContents,
     AllowedOutcome,
     ClientCapabilities,
     DeniedOutcome,
     ElicitationCapabilities,
     ElicitationFormCapabilities,
+    EnvVariable,
+    HttpHeader,
+    HttpMcpServer,
+    McpServerStdio,
     RequestPermissionResponse,
 )
 
 from agentd.launch import start_daemon
+from agentd.protocol.client import Client
+from agentd.protocol.errors import AgentdError
 from tests.helpers import script, wait_event, wait_run_terminal
 
 WAIT = 60
@@ -186,7 +195,9 @@ async def test_initialize_says_what_agentd_can(editor):
     assert caps.load_session is True
     assert caps.session_capabilities.list is not None and caps.session_capabilities.resume is not None
     assert caps.session_capabilities.close is not None and caps.session_capabilities.fork is not None
-    assert caps.prompt_capabilities.embedded_context is True and not caps.prompt_capabilities.image
+    assert caps.prompt_capabilities.embedded_context is True and not caps.prompt_capabilities.audio
+    # Images go on where the session's provider takes them (refused per message where not).
+    assert caps.prompt_capabilities.image is True
 
 
 async def test_a_session_is_a_thread_and_a_prompt_streams_its_run(editor, client, workspace):
@@ -416,6 +427,40 @@ async def test_provider_instances_are_modes_and_switching_one_moves_the_thread(t
     finally:
         await editor.stop()
         await daemon.terminate()
+
+
+async def test_the_provider_is_a_config_option_too(tmp_path, short_dir, workspace):
+    """Issue 26: ``configOptions`` hold one select, ``provider`` (the
+    instances, as the modes); ``session/set_config_option`` of it is the
+    same switch with its handoff (F5), and the mode follows."""
+    config = tmp_path / "config.toml"
+    config.write_text('[providers.basic]\nkind = "scripted"\n')
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        created = await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=[]))
+        session = created.session_id
+        (option,) = created.config_options
+        assert option.id == "provider" and option.type == "select" and option.current_value == "scripted"
+        assert {o.value for o in option.options} == {"scripted", "basic"}
+        assert await prompt(editor, session, "remember alpha") == "end_turn"
+        answer = await editor.run(editor.conn.set_config_option(config_id="provider", session_id=session, value="basic"))
+        assert answer.config_options[0].current_value == "basic"
+        assert {"current_mode_update", "config_option_update"} <= set(editor.kinds(session))
+        assert await prompt(editor, session, script({"recall": ["alpha"]})) == "end_turn"
+        assert "alpha=context" in editor.text(session)
+        resumed = await editor.run(editor.conn.resume_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+        assert resumed.config_options[0].current_value == "basic" and resumed.modes.current_mode_id == "basic"
+        for config_id, value, field in (("model", "basic", "configId"), ("provider", "nope", "value"),
+                                        ("provider", True, "value")):
+            with pytest.raises(RequestError) as bad:
+                await editor.run(editor.conn.set_config_option(config_id=config_id, session_id=session, value=value))
+            assert bad.value.code == -32602 and bad.value.data["field"] == field
+    finally:
+        await editor.stop()
+        await daemon.terminate()
     assert "Traceback" not in editor.stderr()
 
 
@@ -598,3 +643,185 @@ async def test_stop_and_merge_back_commands(editor, client, workspace):
     with pytest.raises(RequestError) as unknown:
         await prompt(editor, session, "/switch nope")
     assert unknown.value.code == -32602 and "no provider instance 'nope'" in str(unknown.value)
+
+
+#: a 1×1 PNG
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+GIF = b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff!\xf9\x04\x01\x00\x00\x00\x00,\x00\x00\x00\x00" \
+      b"\x01\x00\x01\x00\x00\x02\x02D\x01\x00;"
+
+
+async def test_images_in_a_prompt_reach_the_provider_or_are_refused_saying_why(tmp_path, short_dir, workspace):
+    """Issue 26: an image block (and an embedded image resource) of a prompt
+    goes to the thread's provider — the scripted agent reads the files agentd
+    keeps and says what it got — and is kept beside the store, not in it; an
+    instance that takes no images refuses the message up front."""
+    config = tmp_path / "config.toml"
+    config.write_text('[providers.blind]\nkind = "scripted"\nargs = ["--no-images"]\n')
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        session = await new_session(editor, workspace)
+        gif = resource_block(BlobResourceContents(uri="file:///tmp/dot.gif", blob=base64.b64encode(GIF).decode(),
+                                                  mime_type="image/gif"))
+        answer = await editor.run(editor.conn.prompt(session_id=session, prompt=[
+            text_block(script({"reportImages": True})), image_block(base64.b64encode(PNG).decode(), "image/png"), gif]))
+        assert answer.stop_reason == "end_turn"
+        said = editor.text(session)
+        assert f"image image/png {len(PNG)} bytes sha256={hashlib.sha256(PNG).hexdigest()}" in said
+        assert f"image image/gif {len(GIF)} bytes sha256={hashlib.sha256(GIF).hexdigest()}" in said
+        async with Client.connect(daemon.socket) as client:
+            (message,) = [m for m in (await client.call("thread.get", threadId=session))["messages"] if m["role"] == "user"]
+            assert message["attachments"] == [
+                {"type": "image", "mimeType": "image/png", "sha256": hashlib.sha256(PNG).hexdigest(), "size": len(PNG)},
+                {"type": "image", "mimeType": "image/gif", "sha256": hashlib.sha256(GIF).hexdigest(), "size": len(GIF)}]
+            kept = tmp_path / "data" / "attachments" / session / hashlib.sha256(PNG).hexdigest()
+            assert kept.read_bytes() == PNG and kept.stat().st_mode & 0o777 == 0o600
+            # Too many bytes together, or bytes that are not the type said: invalid_params, nothing stored.
+            runs_before = len((await client.call("thread.get", threadId=session))["runs"])
+            too_big = "A" * (((9 << 20) // 3 + 1) * 4)
+            with pytest.raises(AgentdError) as big:
+                await client.call("thread.message.send", threadId=session, text="look",
+                                  attachments=[{"type": "image", "mimeType": "image/png", "data": too_big}])
+            assert big.value.kind == "invalid_params" and big.value.data["field"] == "attachments"
+            with pytest.raises(AgentdError) as fake:
+                await client.call("thread.message.send", threadId=session, text="look",
+                                  attachments=[{"type": "image", "mimeType": "image/jpeg",
+                                                "data": base64.b64encode(PNG).decode()}])
+            assert fake.value.kind == "invalid_params" and fake.value.data["field"] == "attachments[0].data"
+            assert len((await client.call("thread.get", threadId=session))["runs"]) == runs_before
+        # Loading the session again replays the images with the user's message.
+        before = len(editor.updates[session])
+        await editor.run(editor.conn.load_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+        replayed = [u.content for u in editor.updates[session][before:] if u.session_update == "user_message_chunk"]
+        assert [(c.type, getattr(c, "mime_type", None), getattr(c, "data", None)) for c in replayed[1:]] == [
+            ("image", "image/png", base64.b64encode(PNG).decode()), ("image", "image/gif", base64.b64encode(GIF).decode())]
+        # An instance that takes no images: the editor learns why, per message.
+        await editor.run(editor.conn.set_session_mode(session_id=session, mode_id="blind"))
+        with pytest.raises(RequestError) as refused:
+            await editor.run(editor.conn.prompt(session_id=session, prompt=[
+                text_block("what is this?"), image_block(base64.b64encode(PNG).decode(), "image/png")]))
+        assert refused.value.data["kind"] == "unsupported" and "--no-images" in str(refused.value)
+        assert await prompt(editor, session, "just text then") == "end_turn"
+        assert "You said: just text then" in editor.text(session)
+        # Deleting the thread takes its images with it.
+        await editor.run(editor.conn.close_session(session_id=session))
+        async with Client.connect(daemon.socket) as client:
+            await client.call("thread.delete", threadId=session)
+        assert not kept.parent.exists()
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+    assert "Traceback" not in editor.stderr()
+
+
+async def test_images_reach_an_acp_provider_that_takes_them(tmp_path, short_dir, workspace):
+    """Issue 26: behind ``agentd acp``, an ACP provider instance gets the
+    prompt's image as an ACP ``image`` block when its agent said
+    ``promptCapabilities.image``; one whose agent did not refuses it up front."""
+    from tests.supervisor.test_acp_provider import provider_toml, prompts
+
+    state = tmp_path / "agent-state"
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ndefault_provider = "eyes"\n\n'
+                      + provider_toml("eyes", state, env={"FAKE_ACP_STATE": str(state), "FAKE_ACP_IMAGES": "1"})
+                      + "\n" + provider_toml("blind", state))
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        session = await new_session(editor, workspace)
+        answer = await editor.run(editor.conn.prompt(session_id=session, prompt=[
+            text_block("look at this"), image_block(base64.b64encode(PNG).decode(), "image/png")]))
+        assert answer.stop_reason == "end_turn"
+        assert "Echo: look at this" in editor.text(session)
+        (logged,) = [p for p in prompts(tmp_path) if p.get("images")]
+        assert logged["images"] == [["image/png", hashlib.sha256(PNG).hexdigest()]]
+        assert logged["texts"][-1] == "look at this"
+        other = await new_session(editor, workspace)
+        await editor.run(editor.conn.set_session_mode(session_id=other, mode_id="blind"))
+        with pytest.raises(RequestError) as refused:
+            await editor.run(editor.conn.prompt(session_id=other, prompt=[
+                text_block("and this?"), image_block(base64.b64encode(PNG).decode(), "image/png")]))
+        assert refused.value.data["kind"] == "unsupported"
+        assert "promptCapabilities.image" in str(refused.value)
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+    assert "Traceback" not in editor.stderr()
+
+
+async def test_an_image_steers_the_running_turn(editor, client, workspace):
+    """Issue 26: a prompt with an image while the session's run is going is a
+    native steer on the scripted agent, and the image comes with it."""
+    session = await new_session(editor, workspace)
+    editor.gate = await editor.run(_event())
+    first = asyncio.run_coroutine_threadsafe(editor.conn.prompt(session_id=session, prompt=[text_block(script(
+        {"approval": {"kind": "command", "command": "make"}}, {"reportImages": True}))]), editor.loop)
+    await editor.wait_for(lambda: editor.permissions)
+    steer = asyncio.run_coroutine_threadsafe(editor.conn.prompt(session_id=session, prompt=[
+        text_block("also this"), image_block(base64.b64encode(PNG).decode(), "image/png")]), editor.loop)
+    await wait_event(client, lambda e: e["type"] == "message.steered", thread_id=session)
+    editor.loop.call_soon_threadsafe(editor.gate.set)
+    assert (await trio.to_thread.run_sync(lambda: first.result(WAIT))).stop_reason == "end_turn"
+    assert (await trio.to_thread.run_sync(lambda: steer.result(WAIT))).stop_reason == "end_turn"
+    assert f"image image/png {len(PNG)} bytes sha256={hashlib.sha256(PNG).hexdigest()}" in editor.text(session)
+
+
+async def test_the_editors_mcp_servers_reach_the_provider_and_stay_with_the_thread(editor, client, workspace):
+    """Issue 26: ``session/new {mcpServers}`` (stdio and http) goes to the
+    thread's provider sessions — the scripted agent says what it was given —
+    and is kept on the thread; one named as agentd's own tool is renamed;
+    ``session/resume`` with other servers replaces them, at the next run."""
+    caps = editor.init.agent_capabilities.mcp_capabilities
+    assert caps.http is True and not caps.sse
+    servers = [McpServerStdio(name="agentd", command="/bin/true", args=[], env=[]),
+               McpServerStdio(name="files", command="/usr/bin/env", args=["files-mcp"],
+                              env=[EnvVariable(name="TOKEN", value="s3cret")]),
+               HttpMcpServer(type="http", name="web", url="http://127.0.0.1:9/mcp",
+                             headers=[HttpHeader(name="Authorization", value="Bearer x")])]
+    session = (await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=servers))).session_id
+    kept = (await client.call("thread.get", threadId=session))["thread"]["mcpServers"]
+    assert [(s["name"], s["type"]) for s in kept] == [("agentd-editor", "stdio"), ("files", "stdio"), ("web", "http")]
+    assert kept[1]["env"] == {"TOKEN": "s3cret"} and kept[2]["headers"] == {"Authorization": "Bearer x"}
+    assert await prompt(editor, session, script({"reportMcp": True})) == "end_turn"
+    assert ("mcp: agentd-editor (stdio /bin/true), files (stdio /usr/bin/env), web (http http://127.0.0.1:9/mcp)"
+            in editor.text(session))
+    # Opened again with other servers: the thread's provider gets those from its next run on.
+    await editor.run(editor.conn.close_session(session_id=session))
+    await editor.run(editor.conn.resume_session(cwd=str(workspace), session_id=session, mcp_servers=[servers[1]]))
+    assert await prompt(editor, session, script({"reportMcp": True})) == "end_turn"
+    assert editor.text(session).endswith("mcp: files (stdio /usr/bin/env)")
+    # A fork gets the servers its editor names.
+    forked = await editor.run(editor.conn.fork_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
+    assert (await client.call("thread.get", threadId=forked.session_id))["thread"]["mcpServers"] is None
+
+
+async def test_the_editors_mcp_servers_reach_an_acp_provider(tmp_path, short_dir, workspace):
+    """Issue 26: behind ``agentd acp``, an ACP provider instance's agent gets
+    the editor's stdio server in its ``session/new {mcpServers}`` beside
+    agentd's own, and not an http one, which it did not say it takes."""
+    from tests.supervisor.test_acp_provider import provider_toml
+
+    state = tmp_path / "agent-state"
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ndefault_provider = "fake"\n\n' + provider_toml("fake", state))
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    editor = Editor(daemon, tmp_path / "acp.stderr")
+    try:
+        await editor.start()
+        await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
+        servers = [McpServerStdio(name="files", command="/usr/bin/env", args=[], env=[]),
+                   HttpMcpServer(type="http", name="web", url="http://127.0.0.1:9/mcp", headers=[])]
+        session = (await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=servers))).session_id
+        assert await prompt(editor, session, "hello") == "end_turn"
+        (native,) = [json.loads(p.read_text()) for p in state.glob("fake_*.json")]
+        assert "files" in native["mcpServers"] and "web" not in native["mcpServers"]
+        assert "takes no http MCP servers: web not passed on" in daemon.log_text()
+    finally:
+        await editor.stop()
+        await daemon.terminate()
+    assert "Traceback" not in editor.stderr()

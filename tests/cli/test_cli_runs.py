@@ -122,3 +122,24 @@ async def test_retry_runs_a_failed_run_again_as_its_next_attempt(daemon, client)
     assert done["payload"]["run"]["attemptCount"] == 2
     again = await run(daemon, "retry", run_id, check=False)
     assert again.returncode == 1 and "only a failed or interrupted run" in again.stderr.decode()
+
+
+async def test_send_with_images(daemon, tmp_path):
+    """Issue 26: ``send --image PATH`` (repeatable) sends the files with the
+    message; the scripted agent says what it got. A file that is no image
+    type is refused before anything is sent."""
+    import base64
+    import hashlib
+
+    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+    (tmp_path / "a.png").write_bytes(png)
+    (tmp_path / "b.PNG").write_bytes(png)
+    (tmp_path / "notes.txt").write_text("not an image")
+    thread_id = await new_thread(daemon)
+    sent = await run(daemon, "send", thread_id, script({"reportImages": True}), "--image", str(tmp_path / "a.png"),
+                     "--image", str(tmp_path / "b.PNG"))
+    line = f"image image/png {len(png)} bytes sha256={hashlib.sha256(png).hexdigest()}"
+    assert sent.stdout.decode().splitlines() == [line, line]
+    refused = await run(daemon, "send", thread_id, "hi", "--image", str(tmp_path / "notes.txt"), check=False)
+    assert refused.returncode != 0
+    assert "--image" in refused.stderr.decode() and "not a .png" in refused.stderr.decode()
