@@ -33,7 +33,9 @@ steer                      not native: interrupt and restart
 fork / rollback            portable fork (F6) / rebuilt (ACP has no rewind)
 approvals                  ``session/request_permission`` (accept: the
                            ``allow_once`` option, else ``allow_always``;
-                           decline: ``reject_once``, else ``reject_always``)
+                           acceptForSession: ``allow_always``, offered
+                           only when the agent sent one; decline:
+                           ``reject_once``, else ``reject_always``)
 items                      ``session/update`` (see ``acp_updates``)
 the agent's requests       ``fs/*`` inside the workspace (``acp_files``),
                            ``terminal/*`` as supervised processes

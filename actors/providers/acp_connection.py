@@ -86,7 +86,20 @@ CLIENT_VERSION = "0.1.0"
 #: ``stopReason`` -> the turn's status (the others are ``completed``, with the reason said)
 STOP_STATUSES = {"end_turn": "completed", "cancelled": "interrupted"}
 #: the app's decision -> the option kinds that carry it, preferred first
-DECISION_KINDS = {"accept": ("allow_once", "allow_always"), "decline": ("reject_once", "reject_always")}
+DECISION_KINDS = {
+    "accept": ("allow_once", "allow_always"),
+    "acceptForSession": ("allow_always",),
+    "decline": ("reject_once", "reject_always"),
+}
+
+
+def offered_decisions(options: list[PermissionOption]) -> list[str]:
+    """The app's decisions an ACP permission's options carry: ``accept``
+    with any allowing option, ``acceptForSession`` with an ``allow_always``
+    one, and always ``decline`` (a reject option, else the outcome
+    ``cancelled``)."""
+    kinds = {o.kind for o in options}
+    return [d for d, carriers in DECISION_KINDS.items() if d == "decline" or kinds & set(carriers)]
 
 W = TypeVar("W", bound=msgspec.Struct)
 _encode = msgspec.to_builtins
@@ -352,12 +365,10 @@ class AcpConnection(ProviderConnection):
         else:
             raise ProviderRuntimeError(f"request {request_ref} is not waiting in this session")
         request_id, options = session.permissions[request_ref]
-        kinds = DECISION_KINDS.get(str(response.get("decision")))
-        if kinds is None:
-            raise ProviderRuntimeError(f"an approval takes decision accept or decline, not {response.get('decision')!r}")
-        chosen = next((o for kind in kinds for o in options if o.kind == kind), None)
-        if chosen is None and response.get("decision") == "accept":
-            raise ProviderRuntimeError("the agent offered no option that allows this")
+        decision = str(response.get("decision"))
+        if decision not in offered_decisions(options):
+            raise ProviderRuntimeError(f"this permission takes decision {', '.join(offered_decisions(options))}, not {decision!r}")
+        chosen = next((o for kind in DECISION_KINDS[decision] for o in options if o.kind == kind), None)
         outcome = SelectedOutcome(option_id=chosen.option_id) if chosen else CancelledOutcome()
         del session.permissions[request_ref]
         await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=outcome)))
@@ -389,7 +400,8 @@ class AcpConnection(ProviderConnection):
         attempt = session.turn.attempt_id
         await self._emit(ItemStarted(attempt_id=attempt, item_id=item_id, item_type="approval",
                                      parent_item_id=call.item_id if call else None, title="approval", detail=detail))
-        await self._emit(RequestOpened(attempt_id=attempt, request_ref=ref, kind="approval", item_id=item_id, detail=detail))
+        await self._emit(RequestOpened(attempt_id=attempt, request_ref=ref, kind="approval", item_id=item_id, detail=detail,
+                                       decisions=offered_decisions(asked.options)))
 
     # -- the agent's requests ------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from agentd.actors.config import ProviderConfig
 from agentd.actors.providers.acp import AcpAdapter
 from agentd.actors.providers.base import (
     ItemCompleted,
+    ProviderRuntimeError,
     ItemStarted,
     RequestOpened,
     TextDelta,
@@ -58,6 +59,9 @@ async def scenario_approval(h: Harness, cwd: str) -> dict[str, Any]:
     asked = await h.wait_for(lambda e: isinstance(e, RequestOpened))
     assert "touch approved-by-user.txt" in asked.detail["command"]
     assert {o["kind"] for o in asked.detail["options"]} >= {"allow_once", "reject_once"}
+    assert asked.decisions == ["accept", "decline"], "claude-agent-acp 0.101.0 offers no allow_always for this command"
+    with pytest.raises(ProviderRuntimeError, match="takes decision accept, decline"):
+        await conn.answer_request(asked.request_ref, {"decision": "acceptForSession"})
     (node,) = [e for e in h.of("att_1", ItemStarted) if e.item_id == asked.item_id]
     assert node.parent_item_id is not None and node.parent_item_id.startswith("tool:")
     await conn.answer_request(asked.request_ref, {"decision": "accept"})
@@ -137,10 +141,31 @@ async def codex_approval(h: Harness, cwd: str) -> dict[str, Any]:
     asked = await h.wait_for(lambda e: isinstance(e, RequestOpened))
     assert "touch approved.txt" in asked.detail["command"] and asked.detail["kind"] == "command_execution"
     assert [o["kind"] for o in asked.detail["options"]] == ["allow_once", "allow_always", "reject_once"]
+    assert asked.decisions == ["accept", "acceptForSession", "decline"]
     await conn.answer_request(asked.request_ref, {"decision": "accept"})
     assert (await h.turn_end("att_1")).status == "completed"
     (command,) = [e for e in h.of("att_1", ItemCompleted) if e.item_type == "command_execution"]
     assert command.status == "completed"
+    await h.stop(conn)
+    return {"file": "approved.txt"}
+
+
+async def codex_approval_always(h: Harness, cwd: str) -> dict[str, Any]:
+    """codex-acp's ``allow_always`` ("don't ask again for commands that start
+    with …") is the decision ``acceptForSession``: the same command in a later
+    turn of the session runs without a permission (SPEC F15)."""
+    conn = await h.open()
+    native = await conn.create_thread(cwd=cwd)
+    await conn.start_turn(native, text="please ASK_APPROVAL", attempt_id="att_1", cwd=cwd)
+    asked = await h.wait_for(lambda e: isinstance(e, RequestOpened))
+    assert asked.decisions == ["accept", "acceptForSession", "decline"]
+    await conn.answer_request(asked.request_ref, {"decision": "acceptForSession"})
+    assert (await h.turn_end("att_1")).status == "completed"
+    await conn.start_turn(native, text="please ASK_APPROVAL again", attempt_id="att_2", cwd=cwd)
+    assert (await h.turn_end("att_2")).status == "completed"
+    assert not h.of("att_2", RequestOpened), "the agent did not ask again"
+    (command,) = [e for e in h.of("att_2", ItemCompleted) if e.item_type == "command_execution"]
+    assert command.status == "completed" and "touch approved.txt" in command.detail["command"]
     await h.stop(conn)
     return {"file": "approved.txt"}
 
@@ -178,7 +203,8 @@ Scenario = Callable[[Harness, str], Awaitable[dict[str, Any]]]
 SCENARIOS: dict[str, dict[str, Scenario]] = {
     "claude": {"plain": scenario_plain, "approval": scenario_approval, "write": scenario_write,
                "interrupt": scenario_interrupt, "resume": scenario_resume},
-    "codex": {"plain": codex_plain, "approval": codex_approval, "interrupt": codex_interrupt, "resume": codex_resume},
+    "codex": {"plain": codex_plain, "approval": codex_approval, "approval_always": codex_approval_always,
+              "interrupt": codex_interrupt, "resume": codex_resume},
 }
 MODES = {"claude": "default", "codex": None}
 ALL = [(agent, name) for agent in sorted(SCENARIOS) for name in sorted(SCENARIOS[agent])]

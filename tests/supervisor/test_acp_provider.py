@@ -196,3 +196,25 @@ async def test_a_fork_is_portable_and_a_rollback_rebuilt(tmp_path, short_dir):
         assert texts[-1] == "four delta" and "one alpha" in texts[0] and "two bravo" not in texts[0]
         sessions = [p["session"] for p in prompts(tmp_path)]
         assert len(set(sessions)) == 3, "the source, the fork and the rebuilt thread are three ACP sessions"
+
+
+async def test_allow_always_is_accept_for_session_and_the_agent_asks_no_more(tmp_path, short_dir):
+    """The permission's ``allow_always`` option is the decision
+    ``acceptForSession`` the request offers (SPEC F15): chosen over the
+    socket, the agent runs the same command again without asking."""
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        sent = await client.call("thread.message.send", threadId=thread_id, text="RUN echo again")
+        request = (await event(client, thread_id, "approval.requested"))["payload"]["request"]
+        assert request["decisions"] == ["accept", "acceptForSession", "decline"]
+        await client.call("approval.respond", requestId=request["id"], decision="acceptForSession")
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "completed"
+        (approval,) = [n for n in (await client.call("run.get", runId=run["id"]))["nodes"] if n["kind"] == "approval"]
+        assert approval["status"] == "completed" and approval["detail"]["decision"] == "acceptForSession"
+
+        run = await send_and_wait(client, thread_id, "RUN echo again")
+        assert run["status"] == "completed"
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        assert not [n for n in nodes if n["kind"] == "approval"], "the agent remembered: no approval this time"
+        assert [n["detail"]["output"] for n in nodes if n["kind"] == "command_execution"] == ["again\n"]
