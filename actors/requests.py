@@ -203,6 +203,8 @@ def check_options(questions: list[dict[str, Any]], answers: dict[str, Any]) -> N
         if not options or question.get("allowOther"):
             continue
         given = answers.get(str(question.get("id")))
+        if question.get("optional") and given in (None, "", []):
+            continue  # an optional question left unanswered
         values = given if isinstance(given, list) else [given]
         wrong = [str(v) for v in values if str(v) not in options]
         if wrong:
@@ -234,8 +236,7 @@ def user_input_respond(ctx: ThreadContext, command: Command) -> Transition:
     params = command.params
     request = _pending_request(ctx, params.request_id, "user_input")
     questions = request.detail.get("questions", [])
-    asked = [q.get("id") for q in questions]
-    missing = [q for q in asked if q not in params.answers]
+    missing = [q.get("id") for q in questions if q.get("id") not in params.answers and not q.get("optional")]
     if missing:
         raise InvalidParams(f"answers lack {', '.join(map(str, missing))}; answer every question", field="answers")
     check_options(questions, params.answers)

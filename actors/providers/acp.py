@@ -12,7 +12,8 @@ daemon does not run; it is used only by the tests' fake agent.
 agentd                     ACP
 =========================  ==================================================
 open                       start the process, ``initialize`` (agentd
-                           advertises ``fs`` read/write and ``terminal``)
+                           advertises ``fs`` read/write, ``terminal`` and
+                           form ``elicitation``)
 create_thread              ``session/new {cwd, mcpServers}`` — agentd's tool
                            among the servers unless ``agentd_tool = "off"``;
                            then ``session/set_mode`` / ``session/set_model``
@@ -31,6 +32,8 @@ interrupt_turn             ``session/cancel`` (pending permissions answered
                            answer
 steer                      not native: interrupt and restart
 fork / rollback            portable fork (F6) / rebuilt (ACP has no rewind)
+questions                  ``elicitation/create`` in mode ``form``
+                           (``acp_elicitation``); other shapes: an error
 approvals                  ``session/request_permission`` (accept: the
                            ``allow_once`` option, else ``allow_always``;
                            acceptForSession: ``allow_always``, offered
@@ -70,7 +73,7 @@ from .transport import Spawn, exit_status, spawn_process
 
 #: what any ACP agent does natively, as agentd drives it (see the table above)
 NATIVE_CAPABILITIES = Capabilities(
-    steer=False, native_fork=False, interrupt=True, rollback=False, structured_questions=False, empty_threads=True,
+    steer=False, native_fork=False, interrupt=True, rollback=False, structured_questions=True, empty_threads=True,
 )
 #: a probe's bound: agents in node take seconds to start (OpenCode: 4-6 s)
 PROBE_TIMEOUT = 30.0

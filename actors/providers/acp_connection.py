@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import msgspec
 import trio
 
-from . import acp_files
+from . import acp_elicitation, acp_files
 from .acp_rpc import AUTH_REQUIRED, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, AcpError, AcpPeer
 from .acp_terminals import Terminals
 from .acp_updates import TurnMapper
@@ -28,8 +28,11 @@ from .acp_wire import (
     CancelledOutcome,
     CancelNotification,
     ClientCapabilities,
+    CreateElicitationRequest,
+    CreateElicitationResponse,
     CreateTerminalRequest,
     CreateTerminalResponse,
+    ElicitationCapabilities,
     EnvVariable,
     FileSystemCapability,
     Implementation,
@@ -145,6 +148,8 @@ class Session:
     replayed_turns: int = 0
     #: permission requests waiting on the person: request ref -> (agent's id, options)
     permissions: dict[str, tuple[Any, list[PermissionOption]]] = field(default_factory=dict)
+    #: form elicitations waiting on the person: request ref -> (agent's id, the form)
+    elicitations: dict[str, tuple[Any, acp_elicitation.Form]] = field(default_factory=dict)
 
 
 class AcpConnection(ProviderConnection):
@@ -193,7 +198,8 @@ class AcpConnection(ProviderConnection):
     async def initialize(self) -> InitializeResponse:
         params = InitializeRequest(
             protocol_version=PROTOCOL_VERSION,
-            client_capabilities=ClientCapabilities(fs=FileSystemCapability(read_text_file=True, write_text_file=True), terminal=True),
+            client_capabilities=ClientCapabilities(fs=FileSystemCapability(read_text_file=True, write_text_file=True), terminal=True,
+                                                   elicitation=ElicitationCapabilities(form={})),
             client_info=Implementation(name=CLIENT_NAME, version=CLIENT_VERSION, title="agentd"),
         )
         result = decode(InitializeResponse, await self._peer.request("initialize", _encode(params)), "initialize answer")
@@ -354,14 +360,22 @@ class AcpConnection(ProviderConnection):
     # -- permissions ---------------------------------------------------------------------------
 
     async def _cancel_permissions(self, session: Session) -> None:
+        """Answer what still waits on the person ``cancelled`` (permissions) /
+        ``cancel`` (elicitations): the turn is being cancelled or has ended."""
         pending, session.permissions = session.permissions, {}
         for request_id, _options in pending.values():
             await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=CancelledOutcome())))
+        forms, session.elicitations = session.elicitations, {}
+        for request_id, _form in forms.values():
+            await self._peer.respond(request_id, _encode(CreateElicitationResponse(action="cancel")))
 
     async def answer_request(self, request_ref: str, response: dict[str, Any]) -> None:
         for session in self._sessions.values():
             if request_ref in session.permissions:
                 break
+            if request_ref in session.elicitations:
+                await self._answer_elicitation(session, request_ref, response)
+                return
         else:
             raise ProviderRuntimeError(f"request {request_ref} is not waiting in this session")
         request_id, options = session.permissions[request_ref]
@@ -403,6 +417,50 @@ class AcpConnection(ProviderConnection):
         await self._emit(RequestOpened(attempt_id=attempt, request_ref=ref, kind="approval", item_id=item_id, detail=detail,
                                        decisions=offered_decisions(asked.options)))
 
+    # -- elicitations --------------------------------------------------------------------------
+
+    async def _elicitation(self, request_id: Any, params: dict[str, Any]) -> None:
+        """``elicitation/create`` (mode ``form``, tied to a session) → a
+        ``user_input`` request; any other shape is answered with an error
+        the agent sees."""
+        asked = decode(CreateElicitationRequest, params, "elicitation/create")
+        if asked.mode != "form":
+            await self._respond_error(request_id, INVALID_PARAMS, f"agentd answers form elicitations only, not mode {asked.mode!r}")
+            return
+        if asked.session_id is None:
+            await self._respond_error(request_id, INVALID_PARAMS, "agentd answers elicitations tied to a session (sessionId) only")
+            return
+        session = self._sessions.get(asked.session_id)
+        if session is None or session.turn is None:
+            await self._peer.respond(request_id, _encode(CreateElicitationResponse(action="cancel")))
+            return
+        try:
+            form = acp_elicitation.form(asked.message, asked.requested_schema)
+        except acp_elicitation.Unsupported as exc:
+            await self._respond_error(request_id, INVALID_PARAMS, str(exc))
+            return
+        ref = f"acp_elicit_{uuid.uuid4().hex[:12]}"
+        session.elicitations[ref] = (request_id, form)
+        detail: dict[str, Any] = {"method": "elicitation/create", "message": asked.message, "questions": form.questions}
+        call = session.mapper.tool(asked.tool_call_id)
+        item_id = f"request:{ref}"
+        attempt = session.turn.attempt_id
+        await self._emit(ItemStarted(attempt_id=attempt, item_id=item_id, item_type="user_input_request",
+                                     parent_item_id=call.item_id if call else None, title="question", detail=detail))
+        await self._emit(RequestOpened(attempt_id=attempt, request_ref=ref, kind="user_input", item_id=item_id, detail=detail))
+
+    async def _answer_elicitation(self, session: Session, request_ref: str, response: dict[str, Any]) -> None:
+        """The person's answers as the form's accepted ``content``. One the
+        form cannot take (not a number, …) is the agent's error too: the
+        question ends, the agent is not left waiting."""
+        request_id, form = session.elicitations.pop(request_ref)
+        try:
+            answer = acp_elicitation.content(form, dict(response.get("answers") or {}))
+        except ValueError as exc:
+            await self._respond_error(request_id, INVALID_PARAMS, f"the person's answer does not fit the form: {exc}")
+            raise ProviderRuntimeError(str(exc)) from exc
+        await self._peer.respond(request_id, _encode(CreateElicitationResponse(action="accept", content=answer)))
+
     # -- the agent's requests ------------------------------------------------------------------
 
     async def _on_request(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
@@ -413,6 +471,9 @@ class AcpConnection(ProviderConnection):
         try:
             if method == "session/request_permission":
                 await self._permission(request_id, params)
+                return
+            if method == "elicitation/create":
+                await self._elicitation(request_id, params)
                 return
             handler = self._client_methods.get(method)
             if handler is None:

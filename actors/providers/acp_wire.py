@@ -37,9 +37,15 @@ class FileSystemCapability(_Wire, kw_only=True):
     write_text_file: bool = False
 
 
+class ElicitationCapabilities(_Wire, kw_only=True):
+    #: present (an empty object): agentd answers form elicitations (``elicitation/create``)
+    form: dict[str, Any] | None = None
+
+
 class ClientCapabilities(_Wire, kw_only=True):
     fs: FileSystemCapability
     terminal: bool = False
+    elicitation: ElicitationCapabilities | None = None
 
 
 class InitializeRequest(_Wire, kw_only=True):
@@ -175,6 +181,24 @@ class CancelledOutcome(_Wire, kw_only=True, tag_field="outcome", tag="cancelled"
 
 class RequestPermissionResponse(_Wire, kw_only=True):
     outcome: SelectedOutcome | CancelledOutcome
+
+
+class CreateElicitationRequest(_Wire, kw_only=True):
+    """``elicitation/create``: tied to a session (``sessionId``, maybe a
+    ``toolCallId``) or to a request of ours (``requestId``); mode ``form``
+    (a ``requestedSchema``) or ``url``."""
+
+    message: str = ""
+    mode: str = ""
+    session_id: str | None = None
+    tool_call_id: str | None = None
+    request_id: int | str | None = None
+    requested_schema: dict[str, Any] | None = None
+
+
+class CreateElicitationResponse(_Wire, kw_only=True):
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
 
 
 class ReadTextFileRequest(_Wire, kw_only=True):

@@ -18,9 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from agentd.launch import start_daemon
+from agentd.protocol.errors import InvalidParams, NotResumable
 from agentd.protocol.client import Client
 from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
 
@@ -218,3 +220,52 @@ async def test_allow_always_is_accept_for_session_and_the_agent_asks_no_more(tmp
         nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
         assert not [n for n in nodes if n["kind"] == "approval"], "the agent remembered: no approval this time"
         assert [n["detail"]["output"] for n in nodes if n["kind"] == "command_execution"] == ["again\n"]
+
+
+async def test_an_elicitation_is_a_question_and_the_answers_go_back(tmp_path, short_dir):
+    """``elicitation/create`` (a form) is a ``user_input`` request (SPEC F15):
+    its fields are the questions, the answers the form's content, typed as
+    the form says; an optional field may be left out. A URL elicitation or a
+    field agentd cannot ask is the agent's error, and an interrupt cancels a
+    waiting form: the agent is never left waiting."""
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK")
+        requested = (await event(client, thread_id, "user_input.requested"))["payload"]
+        request = requested["request"]
+        assert request["detail"]["message"] == "Which color, and how many?"
+        assert [(q["id"], q.get("options"), q.get("optional", False)) for q in request["detail"]["questions"]] == [
+            ("color", ["red", "blue"], False), ("count", None, False), ("notes", None, True)]
+        assert requested["artifact"]["kind"] == "questions"
+        with pytest.raises(InvalidParams) as wrong:
+            await client.call("user-input.respond", requestId=request["id"], answers={"color": "green", "count": "2"})
+        assert wrong.value.data["field"] == "answers.color", "an answer that is not an option is refused first"
+        await client.call("user-input.respond", requestId=request["id"], answers={"color": "blue", "count": "2"})
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "completed"
+        assert (await assistant_texts(client, thread_id))[-1] == 'accept: {"color": "blue", "count": 2}'
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        assert [n["status"] for n in nodes if n["kind"] == "user_input_request"] == ["completed"]
+
+        for word, told in (("ASK_URL", "agentd answers form elicitations only"), ("ASK_ODD", "'_colour_wheel'")):
+            run = await send_and_wait(client, thread_id, word)
+            assert run["status"] == "completed"
+            said = (await assistant_texts(client, thread_id))[-1]
+            assert said.startswith("refused: ") and told in said, said
+
+        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK for a number")
+        request = (await wait_event(client, lambda e: e["type"] == "user_input.requested" and e.get("runId") == sent["runId"],
+                                    thread_id=thread_id, timeout=60))["payload"]["request"]
+        with pytest.raises(NotResumable, match="not an integer"):
+            await client.call("user-input.respond", requestId=request["id"], answers={"color": "red", "count": "two"})
+        assert (await wait_run_terminal(client, thread_id, sent["runId"], timeout=60))["status"] == "completed"
+        said = (await assistant_texts(client, thread_id))[-1]
+        assert said.startswith("refused: ") and "'two' to 'count' is not an integer" in said, "the agent was told, not left waiting"
+
+        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK again")
+        await wait_event(client, lambda e: e["type"] == "user_input.requested" and e.get("runId") == sent["runId"],
+                         thread_id=thread_id, timeout=60)
+        await client.call("run.interrupt", runId=sent["runId"])
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "interrupted"
+        assert (await assistant_texts(client, thread_id))[-1] == "cancel: null", "the form was answered cancel"
