@@ -38,6 +38,7 @@ from .acp_wire import (
     Implementation,
     InitializeRequest,
     InitializeResponse,
+    ForkSessionRequest,
     LoadSessionRequest,
     McpServerStdio,
     NewSessionRequest,
@@ -50,6 +51,7 @@ from .acp_wire import (
     ReadTextFileResponse,
     RequestPermissionRequest,
     RequestPermissionResponse,
+    ResumeSessionRequest,
     SelectedOutcome,
     SessionNotification,
     SetSessionConfigOptionRequest,
@@ -115,6 +117,20 @@ def decode(shape: type[W], data: Any, what: str) -> W:
         raise ProviderRuntimeError(f"the ACP agent sent an unexpected {what}: {exc}") from exc
 
 
+@dataclass
+class KnownSession:
+    """What this daemon saw of an ACP session, in any of its agent processes:
+    ``session/resume`` replays nothing and ``session/fork`` forks at the end,
+    so the adapter itself remembers the session's workspace and its latest
+    turn."""
+
+    cwd: str
+    #: the prompts it was sent (a load's replay counts the earlier ones)
+    turns: int = 0
+    #: the native id of the latest turn agentd started in it
+    latest_turn: str | None = None
+
+
 class AgentInstance(Protocol):
     """What a connection needs of its adapter (``acp.AcpAdapter``)."""
 
@@ -123,6 +139,8 @@ class AgentInstance(Protocol):
     capabilities: Capabilities
     request_timeout: float | None
     agentd_tool: AgentdTool | None
+    #: the sessions this daemon saw, by id
+    known: dict[str, KnownSession]
 
     def needs_login(self, why: str) -> None: ...
 
@@ -235,7 +253,13 @@ class AcpConnection(ProviderConnection):
     def _session(self, session_id: str, cwd: str) -> Session:
         mapper = TurnMapper(self._emit, cwd, self._terminal_output_text)
         session = self._sessions[session_id] = Session(session_id=session_id, cwd=cwd, mapper=mapper)
+        self.adapter.known.setdefault(session_id, KnownSession(cwd=cwd)).cwd = cwd
         return session
+
+    def _session_capability(self, name: str) -> bool:
+        """Whether the agent advertised ``sessionCapabilities.<name>``."""
+        assert self.initialized is not None, "initialize comes first"
+        return self.initialized.agent_capabilities.session_capabilities.get(name) is not None
 
     async def create_thread(self, *, cwd: str) -> str:
         params = NewSessionRequest(cwd=cwd, mcp_servers=self._mcp_servers())
@@ -270,10 +294,13 @@ class AcpConnection(ProviderConnection):
                 raise ProviderRuntimeError(f"the agent offers no choice of {category}, so {category} = {wanted!r} cannot be set")
 
     async def resume_thread(self, native_thread_id: str, *, cwd: str) -> ResumeInfo:
-        """``session/load``: the history it replays is counted, never reported as new."""
+        """``session/resume`` where the agent advertises it (no replay), else
+        ``session/load``: the history it replays is counted, never reported as new."""
         if native_thread_id in self._sessions:
             return ResumeInfo(native_thread_id=native_thread_id)
         assert self.initialized is not None, "initialize comes first"
+        if self._session_capability("resume"):
+            return await self._resume(native_thread_id, cwd)
         if not self.initialized.agent_capabilities.load_session:
             raise NativeThreadMissing("the agent cannot load a session (no loadSession capability)")
         session = self._session(native_thread_id, cwd)
@@ -291,7 +318,48 @@ class AcpConnection(ProviderConnection):
             session.replaying = False
         await self._choose(native_thread_id, decode(NewSessionResponse, {**(raw or {}), "sessionId": native_thread_id},
                                                     "session/load answer"))
+        self.adapter.known[native_thread_id].turns = session.replayed_turns
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=session.replayed_turns)
+
+    async def _resume(self, native_thread_id: str, cwd: str) -> ResumeInfo:
+        """``session/resume``: the agent restores the session without
+        replaying it; the turns it holds are the ones this daemon counted."""
+        params = ResumeSessionRequest(session_id=native_thread_id, cwd=cwd, mcp_servers=self._mcp_servers())
+        try:
+            raw = await self._peer.request("session/resume", _encode(params))
+        except AcpError as exc:
+            raise NativeThreadMissing(str(exc), code=exc.code) from exc
+        self._session(native_thread_id, cwd)
+        await self._choose(native_thread_id, decode(NewSessionResponse, {**(raw or {}), "sessionId": native_thread_id},
+                                                    "session/resume answer"))
+        known = self.adapter.known[native_thread_id]
+        return ResumeInfo(native_thread_id=native_thread_id, turn_count=known.turns if known.latest_turn else None)
+
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None) -> str:
+        """``session/fork`` (where advertised): ACP forks a session at its
+        end, so only a fork after the session's latest turn (as this daemon
+        saw it) is native; the new session works in the source's workspace.
+
+        Raises:
+            ProviderRuntimeError: no ``fork`` capability, a fork at an
+                earlier turn, a session this daemon has not seen, or the
+                agent's error.
+        """
+        if not self._session_capability("fork"):
+            raise ProviderRuntimeError("the agent cannot fork a session (no sessionCapabilities.fork)")
+        known = self.adapter.known.get(native_thread_id)
+        if known is None:
+            raise ProviderRuntimeError(f"this daemon has not seen session {native_thread_id} (its workspace is unknown)")
+        if last_turn_id is not None and last_turn_id != known.latest_turn:
+            raise ProviderRuntimeError(f"ACP's session/fork forks a session at its end, and turn {last_turn_id} is not "
+                                       f"the latest of {native_thread_id}")
+        params = ForkSessionRequest(session_id=native_thread_id, cwd=known.cwd, mcp_servers=self._mcp_servers())
+        forked = decode(NewSessionResponse, await self._peer.request("session/fork", _encode(params)), "session/fork answer")
+        self._session(forked.session_id, known.cwd)
+        fork = self.adapter.known[forked.session_id]
+        fork.turns, fork.latest_turn = known.turns, known.latest_turn
+        await self._choose(forked.session_id, forked)
+        return forked.session_id
 
     # -- turns ---------------------------------------------------------------------------------
 
@@ -306,6 +374,8 @@ class AcpConnection(ProviderConnection):
         if self._peer.closed:
             raise ProviderRuntimeError(f"cannot start a turn: {self._peer.closed}")
         turn = session.turn = Turn(native_turn_id=f"acp_turn_{uuid.uuid4().hex[:16]}", attempt_id=attempt_id)
+        known = self.adapter.known[native_thread_id]
+        known.turns, known.latest_turn = known.turns + 1, turn.native_turn_id
         session.mapper.begin(attempt_id)
         await self._emit(TurnStarted(attempt_id=attempt_id, native_turn_id=turn.native_turn_id))
         prompt = [TextContent(text=context)] if context else []

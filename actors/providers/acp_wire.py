@@ -113,6 +113,25 @@ class LoadSessionRequest(_Wire, kw_only=True):
     mcp_servers: list[McpServerStdio]
 
 
+class ResumeSessionRequest(_Wire, kw_only=True):
+    """``session/resume`` (``sessionCapabilities.resume``): like
+    ``session/load`` without the replay."""
+
+    session_id: str
+    cwd: str
+    mcp_servers: list[McpServerStdio]
+
+
+class ForkSessionRequest(_Wire, kw_only=True):
+    """``session/fork`` (``sessionCapabilities.fork``): a new session with
+    the whole of ``session_id``'s history; its answer is a
+    :class:`NewSessionResponse`."""
+
+    session_id: str
+    cwd: str
+    mcp_servers: list[McpServerStdio]
+
+
 class SetSessionModeRequest(_Wire, kw_only=True):
     session_id: str
     mode_id: str

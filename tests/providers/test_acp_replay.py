@@ -110,13 +110,34 @@ async def scenario_resume(h: Harness, cwd: str) -> dict[str, Any]:
     await h.stop(conn)
     fresh = await h.open()
     before = len(h.events)
+    assert fresh.initialized.agent_capabilities.session_capabilities.get("resume") is not None
     info = await fresh.resume_thread(native, cwd=cwd)
-    assert info.turn_count == 1 and len(h.events) == before, "the replayed history made no events"
+    assert info.turn_count == 1 and len(h.events) == before, "session/resume: the daemon's count, and no events"
     await fresh.start_turn(native, text="which fruit?", attempt_id="att_2", cwd=cwd)
     assert (await h.turn_end("att_2")).status == "completed"
-    assert h.text("att_2") == "Reply 2: which fruit?", "the loaded session had the earlier turn"
+    assert h.text("att_2") == "Reply 2: which fruit?", "the resumed session had the earlier turn"
     await h.stop(fresh)
     return {}
+
+
+async def scenario_fork(h: Harness, cwd: str) -> dict[str, Any]:
+    """claude-agent-acp advertises ``sessionCapabilities.fork``: a native
+    fork at the session's end; an earlier turn is refused (ACP forks the
+    whole session)."""
+    conn = await h.open()
+    assert h.adapter.capabilities.native_fork, "advertised by the agent"
+    native = await conn.create_thread(cwd=cwd)
+    first = await conn.start_turn(native, text="the color is teal", attempt_id="att_1", cwd=cwd)
+    assert (await h.turn_end("att_1")).status == "completed"
+    fork = await conn.fork_thread(native, last_turn_id=first)
+    assert fork != native and fork in conn.loaded_threads
+    await conn.start_turn(fork, text="in the fork", attempt_id="att_2", cwd=cwd)
+    assert (await h.turn_end("att_2")).status == "completed"
+    assert h.text("att_2") == "Reply 2: in the fork", "the fork holds the source's turn"
+    with pytest.raises(ProviderRuntimeError, match="forks a session at its end"):
+        await conn.fork_thread(native, last_turn_id="acp_turn_not_the_latest")
+    await h.stop(conn)
+    return {"fork": fork}
 
 
 # -- Codex through codex-acp (its answers are fake_openai's) --------------------------------
@@ -190,10 +211,10 @@ async def codex_resume(h: Harness, cwd: str) -> dict[str, Any]:
     fresh = await h.open()
     before = len(h.events)
     info = await fresh.resume_thread(native, cwd=cwd)
-    assert info.turn_count == 1 and len(h.events) == before, "the replayed history made no events"
+    assert info.turn_count == 1 and len(h.events) == before, "session/resume: the daemon's count, and no events"
     await fresh.start_turn(native, text="which fruit?", attempt_id="att_2", cwd=cwd)
     assert (await h.turn_end("att_2")).status == "completed"
-    assert h.text("att_2") == "You said: which fruit? (turn 2)", "the loaded session had the earlier turn"
+    assert h.text("att_2") == "You said: which fruit? (turn 2)", "the resumed session had the earlier turn"
     await h.stop(fresh)
     return {}
 
@@ -202,7 +223,7 @@ Scenario = Callable[[Harness, str], Awaitable[dict[str, Any]]]
 #: agent -> scenario name -> scenario; each agent's mode setting as its tests configure it
 SCENARIOS: dict[str, dict[str, Scenario]] = {
     "claude": {"plain": scenario_plain, "approval": scenario_approval, "write": scenario_write,
-               "interrupt": scenario_interrupt, "resume": scenario_resume},
+               "interrupt": scenario_interrupt, "resume": scenario_resume, "fork": scenario_fork},
     "codex": {"plain": codex_plain, "approval": codex_approval, "approval_always": codex_approval_always,
               "interrupt": codex_interrupt, "resume": codex_resume},
 }

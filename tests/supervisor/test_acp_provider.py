@@ -269,3 +269,59 @@ async def test_an_elicitation_is_a_question_and_the_answers_go_back(tmp_path, sh
         run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
         assert run["status"] == "interrupted"
         assert (await assistant_texts(client, thread_id))[-1] == "cancel: null", "the form was answered cancel"
+
+
+@contextlib.asynccontextmanager
+async def native_agentd(tmp_path: Path, socket: Path):
+    """A daemon whose fake agent advertises ``session/resume`` and ``session/fork``."""
+    state = tmp_path / "agent-state"
+    env = {"FAKE_ACP_STATE": str(state), "FAKE_ACP_SESSION_CAPS": "resume,fork"}
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ndefault_provider = "fake"\ninterrupt_grace = 2\n\n'
+                      + provider_toml("fake", state, env=env, idle_timeout=1))
+    daemon = await start_daemon(tmp_path / "data", socket, config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            yield client
+    finally:
+        code = await daemon.terminate()
+        assert code == 0, daemon.log_text()[-3000:]
+
+
+def calls(tmp_path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (tmp_path / "agent-state" / "calls.ndjson").read_text().splitlines()]
+
+
+async def test_session_resume_and_a_native_fork_where_the_agent_advertises_them(tmp_path, short_dir):
+    """``sessionCapabilities.resume``: after an idle reap the session is
+    resumed, not loaded (no replay; F11). ``sessionCapabilities.fork``: a
+    fork at the latest run is the agent's ``session/fork`` with the whole
+    history and no handoff; one at an earlier run stays portable (F6)."""
+    async with native_agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        first = await send_and_wait(client, thread_id, "remember pineapple")
+        assert first["status"] == "completed"
+        assert (await event(client, thread_id, "session.stopped"))["payload"]["session"]["reason"] == "idle_timeout"
+        assert (await send_and_wait(client, thread_id, "HISTORY"))["status"] == "completed"
+        assert (await assistant_texts(client, thread_id))[-1] == "history: 1: remember pineapple"
+        assert [c["method"] for c in calls(tmp_path)] == ["session/new", "session/resume"], "resumed, never loaded"
+        assert (await event(client, thread_id, "provider_thread.resumed"))["payload"]["nativeTurnCount"] == 1
+        listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
+        assert listed["fake"]["capabilities"]["nativeFork"] is True
+
+        forked = await client.call("thread.fork", threadId=thread_id)
+        run = await send_and_wait(client, forked["threadId"], "HISTORY")
+        assert run["status"] == "completed", run
+        assert (await assistant_texts(client, forked["threadId"]))[-1] == "history: 2: remember pineapple | HISTORY"
+        attempt = (await client.call("run.get", runId=run["id"]))["attempts"][-1]
+        assert attempt.get("handoffId") is None, "the agent forked its own session: no handoff"
+        (fork_call,) = [c for c in calls(tmp_path) if c["method"] == "session/fork"]
+        source_session = prompts(tmp_path)[0]["session"]
+        assert fork_call["session"] == source_session and prompts(tmp_path)[-1] == {"session": fork_call["fork"], "texts": ["HISTORY"]}
+
+        early = await client.call("thread.fork", threadId=thread_id, sourcePoint={"type": "run", "runId": first["id"]})
+        run = await send_and_wait(client, early["threadId"], "in the early fork")
+        assert run["status"] == "completed", run
+        attempt = (await client.call("run.get", runId=run["id"]))["attempts"][-1]
+        handoff = (await client.call("handoff.get", handoffId=attempt["handoffId"]))["handoff"]
+        assert "remember pineapple" in handoff["text"] and len([c for c in calls(tmp_path) if c["method"] == "session/fork"]) == 1
