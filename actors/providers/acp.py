@@ -32,7 +32,11 @@ start_turn                 ``session/prompt``; its answer's ``stopReason``
 interrupt_turn             ``session/cancel`` (pending permissions answered
                            ``cancelled``); the turn ends with the prompt's
                            answer
-steer                      not native: interrupt and restart
+steer                      ``_session/steering`` where the agent's
+                           ``_meta.steering.supported``, else a second
+                           ``session/prompt`` where it queues prompts
+                           (``_meta.claudeCode.promptQueueing``), else not
+                           native: interrupt and restart
 fork / rollback            ``session/fork`` where advertised (at the
                            session's latest turn; else portable, F6) /
                            rebuilt (ACP has no rewind)
@@ -84,9 +88,11 @@ NATIVE_CAPABILITIES = Capabilities(
 
 def agent_capabilities(initialized: InitializeResponse) -> Capabilities:
     """What this agent does natively, by what its ``initialize`` advertised:
-    a native fork with ``sessionCapabilities.fork``."""
+    a native fork with ``sessionCapabilities.fork``, a native steer with the
+    ``_session/steering`` extension or prompt queueing."""
     sessions = initialized.agent_capabilities.session_capabilities
-    return msgspec.structs.replace(NATIVE_CAPABILITIES, native_fork=sessions.get("fork") is not None)
+    return msgspec.structs.replace(NATIVE_CAPABILITIES, native_fork=sessions.get("fork") is not None,
+                                   steer=initialized.steering() or initialized.prompt_queueing())
 #: a probe's bound: agents in node take seconds to start (OpenCode: 4-6 s)
 PROBE_TIMEOUT = 30.0
 

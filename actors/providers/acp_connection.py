@@ -57,6 +57,8 @@ from .acp_wire import (
     SetSessionConfigOptionRequest,
     SetSessionModelRequest,
     SetSessionModeRequest,
+    SteeringRequest,
+    SteeringResponse,
     TerminalRequest,
     TextContent,
     WriteTextFileRequest,
@@ -151,6 +153,8 @@ class Turn:
     attempt_id: str
     interrupt_requested: bool = False
     ended: bool = False
+    #: its ``session/prompt`` requests not answered yet (a queued steer adds one)
+    prompts: int = 1
 
 
 @dataclass
@@ -384,7 +388,8 @@ class AcpConnection(ProviderConnection):
         return turn.native_turn_id
 
     async def _prompt(self, session: Session, turn: Turn, params: PromptRequest) -> None:
-        """The turn: ``session/prompt`` answers when it ends."""
+        """The turn: ``session/prompt`` answers when it ends (with a queued
+        steer, when the last of its prompts answers)."""
         try:
             raw = await self._peer.request("session/prompt", _encode(params), unbounded=True)
             answer = decode(PromptResponse, raw, "session/prompt answer")
@@ -398,7 +403,36 @@ class AcpConnection(ProviderConnection):
             used = turn_usage(answer.usage, turn.attempt_id)
             if used is not None:
                 await self._emit(used)
+        turn.prompts -= 1
+        if turn.prompts > 0 and answer.stop_reason != "cancelled":
+            return  # a steer queued behind it runs on in this turn
         await self._end_turn(session, turn, answer.stop_reason, None)
+
+    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str) -> None:
+        """The message into the running turn: ``_session/steering`` where the
+        agent takes it, else a ``session/prompt`` the agent queues behind
+        the running one (the turn ends when both answered).
+
+        Raises:
+            ProviderRuntimeError: the turn is not running (any more), or the
+                agent steers neither way — agentd then restarts the turn.
+        """
+        session = self._sessions.get(native_thread_id)
+        turn = session.turn if session is not None else None
+        if session is None or turn is None or turn.native_turn_id != native_turn_id or turn.ended:
+            raise ProviderRuntimeError(f"turn {native_turn_id} is not running")
+        assert self.initialized is not None, "initialize comes first"
+        prompt = [TextContent(text=text)]
+        if self.initialized.steering():
+            raw = await self._peer.request("_session/steering", _encode(SteeringRequest(session_id=native_thread_id, prompt=prompt)))
+            outcome = decode(SteeringResponse, raw or {}, "_session/steering answer").outcome
+            if outcome != "injected":
+                raise ProviderRuntimeError(f"the agent did not take the steer into the turn ({outcome or 'no outcome'})")
+        elif self.initialized.prompt_queueing():
+            turn.prompts += 1
+            self._nursery.start_soon(self._prompt, session, turn, PromptRequest(session_id=native_thread_id, prompt=prompt))
+        else:
+            raise ProviderRuntimeError("the agent takes no steer (no _session/steering, no prompt queueing)")
 
     async def _end_turn(self, session: Session, turn: Turn, stop_reason: str | None, error: str | None) -> None:
         if turn.ended:

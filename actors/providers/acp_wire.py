@@ -76,6 +76,20 @@ class InitializeResponse(_Wire, kw_only=True):
     agent_capabilities: AgentCapabilities = msgspec.field(default_factory=AgentCapabilities)
     auth_methods: list[AuthMethod] = []
     agent_info: Implementation | None = None
+    #: extensions: ``steering.supported`` (the ``_session/steering`` request)
+    meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
+
+    def steering(self) -> bool:
+        """The agent takes ``_session/steering`` (claude-agent-acp 0.101.0:
+        top-level ``_meta.steering.supported``)."""
+        steering = self.meta.get("steering")
+        return isinstance(steering, dict) and steering.get("supported") is True
+
+    def prompt_queueing(self) -> bool:
+        """The agent queues a ``session/prompt`` sent while one runs
+        (``agentCapabilities._meta.claudeCode.promptQueueing``)."""
+        claude = self.agent_capabilities.meta.get("claudeCode")
+        return isinstance(claude, dict) and claude.get("promptQueueing") is True
 
 
 # -- sessions -------------------------------------------------------------------------------------
@@ -158,6 +172,21 @@ class PromptRequest(_Wire, kw_only=True):
 
 
 StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+
+
+class SteeringRequest(_Wire, kw_only=True):
+    """``_session/steering`` (an ACP extension): a message into the running
+    turn; ``promptRequired`` when none runs (the message is then not taken)."""
+
+    session_id: str
+    prompt: list[TextContent]
+    meta: dict[str, Any] = msgspec.field(default_factory=lambda: {"steering": {"idleBehavior": "promptRequired"}},
+                                         name="_meta")
+
+
+class SteeringResponse(_Wire, kw_only=True):
+    #: ``injected`` (taken by the running turn), ``promptRequired`` or ``startedNewTurn``
+    outcome: str = ""
 
 
 class PromptResponse(_Wire, kw_only=True):

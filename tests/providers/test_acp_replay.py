@@ -120,6 +120,23 @@ async def scenario_resume(h: Harness, cwd: str) -> dict[str, Any]:
     return {}
 
 
+async def scenario_steer(h: Harness, cwd: str) -> dict[str, Any]:
+    """claude-agent-acp's ``_session/steering``: the message goes into the
+    running turn, which then answers it — one turn, no restart."""
+    conn = await h.open()
+    assert h.adapter.capabilities.steer and conn.initialized.steering()
+    native = await conn.create_thread(cwd=cwd)
+    turn = await conn.start_turn(native, text="GO_SLOW:200", attempt_id="att_1", cwd=cwd)
+    await h.wait_for(lambda e: isinstance(e, TextDelta))
+    await conn.steer_turn(native, turn, text="change of plan")
+    assert (await h.turn_end("att_1")).status == "completed"
+    assert h.text("att_1").endswith("change of plan"), "the steered message was answered in the same turn"
+    with pytest.raises(ProviderRuntimeError, match="is not running"):
+        await conn.steer_turn(native, turn, text="too late")
+    await h.stop(conn)
+    return {}
+
+
 async def scenario_fork(h: Harness, cwd: str) -> dict[str, Any]:
     """claude-agent-acp advertises ``sessionCapabilities.fork``: a native
     fork at the session's end; an earlier turn is refused (ACP forks the
@@ -223,7 +240,8 @@ Scenario = Callable[[Harness, str], Awaitable[dict[str, Any]]]
 #: agent -> scenario name -> scenario; each agent's mode setting as its tests configure it
 SCENARIOS: dict[str, dict[str, Scenario]] = {
     "claude": {"plain": scenario_plain, "approval": scenario_approval, "write": scenario_write,
-               "interrupt": scenario_interrupt, "resume": scenario_resume, "fork": scenario_fork},
+               "interrupt": scenario_interrupt, "resume": scenario_resume, "fork": scenario_fork,
+               "steer": scenario_steer},
     "codex": {"plain": codex_plain, "approval": codex_approval, "approval_always": codex_approval_always,
               "interrupt": codex_interrupt, "resume": codex_resume},
 }

@@ -325,3 +325,37 @@ async def test_session_resume_and_a_native_fork_where_the_agent_advertises_them(
         attempt = (await client.call("run.get", runId=run["id"]))["attempts"][-1]
         handoff = (await client.call("handoff.get", handoffId=attempt["handoffId"]))["handoff"]
         assert "remember pineapple" in handoff["text"] and len([c for c in calls(tmp_path) if c["method"] == "session/fork"]) == 1
+
+
+@pytest.mark.parametrize("how", ["steering", "queue"])
+async def test_a_native_steer_where_the_agent_takes_one(tmp_path, short_dir, how):
+    """The agent's ``_session/steering`` extension, or its prompt queueing
+    (claude-agent-acp 0.101.0 advertises both): a steer goes into the running
+    turn — one attempt, no restart (SPEC F3)."""
+    state = tmp_path / "agent-state"
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ndefault_provider = "fake"\ninterrupt_grace = 2\n\n'
+                      + provider_toml("fake", state, env={"FAKE_ACP_STATE": str(state), "FAKE_ACP_STEER": how}))
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            thread_id = await new_thread(client, tmp_path / "ws")
+            assert (await send_and_wait(client, thread_id, "hello"))["status"] == "completed"
+            listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
+            assert listed["fake"]["capabilities"]["steer"] is True
+            sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW")
+            await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"], thread_id=thread_id)
+            steer = await client.call("thread.message.send", threadId=thread_id, text="change of plan",
+                                      dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
+            assert steer["strategy"] == "native_steer"
+            run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+            assert (run["status"], run["attemptCount"]) == ("completed", 1)
+            texts = await assistant_texts(client, thread_id)
+            assert "steered: change of plan" in "".join(texts[1:]), texts
+            if how == "steering":
+                assert prompts(tmp_path)[-1] == {"session": prompts(tmp_path)[0]["session"], "steer": "change of plan"}
+            else:
+                assert [p["texts"] for p in prompts(tmp_path)[-2:]] == [["SLOW"], ["change of plan"]]
+                assert "Echo: change of plan" in "".join(texts[1:]), "the queued prompt ran in the same turn"
+    finally:
+        assert await daemon.terminate() == 0
