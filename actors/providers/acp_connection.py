@@ -1,12 +1,13 @@
 """One live ACP agent process and agentd's primitives on it.
 
 The adapter (``acp.py``) starts the process and hands it here; this module
-speaks the protocol (``acp_rpc``): the primitives as ACP requests, the
-agent's ``session/update`` notifications through one ``TurnMapper`` per
-session (``acp_updates``), and the agent's own requests — permissions,
-files (``acp_files``), terminals (``acp_terminals``) — answered as a client.
-The mapping is listed in ``acp.py`` and ``protocol/README.md`` ("ACP
-providers").
+speaks the protocol (``acp_rpc``) from agentd's side: the primitives —
+sessions (new, load, resume, fork), turns (prompt, steer, cancel) — as ACP
+requests, and the agent's ``session/update`` notifications through one
+``TurnMapper`` per session (``acp_updates``). What the agent asks agentd in
+return (permissions, questions, files, terminals) is answered by
+``acp_client``. The mapping is listed in ``acp.py`` and
+``protocol/README.md`` ("ACP providers").
 """
 
 from __future__ import annotations
@@ -14,77 +15,56 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any
 
 import msgspec
 import trio
 
-from . import acp_elicitation, acp_files
-from .acp_rpc import AUTH_REQUIRED, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, AcpError, AcpPeer
-from .acp_terminals import Terminals
+from .acp_client import AgentRequests
+from .acp_rpc import AUTH_REQUIRED, AcpError, AcpPeer
+from .acp_session import AgentInstance, KnownSession, Session, Turn, decode, encode as _encode, turn_usage
 from .acp_updates import TurnMapper
 from .acp_wire import (
-    CancelledOutcome,
     CancelNotification,
     ClientCapabilities,
-    CreateElicitationRequest,
-    CreateElicitationResponse,
-    CreateTerminalRequest,
-    CreateTerminalResponse,
     ElicitationCapabilities,
     EnvVariable,
     FileSystemCapability,
+    ForkSessionRequest,
     Implementation,
     InitializeRequest,
     InitializeResponse,
-    ForkSessionRequest,
     LoadSessionRequest,
     McpServerStdio,
     NewSessionRequest,
     NewSessionResponse,
     PROTOCOL_VERSION,
-    PermissionOption,
     PromptRequest,
     PromptResponse,
-    ReadTextFileRequest,
-    ReadTextFileResponse,
-    RequestPermissionRequest,
-    RequestPermissionResponse,
     ResumeSessionRequest,
-    SelectedOutcome,
     SessionNotification,
     SetSessionConfigOptionRequest,
     SetSessionModelRequest,
     SetSessionModeRequest,
     SteeringRequest,
     SteeringResponse,
-    TerminalRequest,
     TextContent,
-    WriteTextFileRequest,
 )
-from .agentd_tool import TOOLS
-from .tool_credentials import CREDENTIAL_ENV, SERVER_NAME
-from .jsonl import stop_process
 from .base import (
     EventSink,
-    ItemStarted,
     NativeThreadMissing,
     ProviderConnection,
     ProviderRuntimeError,
-    RequestOpened,
     ResumeInfo,
     RuntimeWarning_,
     TurnCompleted,
     TurnStarted,
-    Usage,
 )
+from .jsonl import stop_process
+from .tool_credentials import CREDENTIAL_ENV, SERVER_NAME
 from .transport import ProcessLike
 
-if TYPE_CHECKING:
-    from ..config import ProviderConfig
-    from .agentd_tool import AgentdTool
-    from .base import Capabilities
+__all__ = ["AcpConnection", "KnownSession", "turn_usage"]
 
 log = logging.getLogger(__name__)
 
@@ -92,86 +72,6 @@ CLIENT_NAME = "agentd"
 CLIENT_VERSION = "0.1.0"
 #: ``stopReason`` -> the turn's status (the others are ``completed``, with the reason said)
 STOP_STATUSES = {"end_turn": "completed", "cancelled": "interrupted"}
-#: the app's decision -> the option kinds that carry it, preferred first
-DECISION_KINDS = {
-    "accept": ("allow_once", "allow_always"),
-    "acceptForSession": ("allow_always",),
-    "decline": ("reject_once", "reject_always"),
-}
-
-
-def offered_decisions(options: list[PermissionOption]) -> list[str]:
-    """The app's decisions an ACP permission's options carry: ``accept``
-    with any allowing option, ``acceptForSession`` with an ``allow_always``
-    one, and always ``decline`` (a reject option, else the outcome
-    ``cancelled``)."""
-    kinds = {o.kind for o in options}
-    return [d for d, carriers in DECISION_KINDS.items() if d == "decline" or kinds & set(carriers)]
-
-W = TypeVar("W", bound=msgspec.Struct)
-_encode = msgspec.to_builtins
-
-
-def decode(shape: type[W], data: Any, what: str) -> W:
-    try:
-        return msgspec.convert(data, shape)
-    except msgspec.ValidationError as exc:
-        raise ProviderRuntimeError(f"the ACP agent sent an unexpected {what}: {exc}") from exc
-
-
-@dataclass
-class KnownSession:
-    """What this daemon saw of an ACP session, in any of its agent processes:
-    ``session/resume`` replays nothing and ``session/fork`` forks at the end,
-    so the adapter itself remembers the session's workspace and its latest
-    turn."""
-
-    cwd: str
-    #: the prompts it was sent (a load's replay counts the earlier ones)
-    turns: int = 0
-    #: the native id of the latest turn agentd started in it
-    latest_turn: str | None = None
-
-
-class AgentInstance(Protocol):
-    """What a connection needs of its adapter (``acp.AcpAdapter``)."""
-
-    name: str
-    config: ProviderConfig
-    capabilities: Capabilities
-    request_timeout: float | None
-    agentd_tool: AgentdTool | None
-    #: the sessions this daemon saw, by id
-    known: dict[str, KnownSession]
-
-    def needs_login(self, why: str) -> None: ...
-
-
-@dataclass
-class Turn:
-    native_turn_id: str
-    attempt_id: str
-    interrupt_requested: bool = False
-    ended: bool = False
-    #: its ``session/prompt`` requests not answered yet (a queued steer adds one)
-    prompts: int = 1
-
-
-@dataclass
-class Session:
-    """One ACP session in this process: its workspace, turn and mapper."""
-
-    session_id: str
-    cwd: str
-    mapper: TurnMapper
-    turn: Turn | None = None
-    #: set while ``session/load`` replays the history (its updates are not new)
-    replaying: bool = False
-    replayed_turns: int = 0
-    #: permission requests waiting on the person: request ref -> (agent's id, options)
-    permissions: dict[str, tuple[Any, list[PermissionOption]]] = field(default_factory=dict)
-    #: form elicitations waiting on the person: request ref -> (agent's id, the form)
-    elicitations: dict[str, tuple[Any, acp_elicitation.Form]] = field(default_factory=dict)
 
 
 class AcpConnection(ProviderConnection):
@@ -185,14 +85,13 @@ class AcpConnection(ProviderConnection):
         self._nursery = nursery
         self._agentd_session = agentd_session
         self._sessions: dict[str, Session] = {}
-        self._terminals = Terminals(nursery)
-        #: the last output of released terminals (a tool call that showed one reports it at its end)
-        self._released: dict[str, str] = {}
         self._exit_status: tuple[int | None, int | None] = (None, None)
         self.initialized: InitializeResponse | None = None
         self._peer = AcpPeer(process.stdin, process.stdout, on_request=self._on_request,
                              on_notification=self._on_notification, on_violation=self._on_violation,
                              request_timeout=adapter.request_timeout)
+        #: what the agent asks agentd (permissions, questions, files, terminals)
+        self._requests = AgentRequests(adapter, self._peer, emit, nursery, self._sessions)
 
     @property
     def pid(self) -> int | None:
@@ -215,7 +114,7 @@ class AcpConnection(ProviderConnection):
             # Its output ended (or it broke the protocol): it has nothing more to say.
             await stop_process(self._process, grace=2.0)
         finally:
-            self._terminals.close()
+            self._requests.close()
 
     async def initialize(self) -> InitializeResponse:
         params = InitializeRequest(
@@ -255,7 +154,7 @@ class AcpConnection(ProviderConnection):
         return [McpServerStdio(name=SERVER_NAME, command=sys.executable, args=["-m", "agentd", "mcp"], env=env)]
 
     def _session(self, session_id: str, cwd: str) -> Session:
-        mapper = TurnMapper(self._emit, cwd, self._terminal_output_text)
+        mapper = TurnMapper(self._emit, cwd, self._requests.terminal_output_text)
         session = self._sessions[session_id] = Session(session_id=session_id, cwd=cwd, mapper=mapper)
         self.adapter.known.setdefault(session_id, KnownSession(cwd=cwd)).cwd = cwd
         return session
@@ -438,7 +337,7 @@ class AcpConnection(ProviderConnection):
         if turn.ended:
             return
         turn.ended = True
-        await self._cancel_permissions(session)
+        await self._requests.cancel_waiting(session)
         await session.mapper.end(stop_reason)
         if session.turn is turn:
             session.turn = None
@@ -458,195 +357,16 @@ class AcpConnection(ProviderConnection):
             return
         session.turn.interrupt_requested = True
         # The schema: a client that cancels answers its pending permission requests ``cancelled``.
-        await self._cancel_permissions(session)
+        await self._requests.cancel_waiting(session)
         await self._peer.notify("session/cancel", _encode(CancelNotification(session_id=native_thread_id)))
-
-    # -- permissions ---------------------------------------------------------------------------
-
-    async def _cancel_permissions(self, session: Session) -> None:
-        """Answer what still waits on the person ``cancelled`` (permissions) /
-        ``cancel`` (elicitations): the turn is being cancelled or has ended."""
-        pending, session.permissions = session.permissions, {}
-        for request_id, _options in pending.values():
-            await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=CancelledOutcome())))
-        forms, session.elicitations = session.elicitations, {}
-        for request_id, _form in forms.values():
-            await self._peer.respond(request_id, _encode(CreateElicitationResponse(action="cancel")))
-
-    async def answer_request(self, request_ref: str, response: dict[str, Any]) -> None:
-        for session in self._sessions.values():
-            if request_ref in session.permissions:
-                break
-            if request_ref in session.elicitations:
-                await self._answer_elicitation(session, request_ref, response)
-                return
-        else:
-            raise ProviderRuntimeError(f"request {request_ref} is not waiting in this session")
-        request_id, options = session.permissions[request_ref]
-        decision = str(response.get("decision"))
-        if decision not in offered_decisions(options):
-            raise ProviderRuntimeError(f"this permission takes decision {', '.join(offered_decisions(options))}, not {decision!r}")
-        chosen = next((o for kind in DECISION_KINDS[decision] for o in options if o.kind == kind), None)
-        outcome = SelectedOutcome(option_id=chosen.option_id) if chosen else CancelledOutcome()
-        del session.permissions[request_ref]
-        await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=outcome)))
-
-    async def _permission(self, request_id: Any, params: dict[str, Any]) -> None:
-        asked = decode(RequestPermissionRequest, params, "session/request_permission")
-        session = self._sessions.get(asked.session_id)
-        if session is None or session.turn is None:
-            await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=CancelledOutcome())))
-            return
-        call = await session.mapper.tool_update(asked.tool_call)
-        title = str(asked.tool_call.get("title") or (call.detail.get("title") if call else "") or "")
-        if self.adapter.config.agentd_tool == "allow" and _is_agentd_tool(title):
-            allow = next((o for o in asked.options if o.kind == "allow_once"), None)
-            if allow is not None:
-                await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=SelectedOutcome(option_id=allow.option_id))))
-                return
-        ref = f"acp_perm_{uuid.uuid4().hex[:12]}"
-        session.permissions[ref] = (request_id, asked.options)
-        detail: dict[str, Any] = {
-            "method": "session/request_permission", "title": title,
-            "options": [{"optionId": o.option_id, "name": o.name, "kind": o.kind} for o in asked.options],
-        }
-        if call is not None:
-            detail["kind"] = call.item_type
-            if "command" in call.detail:
-                detail["command"] = call.detail["command"]
-        item_id = f"request:{ref}"
-        attempt = session.turn.attempt_id
-        await self._emit(ItemStarted(attempt_id=attempt, item_id=item_id, item_type="approval",
-                                     parent_item_id=call.item_id if call else None, title="approval", detail=detail))
-        await self._emit(RequestOpened(attempt_id=attempt, request_ref=ref, kind="approval", item_id=item_id, detail=detail,
-                                       decisions=offered_decisions(asked.options)))
-
-    # -- elicitations --------------------------------------------------------------------------
-
-    async def _elicitation(self, request_id: Any, params: dict[str, Any]) -> None:
-        """``elicitation/create`` (mode ``form``, tied to a session) → a
-        ``user_input`` request; any other shape is answered with an error
-        the agent sees."""
-        asked = decode(CreateElicitationRequest, params, "elicitation/create")
-        if asked.mode != "form":
-            await self._respond_error(request_id, INVALID_PARAMS, f"agentd answers form elicitations only, not mode {asked.mode!r}")
-            return
-        if asked.session_id is None:
-            await self._respond_error(request_id, INVALID_PARAMS, "agentd answers elicitations tied to a session (sessionId) only")
-            return
-        session = self._sessions.get(asked.session_id)
-        if session is None or session.turn is None:
-            await self._peer.respond(request_id, _encode(CreateElicitationResponse(action="cancel")))
-            return
-        try:
-            form = acp_elicitation.form(asked.message, asked.requested_schema)
-        except acp_elicitation.Unsupported as exc:
-            await self._respond_error(request_id, INVALID_PARAMS, str(exc))
-            return
-        ref = f"acp_elicit_{uuid.uuid4().hex[:12]}"
-        session.elicitations[ref] = (request_id, form)
-        detail: dict[str, Any] = {"method": "elicitation/create", "message": asked.message, "questions": form.questions}
-        call = session.mapper.tool(asked.tool_call_id)
-        item_id = f"request:{ref}"
-        attempt = session.turn.attempt_id
-        await self._emit(ItemStarted(attempt_id=attempt, item_id=item_id, item_type="user_input_request",
-                                     parent_item_id=call.item_id if call else None, title="question", detail=detail))
-        await self._emit(RequestOpened(attempt_id=attempt, request_ref=ref, kind="user_input", item_id=item_id, detail=detail))
-
-    async def _answer_elicitation(self, session: Session, request_ref: str, response: dict[str, Any]) -> None:
-        """The person's answers as the form's accepted ``content``. One the
-        form cannot take (not a number, …) is the agent's error too: the
-        question ends, the agent is not left waiting."""
-        request_id, form = session.elicitations.pop(request_ref)
-        try:
-            answer = acp_elicitation.content(form, dict(response.get("answers") or {}))
-        except ValueError as exc:
-            await self._respond_error(request_id, INVALID_PARAMS, f"the person's answer does not fit the form: {exc}")
-            raise ProviderRuntimeError(str(exc)) from exc
-        await self._peer.respond(request_id, _encode(CreateElicitationResponse(action="accept", content=answer)))
 
     # -- the agent's requests ------------------------------------------------------------------
 
+    async def answer_request(self, request_ref: str, response: dict[str, Any]) -> None:
+        await self._requests.answer(request_ref, response)
+
     async def _on_request(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
-        # Each in a task of its own: a terminal's wait_for_exit must not stop the reading.
-        self._nursery.start_soon(self._answer, request_id, method, params)
-
-    async def _answer(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
-        try:
-            if method == "session/request_permission":
-                await self._permission(request_id, params)
-                return
-            if method == "elicitation/create":
-                await self._elicitation(request_id, params)
-                return
-            handler = self._client_methods.get(method)
-            if handler is None:
-                await self._peer.respond_error(request_id, METHOD_NOT_FOUND, f"agentd does not handle {method}")
-                return
-            result = await handler(self, params)
-            await self._peer.respond(request_id, result)
-        except acp_files.OutsideWorkspace as exc:
-            await self._respond_error(request_id, INVALID_PARAMS, str(exc))
-        except ProviderRuntimeError as exc:
-            await self._respond_error(request_id, INTERNAL_ERROR, str(exc))
-
-    async def _respond_error(self, request_id: Any, code: int, message: str) -> None:
-        try:
-            await self._peer.respond_error(request_id, code, message)
-        except ProviderRuntimeError:
-            pass  # the agent is gone
-
-    def _root(self, session_id: str) -> Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise ProviderRuntimeError(f"no session {session_id} in this agent process")
-        return session
-
-    async def _read_text_file(self, params: dict[str, Any]) -> Any:
-        asked = decode(ReadTextFileRequest, params, "fs/read_text_file")
-        content = await acp_files.read_text(self._root(asked.session_id).cwd, asked.path, line=asked.line, limit=asked.limit)
-        return _encode(ReadTextFileResponse(content=content))
-
-    async def _write_text_file(self, params: dict[str, Any]) -> Any:
-        asked = decode(WriteTextFileRequest, params, "fs/write_text_file")
-        session = self._root(asked.session_id)
-        written = await acp_files.write_text(session.cwd, asked.path, asked.content)
-        await session.mapper.written(written)
-        return None
-
-    async def _terminal_create(self, params: dict[str, Any]) -> Any:
-        asked = decode(CreateTerminalRequest, params, "terminal/create")
-        terminal = await self._terminals.create(asked, self._root(asked.session_id).cwd)
-        return _encode(CreateTerminalResponse(terminal_id=terminal.id))
-
-    async def _terminal_output(self, params: dict[str, Any]) -> Any:
-        return _encode(self._terminals.output(decode(TerminalRequest, params, "terminal/output").terminal_id))
-
-    async def _terminal_wait(self, params: dict[str, Any]) -> Any:
-        return _encode(await self._terminals.wait_for_exit(decode(TerminalRequest, params, "terminal/wait_for_exit").terminal_id))
-
-    async def _terminal_kill(self, params: dict[str, Any]) -> Any:
-        self._terminals.kill(decode(TerminalRequest, params, "terminal/kill").terminal_id)
-        return None
-
-    async def _terminal_release(self, params: dict[str, Any]) -> Any:
-        terminal = self._terminals.release(decode(TerminalRequest, params, "terminal/release").terminal_id)
-        self._released[terminal.id] = terminal.text()
-        return None
-
-    def _terminal_output_text(self, terminal_id: str) -> str | None:
-        terminal = self._terminals.peek(terminal_id)
-        return terminal.text() if terminal is not None else self._released.get(terminal_id)
-
-    _client_methods = {
-        "fs/read_text_file": _read_text_file,
-        "fs/write_text_file": _write_text_file,
-        "terminal/create": _terminal_create,
-        "terminal/output": _terminal_output,
-        "terminal/wait_for_exit": _terminal_wait,
-        "terminal/kill": _terminal_kill,
-        "terminal/release": _terminal_release,
-    }
+        await self._requests.on_request(request_id, method, params)
 
     # -- notifications and misbehaviour --------------------------------------------------------
 
@@ -679,32 +399,3 @@ class AcpConnection(ProviderConnection):
             self._process.kill()
         except ProcessLookupError:
             pass
-
-
-def _is_agentd_tool(title: str) -> bool:
-    """Whether a permission asks for one of agentd's own tools (pre-approved with ``agentd_tool = "allow"``)."""
-    return any(f"{SERVER_NAME}__{tool}" in title or title.strip() == tool for tool in TOOLS)
-
-
-def _count(usage: dict[str, Any], key: str) -> int:
-    value = usage.get(key)
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
-def turn_usage(usage: dict[str, Any], attempt_id: str) -> Usage | None:
-    """The prompt answer's ``usage`` (ACP: the turn's tokens — ``inputTokens``,
-    ``outputTokens``, ``thoughtTokens``, ``cachedReadTokens``,
-    ``cachedWriteTokens``) as agentd's increment, in its one convention:
-    input counts cache reads and writes, output counts thought tokens.
-    ``usage_update`` is the context window's fill, not tokens used: not
-    counted. None when the agent reported no counts."""
-    cached = _count(usage, "cachedReadTokens")
-    written = _count(usage, "cachedWriteTokens")
-    thought = _count(usage, "thoughtTokens")
-    given = _count(usage, "inputTokens") + cached + written
-    made = _count(usage, "outputTokens") + thought
-    if not given and not made:
-        return None
-    return Usage(attempt_id=attempt_id, input_tokens=given, cached_input_tokens=cached, output_tokens=made,
-                 reasoning_tokens=thought)
-
