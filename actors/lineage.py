@@ -270,12 +270,17 @@ def _why_not_native(view: StartView, transfer: ContextTransfer, source: Provider
         return f"portable: {target.provider} has no native fork"
     if point.native_thread_id is None or source is None:
         return "portable: the source point has no native thread to fork"
-    if view.workspace_moved and target.kind == "claude":
-        # A Claude session belongs to the directory it ran in: a native fork
-        # would work in the source's workspace, not the fork's.
-        return "portable: the fork works in another workspace than its source, and a Claude session is bound to its own"
+    if view.workspace_moved and target.kind in ("claude", "acp"):
+        # A Claude session belongs to the directory it ran in, and an ACP
+        # agent's session/fork is given the source's: a native fork would
+        # work in the source's workspace, not the fork's.
+        return (f"portable: the fork works in another workspace than its source, and a {target.kind} session "
+                "is bound to its own")
     if source.status == "unusable":
         return f"portable: the source's provider thread is unusable ({source.reason or 'no reason recorded'})"
+    if target.kind == "acp" and point.run_id is not None and source.covered_run_ids[-1:] != [point.run_id]:
+        # ACP's session/fork takes the whole session: no fork at an earlier turn.
+        return "portable: an ACP agent forks a session at its end, and the fork point is an earlier run"
     if source.history_mode == "legacy":
         # Codex cannot fork a legacy history at a turn: not attempted, so no
         # orphan native fork is left behind by a fork that then fails.

@@ -32,6 +32,16 @@ from .state import ThreadState
 
 #: request kind -> the kind of its node
 NODE_KIND = {"approval": "approval", "user_input": "user_input_request"}
+#: what every approval takes, and what one from a provider that names none offers
+BASE_DECISIONS = ("accept", "decline")
+#: the decisions that allow (the approval's node ends ``completed``)
+ALLOWING = ("accept", "acceptForSession")
+
+
+def offered_decisions(request: RuntimeRequest) -> list[str]:
+    """The decisions an approval takes: those its provider offered, else
+    ``accept`` and ``decline`` (a provider that names none, an older store)."""
+    return list(request.decisions) or list(BASE_DECISIONS)
 
 
 # -- transitions ------------------------------------------------------------------------
@@ -56,10 +66,11 @@ def request_opened(batch: ThreadBatch, state: ThreadState, event: RequestOpened)
         )
         batch.put(node)
         batch.emit(f"{node_kind}.started", run_id=active.run.id, node_id=node.id, node=to_wire(node))
+    decisions = [d for d in event.decisions if d in ("accept", "acceptForSession", "decline")] or list(BASE_DECISIONS)
     request = RuntimeRequest(
         id=new_id("req"), thread_id=state.thread_id, run_id=active.run.id, attempt_id=active.attempt.id,
         node_id=node.id, kind=event.kind, provider_request_ref=event.request_ref, session_id=active.session_id,
-        detail=event.detail, created_at=now,
+        detail=event.detail, decisions=decisions if event.kind == "approval" else [], created_at=now,
     )
     batch.put(request)
     payload: dict[str, Any] = {"request": to_wire(request), "node": to_wire(node)}
@@ -192,6 +203,8 @@ def check_options(questions: list[dict[str, Any]], answers: dict[str, Any]) -> N
         if not options or question.get("allowOther"):
             continue
         given = answers.get(str(question.get("id")))
+        if question.get("optional") and given in (None, "", []):
+            continue  # an optional question left unanswered
         values = given if isinstance(given, list) else [given]
         wrong = [str(v) for v in values if str(v) not in options]
         if wrong:
@@ -205,11 +218,16 @@ def check_options(questions: list[dict[str, Any]], answers: dict[str, Any]) -> N
 
 
 def approval_respond(ctx: ThreadContext, command: Command) -> Transition:
-    """``approval.respond``: accept or decline a pending approval."""
+    """``approval.respond``: accept (once or for the session) or decline a
+    pending approval, with one of the decisions its provider offered."""
     params = command.params
     request = _pending_request(ctx, params.request_id, "approval")
+    offered = offered_decisions(request)
+    if params.decision not in offered:
+        raise InvalidParams(f"request {request.id} does not offer decision {params.decision}; it offers "
+                            f"{', '.join(offered)}", field="decision", decisions=offered)
     yield from _answer(ctx, request, {"decision": params.decision})
-    node_status: NodeStatus = "completed" if params.decision == "accept" else "cancelled"
+    node_status: NodeStatus = "completed" if params.decision in ALLOWING else "cancelled"
     return _resolve(ctx, command, request, {"decision": params.decision}, node_status, "approval.resolved")
 
 
@@ -218,8 +236,7 @@ def user_input_respond(ctx: ThreadContext, command: Command) -> Transition:
     params = command.params
     request = _pending_request(ctx, params.request_id, "user_input")
     questions = request.detail.get("questions", [])
-    asked = [q.get("id") for q in questions]
-    missing = [q for q in asked if q not in params.answers]
+    missing = [q.get("id") for q in questions if q.get("id") not in params.answers and not q.get("optional")]
     if missing:
         raise InvalidParams(f"answers lack {', '.join(map(str, missing))}; answer every question", field="answers")
     check_options(questions, params.answers)

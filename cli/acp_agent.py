@@ -459,9 +459,14 @@ class AgentdAcp:
             outcome = answer.outcome
             if getattr(outcome, "outcome", None) != "selected":
                 return  # cancelled (the prompt was): the run is being interrupted, the request stays as it is
-            if outcome.option_id == "allow_always":
-                session.allow_always.add(key)
             decision = "accept" if outcome.option_id in ("allow_once", "allow_always") else "decline"
+            if outcome.option_id == "allow_always":
+                # The provider's own "allow for the session" where it offers
+                # one; else agentd acp remembers it for this session itself.
+                if "acceptForSession" in (request.get("decisions") or []):
+                    decision = "acceptForSession"
+                else:
+                    session.allow_always.add(key)
         with contextlib.suppress(RequestError):  # answered meanwhile elsewhere (the CLI, the console)
             await self.call("approval.respond", requestId=request["id"], decision=decision)
 

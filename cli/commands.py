@@ -160,7 +160,11 @@ def add_request_commands(sub: Subcommands, o: Options) -> None:
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
     p = add_command(sub, "approve", "commands_runs:cmd_approve", "answer an approval request", [o.results])
     p.add_argument("request", type=non_empty("request"), help="the request's id")
-    p.add_argument("--deny", action="store_true", help="decline instead of accept")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--deny", action="store_true", help="decline instead of accept")
+    how.add_argument("--always", action="store_true",
+                     help="allow it and what the provider deems the same for the rest of its session "
+                          "(acceptForSession; where the request offers it)")
     p = add_command(sub, "answer", "commands_runs:cmd_answer", "answer a question (a user-input request)", [o.results])
     p.add_argument("request", type=non_empty("request"), help="the request's id")
     p.add_argument("answers", nargs="+", metavar="KEY=VALUE", help="one answer per question (a key twice: several values)")

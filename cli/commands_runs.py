@@ -115,7 +115,8 @@ def _respond(daemon: DaemonConnection, args: argparse.Namespace, method: str, pa
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    params = {"requestId": args.request, "decision": "decline" if args.deny else "accept"}
+    decision = "decline" if args.deny else "acceptForSession" if args.always else "accept"
+    params = {"requestId": args.request, "decision": decision}
     return with_daemon(args, lambda daemon: _respond(daemon, args, "approval.respond", params))
 
 

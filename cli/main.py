@@ -8,7 +8,7 @@
     agentd send THREAD TEXT|-|--file PATH [--steer|--restart|--queue] [--detach] [--merge-back FORK [--files [--markers]]]
     agentd stop THREAD | interrupt RUN [--hold-queue] | retry RUN | release THREAD
     agentd cancel RUN | reorder THREAD RUN… | implement PLAN [--new-thread]
-    agentd requests THREAD | approve REQUEST [--deny] | answer REQUEST KEY=VALUE…
+    agentd requests THREAD | approve REQUEST [--deny|--always] | answer REQUEST KEY=VALUE…
     agentd threads | show THREAD | events [--thread T] [--after SEQ] [--follow] | status | providers
     agentd fork THREAD [--from RUN|latest] [--side] | lineage THREAD | handoff HANDOFF
     agentd checkpoints THREAD | diff CHECKPOINT|RUN [--base CHECKPOINT|RUN] | restore CHECKPOINT

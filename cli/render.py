@@ -183,7 +183,10 @@ def request_lines(request: dict[str, Any]) -> list[str]:
         options = question.get("options") or []
         choice = f" (one of: {', '.join(map(str, options))})" if options else ""
         lines.append(f"  {question.get('id')}: {question.get('question', '')}{choice}")
-    deny = "   (--deny to decline)" if request["kind"] == "approval" else ""
+    deny = ""
+    if request["kind"] == "approval":
+        always = ", --always to allow for the session" if "acceptForSession" in (request.get("decisions") or []) else ""
+        deny = f"   (--deny to decline{always})"
     lines.append(f"  answer with: {answer_command(request)}{deny}")
     return lines
 

@@ -327,9 +327,14 @@ class PromoteParams(Params):
     message_id: Id
 
 
+#: ``acceptForSession``: allow this and, for the rest of the provider session,
+#: what the provider deems the same (only where the request's ``decisions`` offer it)
+ApprovalDecision = Literal["accept", "acceptForSession", "decline"]
+
+
 class ApprovalRespondParams(Params):
     request_id: Id
-    decision: Literal["accept", "decline"]
+    decision: ApprovalDecision
     command_id: CommandId | None = None
 
 

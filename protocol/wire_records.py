@@ -254,6 +254,10 @@ class RuntimeRequest(WireStruct, kw_only=True):
     provider_request_ref: str | None = None
     session_id: str | None = None
     detail: dict[str, Any] = {}
+    #: an approval's decisions, as its provider offers them (``accept``,
+    #: ``acceptForSession``, ``decline``); empty for a question (and, read from
+    #: an older store, for an approval: ``accept`` and ``decline``)
+    decisions: list[str] = []
     response: dict[str, Any] | None = None
     reason: str | None = None
     created_at: float = 0.0

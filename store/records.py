@@ -344,6 +344,10 @@ class RuntimeRequest(Record, kw_only=True, frozen=True):
     provider_request_ref: str | None = None
     session_id: str | None = None
     detail: dict[str, Any] = {}
+    #: an approval's decisions, as its provider offers them (``accept``,
+    #: ``acceptForSession``, ``decline``); empty for a question (and, read from
+    #: an older store, for an approval: ``accept`` and ``decline``)
+    decisions: list[str] = []
     response: dict[str, Any] | None = None
     reason: str | None = None
     created_at: float = 0.0

@@ -12,15 +12,18 @@ daemon does not run; it is used only by the tests' fake agent.
 agentd                     ACP
 =========================  ==================================================
 open                       start the process, ``initialize`` (agentd
-                           advertises ``fs`` read/write and ``terminal``)
+                           advertises ``fs`` read/write, ``terminal`` and
+                           form ``elicitation``)
 create_thread              ``session/new {cwd, mcpServers}`` — agentd's tool
                            among the servers unless ``agentd_tool = "off"``;
                            then ``session/set_mode`` / ``session/set_model``
                            when the config names a ``mode`` / ``model``
-resume_thread              ``session/load`` (where ``loadSession``); the
+resume_thread              ``session/resume`` where the agent advertises
+                           ``sessionCapabilities.resume`` (no replay), else
+                           ``session/load`` (where ``loadSession``); the
                            history it replays is history, never new nodes;
-                           without it the thread is missing natively and
-                           agentd hands the conversation over (F4)
+                           without either the thread is missing natively
+                           and agentd hands the conversation over (F4)
 start_turn                 ``session/prompt``; its answer's ``stopReason``
                            ends the turn (``end_turn`` completed,
                            ``cancelled`` interrupted, ``refusal`` /
@@ -29,11 +32,21 @@ start_turn                 ``session/prompt``; its answer's ``stopReason``
 interrupt_turn             ``session/cancel`` (pending permissions answered
                            ``cancelled``); the turn ends with the prompt's
                            answer
-steer                      not native: interrupt and restart
-fork / rollback            portable fork (F6) / rebuilt (ACP has no rewind)
+steer                      ``_session/steering`` where the agent's
+                           ``_meta.steering.supported``, else a second
+                           ``session/prompt`` where it queues prompts
+                           (``_meta.claudeCode.promptQueueing``), else not
+                           native: interrupt and restart
+fork / rollback            ``session/fork`` where advertised (at the
+                           session's latest turn; else portable, F6) /
+                           rebuilt (ACP has no rewind)
+questions                  ``elicitation/create`` in mode ``form``
+                           (``acp_elicitation``); other shapes: an error
 approvals                  ``session/request_permission`` (accept: the
                            ``allow_once`` option, else ``allow_always``;
-                           decline: ``reject_once``, else ``reject_always``)
+                           acceptForSession: ``allow_always``, offered
+                           only when the agent sent one; decline:
+                           ``reject_once``, else ``reject_always``)
 items                      ``session/update`` (see ``acp_updates``)
 the agent's requests       ``fs/*`` inside the workspace (``acp_files``),
                            ``terminal/*`` as supervised processes
@@ -57,7 +70,7 @@ from typing import Any
 import msgspec
 import trio
 
-from .acp_connection import AcpConnection
+from .acp_connection import AcpConnection, KnownSession
 from .acp_wire import InitializeResponse
 from .agentd_tool import AgentdTool
 from .base import Capabilities, EventSink, ProviderAdapter, ProviderConnection, ProviderRuntimeError
@@ -66,10 +79,20 @@ from .jsonl import stop_process
 from .runtime import StderrLog
 from .transport import Spawn, exit_status, spawn_process
 
-#: what any ACP agent does natively, as agentd drives it (see the table above)
+#: what any ACP agent does natively, as agentd drives it (see the table above);
+#: an agent's ``initialize`` may add more (``agent_capabilities``)
 NATIVE_CAPABILITIES = Capabilities(
-    steer=False, native_fork=False, interrupt=True, rollback=False, structured_questions=False, empty_threads=True,
+    steer=False, native_fork=False, interrupt=True, rollback=False, structured_questions=True, empty_threads=True,
 )
+
+
+def agent_capabilities(initialized: InitializeResponse) -> Capabilities:
+    """What this agent does natively, by what its ``initialize`` advertised:
+    a native fork with ``sessionCapabilities.fork``, a native steer with the
+    ``_session/steering`` extension or prompt queueing."""
+    sessions = initialized.agent_capabilities.session_capabilities
+    return msgspec.structs.replace(NATIVE_CAPABILITIES, native_fork=sessions.get("fork") is not None,
+                                   steer=initialized.steering() or initialized.prompt_queueing())
 #: a probe's bound: agents in node take seconds to start (OpenCode: 4-6 s)
 PROBE_TIMEOUT = 30.0
 
@@ -128,6 +151,8 @@ class AcpAdapter(ProviderAdapter):
         self.agentd_tool: AgentdTool | None = None
         #: what the agent said in its latest ``initialize`` (a probe's or a session's)
         self.initialized: InitializeResponse | None = None
+        #: the ACP sessions this daemon saw (their workspace and latest turn), by id
+        self.known: dict[str, KnownSession] = {}
         #: why a session could not start without a person logging in (``auth_required``)
         self.login_needed: str | None = None
         #: the binary file (mtime, size) the last successful probe started
@@ -224,6 +249,8 @@ class AcpAdapter(ProviderAdapter):
                 nursery.start_soon(connection.serve)
                 try:
                     self.initialized = await connection.initialize()
+                    self.capabilities = connection.capabilities = _and(agent_capabilities(self.initialized),
+                                                                       self.config.capabilities)
                 except ProviderRuntimeError as exc:
                     tail = stderr.tail(2000)
                     failure = ProviderRuntimeError(f"the ACP agent did not start: {exc}" + (f" (stderr: {tail})" if tail else ""),

@@ -1,12 +1,13 @@
 """One live ACP agent process and agentd's primitives on it.
 
 The adapter (``acp.py``) starts the process and hands it here; this module
-speaks the protocol (``acp_rpc``): the primitives as ACP requests, the
-agent's ``session/update`` notifications through one ``TurnMapper`` per
-session (``acp_updates``), and the agent's own requests — permissions,
-files (``acp_files``), terminals (``acp_terminals``) — answered as a client.
-The mapping is listed in ``acp.py`` and ``protocol/README.md`` ("ACP
-providers").
+speaks the protocol (``acp_rpc``) from agentd's side: the primitives —
+sessions (new, load, resume, fork), turns (prompt, steer, cancel) — as ACP
+requests, and the agent's ``session/update`` notifications through one
+``TurnMapper`` per session (``acp_updates``). What the agent asks agentd in
+return (permissions, questions, files, terminals) is answered by
+``acp_client``. The mapping is listed in ``acp.py`` and
+``protocol/README.md`` ("ACP providers").
 """
 
 from __future__ import annotations
@@ -15,24 +16,23 @@ import logging
 import sys
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
 
-from . import acp_files, extra_mcp
-from .acp_rpc import AUTH_REQUIRED, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, AcpError, AcpPeer
-from .acp_terminals import Terminals
+from . import extra_mcp
+from .acp_client import AgentRequests
+from .acp_rpc import AUTH_REQUIRED, AcpError, AcpPeer
+from .acp_session import AgentInstance, KnownSession, Session, Turn, decode, encode as _encode, turn_usage
 from .acp_updates import TurnMapper
 from .acp_wire import (
-    CancelledOutcome,
     CancelNotification,
     ClientCapabilities,
-    CreateTerminalRequest,
-    CreateTerminalResponse,
+    ElicitationCapabilities,
     EnvVariable,
     FileSystemCapability,
+    ForkSessionRequest,
     Implementation,
     InitializeRequest,
     InitializeResponse,
@@ -41,48 +41,38 @@ from .acp_wire import (
     NewSessionRequest,
     NewSessionResponse,
     PROTOCOL_VERSION,
-    PermissionOption,
     PromptRequest,
     PromptResponse,
-    ReadTextFileRequest,
-    ReadTextFileResponse,
-    RequestPermissionRequest,
-    RequestPermissionResponse,
-    SelectedOutcome,
+    ResumeSessionRequest,
     SessionNotification,
     SetSessionConfigOptionRequest,
     SetSessionModelRequest,
     SetSessionModeRequest,
-    TerminalRequest,
+    SteeringRequest,
+    SteeringResponse,
     ImageContent,
     TextContent,
-    WriteTextFileRequest,
 )
-from .agentd_tool import TOOLS
-from .tool_credentials import CREDENTIAL_ENV, SERVER_NAME
-from .jsonl import stop_process
 from .base import (
     EventSink,
-    ItemStarted,
     NativeThreadMissing,
     ProviderConnection,
     ProviderRuntimeError,
-    RequestOpened,
     ResumeInfo,
     RuntimeWarning_,
     TurnCompleted,
     TurnStarted,
-    Usage,
 )
+from .jsonl import stop_process
+from .tool_credentials import CREDENTIAL_ENV, SERVER_NAME
 from .transport import ProcessLike
 
 if TYPE_CHECKING:
-    from ..config import ProviderConfig
     from agentd.store.records import McpServer
 
     from .images import ImageInput
-    from .agentd_tool import AgentdTool
-    from .base import Capabilities
+
+__all__ = ["AcpConnection", "KnownSession", "turn_usage"]
 
 log = logging.getLogger(__name__)
 
@@ -90,55 +80,6 @@ CLIENT_NAME = "agentd"
 CLIENT_VERSION = "0.1.0"
 #: ``stopReason`` -> the turn's status (the others are ``completed``, with the reason said)
 STOP_STATUSES = {"end_turn": "completed", "cancelled": "interrupted"}
-#: the app's decision -> the option kinds that carry it, preferred first
-DECISION_KINDS = {"accept": ("allow_once", "allow_always"), "decline": ("reject_once", "reject_always")}
-
-W = TypeVar("W", bound=msgspec.Struct)
-_encode = msgspec.to_builtins
-
-
-def decode(shape: type[W], data: Any, what: str) -> W:
-    try:
-        return msgspec.convert(data, shape)
-    except msgspec.ValidationError as exc:
-        raise ProviderRuntimeError(f"the ACP agent sent an unexpected {what}: {exc}") from exc
-
-
-class AgentInstance(Protocol):
-    """What a connection needs of its adapter (``acp.AcpAdapter``)."""
-
-    name: str
-    config: ProviderConfig
-    capabilities: Capabilities
-    request_timeout: float | None
-    agentd_tool: AgentdTool | None
-
-    def needs_login(self, why: str) -> None: ...
-
-    def images_refused(self) -> str | None: ...
-
-
-@dataclass
-class Turn:
-    native_turn_id: str
-    attempt_id: str
-    interrupt_requested: bool = False
-    ended: bool = False
-
-
-@dataclass
-class Session:
-    """One ACP session in this process: its workspace, turn and mapper."""
-
-    session_id: str
-    cwd: str
-    mapper: TurnMapper
-    turn: Turn | None = None
-    #: set while ``session/load`` replays the history (its updates are not new)
-    replaying: bool = False
-    replayed_turns: int = 0
-    #: permission requests waiting on the person: request ref -> (agent's id, options)
-    permissions: dict[str, tuple[Any, list[PermissionOption]]] = field(default_factory=dict)
 
 
 class AcpConnection(ProviderConnection):
@@ -152,14 +93,13 @@ class AcpConnection(ProviderConnection):
         self._nursery = nursery
         self._agentd_session = agentd_session
         self._sessions: dict[str, Session] = {}
-        self._terminals = Terminals(nursery)
-        #: the last output of released terminals (a tool call that showed one reports it at its end)
-        self._released: dict[str, str] = {}
         self._exit_status: tuple[int | None, int | None] = (None, None)
         self.initialized: InitializeResponse | None = None
         self._peer = AcpPeer(process.stdin, process.stdout, on_request=self._on_request,
                              on_notification=self._on_notification, on_violation=self._on_violation,
                              request_timeout=adapter.request_timeout)
+        #: what the agent asks agentd (permissions, questions, files, terminals)
+        self._requests = AgentRequests(adapter, self._peer, emit, nursery, self._sessions)
 
     @property
     def pid(self) -> int | None:
@@ -182,12 +122,13 @@ class AcpConnection(ProviderConnection):
             # Its output ended (or it broke the protocol): it has nothing more to say.
             await stop_process(self._process, grace=2.0)
         finally:
-            self._terminals.close()
+            self._requests.close()
 
     async def initialize(self) -> InitializeResponse:
         params = InitializeRequest(
             protocol_version=PROTOCOL_VERSION,
-            client_capabilities=ClientCapabilities(fs=FileSystemCapability(read_text_file=True, write_text_file=True), terminal=True),
+            client_capabilities=ClientCapabilities(fs=FileSystemCapability(read_text_file=True, write_text_file=True), terminal=True,
+                                                   elicitation=ElicitationCapabilities(form={})),
             client_info=Implementation(name=CLIENT_NAME, version=CLIENT_VERSION, title="agentd"),
         )
         result = decode(InitializeResponse, await self._peer.request("initialize", _encode(params)), "initialize answer")
@@ -230,9 +171,15 @@ class AcpConnection(ProviderConnection):
         return [McpServerStdio(name=SERVER_NAME, command=sys.executable, args=["-m", "agentd", "mcp"], env=env)]
 
     def _session(self, session_id: str, cwd: str) -> Session:
-        mapper = TurnMapper(self._emit, cwd, self._terminal_output_text)
+        mapper = TurnMapper(self._emit, cwd, self._requests.terminal_output_text)
         session = self._sessions[session_id] = Session(session_id=session_id, cwd=cwd, mapper=mapper)
+        self.adapter.known.setdefault(session_id, KnownSession(cwd=cwd)).cwd = cwd
         return session
+
+    def _session_capability(self, name: str) -> bool:
+        """Whether the agent advertised ``sessionCapabilities.<name>``."""
+        assert self.initialized is not None, "initialize comes first"
+        return self.initialized.agent_capabilities.session_capabilities.get(name) is not None
 
     async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
         params = NewSessionRequest(cwd=cwd, mcp_servers=self._mcp_servers(mcp_servers))
@@ -267,10 +214,13 @@ class AcpConnection(ProviderConnection):
                 raise ProviderRuntimeError(f"the agent offers no choice of {category}, so {category} = {wanted!r} cannot be set")
 
     async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
-        """``session/load``: the history it replays is counted, never reported as new."""
+        """``session/resume`` where the agent advertises it (no replay), else
+        ``session/load``: the history it replays is counted, never reported as new."""
         if native_thread_id in self._sessions:
             return ResumeInfo(native_thread_id=native_thread_id)
         assert self.initialized is not None, "initialize comes first"
+        if self._session_capability("resume"):
+            return await self._resume(native_thread_id, cwd, mcp_servers)
         if not self.initialized.agent_capabilities.load_session:
             raise NativeThreadMissing("the agent cannot load a session (no loadSession capability)")
         session = self._session(native_thread_id, cwd)
@@ -288,7 +238,49 @@ class AcpConnection(ProviderConnection):
             session.replaying = False
         await self._choose(native_thread_id, decode(NewSessionResponse, {**(raw or {}), "sessionId": native_thread_id},
                                                     "session/load answer"))
+        self.adapter.known[native_thread_id].turns = session.replayed_turns
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=session.replayed_turns)
+
+    async def _resume(self, native_thread_id: str, cwd: str, mcp_servers: Sequence[McpServer]) -> ResumeInfo:
+        """``session/resume``: the agent restores the session without
+        replaying it; the turns it holds are the ones this daemon counted."""
+        params = ResumeSessionRequest(session_id=native_thread_id, cwd=cwd, mcp_servers=self._mcp_servers(mcp_servers))
+        try:
+            raw = await self._peer.request("session/resume", _encode(params))
+        except AcpError as exc:
+            raise NativeThreadMissing(str(exc), code=exc.code) from exc
+        self._session(native_thread_id, cwd)
+        await self._choose(native_thread_id, decode(NewSessionResponse, {**(raw or {}), "sessionId": native_thread_id},
+                                                    "session/resume answer"))
+        known = self.adapter.known[native_thread_id]
+        return ResumeInfo(native_thread_id=native_thread_id, turn_count=known.turns if known.latest_turn else None)
+
+    async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
+                          mcp_servers: Sequence[McpServer] = ()) -> str:
+        """``session/fork`` (where advertised): ACP forks a session at its
+        end, so only a fork after the session's latest turn (as this daemon
+        saw it) is native; the new session works in the source's workspace.
+
+        Raises:
+            ProviderRuntimeError: no ``fork`` capability, a fork at an
+                earlier turn, a session this daemon has not seen, or the
+                agent's error.
+        """
+        if not self._session_capability("fork"):
+            raise ProviderRuntimeError("the agent cannot fork a session (no sessionCapabilities.fork)")
+        known = self.adapter.known.get(native_thread_id)
+        if known is None:
+            raise ProviderRuntimeError(f"this daemon has not seen session {native_thread_id} (its workspace is unknown)")
+        if last_turn_id is not None and last_turn_id != known.latest_turn:
+            raise ProviderRuntimeError(f"ACP's session/fork forks a session at its end, and turn {last_turn_id} is not "
+                                       f"the latest of {native_thread_id}")
+        params = ForkSessionRequest(session_id=native_thread_id, cwd=known.cwd, mcp_servers=self._mcp_servers(mcp_servers))
+        forked = decode(NewSessionResponse, await self._peer.request("session/fork", _encode(params)), "session/fork answer")
+        self._session(forked.session_id, known.cwd)
+        fork = self.adapter.known[forked.session_id]
+        fork.turns, fork.latest_turn = known.turns, known.latest_turn
+        await self._choose(forked.session_id, forked)
+        return forked.session_id
 
     # -- turns ---------------------------------------------------------------------------------
 
@@ -296,12 +288,7 @@ class AcpConnection(ProviderConnection):
         self, native_thread_id: str, *, text: str, attempt_id: str, cwd: str, context: str | None = None,
         images: Sequence[ImageInput] = (),
     ) -> str:
-        # Images only where the agent said it takes them (issue 26); read off the loop.
-        why = self.adapter.images_refused() if images else None
-        if why is not None:
-            raise ProviderRuntimeError(why)
-        pictures = await trio.to_thread.run_sync(
-            lambda: [ImageContent(data=image.base64(), mime_type=image.mime_type) for image in images]) if images else []
+        pictures = await self._pictures(images)
         session = self._sessions.get(native_thread_id)
         if session is None:
             raise ProviderRuntimeError(f"session {native_thread_id} is not loaded in this agent process")
@@ -310,6 +297,8 @@ class AcpConnection(ProviderConnection):
         if self._peer.closed:
             raise ProviderRuntimeError(f"cannot start a turn: {self._peer.closed}")
         turn = session.turn = Turn(native_turn_id=f"acp_turn_{uuid.uuid4().hex[:16]}", attempt_id=attempt_id)
+        known = self.adapter.known[native_thread_id]
+        known.turns, known.latest_turn = known.turns + 1, turn.native_turn_id
         session.mapper.begin(attempt_id)
         await self._emit(TurnStarted(attempt_id=attempt_id, native_turn_id=turn.native_turn_id))
         prompt: list[TextContent | ImageContent] = [TextContent(text=context)] if context else []
@@ -318,8 +307,20 @@ class AcpConnection(ProviderConnection):
         self._nursery.start_soon(self._prompt, session, turn, PromptRequest(session_id=native_thread_id, prompt=prompt))
         return turn.native_turn_id
 
+    async def _pictures(self, images: Sequence[ImageInput]) -> list[ImageContent]:
+        """The turn's images as ACP image blocks, only where the agent said it
+        takes them (issue 26); the files are read off the loop."""
+        if not images:
+            return []
+        why = self.adapter.images_refused()
+        if why is not None:
+            raise ProviderRuntimeError(why)
+        return await trio.to_thread.run_sync(
+            lambda: [ImageContent(data=image.base64(), mime_type=image.mime_type) for image in images])
+
     async def _prompt(self, session: Session, turn: Turn, params: PromptRequest) -> None:
-        """The turn: ``session/prompt`` answers when it ends."""
+        """The turn: ``session/prompt`` answers when it ends (with a queued
+        steer, when the last of its prompts answers)."""
         try:
             raw = await self._peer.request("session/prompt", _encode(params), unbounded=True)
             answer = decode(PromptResponse, raw, "session/prompt answer")
@@ -333,13 +334,43 @@ class AcpConnection(ProviderConnection):
             used = turn_usage(answer.usage, turn.attempt_id)
             if used is not None:
                 await self._emit(used)
+        turn.prompts -= 1
+        if turn.prompts > 0 and answer.stop_reason != "cancelled":
+            return  # a steer queued behind it runs on in this turn
         await self._end_turn(session, turn, answer.stop_reason, None)
+
+    async def steer_turn(self, native_thread_id: str, native_turn_id: str, *, text: str,
+                         images: Sequence[ImageInput] = ()) -> None:
+        """The message into the running turn: ``_session/steering`` where the
+        agent takes it, else a ``session/prompt`` the agent queues behind
+        the running one (the turn ends when both answered).
+
+        Raises:
+            ProviderRuntimeError: the turn is not running (any more), or the
+                agent steers neither way — agentd then restarts the turn.
+        """
+        session = self._sessions.get(native_thread_id)
+        turn = session.turn if session is not None else None
+        if session is None or turn is None or turn.native_turn_id != native_turn_id or turn.ended:
+            raise ProviderRuntimeError(f"turn {native_turn_id} is not running")
+        assert self.initialized is not None, "initialize comes first"
+        prompt: list[TextContent | ImageContent] = [TextContent(text=text), *(await self._pictures(images))]
+        if self.initialized.steering():
+            raw = await self._peer.request("_session/steering", _encode(SteeringRequest(session_id=native_thread_id, prompt=prompt)))
+            outcome = decode(SteeringResponse, raw or {}, "_session/steering answer").outcome
+            if outcome != "injected":
+                raise ProviderRuntimeError(f"the agent did not take the steer into the turn ({outcome or 'no outcome'})")
+        elif self.initialized.prompt_queueing():
+            turn.prompts += 1
+            self._nursery.start_soon(self._prompt, session, turn, PromptRequest(session_id=native_thread_id, prompt=prompt))
+        else:
+            raise ProviderRuntimeError("the agent takes no steer (no _session/steering, no prompt queueing)")
 
     async def _end_turn(self, session: Session, turn: Turn, stop_reason: str | None, error: str | None) -> None:
         if turn.ended:
             return
         turn.ended = True
-        await self._cancel_permissions(session)
+        await self._requests.cancel_waiting(session)
         await session.mapper.end(stop_reason)
         if session.turn is turn:
             session.turn = None
@@ -359,141 +390,16 @@ class AcpConnection(ProviderConnection):
             return
         session.turn.interrupt_requested = True
         # The schema: a client that cancels answers its pending permission requests ``cancelled``.
-        await self._cancel_permissions(session)
+        await self._requests.cancel_waiting(session)
         await self._peer.notify("session/cancel", _encode(CancelNotification(session_id=native_thread_id)))
-
-    # -- permissions ---------------------------------------------------------------------------
-
-    async def _cancel_permissions(self, session: Session) -> None:
-        pending, session.permissions = session.permissions, {}
-        for request_id, _options in pending.values():
-            await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=CancelledOutcome())))
-
-    async def answer_request(self, request_ref: str, response: dict[str, Any]) -> None:
-        for session in self._sessions.values():
-            if request_ref in session.permissions:
-                break
-        else:
-            raise ProviderRuntimeError(f"request {request_ref} is not waiting in this session")
-        request_id, options = session.permissions[request_ref]
-        kinds = DECISION_KINDS.get(str(response.get("decision")))
-        if kinds is None:
-            raise ProviderRuntimeError(f"an approval takes decision accept or decline, not {response.get('decision')!r}")
-        chosen = next((o for kind in kinds for o in options if o.kind == kind), None)
-        if chosen is None and response.get("decision") == "accept":
-            raise ProviderRuntimeError("the agent offered no option that allows this")
-        outcome = SelectedOutcome(option_id=chosen.option_id) if chosen else CancelledOutcome()
-        del session.permissions[request_ref]
-        await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=outcome)))
-
-    async def _permission(self, request_id: Any, params: dict[str, Any]) -> None:
-        asked = decode(RequestPermissionRequest, params, "session/request_permission")
-        session = self._sessions.get(asked.session_id)
-        if session is None or session.turn is None:
-            await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=CancelledOutcome())))
-            return
-        call = await session.mapper.tool_update(asked.tool_call)
-        title = str(asked.tool_call.get("title") or (call.detail.get("title") if call else "") or "")
-        if self.adapter.config.agentd_tool == "allow" and _is_agentd_tool(title):
-            allow = next((o for o in asked.options if o.kind == "allow_once"), None)
-            if allow is not None:
-                await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=SelectedOutcome(option_id=allow.option_id))))
-                return
-        ref = f"acp_perm_{uuid.uuid4().hex[:12]}"
-        session.permissions[ref] = (request_id, asked.options)
-        detail: dict[str, Any] = {
-            "method": "session/request_permission", "title": title,
-            "options": [{"optionId": o.option_id, "name": o.name, "kind": o.kind} for o in asked.options],
-        }
-        if call is not None:
-            detail["kind"] = call.item_type
-            if "command" in call.detail:
-                detail["command"] = call.detail["command"]
-        item_id = f"request:{ref}"
-        attempt = session.turn.attempt_id
-        await self._emit(ItemStarted(attempt_id=attempt, item_id=item_id, item_type="approval",
-                                     parent_item_id=call.item_id if call else None, title="approval", detail=detail))
-        await self._emit(RequestOpened(attempt_id=attempt, request_ref=ref, kind="approval", item_id=item_id, detail=detail))
 
     # -- the agent's requests ------------------------------------------------------------------
 
+    async def answer_request(self, request_ref: str, response: dict[str, Any]) -> None:
+        await self._requests.answer(request_ref, response)
+
     async def _on_request(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
-        # Each in a task of its own: a terminal's wait_for_exit must not stop the reading.
-        self._nursery.start_soon(self._answer, request_id, method, params)
-
-    async def _answer(self, request_id: Any, method: str, params: dict[str, Any]) -> None:
-        try:
-            if method == "session/request_permission":
-                await self._permission(request_id, params)
-                return
-            handler = self._client_methods.get(method)
-            if handler is None:
-                await self._peer.respond_error(request_id, METHOD_NOT_FOUND, f"agentd does not handle {method}")
-                return
-            result = await handler(self, params)
-            await self._peer.respond(request_id, result)
-        except acp_files.OutsideWorkspace as exc:
-            await self._respond_error(request_id, INVALID_PARAMS, str(exc))
-        except ProviderRuntimeError as exc:
-            await self._respond_error(request_id, INTERNAL_ERROR, str(exc))
-
-    async def _respond_error(self, request_id: Any, code: int, message: str) -> None:
-        try:
-            await self._peer.respond_error(request_id, code, message)
-        except ProviderRuntimeError:
-            pass  # the agent is gone
-
-    def _root(self, session_id: str) -> Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise ProviderRuntimeError(f"no session {session_id} in this agent process")
-        return session
-
-    async def _read_text_file(self, params: dict[str, Any]) -> Any:
-        asked = decode(ReadTextFileRequest, params, "fs/read_text_file")
-        content = await acp_files.read_text(self._root(asked.session_id).cwd, asked.path, line=asked.line, limit=asked.limit)
-        return _encode(ReadTextFileResponse(content=content))
-
-    async def _write_text_file(self, params: dict[str, Any]) -> Any:
-        asked = decode(WriteTextFileRequest, params, "fs/write_text_file")
-        session = self._root(asked.session_id)
-        written = await acp_files.write_text(session.cwd, asked.path, asked.content)
-        await session.mapper.written(written)
-        return None
-
-    async def _terminal_create(self, params: dict[str, Any]) -> Any:
-        asked = decode(CreateTerminalRequest, params, "terminal/create")
-        terminal = await self._terminals.create(asked, self._root(asked.session_id).cwd)
-        return _encode(CreateTerminalResponse(terminal_id=terminal.id))
-
-    async def _terminal_output(self, params: dict[str, Any]) -> Any:
-        return _encode(self._terminals.output(decode(TerminalRequest, params, "terminal/output").terminal_id))
-
-    async def _terminal_wait(self, params: dict[str, Any]) -> Any:
-        return _encode(await self._terminals.wait_for_exit(decode(TerminalRequest, params, "terminal/wait_for_exit").terminal_id))
-
-    async def _terminal_kill(self, params: dict[str, Any]) -> Any:
-        self._terminals.kill(decode(TerminalRequest, params, "terminal/kill").terminal_id)
-        return None
-
-    async def _terminal_release(self, params: dict[str, Any]) -> Any:
-        terminal = self._terminals.release(decode(TerminalRequest, params, "terminal/release").terminal_id)
-        self._released[terminal.id] = terminal.text()
-        return None
-
-    def _terminal_output_text(self, terminal_id: str) -> str | None:
-        terminal = self._terminals.peek(terminal_id)
-        return terminal.text() if terminal is not None else self._released.get(terminal_id)
-
-    _client_methods = {
-        "fs/read_text_file": _read_text_file,
-        "fs/write_text_file": _write_text_file,
-        "terminal/create": _terminal_create,
-        "terminal/output": _terminal_output,
-        "terminal/wait_for_exit": _terminal_wait,
-        "terminal/kill": _terminal_kill,
-        "terminal/release": _terminal_release,
-    }
+        await self._requests.on_request(request_id, method, params)
 
     # -- notifications and misbehaviour --------------------------------------------------------
 
@@ -526,32 +432,3 @@ class AcpConnection(ProviderConnection):
             self._process.kill()
         except ProcessLookupError:
             pass
-
-
-def _is_agentd_tool(title: str) -> bool:
-    """Whether a permission asks for one of agentd's own tools (pre-approved with ``agentd_tool = "allow"``)."""
-    return any(f"{SERVER_NAME}__{tool}" in title or title.strip() == tool for tool in TOOLS)
-
-
-def _count(usage: dict[str, Any], key: str) -> int:
-    value = usage.get(key)
-    return value if isinstance(value, int) and value >= 0 else 0
-
-
-def turn_usage(usage: dict[str, Any], attempt_id: str) -> Usage | None:
-    """The prompt answer's ``usage`` (ACP: the turn's tokens — ``inputTokens``,
-    ``outputTokens``, ``thoughtTokens``, ``cachedReadTokens``,
-    ``cachedWriteTokens``) as agentd's increment, in its one convention:
-    input counts cache reads and writes, output counts thought tokens.
-    ``usage_update`` is the context window's fill, not tokens used: not
-    counted. None when the agent reported no counts."""
-    cached = _count(usage, "cachedReadTokens")
-    written = _count(usage, "cachedWriteTokens")
-    thought = _count(usage, "thoughtTokens")
-    given = _count(usage, "inputTokens") + cached + written
-    made = _count(usage, "outputTokens") + thought
-    if not given and not made:
-        return None
-    return Usage(attempt_id=attempt_id, input_tokens=given, cached_input_tokens=cached, output_tokens=made,
-                 reasoning_tokens=thought)
-

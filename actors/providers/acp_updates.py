@@ -198,6 +198,10 @@ class TurnMapper:
 
     # -- tool calls --------------------------------------------------------------------------
 
+    def tool(self, call_id: Any) -> ToolCall | None:
+        """The tool call of that id this session reported, if any."""
+        return self._tools.get(call_id) if isinstance(call_id, str) else None
+
     async def tool_update(self, update: dict[str, Any]) -> ToolCall | None:
         """A ``tool_call``, a ``tool_call_update`` or a permission request's
         ``toolCall``: the node starts the first time its id is seen."""

@@ -37,9 +37,15 @@ class FileSystemCapability(_Wire, kw_only=True):
     write_text_file: bool = False
 
 
+class ElicitationCapabilities(_Wire, kw_only=True):
+    #: present (an empty object): agentd answers form elicitations (``elicitation/create``)
+    form: dict[str, Any] | None = None
+
+
 class ClientCapabilities(_Wire, kw_only=True):
     fs: FileSystemCapability
     terminal: bool = False
+    elicitation: ElicitationCapabilities | None = None
 
 
 class InitializeRequest(_Wire, kw_only=True):
@@ -70,6 +76,20 @@ class InitializeResponse(_Wire, kw_only=True):
     agent_capabilities: AgentCapabilities = msgspec.field(default_factory=AgentCapabilities)
     auth_methods: list[AuthMethod] = []
     agent_info: Implementation | None = None
+    #: extensions: ``steering.supported`` (the ``_session/steering`` request)
+    meta: dict[str, Any] = msgspec.field(default_factory=dict, name="_meta")
+
+    def steering(self) -> bool:
+        """The agent takes ``_session/steering`` (claude-agent-acp 0.101.0:
+        top-level ``_meta.steering.supported``)."""
+        steering = self.meta.get("steering")
+        return isinstance(steering, dict) and steering.get("supported") is True
+
+    def prompt_queueing(self) -> bool:
+        """The agent queues a ``session/prompt`` sent while one runs
+        (``agentCapabilities._meta.claudeCode.promptQueueing``)."""
+        claude = self.agent_capabilities.meta.get("claudeCode")
+        return isinstance(claude, dict) and claude.get("promptQueueing") is True
 
 
 # -- sessions -------------------------------------------------------------------------------------
@@ -108,6 +128,25 @@ class LoadSessionRequest(_Wire, kw_only=True):
     mcp_servers: list[McpServerStdio | Any]
 
 
+class ResumeSessionRequest(_Wire, kw_only=True):
+    """``session/resume`` (``sessionCapabilities.resume``): like
+    ``session/load`` without the replay."""
+
+    session_id: str
+    cwd: str
+    mcp_servers: list[McpServerStdio]
+
+
+class ForkSessionRequest(_Wire, kw_only=True):
+    """``session/fork`` (``sessionCapabilities.fork``): a new session with
+    the whole of ``session_id``'s history; its answer is a
+    :class:`NewSessionResponse`."""
+
+    session_id: str
+    cwd: str
+    mcp_servers: list[McpServerStdio]
+
+
 class SetSessionModeRequest(_Wire, kw_only=True):
     session_id: str
     mode_id: str
@@ -141,6 +180,21 @@ class PromptRequest(_Wire, kw_only=True):
 
 
 StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+
+
+class SteeringRequest(_Wire, kw_only=True):
+    """``_session/steering`` (an ACP extension): a message into the running
+    turn; ``promptRequired`` when none runs (the message is then not taken)."""
+
+    session_id: str
+    prompt: list[TextContent | ImageContent]
+    meta: dict[str, Any] = msgspec.field(default_factory=lambda: {"steering": {"idleBehavior": "promptRequired"}},
+                                         name="_meta")
+
+
+class SteeringResponse(_Wire, kw_only=True):
+    #: ``injected`` (taken by the running turn), ``promptRequired`` or ``startedNewTurn``
+    outcome: str = ""
 
 
 class PromptResponse(_Wire, kw_only=True):
@@ -183,6 +237,24 @@ class CancelledOutcome(_Wire, kw_only=True, tag_field="outcome", tag="cancelled"
 
 class RequestPermissionResponse(_Wire, kw_only=True):
     outcome: SelectedOutcome | CancelledOutcome
+
+
+class CreateElicitationRequest(_Wire, kw_only=True):
+    """``elicitation/create``: tied to a session (``sessionId``, maybe a
+    ``toolCallId``) or to a request of ours (``requestId``); mode ``form``
+    (a ``requestedSchema``) or ``url``."""
+
+    message: str = ""
+    mode: str = ""
+    session_id: str | None = None
+    tool_call_id: str | None = None
+    request_id: int | str | None = None
+    requested_schema: dict[str, Any] | None = None
+
+
+class CreateElicitationResponse(_Wire, kw_only=True):
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
 
 
 class ReadTextFileRequest(_Wire, kw_only=True):

@@ -118,6 +118,9 @@ class RequestOpened(ProviderEvent, kw_only=True):
     kind: str  # approval | user_input
     item_id: str | None = None
     detail: dict[str, Any] = {}
+    #: an approval's decisions the provider takes (``accept``, ``acceptForSession``,
+    #: ``decline``); empty: ``accept`` and ``decline``
+    decisions: list[str] = []
 
 
 class Usage(ProviderEvent, kw_only=True):

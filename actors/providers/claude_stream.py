@@ -25,7 +25,8 @@ as ``text_delta``)         delta; an ``assistant`` text that was not
 ``can_use_tool``           an ``approval`` request; ``accept`` →
                            ``{behavior: allow, updatedInput}``,
                            ``acceptForSession`` → the same plus Claude's
-                           ``permission_suggestions``, ``decline`` →
+                           ``permission_suggestions``, for the session only
+                           (never saved in a settings file), ``decline`` →
                            ``deny``, ``cancel`` → ``deny`` with
                            ``interrupt: true``
 ``system/api_retry``       ``RuntimeWarning_``
@@ -117,6 +118,20 @@ def result_errors(message: dict[str, Any]) -> list[str]:
 
 
 # -- the mapping ---------------------------------------------------------------------------------
+
+
+def session_rules(suggestions: Any) -> list[dict[str, Any]]:
+    """Claude's ``permission_suggestions`` (its own "don't ask again"), kept
+    for the session only: Claude suggests saving a rule in a settings file
+    (``localSettings``), which would outlive the session. As seen with
+    2.1.332, a command that writes a file in the workspace is suggested an
+    allow rule, the directory and the mode ``acceptEdits``, and it takes the
+    mode for the next such command not to ask. Deny and ask rules are left
+    out."""
+    if not isinstance(suggestions, list):
+        return []
+    return [{**s, "destination": "session"} for s in suggestions
+            if isinstance(s, dict) and s.get("behavior", "allow") == "allow"]
 
 
 @dataclass
@@ -234,7 +249,7 @@ class StreamMapper:
         tool_use_id = request.get("tool_use_id")
         self.permissions[request_id] = PendingPermission(
             tool_use_id=tool_use_id, tool_name=str(request.get("tool_name", "")), input=tool_input,
-            suggestions=list(request.get("permission_suggestions") or []),
+            suggestions=session_rules(request.get("permission_suggestions")),
         )
         detail = {
             "tool": request.get("tool_name"),
@@ -245,8 +260,12 @@ class StreamMapper:
             detail["command"] = tool_input["command"]
         if request.get("decision_reason"):
             detail["reason"] = request["decision_reason"]
+        # "Allow for the session" is Claude's own suggested rules applied for
+        # the session (``updatedPermissions``): offered only when it made some.
+        decisions = ["accept", "acceptForSession", "decline"] if self.permissions[request_id].suggestions else ["accept", "decline"]
         await self._emit(RequestOpened(
             attempt_id=self._attempt(), request_ref=request_id, kind="approval", item_id=tool_use_id, detail=detail,
+            decisions=decisions,
         ))
 
     def answer_permission(self, request_ref: str, response: dict[str, Any]) -> dict[str, Any]:

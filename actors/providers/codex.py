@@ -442,21 +442,40 @@ def _answer_list(value: Any) -> list[str]:
     return [str(value)]
 
 
+def approval_decisions(method: str, params: dict[str, Any]) -> list[str]:
+    """The app's decisions a Codex approval takes. ``acceptForSession`` is
+    Codex's own session-scoped approval cache (``acceptForSession`` /
+    ``approved_for_session``, a permissions grant with ``scope: session``),
+    offered unless a command approval's ``availableDecisions`` leaves it out
+    (0.171 sends that list and, for a command it can amend an exec policy for,
+    omits it); an MCP elicitation has no such choice."""
+    if method == MCP_ELICITATION_METHOD:
+        return ["accept", "decline"]
+    available = params.get("availableDecisions")
+    if method == "item/commandExecution/requestApproval" and isinstance(available, list) and "acceptForSession" not in available:
+        return ["accept", "decline"]
+    return ["accept", "acceptForSession", "decline"]
+
+
 def approval_response(method: str, params: dict[str, Any], response: dict[str, Any]) -> _Wire:
-    """The app's ``{"decision": "accept"|"decline"}`` as ``method``'s response shape."""
+    """The app's ``{"decision": "accept"|"acceptForSession"|"decline"}`` as
+    ``method``'s response shape."""
     decision = response.get("decision")
-    if decision not in ("accept", "decline"):
-        raise ProviderRuntimeError(f"an approval takes decision accept or decline, not {decision!r}")
-    accept = decision == "accept"
+    if decision not in approval_decisions(method, params):
+        raise ProviderRuntimeError(f"this approval takes decision {', '.join(approval_decisions(method, params))}, "
+                                   f"not {decision!r}")
+    accept = decision != "decline"
     if method in ("item/commandExecution/requestApproval",):
-        return CommandExecutionRequestApprovalResponse(decision=decision)
+        return CommandExecutionRequestApprovalResponse(decision=str(decision))
     if method == "item/fileChange/requestApproval":
-        return FileChangeRequestApprovalResponse(decision=decision)
+        return FileChangeRequestApprovalResponse(decision=str(decision))
     if method == "item/permissions/requestApproval":
         # Granting is echoing what was asked for; an empty grant declines.
-        return PermissionsRequestApprovalResponse(permissions=dict(params.get("permissions") or {}) if accept else {})
+        scope = "session" if decision == "acceptForSession" else "turn"
+        return PermissionsRequestApprovalResponse(permissions=dict(params.get("permissions") or {}) if accept else {}, scope=scope)
     if method in ("execCommandApproval", "applyPatchApproval"):
-        return ReviewDecisionResponse(decision="approved" if accept else {"denied": {"rejection": "declined in agentd"}})
+        approved = "approved_for_session" if decision == "acceptForSession" else "approved"
+        return ReviewDecisionResponse(decision=approved if accept else {"denied": {"rejection": "declined in agentd"}})
     if method == MCP_ELICITATION_METHOD:
         return McpElicitationResponse(action="accept", content={}) if accept else McpElicitationResponse(action="decline")
     raise ProviderRuntimeError(f"agentd cannot answer {method}")
@@ -749,7 +768,7 @@ class CodexConnection(ProviderConnection):
             form = {"method": method, "kind": kind, "server": params.get("serverName"), "message": params.get("message")}
             return RequestOpened(
                 attempt_id=self._attempts.get(str(params.get("threadId"))), request_ref="", kind="approval", item_id=None,
-                detail={k: v for k, v in form.items() if v is not None},
+                detail={k: v for k, v in form.items() if v is not None}, decisions=approval_decisions(method, params),
             )
         detail: dict[str, Any] = {"method": method, "kind": kind}
         if method == "item/commandExecution/requestApproval":
@@ -777,6 +796,7 @@ class CodexConnection(ProviderConnection):
         detail = {k: v for k, v in detail.items() if v is not None}
         return RequestOpened(
             attempt_id=self._attempts.get(thread_id), request_ref="", kind="approval", item_id=item_id, detail=detail,
+            decisions=approval_decisions(method, params),
         )
 
     # -- notifications ------------------------------------------------------------------------

@@ -318,7 +318,8 @@ class ScriptedConnection(ProviderConnection):
         ref = str(request_id)
         self._requests[ref] = request_id
         await self._emit(
-            RequestOpened(attempt_id=attempt_id, request_ref=ref, kind=kind, item_id=params.get("itemId"), detail=params)
+            RequestOpened(attempt_id=attempt_id, request_ref=ref, kind=kind, item_id=params.get("itemId"), detail=params,
+                          decisions=[str(d) for d in params.get("decisions") or []])
         )
 
     async def _on_notification(self, method: str, params: dict[str, Any]) -> None:

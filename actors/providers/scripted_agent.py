@@ -81,6 +81,8 @@ PHASES = ("commentary", "partial_answer", "final_answer")
 HISTORY_MODES = ("legacy", "paginated")
 #: item kinds ``item/interrupt`` may end while they run
 INTERRUPTIBLE = frozenset({"tool", "commandExecution", "subagent"})
+#: what an approval step offers unless it says otherwise
+APPROVAL_DECISIONS = ("accept", "acceptForSession", "decline")
 #: characters of a command step's output kept in its item
 MAX_COMMAND_OUTPUT = 16_000
 #: Switches a client may turn off in ``initialize``; all are on by default.
@@ -193,6 +195,9 @@ class Agent:
         self.capabilities = dict(CAPABILITIES)
         self.threads: dict[str, ThreadRecord] = {}  # loaded in this process
         self.active: dict[str, Turn] = {}  # threadId -> its running turn
+        #: approvals allowed for the session (``acceptForSession``): (threadId, kind, command),
+        #: kept in this process only, as a runtime's session-scoped approval cache
+        self.allowed_for_session: set[tuple[str, str, str]] = set()
         self._stdout = stdout
         self._write_lock = trio.Lock()
         self._nursery = nursery
@@ -576,8 +581,12 @@ class Turn:
         Say the MCP servers the thread was given when this process started,
         resumed or forked it (``mcpServers: [{name, type, command | url}]``):
         ``mcp: NAME (stdio COMMAND), NAME (http URL)``, or ``mcp: none``.
-    ``{"approval": {"kind": KIND, "command": TEXT}}``
-        Ask the client via ``item/approval/request``, then say the decision.
+    ``{"approval": {"kind": KIND, "command": TEXT, "decisions"?: [...]}}``
+        Ask the client via ``item/approval/request`` (offering ``decisions``,
+        by default ``accept``, ``acceptForSession``, ``decline``), then say
+        the decision. After ``acceptForSession`` the same KIND and TEXT in
+        this thread is not asked again while the process lives: it says
+        ``approval: acceptForSession (remembered)``.
     ``{"ask": {"questions": [{"id", "question", "options"}]}}``
         Ask via ``item/userInput/request`` and say the answers; without the
         structuredQuestions capability, say the questions instead.
@@ -928,13 +937,20 @@ class Turn:
         spec = _expect(step["approval"], dict, "approval needs an object with kind and command")
         kind = _expect(spec.get("kind"), str, "approval needs a string kind")
         command = _expect(spec.get("command"), str, "approval needs a string command")
+        offered = _expect(spec.get("decisions", list(APPROVAL_DECISIONS)), list, "approval decisions must be a list")
+        key = (self.thread.threadId, kind, command)
+        if key in self.agent.allowed_for_session:
+            await self._message("approval: acceptForSession (remembered)", parent)
+            return
         fields = {"kind": kind, "command": command}
         async with self._item(parent, "approval", **fields, status="inProgress") as item:
-            answer = await self._server_request("item/approval/request", item, **fields)
+            answer = await self._server_request("item/approval/request", item, **fields, decisions=offered)
             decision = answer.get("decision")
-            if decision not in ("accept", "decline"):
-                raise TurnFailed(f"approval decision must be accept or decline, got {decision}")
+            if decision not in offered:
+                raise TurnFailed(f"approval decision must be one of {', '.join(map(str, offered))}, got {decision}")
             item["decision"] = decision
+        if decision == "acceptForSession":
+            self.agent.allowed_for_session.add(key)
         await self._message(f"approval: {decision}", parent)
 
     async def _ask(self, step: dict[str, Any], parent: str | None) -> None:

@@ -19,6 +19,11 @@ function requestCard(d, r) {
       h('strong', {}, `Approval${r.detail?.kind ? ` (${r.detail.kind})` : ''}: `), h('code', {}, what), elsewhere,
       h('div', { class: 'actions' },
         button('Approve', 'approve', () => respond(r, 'accept'), { 'aria-keyshortcuts': 'a', title: 'Approve (a)' }),
+        // Only where the provider offers it (Codex's, an ACP agent's "allow always", …).
+        r.decisions?.includes('acceptForSession')
+          ? button('Allow for session', 'approve-session', () => respond(r, 'acceptForSession'),
+            { title: 'Approve this and the same again for the rest of the provider session' })
+          : null,
         button('Deny', 'deny', () => respond(r, 'decline'), { 'aria-keyshortcuts': 'd', title: 'Deny (d)' })));
   }
   const questions = r.detail?.questions ?? [];
@@ -37,7 +42,7 @@ function requestCard(d, r) {
   return form;
 }
 
-/** Answer an approval (`accept` or `decline`). */
+/** Answer an approval (`accept`, `acceptForSession` where offered, or `decline`). */
 export function respond(r, decision) {
   ui.call('approval.respond', { requestId: r.id, decision }).then(() => markAnswered(r)).catch(() => {});
 }

@@ -238,9 +238,10 @@ async def test_approvals_and_questions_are_permission_requests(editor, workspace
     session = await new_session(editor, workspace)
     editor.choose = lambda r: next(o.option_id for o in r.options if o.kind == "allow_always") \
         if r.options[0].option_id == "allow_once" else r.options[1].option_id
+    once = ["accept", "decline"]  # the provider has no "allow for the session": agentd acp remembers
     stop = await prompt(editor, session, script(
-        {"approval": {"kind": "command", "command": "make"}},
-        {"approval": {"kind": "command", "command": "make install"}},
+        {"approval": {"kind": "command", "command": "make", "decisions": once}},
+        {"approval": {"kind": "command", "command": "make install", "decisions": once}},
         {"ask": {"questions": [{"id": "color", "question": "Which color?", "options": ["red", "blue"]}]}}))
     assert stop == "end_turn"
     text = editor.text(session)
@@ -251,6 +252,20 @@ async def test_approvals_and_questions_are_permission_requests(editor, workspace
     assert len(approvals) == 1 and approvals[0].tool_call.kind == "execute"
     question = [p for p in editor.permissions if p not in approvals]
     assert [o.name for o in question[0].options] == ["red", "blue"]
+
+
+async def test_allow_always_is_the_providers_accept_for_session_where_offered(editor, workspace):
+    """The editor's "allow always" becomes ``acceptForSession`` when the
+    request offers it (F15): the provider, not agentd acp, remembers — the
+    same command is not asked again, another one is."""
+    session = await new_session(editor, workspace)
+    editor.choose = lambda r: next(o.option_id for o in r.options if o.kind == "allow_always")
+    make = {"approval": {"kind": "command", "command": "make"}}
+    stop = await prompt(editor, session, script(make, make, {"approval": {"kind": "command", "command": "make install"}}))
+    assert stop == "end_turn"
+    text = editor.text(session)
+    assert "approval: acceptForSession (remembered)" in text and text.count("approval: acceptForSession") == 3
+    assert [p.tool_call.raw_input["command"] for p in editor.permissions] == ["make", "make install"]
 
 
 async def test_a_rejected_approval_is_declined(editor, workspace):

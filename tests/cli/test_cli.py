@@ -121,7 +121,7 @@ async def test_approval_shown_inline_and_answered_from_another_command(daemon):
         line = next(l for l in out.splitlines() if l.startswith("[approval needed: make deploy]"))
         request_id = line.split()[-1]
         assert request_id.startswith("req_")
-        assert out.splitlines()[-1] == f"  answer with: agentd approve {request_id}   (--deny to decline)"
+        assert out.splitlines()[-1] == f"  answer with: agentd approve {request_id}   (--deny to decline, --always to allow for the session)"
         approved = await run(daemon, "approve", request_id, "--deny")
         assert approved.stdout.decode() == f"{request_id} resolved\n"
         assert await send.finish() == 0

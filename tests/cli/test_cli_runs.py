@@ -78,7 +78,7 @@ async def test_cancel_reorder_and_requests(daemon, client):
 
     assert (await run(daemon, "requests", thread_id)).stdout.decode().splitlines() == [
         f"[approval needed: make deploy] {request['id']}",
-        f"  answer with: agentd approve {request['id']}   (--deny to decline)",
+        f"  answer with: agentd approve {request['id']}   (--deny to decline, --always to allow for the session)",
     ]
     assert first_line((await run(daemon, "cancel", q2)).stdout) == f"{q2} cancelled"
     assert first_line((await run(daemon, "reorder", thread_id, q3, q1)).stdout) == f"queue: {q3}, {q1}"
@@ -89,6 +89,31 @@ async def test_cancel_reorder_and_requests(daemon, client):
     runs = {r["id"]: r for r in (await client.call("thread.get", threadId=thread_id))["runs"]}
     assert runs[q3]["ordinal"] < runs[q1]["ordinal"] and runs[q2]["status"] == "cancelled"
     assert first_line((await run(daemon, "requests", thread_id)).stdout) == f"nothing waits for an answer on thread {thread_id}"
+
+
+async def test_approve_always_where_the_request_offers_it(daemon, client):
+    """``agentd approve --always`` is ``acceptForSession`` (SPEC F15): the
+    scripted agent then grants the same approval without asking; a request
+    that does not offer it refuses it, naming what it offers."""
+    thread_id = await new_thread(daemon)
+    make = {"approval": {"kind": "command", "command": "make"}}
+    once = {"approval": {"kind": "command", "command": "make deploy", "decisions": ["accept", "decline"]}}
+    run_id = await detached(daemon, thread_id, script(make, make, once))
+    first = (await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=thread_id))["payload"]["request"]
+    assert first["decisions"] == ["accept", "acceptForSession", "decline"]
+    await run(daemon, "approve", first["id"], "--always")
+    second = (await wait_event(client, lambda e: e["type"] == "approval.requested" and e["payload"]["request"]["id"] != first["id"],
+                               thread_id=thread_id))["payload"]["request"]
+    assert second["detail"]["command"] == "make deploy" and second["decisions"] == ["accept", "decline"]
+    wrong = await run(daemon, "approve", second["id"], "--always", check=False)
+    assert wrong.returncode == 1
+    assert first_line(wrong.stderr) == (f"agentd: request {second['id']} does not offer decision acceptForSession; "
+                                        f"it offers accept, decline")
+    await run(daemon, "approve", second["id"])
+    assert (await wait_run_terminal(client, thread_id, run_id))["status"] == "completed"
+    messages = (await client.call("thread.get", threadId=thread_id))["messages"]
+    said = [m["text"] for m in messages if m["role"] == "assistant"]
+    assert said == ["approval: acceptForSession", "approval: acceptForSession (remembered)", "approval: accept"]
 
 
 async def test_implement_a_proposed_plan(daemon, client):

@@ -76,7 +76,9 @@ async def test_scenario_against_real_claude_agent_acp(name, world, tmp_path):
     if "file" in facts:
         assert (cwd / facts["file"]).exists(), "the agent really did it in the workspace"
     if name == "resume":
-        assert carried(world, "remember pineapple", "which fruit?"), "the loaded session sent the earlier turn"
+        assert carried(world, "remember pineapple", "which fruit?"), "the resumed session sent the earlier turn"
+    if name == "fork":
+        assert carried(world, "the color is teal", "in the fork"), "the native fork sent the source's turn"
 
     sanitized = tmp_path / "sanitized"
     for path in transcript_paths("claude", name, raw):
@@ -178,7 +180,7 @@ async def test_interrupt_then_idle_reap_and_session_load(world, tmp_path, short_
         assert second["status"] == "completed"
         resumed = await event(client, thread_id, "provider_thread.resumed")
         assert resumed["payload"]["nativeTurnCount"] == 2
-        assert carried(world, "remember pineapple", "which fruit?"), "session/load carried the earlier turns"
+        assert carried(world, "remember pineapple", "which fruit?"), "session/resume carried the earlier turns"
         assert (await assistant_texts(client, thread_id))[-1].endswith("which fruit?")
 
 

@@ -48,7 +48,7 @@ async def test_scenario_against_real_codex_acp(name, tmp_path):
             assert (cwd / facts["file"]).exists(), "the agent really did it in the workspace"
         if name == "resume":
             assert any("remember pineapple" in texts and texts[-1] == "which fruit?"
-                       for texts in map(user_texts, world.model_requests())), "session/load carried the earlier turn"
+                       for texts in map(user_texts, world.model_requests())), "session/resume carried the earlier turn"
     finally:
         world.close()
 

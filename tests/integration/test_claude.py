@@ -216,6 +216,26 @@ async def test_an_approval_is_answered_through_the_socket(decision, world, tmp_p
             assert not (workspace / "approved-by-user.txt").exists()
 
 
+async def test_allow_for_the_session_is_claudes_suggested_rule_for_the_session(world, tmp_path, short_dir):
+    """``acceptForSession`` (offered: Claude made permission suggestions)
+    applies them for the session: the same command in the next run is not
+    asked (F15), and nothing is saved in the workspace's settings."""
+    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client)
+        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK_APPROVAL")
+        request = (await event(client, thread_id, "approval.requested"))["payload"]["request"]
+        assert request["decisions"] == ["accept", "acceptForSession", "decline"]
+        await client.call("approval.respond", requestId=request["id"], decision="acceptForSession")
+        assert (await wait_run_terminal(client, thread_id, sent["runId"], timeout=60))["status"] == "completed"
+        run = await send_and_wait(client, thread_id, "ASK_APPROVAL")
+        assert run["status"] == "completed"
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        assert not [n for n in nodes if n["kind"] == "approval"], "Claude did not ask again in its session"
+        assert [n["status"] for n in nodes if n["kind"] == "tool"] == ["completed"]
+        settings = Path((await client.call("thread.get", threadId=thread_id))["thread"]["workspace"]) / ".claude"
+        assert not (settings / "settings.local.json").exists(), "the rule was kept for the session, not saved"
+
+
 async def test_an_interrupt_ends_the_run_only_when_claude_says_so(world, tmp_path, short_dir):
     async with agentd(world, tmp_path, short_dir / "s.sock") as client:
         thread_id = await new_thread(client)

@@ -486,6 +486,26 @@ async def test_f15_approve_an_approval_and_answer_a_question_from_the_page(web, 
 
 
 @needs_browser
+async def test_f15_allow_for_session_only_where_the_request_offers_it(web, page):
+    thread_id = await new_thread(web, "allow for session")
+    page.open(web.thread_url(thread_id))
+    type_and_send(page, script(
+        {"approval": {"kind": "command", "command": "make"}},
+        {"approval": {"kind": "command", "command": "make deploy", "decisions": ["accept", "decline"]}},
+    ))
+    page.wait_css(".request[data-kind='approval'][data-request-id]", "the approval")
+    page.css(".request[data-kind='approval'] button[data-action='approve-session']").click()
+    page.wait_js("return [...document.querySelectorAll('.msg .text')].some(e => e.textContent === 'approval: acceptForSession')",
+                 "the agent saying the decision")
+    page.wait_js("return [...document.querySelectorAll('.request code')].some(e => e.textContent === 'make deploy')",
+                 "the second approval")
+    assert page.js("return document.querySelectorAll(\".request button[data-action='approve-session']\").length") == 0, \
+        "a request that does not offer it has no such button"
+    page.css(".request[data-kind='approval'] button[data-action='approve']").click()
+    page.wait_css(".run[data-status='completed']", "the run completed")
+
+
+@needs_browser
 async def test_f10_stop_a_run_from_the_page(web, page):
     thread_id = await new_thread(web, "stop me")
     page.open(web.thread_url(thread_id))

@@ -270,3 +270,30 @@ async def test_a_write_through_a_folder_swapped_for_a_symlink_after_the_check_is
     assert list(outside.iterdir()) == []
     written = await acp_files.write_text(str(workspace), str(workspace / "new.txt"), "inside")
     assert (workspace / "new.txt").read_text() == "inside" and written.before is None
+
+
+def test_a_form_elicitation_in_claude_agent_acps_shape_is_questions():
+    """claude-agent-acp 0.101.0's AskUserQuestion form (askUserQuestionsToCreateRequest):
+    a ``oneOf`` select with titles, an ``anyOf`` multi-select and optional "Other" fields."""
+    from agentd.actors.providers import acp_elicitation
+
+    schema = {"type": "object", "properties": {
+        "question_0": {"type": "string", "title": "Colour", "description": "Which colour?",
+                       "oneOf": [{"const": "red", "title": "red", "description": "warm"}, {"const": "blue", "title": "blue"}]},
+        "question_0_custom": {"type": "string", "title": "Other", "description": "Type your own answer"},
+        "question_1": {"type": "array", "title": "Sizes", "description": "Which sizes?",
+                       "items": {"anyOf": [{"const": "S", "title": "small"}, {"const": "L", "title": "large"}]}},
+        "ok": {"type": "boolean", "title": "Ready?"}}, "required": ["ok"]}
+    form = acp_elicitation.form("Please answer the following questions.", schema)
+    first, other, sizes, ok = form.questions
+    assert first == {"id": "question_0", "question": "Which colour?", "header": "Colour", "options": ["red", "blue"],
+                     "optionDetails": [{"label": "red", "description": "warm"}], "optional": True}
+    assert other["optional"] and "options" not in other
+    assert sizes["options"] == ["S", "L"] and sizes["multiple"] is True
+    assert ok["options"] == ["true", "false"] and "optional" not in ok
+    assert acp_elicitation.content(form, {"question_0": "red", "question_0_custom": "", "question_1": "L", "ok": "true"}) == \
+        {"question_0": "red", "question_1": ["L"], "ok": True}
+    with pytest.raises(ValueError, match="needs an answer"):
+        acp_elicitation.content(form, {"question_0": "red"})
+    with pytest.raises(acp_elicitation.Unsupported, match="without fields"):
+        acp_elicitation.form("?", {"type": "object", "properties": {}})

@@ -21,6 +21,7 @@ from agentd.actors.config import ProviderConfig
 from agentd.actors.providers.acp import AcpAdapter
 from agentd.actors.providers.base import (
     ItemCompleted,
+    ProviderRuntimeError,
     ItemStarted,
     RequestOpened,
     TextDelta,
@@ -58,6 +59,9 @@ async def scenario_approval(h: Harness, cwd: str) -> dict[str, Any]:
     asked = await h.wait_for(lambda e: isinstance(e, RequestOpened))
     assert "touch approved-by-user.txt" in asked.detail["command"]
     assert {o["kind"] for o in asked.detail["options"]} >= {"allow_once", "reject_once"}
+    assert asked.decisions == ["accept", "decline"], "claude-agent-acp 0.101.0 offers no allow_always for this command"
+    with pytest.raises(ProviderRuntimeError, match="takes decision accept, decline"):
+        await conn.answer_request(asked.request_ref, {"decision": "acceptForSession"})
     (node,) = [e for e in h.of("att_1", ItemStarted) if e.item_id == asked.item_id]
     assert node.parent_item_id is not None and node.parent_item_id.startswith("tool:")
     await conn.answer_request(asked.request_ref, {"decision": "accept"})
@@ -106,13 +110,51 @@ async def scenario_resume(h: Harness, cwd: str) -> dict[str, Any]:
     await h.stop(conn)
     fresh = await h.open()
     before = len(h.events)
+    assert fresh.initialized.agent_capabilities.session_capabilities.get("resume") is not None
     info = await fresh.resume_thread(native, cwd=cwd)
-    assert info.turn_count == 1 and len(h.events) == before, "the replayed history made no events"
+    assert info.turn_count == 1 and len(h.events) == before, "session/resume: the daemon's count, and no events"
     await fresh.start_turn(native, text="which fruit?", attempt_id="att_2", cwd=cwd)
     assert (await h.turn_end("att_2")).status == "completed"
-    assert h.text("att_2") == "Reply 2: which fruit?", "the loaded session had the earlier turn"
+    assert h.text("att_2") == "Reply 2: which fruit?", "the resumed session had the earlier turn"
     await h.stop(fresh)
     return {}
+
+
+async def scenario_steer(h: Harness, cwd: str) -> dict[str, Any]:
+    """claude-agent-acp's ``_session/steering``: the message goes into the
+    running turn, which then answers it — one turn, no restart."""
+    conn = await h.open()
+    assert h.adapter.capabilities.steer and conn.initialized.steering()
+    native = await conn.create_thread(cwd=cwd)
+    turn = await conn.start_turn(native, text="GO_SLOW:200", attempt_id="att_1", cwd=cwd)
+    await h.wait_for(lambda e: isinstance(e, TextDelta))
+    await conn.steer_turn(native, turn, text="change of plan")
+    assert (await h.turn_end("att_1")).status == "completed"
+    assert h.text("att_1").endswith("change of plan"), "the steered message was answered in the same turn"
+    with pytest.raises(ProviderRuntimeError, match="is not running"):
+        await conn.steer_turn(native, turn, text="too late")
+    await h.stop(conn)
+    return {}
+
+
+async def scenario_fork(h: Harness, cwd: str) -> dict[str, Any]:
+    """claude-agent-acp advertises ``sessionCapabilities.fork``: a native
+    fork at the session's end; an earlier turn is refused (ACP forks the
+    whole session)."""
+    conn = await h.open()
+    assert h.adapter.capabilities.native_fork, "advertised by the agent"
+    native = await conn.create_thread(cwd=cwd)
+    first = await conn.start_turn(native, text="the color is teal", attempt_id="att_1", cwd=cwd)
+    assert (await h.turn_end("att_1")).status == "completed"
+    fork = await conn.fork_thread(native, last_turn_id=first)
+    assert fork != native and fork in conn.loaded_threads
+    await conn.start_turn(fork, text="in the fork", attempt_id="att_2", cwd=cwd)
+    assert (await h.turn_end("att_2")).status == "completed"
+    assert h.text("att_2") == "Reply 2: in the fork", "the fork holds the source's turn"
+    with pytest.raises(ProviderRuntimeError, match="forks a session at its end"):
+        await conn.fork_thread(native, last_turn_id="acp_turn_not_the_latest")
+    await h.stop(conn)
+    return {"fork": fork}
 
 
 # -- Codex through codex-acp (its answers are fake_openai's) --------------------------------
@@ -137,10 +179,31 @@ async def codex_approval(h: Harness, cwd: str) -> dict[str, Any]:
     asked = await h.wait_for(lambda e: isinstance(e, RequestOpened))
     assert "touch approved.txt" in asked.detail["command"] and asked.detail["kind"] == "command_execution"
     assert [o["kind"] for o in asked.detail["options"]] == ["allow_once", "allow_always", "reject_once"]
+    assert asked.decisions == ["accept", "acceptForSession", "decline"]
     await conn.answer_request(asked.request_ref, {"decision": "accept"})
     assert (await h.turn_end("att_1")).status == "completed"
     (command,) = [e for e in h.of("att_1", ItemCompleted) if e.item_type == "command_execution"]
     assert command.status == "completed"
+    await h.stop(conn)
+    return {"file": "approved.txt"}
+
+
+async def codex_approval_always(h: Harness, cwd: str) -> dict[str, Any]:
+    """codex-acp's ``allow_always`` ("don't ask again for commands that start
+    with …") is the decision ``acceptForSession``: the same command in a later
+    turn of the session runs without a permission (SPEC F15)."""
+    conn = await h.open()
+    native = await conn.create_thread(cwd=cwd)
+    await conn.start_turn(native, text="please ASK_APPROVAL", attempt_id="att_1", cwd=cwd)
+    asked = await h.wait_for(lambda e: isinstance(e, RequestOpened))
+    assert asked.decisions == ["accept", "acceptForSession", "decline"]
+    await conn.answer_request(asked.request_ref, {"decision": "acceptForSession"})
+    assert (await h.turn_end("att_1")).status == "completed"
+    await conn.start_turn(native, text="please ASK_APPROVAL again", attempt_id="att_2", cwd=cwd)
+    assert (await h.turn_end("att_2")).status == "completed"
+    assert not h.of("att_2", RequestOpened), "the agent did not ask again"
+    (command,) = [e for e in h.of("att_2", ItemCompleted) if e.item_type == "command_execution"]
+    assert command.status == "completed" and "touch approved.txt" in command.detail["command"]
     await h.stop(conn)
     return {"file": "approved.txt"}
 
@@ -165,10 +228,10 @@ async def codex_resume(h: Harness, cwd: str) -> dict[str, Any]:
     fresh = await h.open()
     before = len(h.events)
     info = await fresh.resume_thread(native, cwd=cwd)
-    assert info.turn_count == 1 and len(h.events) == before, "the replayed history made no events"
+    assert info.turn_count == 1 and len(h.events) == before, "session/resume: the daemon's count, and no events"
     await fresh.start_turn(native, text="which fruit?", attempt_id="att_2", cwd=cwd)
     assert (await h.turn_end("att_2")).status == "completed"
-    assert h.text("att_2") == "You said: which fruit? (turn 2)", "the loaded session had the earlier turn"
+    assert h.text("att_2") == "You said: which fruit? (turn 2)", "the resumed session had the earlier turn"
     await h.stop(fresh)
     return {}
 
@@ -177,8 +240,10 @@ Scenario = Callable[[Harness, str], Awaitable[dict[str, Any]]]
 #: agent -> scenario name -> scenario; each agent's mode setting as its tests configure it
 SCENARIOS: dict[str, dict[str, Scenario]] = {
     "claude": {"plain": scenario_plain, "approval": scenario_approval, "write": scenario_write,
-               "interrupt": scenario_interrupt, "resume": scenario_resume},
-    "codex": {"plain": codex_plain, "approval": codex_approval, "interrupt": codex_interrupt, "resume": codex_resume},
+               "interrupt": scenario_interrupt, "resume": scenario_resume, "fork": scenario_fork,
+               "steer": scenario_steer},
+    "codex": {"plain": codex_plain, "approval": codex_approval, "approval_always": codex_approval_always,
+              "interrupt": codex_interrupt, "resume": codex_resume},
 }
 MODES = {"claude": "default", "codex": None}
 ALL = [(agent, name) for agent in sorted(SCENARIOS) for name in sorted(SCENARIOS[agent])]

@@ -201,6 +201,7 @@ async def _approval(h: Harness, cwd: str, decision: str) -> tuple[Any, RequestOp
     (tool,) = [e for e in h.of("att_1", ItemStarted) if e.item_type == "tool"]
     assert request.item_id == tool.item_id, "the approval hangs under its tool node"
     assert request.detail["tool"] == "Bash" and "touch approved-by-user.txt" in request.detail["command"]
+    assert request.decisions == ["accept", "acceptForSession", "decline"], "Claude made permission suggestions"
     assert not [e for e in h.of("att_1", ItemCompleted) if e.item_id == tool.item_id], "nothing ran before the answer"
     await conn.answer_request(request.request_ref, {"decision": decision})
     with pytest.raises(ProviderRuntimeError):

@@ -46,7 +46,13 @@ from agentd.actors.providers.base import (
     TurnStarted,
     Usage,
 )
-from agentd.actors.providers.codex import CodexAdapter, approval_response, user_input_response
+from agentd.actors.providers.codex import (
+    MCP_ELICITATION_METHOD,
+    CodexAdapter,
+    approval_decisions,
+    approval_response,
+    user_input_response,
+)
 from agentd.actors.config import ProviderConfig
 from agentd.actors.providers.transport import replaying
 
@@ -270,6 +276,7 @@ async def _approval(h: Harness, decision: str) -> None:
         assert request.kind == "approval" and request.attempt_id == "att_1"
         assert request.detail["method"] == "item/commandExecution/requestApproval"
         assert "touch approved.txt" in request.detail["command"] and request.detail["reason"]
+        assert request.decisions == ["accept", "decline"], "0.171's availableDecisions has no acceptForSession here"
         command = next(e for e in h.log.of(ItemStarted, "att_1") if e.item_type == "command_execution")
         (item,) = [e for e in h.log.of(ItemStarted, "att_1") if e.item_type == "approval"]
         assert request.item_id == item.item_id and item.parent_item_id == command.item_id, (
@@ -471,6 +478,25 @@ def test_approval_answers_take_each_methods_shape():
     assert to(approval_response("applyPatchApproval", {}, {"decision": "decline"}))["decision"]["denied"]["rejection"]
     with pytest.raises(ProviderRuntimeError):
         approval_response("item/commandExecution/requestApproval", {}, {"decision": "maybe"})
+
+
+def test_accept_for_session_is_codexs_session_scoped_approval():
+    """``acceptForSession`` in each method's shape (the pinned 0.171 schema);
+    refused where the request does not offer it (SPEC F15)."""
+    to = msgspec.to_builtins
+    session = {"decision": "acceptForSession"}
+    assert to(approval_response("item/commandExecution/requestApproval", {}, session)) == session
+    assert to(approval_response("item/fileChange/requestApproval", {}, session)) == session
+    asked = {"permissions": {"network": {"enabled": True}}}
+    assert to(approval_response("item/permissions/requestApproval", asked, session)) == {**asked, "scope": "session"}
+    assert to(approval_response("execCommandApproval", {}, session)) == {"decision": "approved_for_session"}
+    assert approval_decisions("item/commandExecution/requestApproval", {"availableDecisions": ["accept", "acceptForSession"]}) \
+        == ["accept", "acceptForSession", "decline"]
+    not_offered = {"availableDecisions": ["accept", "cancel"]}
+    assert approval_decisions("item/commandExecution/requestApproval", not_offered) == ["accept", "decline"]
+    assert approval_decisions(MCP_ELICITATION_METHOD, {}) == ["accept", "decline"]
+    with pytest.raises(ProviderRuntimeError, match="takes decision accept, decline"):
+        approval_response("item/commandExecution/requestApproval", not_offered, session)
 
 
 def test_user_input_answers_become_answer_lists():

@@ -18,9 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from agentd.launch import start_daemon
+from agentd.protocol.errors import InvalidParams, NotResumable
 from agentd.protocol.client import Client
 from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
 
@@ -196,3 +198,164 @@ async def test_a_fork_is_portable_and_a_rollback_rebuilt(tmp_path, short_dir):
         assert texts[-1] == "four delta" and "one alpha" in texts[0] and "two bravo" not in texts[0]
         sessions = [p["session"] for p in prompts(tmp_path)]
         assert len(set(sessions)) == 3, "the source, the fork and the rebuilt thread are three ACP sessions"
+
+
+async def test_allow_always_is_accept_for_session_and_the_agent_asks_no_more(tmp_path, short_dir):
+    """The permission's ``allow_always`` option is the decision
+    ``acceptForSession`` the request offers (SPEC F15): chosen over the
+    socket, the agent runs the same command again without asking."""
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        sent = await client.call("thread.message.send", threadId=thread_id, text="RUN echo again")
+        request = (await event(client, thread_id, "approval.requested"))["payload"]["request"]
+        assert request["decisions"] == ["accept", "acceptForSession", "decline"]
+        await client.call("approval.respond", requestId=request["id"], decision="acceptForSession")
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "completed"
+        (approval,) = [n for n in (await client.call("run.get", runId=run["id"]))["nodes"] if n["kind"] == "approval"]
+        assert approval["status"] == "completed" and approval["detail"]["decision"] == "acceptForSession"
+
+        run = await send_and_wait(client, thread_id, "RUN echo again")
+        assert run["status"] == "completed"
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        assert not [n for n in nodes if n["kind"] == "approval"], "the agent remembered: no approval this time"
+        assert [n["detail"]["output"] for n in nodes if n["kind"] == "command_execution"] == ["again\n"]
+
+
+async def test_an_elicitation_is_a_question_and_the_answers_go_back(tmp_path, short_dir):
+    """``elicitation/create`` (a form) is a ``user_input`` request (SPEC F15):
+    its fields are the questions, the answers the form's content, typed as
+    the form says; an optional field may be left out. A URL elicitation or a
+    field agentd cannot ask is the agent's error, and an interrupt cancels a
+    waiting form: the agent is never left waiting."""
+    async with agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK")
+        requested = (await event(client, thread_id, "user_input.requested"))["payload"]
+        request = requested["request"]
+        assert request["detail"]["message"] == "Which color, and how many?"
+        assert [(q["id"], q.get("options"), q.get("optional", False)) for q in request["detail"]["questions"]] == [
+            ("color", ["red", "blue"], False), ("count", None, False), ("notes", None, True)]
+        assert requested["artifact"]["kind"] == "questions"
+        with pytest.raises(InvalidParams) as wrong:
+            await client.call("user-input.respond", requestId=request["id"], answers={"color": "green", "count": "2"})
+        assert wrong.value.data["field"] == "answers.color", "an answer that is not an option is refused first"
+        await client.call("user-input.respond", requestId=request["id"], answers={"color": "blue", "count": "2"})
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "completed"
+        assert (await assistant_texts(client, thread_id))[-1] == 'accept: {"color": "blue", "count": 2}'
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        assert [n["status"] for n in nodes if n["kind"] == "user_input_request"] == ["completed"]
+
+        for word, told in (("ASK_URL", "agentd answers form elicitations only"), ("ASK_ODD", "'_colour_wheel'")):
+            run = await send_and_wait(client, thread_id, word)
+            assert run["status"] == "completed"
+            said = (await assistant_texts(client, thread_id))[-1]
+            assert said.startswith("refused: ") and told in said, said
+
+        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK for a number")
+        request = (await wait_event(client, lambda e: e["type"] == "user_input.requested" and e.get("runId") == sent["runId"],
+                                    thread_id=thread_id, timeout=60))["payload"]["request"]
+        with pytest.raises(NotResumable, match="not an integer"):
+            await client.call("user-input.respond", requestId=request["id"], answers={"color": "red", "count": "two"})
+        assert (await wait_run_terminal(client, thread_id, sent["runId"], timeout=60))["status"] == "completed"
+        said = (await assistant_texts(client, thread_id))[-1]
+        assert said.startswith("refused: ") and "'two' to 'count' is not an integer" in said, "the agent was told, not left waiting"
+
+        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK again")
+        await wait_event(client, lambda e: e["type"] == "user_input.requested" and e.get("runId") == sent["runId"],
+                         thread_id=thread_id, timeout=60)
+        await client.call("run.interrupt", runId=sent["runId"])
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+        assert run["status"] == "interrupted"
+        assert (await assistant_texts(client, thread_id))[-1] == "cancel: null", "the form was answered cancel"
+
+
+@contextlib.asynccontextmanager
+async def native_agentd(tmp_path: Path, socket: Path):
+    """A daemon whose fake agent advertises ``session/resume`` and ``session/fork``."""
+    state = tmp_path / "agent-state"
+    env = {"FAKE_ACP_STATE": str(state), "FAKE_ACP_SESSION_CAPS": "resume,fork"}
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ndefault_provider = "fake"\ninterrupt_grace = 2\n\n'
+                      + provider_toml("fake", state, env=env, idle_timeout=1))
+    daemon = await start_daemon(tmp_path / "data", socket, config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            yield client
+    finally:
+        code = await daemon.terminate()
+        assert code == 0, daemon.log_text()[-3000:]
+
+
+def calls(tmp_path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (tmp_path / "agent-state" / "calls.ndjson").read_text().splitlines()]
+
+
+async def test_session_resume_and_a_native_fork_where_the_agent_advertises_them(tmp_path, short_dir):
+    """``sessionCapabilities.resume``: after an idle reap the session is
+    resumed, not loaded (no replay; F11). ``sessionCapabilities.fork``: a
+    fork at the latest run is the agent's ``session/fork`` with the whole
+    history and no handoff; one at an earlier run stays portable (F6)."""
+    async with native_agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        first = await send_and_wait(client, thread_id, "remember pineapple")
+        assert first["status"] == "completed"
+        assert (await event(client, thread_id, "session.stopped"))["payload"]["session"]["reason"] == "idle_timeout"
+        assert (await send_and_wait(client, thread_id, "HISTORY"))["status"] == "completed"
+        assert (await assistant_texts(client, thread_id))[-1] == "history: 1: remember pineapple"
+        assert [c["method"] for c in calls(tmp_path)] == ["session/new", "session/resume"], "resumed, never loaded"
+        assert (await event(client, thread_id, "provider_thread.resumed"))["payload"]["nativeTurnCount"] == 1
+        listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
+        assert listed["fake"]["capabilities"]["nativeFork"] is True
+
+        forked = await client.call("thread.fork", threadId=thread_id)
+        run = await send_and_wait(client, forked["threadId"], "HISTORY")
+        assert run["status"] == "completed", run
+        assert (await assistant_texts(client, forked["threadId"]))[-1] == "history: 2: remember pineapple | HISTORY"
+        attempt = (await client.call("run.get", runId=run["id"]))["attempts"][-1]
+        assert attempt.get("handoffId") is None, "the agent forked its own session: no handoff"
+        (fork_call,) = [c for c in calls(tmp_path) if c["method"] == "session/fork"]
+        source_session = prompts(tmp_path)[0]["session"]
+        assert fork_call["session"] == source_session and prompts(tmp_path)[-1] == {"session": fork_call["fork"], "texts": ["HISTORY"]}
+
+        early = await client.call("thread.fork", threadId=thread_id, sourcePoint={"type": "run", "runId": first["id"]})
+        run = await send_and_wait(client, early["threadId"], "in the early fork")
+        assert run["status"] == "completed", run
+        attempt = (await client.call("run.get", runId=run["id"]))["attempts"][-1]
+        handoff = (await client.call("handoff.get", handoffId=attempt["handoffId"]))["handoff"]
+        assert "remember pineapple" in handoff["text"] and len([c for c in calls(tmp_path) if c["method"] == "session/fork"]) == 1
+
+
+@pytest.mark.parametrize("how", ["steering", "queue"])
+async def test_a_native_steer_where_the_agent_takes_one(tmp_path, short_dir, how):
+    """The agent's ``_session/steering`` extension, or its prompt queueing
+    (claude-agent-acp 0.101.0 advertises both): a steer goes into the running
+    turn — one attempt, no restart (SPEC F3)."""
+    state = tmp_path / "agent-state"
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ndefault_provider = "fake"\ninterrupt_grace = 2\n\n'
+                      + provider_toml("fake", state, env={"FAKE_ACP_STATE": str(state), "FAKE_ACP_STEER": how}))
+    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            thread_id = await new_thread(client, tmp_path / "ws")
+            assert (await send_and_wait(client, thread_id, "hello"))["status"] == "completed"
+            listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
+            assert listed["fake"]["capabilities"]["steer"] is True
+            sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW")
+            await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"], thread_id=thread_id)
+            steer = await client.call("thread.message.send", threadId=thread_id, text="change of plan",
+                                      dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
+            assert steer["strategy"] == "native_steer"
+            run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+            assert (run["status"], run["attemptCount"]) == ("completed", 1)
+            texts = await assistant_texts(client, thread_id)
+            assert "steered: change of plan" in "".join(texts[1:]), texts
+            if how == "steering":
+                assert prompts(tmp_path)[-1] == {"session": prompts(tmp_path)[0]["session"], "steer": "change of plan"}
+            else:
+                assert [p["texts"] for p in prompts(tmp_path)[-2:]] == [["SLOW"], ["change of plan"]]
+                assert "Echo: change of plan" in "".join(texts[1:]), "the queued prompt ran in the same turn"
+    finally:
+        assert await daemon.terminate() == 0
