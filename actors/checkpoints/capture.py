@@ -55,7 +55,9 @@ from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
 from .results import CaptureResult, CheckpointSummary, FileChange, SkippedFile, SkipReason
 from .seed import SeedPlan
+from .seed import copy_trees
 from .seed import seed as seed_index
+from .seedscan import scan as seed_scan
 from .shadow import Shadow
 
 
@@ -247,28 +249,40 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
 
 async def _seeded_listing(shadow: Shadow, seeded: SeedPlan, since: float
                           ) -> tuple[dict[bytes, bool], bytes, tuple[Modes, set[bytes]]]:
-    """Step 1 after a seed, with step 3's listing (the tracked files the
-    ignore rules ignore) and the modes of the seeded files read at the same
-    time (``modes.scan``; ``modes_after`` updates them with what step 1 finds)."""
+    """Step 1 after a seed, all at once: the untracked files (``ls-files
+    -o``), step 3's listing (the tracked files the ignore rules ignore), the
+    copy of the seeded cache tree's trees (``seed.copy_trees``), and one
+    ``lstat`` of every seeded file (``seedscan``: their modes, and which may
+    have changed since the user's git recorded them, in place of
+    ``diff-files``, which would walk them a second time)."""
     layout = shadow.layout
+    spec = layout.pathspec()
     out: dict[str, object] = {}
 
-    async def listing() -> None:
-        out["entries"] = await list_changes(shadow)
+    async def others() -> None:
+        out["others"] = (await shadow.run(["ls-files", "-z", "-t", "-o", "--exclude-standard", "--", *spec])).stdout
 
     async def ignored() -> None:
-        out["ignored"] = (await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--",
-                                            *layout.pathspec()])).stdout
+        out["ignored"] = (await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec])).stdout
+
+    async def trees() -> None:
+        await copy_trees(shadow, seeded)
 
     async def scanning() -> None:
-        paths = [layout.from_top(p) for p in seeded.paths]
-        out["modes"] = await trio.to_thread.run_sync(scan_modes, layout.workspace, paths, since)
+        paths = [layout.from_top(p) for p in seeded.paths] if layout.prefix else seeded.paths
+        out["scan"] = await trio.to_thread.run_sync(seed_scan, layout.workspace, paths, seeded.stats,
+                                                    seeded.times[1], since)
 
     async def listings() -> None:
-        await both(listing, ignored)
+        await both(others, ignored)
 
-    await both(listings, scanning)
-    return out["entries"], out["ignored"], out["modes"]  # type: ignore[return-value]
+    async def reading() -> None:
+        await both(trees, scanning)
+
+    await both(listings, reading)
+    modes, recent, changed = out["scan"]  # type: ignore[misc]
+    tracked = b"".join(seeded.paths[i] + b"\0" for i in changed)
+    return parse_listing(out["others"], tracked), out["ignored"], (modes, recent)  # type: ignore[arg-type,return-value]
 
 
 async def _drop_ignored(shadow: Shadow, drop: list[bytes], skipped: list[SkippedFile]) -> None:
@@ -289,6 +303,9 @@ async def _update_index(shadow: Shadow, keep: list[bytes], drop: list[bytes]) ->
         shadow.index_tree = None
     if drop:
         await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z(drop), writes=True)
+        # A tracked file the ignore rules now ignore leaves the index even when it changed too.
+        dropped = set(drop)
+        keep = [p for p in keep if p not in dropped]
     if keep:
         await shadow.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], stdin=_z(keep),
                          writes=True)
@@ -354,7 +371,8 @@ async def modes_after(shadow: Shadow, found: Sorted, drop: list[bytes],
     if previous is None or not previous.recorded:
         now, shadow.modes_recent = await modes_now(shadow, since)
         return now
-    changed = {layout.from_top(p): m for p, m in found.modes.items()}
+    dropped = set(drop)
+    changed = {layout.from_top(p): m for p, m in found.modes.items() if p not in dropped}
     removed = [layout.from_top(p) for p in (*drop, *found.gone)]
     updated, recent = await trio.to_thread.run_sync(update_modes, previous, layout.workspace, changed, removed,
                                                     shadow.modes_recent, since)

@@ -129,8 +129,12 @@ def folder_modes(root: bytes, folders: Iterable[bytes]) -> dict[bytes, int]:
 def parents(paths: Iterable[bytes]) -> set[bytes]:
     """Every folder (below the root) that holds one of ``paths``."""
     out: set[bytes] = set()
+    last = None
     for path in paths:
-        folder = os.path.dirname(path)
+        folder = path.rpartition(b"/")[0]
+        if folder == last:  # sorted paths: most share the previous one's folder
+            continue
+        last = folder
         while folder and folder not in out:
             out.add(folder)
             folder = os.path.dirname(folder)

@@ -72,13 +72,19 @@ class SeedPlan:
     trees: list[str] = field(default_factory=list)
     #: the work-tree-relative paths of the seeded entries (files and symlinks)
     paths: list[bytes] = field(default_factory=list)
+    #: their stat data as the user's git recorded it (``IndexEntries.stats``)
+    stats: list[tuple[int, ...]] = field(default_factory=list)
 
 
 def _nested_dirs(top: bytes, paths: list[bytes]) -> list[bytes]:
     """The folders holding an indexed file that hold a ``.git`` too (blocking)."""
     folders: set[bytes] = set()
+    last = None
     for path in paths:
-        folder = os.path.dirname(path)
+        folder = path.rpartition(b"/")[0]
+        if folder == last:  # the index is sorted: most paths share the previous one's folder
+            continue
+        last = folder
         while folder and folder not in folders:
             folders.add(folder)
             folder = os.path.dirname(folder)
@@ -113,15 +119,19 @@ def plan(user_index: bytes, top: bytes, prefix: bytes, max_file_bytes: int) -> S
     extra = [*dict.fromkeys(entries.flagged), *entries.gitlinks]
     count = sum(dropped)
     times = (st.st_atime_ns, st.st_mtime_ns)
-    kept = [p for p, gone in zip(entries.paths, dropped) if not gone]
+    if count:
+        kept = [p for p, gone in zip(entries.paths, dropped) if not gone]
+        stats = [s for s, gone in zip(entries.stats, dropped) if not gone]
+    else:
+        kept, stats = entries.paths, entries.stats
     if count + len(extra) <= GIT_DROP_LIMIT:
         return SeedPlan(data, times, [p for p, gone in zip(entries.paths, dropped) if gone] + extra, entries.trees,
-                        kept)
+                        kept, stats)
     try:
         cut = filtered(data, entries, [i for i, gone in enumerate(dropped) if not gone])
     except UnreadableIndex:
         return None
-    return SeedPlan(cut, times, paths=kept)
+    return SeedPlan(cut, times, paths=kept, stats=stats)
 
 
 def install(git_dir: bytes, seed_plan: SeedPlan) -> None:
@@ -158,12 +168,18 @@ async def seed(shadow: Shadow, max_file_bytes: int) -> SeedPlan | None:
     shadow.borrow(layout.user_objects)  # recorded before any checkpoint can need it
     await trio.to_thread.run_sync(install, shadow.git_dir, found)
     shadow.index_tree = None
-    if found.trees:
-        # ``write-tree`` takes a cached tree as it is only if the shadow has its object (it cannot look in
-        # the user's store, see ``Shadow._set_envs``): a few thousand trees, one pack, copied by a reader.
-        await shadow.run(["pack-objects", "-q", os.path.join(shadow.git_dir, b"objects", b"pack", b"pack")],
-                         stdin="".join(t + "\n" for t in found.trees).encode(), ok=(0, 128))
     if found.drop:
         await shadow.run(["update-index", "--force-remove", "-z", "--stdin"],
                          stdin=b"".join(p + b"\0" for p in found.drop), writes=True)
     return found
+
+
+async def copy_trees(shadow: Shadow, seeded: SeedPlan) -> None:
+    """Copy the trees the seeded index's cache tree names into the shadow
+    (one pack): ``write-tree`` takes a cached tree as it is only if the
+    shadow has its object (it cannot look in the user's store, see
+    ``Shadow._set_envs``). It reads objects only, so it runs beside the
+    capture's listing; ``write-tree`` waits for it."""
+    if seeded.trees:
+        await shadow.run(["pack-objects", "-q", os.path.join(shadow.git_dir, b"objects", b"pack", b"pack")],
+                         stdin="".join(t + "\n" for t in seeded.trees).encode(), ok=(0, 128))
