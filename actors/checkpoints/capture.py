@@ -222,8 +222,9 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
     seeded = await seed_index(shadow, max_file_bytes)
     index_before = shadow.index_stat()
     started = time.time()
+    forced: list[bytes] = []
     if seeded is not None:
-        entries, ignored, seed_modes = await _seeded_listing(shadow, seeded, started - 1.0)
+        entries, ignored, seed_modes, forced = await _seeded_listing(shadow, seeded, started - 1.0)
     else:
         entries, ignored, seed_modes = await list_changes(shadow), None, None
     found = await trio.to_thread.run_sync(classify, layout.top, layout.prefix, entries, max_file_bytes, started)
@@ -238,7 +239,7 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
         drop.extend(filter(None, ignored.split(b"\0")))
     elif fingerprint != state.excludes_fingerprint or found.ignore_rules_touched:
         await _drop_ignored(shadow, drop, skipped)
-    await _update_index(shadow, found.keep, drop)
+    await _update_index(shadow, found.keep, drop, forced)
     if state.excludes_fingerprint != fingerprint:
         state.excludes_fingerprint = fingerprint
         shadow.save_state()
@@ -248,13 +249,14 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
 
 
 async def _seeded_listing(shadow: Shadow, seeded: SeedPlan, since: float
-                          ) -> tuple[dict[bytes, bool], bytes, tuple[Modes, set[bytes]]]:
+                          ) -> tuple[dict[bytes, bool], bytes, tuple[Modes, set[bytes]], list[bytes]]:
     """Step 1 after a seed, all at once: the untracked files (``ls-files
     -o``), step 3's listing (the tracked files the ignore rules ignore), the
     copy of the seeded cache tree's trees (``seed.copy_trees``), and one
     ``lstat`` of every seeded file (``seedscan``: their modes, and which may
     have changed since the user's git recorded them, in place of
-    ``diff-files``, which would walk them a second time)."""
+    ``diff-files``, which would walk them a second time). Also returns the
+    listed files ``update-index`` would take as unchanged (``seedscan``)."""
     layout = shadow.layout
     spec = layout.pathspec()
     out: dict[str, object] = {}
@@ -270,7 +272,7 @@ async def _seeded_listing(shadow: Shadow, seeded: SeedPlan, since: float
 
     async def scanning() -> None:
         paths = [layout.from_top(p) for p in seeded.paths] if layout.prefix else seeded.paths
-        out["scan"] = await trio.to_thread.run_sync(seed_scan, layout.workspace, paths, seeded.stats,
+        out["scan"] = await trio.to_thread.run_sync(seed_scan, layout.workspace, paths, seeded.source, seeded.starts,
                                                     seeded.times[1], since)
 
     async def listings() -> None:
@@ -280,9 +282,10 @@ async def _seeded_listing(shadow: Shadow, seeded: SeedPlan, since: float
         await both(trees, scanning)
 
     await both(listings, reading)
-    modes, recent, changed = out["scan"]  # type: ignore[misc]
+    modes, recent, changed, forced = out["scan"]  # type: ignore[misc]
     tracked = b"".join(seeded.paths[i] + b"\0" for i in changed)
-    return parse_listing(out["others"], tracked), out["ignored"], (modes, recent)  # type: ignore[arg-type,return-value]
+    return (parse_listing(out["others"], tracked), out["ignored"], (modes, recent),  # type: ignore[arg-type,return-value]
+            [seeded.paths[i] for i in forced])
 
 
 async def _drop_ignored(shadow: Shadow, drop: list[bytes], skipped: list[SkippedFile]) -> None:
@@ -297,12 +300,15 @@ async def _drop_ignored(shadow: Shadow, drop: list[bytes], skipped: list[Skipped
             skipped.append(skipped_file(layout.from_top(path), "ignored"))
 
 
-async def _update_index(shadow: Shadow, keep: list[bytes], drop: list[bytes]) -> None:
-    """Step 4: ``drop`` out of the index, ``keep`` into it (added, updated or removed)."""
+async def _update_index(shadow: Shadow, keep: list[bytes], drop: list[bytes], forced: list[bytes] = ()) -> None:
+    """Step 4: ``drop`` out of the index, ``keep`` into it (added, updated or
+    removed); ``forced`` (kept paths git would take as unchanged) out first,
+    so that it reads them again."""
     if drop or keep:
         shadow.index_tree = None
+    if drop or forced:
+        await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z([*drop, *forced]), writes=True)
     if drop:
-        await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z(drop), writes=True)
         # A tracked file the ignore rules now ignore leaves the index even when it changed too.
         dropped = set(drop)
         keep = [p for p in keep if p not in dropped]

@@ -72,8 +72,10 @@ class SeedPlan:
     trees: list[str] = field(default_factory=list)
     #: the work-tree-relative paths of the seeded entries (files and symlinks)
     paths: list[bytes] = field(default_factory=list)
-    #: their stat data as the user's git recorded it (``IndexEntries.stats``)
-    stats: list[tuple[int, ...]] = field(default_factory=list)
+    #: where their entries start in ``source`` (their stat data: ``userindex.STAT_DATA``)
+    starts: list[int] = field(default_factory=list)
+    #: the user's index as read
+    source: bytes = b""
 
 
 def _nested_dirs(top: bytes, paths: list[bytes]) -> list[bytes]:
@@ -119,19 +121,20 @@ def plan(user_index: bytes, top: bytes, prefix: bytes, max_file_bytes: int) -> S
     extra = [*dict.fromkeys(entries.flagged), *entries.gitlinks]
     count = sum(dropped)
     times = (st.st_atime_ns, st.st_mtime_ns)
+    starts = [start for start, _ in entries.spans]
     if count:
         kept = [p for p, gone in zip(entries.paths, dropped) if not gone]
-        stats = [s for s, gone in zip(entries.stats, dropped) if not gone]
+        starts = [s for s, gone in zip(starts, dropped) if not gone]
     else:
-        kept, stats = entries.paths, entries.stats
+        kept = entries.paths
     if count + len(extra) <= GIT_DROP_LIMIT:
         return SeedPlan(data, times, [p for p, gone in zip(entries.paths, dropped) if gone] + extra, entries.trees,
-                        kept, stats)
+                        kept, starts, data)
     try:
         cut = filtered(data, entries, [i for i, gone in enumerate(dropped) if not gone])
     except UnreadableIndex:
         return None
-    return SeedPlan(cut, times, paths=kept, stats=stats)
+    return SeedPlan(cut, times, paths=kept, starts=starts, source=data)
 
 
 def install(git_dir: bytes, seed_plan: SeedPlan) -> None:

@@ -26,11 +26,11 @@ changed, and the capture's ``classify`` drops it as it drops what
 from __future__ import annotations
 
 import os
-import stat
 from collections import Counter
 from collections.abc import Sequence
 
 from .modes import PERMISSIONS, Modes, _common, folder_modes, parents
+from .userindex import STAT_DATA
 
 _MASK = 0xFFFFFFFF
 _NS = 1_000_000_000
@@ -74,19 +74,25 @@ class _Folders:
         self.open.clear()
 
 
-def scan(workspace: bytes, paths: Sequence[bytes], recorded: Sequence[tuple[int, ...]], index_mtime_ns: int,
-         since: float) -> tuple[Modes, set[bytes], list[int]]:
+def scan(workspace: bytes, paths: Sequence[bytes], index: bytes, starts: Sequence[int], index_mtime_ns: int,
+         since: float) -> tuple[Modes, set[bytes], list[int], list[int]]:
     """One ``lstat`` of each of ``paths`` (workspace-relative, as the index
-    orders them), ``recorded`` their index stat data (``userindex``):
-    returns the modes of the regular files and their folders (as
-    ``modes.scan``), the files whose status changed at or after ``since``,
-    and the positions in ``paths`` of the entries that may have changed
-    (blocking)."""
+    orders them) whose entries start at ``starts`` in the user's ``index``
+    (their stat data: ``userindex.STAT_DATA``): returns the modes of the
+    regular files and their folders (as ``modes.scan``), the files whose
+    status changed at or after ``since``, the positions in ``paths`` of
+    the entries that may have changed, and of those the ones git's own
+    check would take as unchanged (``update-index`` would not read them:
+    the capture takes them out of the index first) (blocking)."""
     files: dict[bytes, int] = {}
     executables: set[bytes] = set()
     fresh: set[bytes] = set()
     changed: list[int] = []
+    forced: list[int] = []
+    index_sec = index_mtime_ns // _NS
     racy_from = index_mtime_ns // _NS - 1  # git's seconds, and a margin for clocks that tick apart
+    since_ns = int(since * _NS) if since != float("inf") else None
+    recorded_at = STAT_DATA.unpack_from
     root_fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     folders = _Folders(root_fd)
     last_folder, folder_fd = None, None
@@ -105,27 +111,33 @@ def scan(workspace: bytes, paths: Sequence[bytes], recorded: Sequence[tuple[int,
                 changed.append(position)
                 continue
             st_mode = st.st_mode
-            if stat.S_ISREG(st_mode):
+            kind = st_mode >> 12
+            ctime = st.st_ctime_ns
+            if kind == 0o10:  # a regular file
                 git_mode = _EXECUTABLE if st_mode & 0o100 else _REGULAR
                 files[path] = st_mode & PERMISSIONS
                 if st_mode & 0o100:
                     executables.add(path)
-                if st.st_ctime >= since:
+                if since_ns is not None and ctime >= since_ns:
                     fresh.add(path)
-            elif stat.S_ISLNK(st_mode):
+            elif kind == 0o12:  # a symlink
                 git_mode = _SYMLINK
             else:
                 changed.append(position)
                 continue
-            (c_sec, c_nsec, m_sec, m_nsec, _dev, ino, mode, uid, gid, size) = recorded[position]
-            ctime, mtime = st.st_ctime_ns, st.st_mtime_ns
-            if (mode != git_mode or size != st.st_size & _MASK or m_sec != (mtime // _NS) & _MASK
-                    or c_sec != (ctime // _NS) & _MASK or ino != st.st_ino & _MASK
-                    or uid != st.st_uid & _MASK or gid != st.st_gid & _MASK
-                    # nanoseconds only where the index has them (a writer without them records 0)
-                    or (m_nsec and m_nsec != mtime % _NS) or (c_nsec and c_nsec != ctime % _NS)
-                    or m_sec >= racy_from):
+            c_sec, c_nsec, m_sec, m_nsec, _dev, ino, mode, uid, gid, size = recorded_at(index, starts[position])
+            mtime = st.st_mtime_ns
+            if (mode != git_mode or size != st.st_size & _MASK
+                    or m_sec != mtime // _NS or c_sec != ctime // _NS or ino != st.st_ino & _MASK
+                    or uid != st.st_uid or gid != st.st_gid):
                 changed.append(position)
+            # Nanoseconds only where the index has them (a writer without them records 0). git compares
+            # them only when built with USE_NSEC, and takes an entry recorded in the index's own second as racy.
+            elif (m_sec >= racy_from or (m_nsec and m_nsec != mtime % _NS)
+                    or (c_nsec and c_nsec != ctime % _NS)):
+                changed.append(position)
+                if m_sec < index_sec:
+                    forced.append(position)
     finally:
         folders.close()
         os.close(root_fd)
@@ -137,5 +149,4 @@ def scan(workspace: bytes, paths: Sequence[bytes], recorded: Sequence[tuple[int,
         file_default=file_default, exec_default=exec_default, folder_default=folder_default,
         files={p: m for p, m in files.items() if m != (exec_default if p in executables else file_default)},
         folders=folders_found,
-    ), fresh, changed
-
+    ), fresh, changed, forced
