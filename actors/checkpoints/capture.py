@@ -55,8 +55,8 @@ from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
 from .results import CaptureResult, CheckpointSummary, FileChange, SkippedFile, SkipReason
 from .seed import SeedPlan
-from .seed import copy_trees
-from .seed import seed as seed_index
+from . import seed as seed_module
+from .seed import copy_trees, pin, read_user_index
 from .seedscan import scan as seed_scan
 from .shadow import Shadow
 
@@ -219,14 +219,16 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
     # Nested repositories that are gone are no longer excluded: their files are the workspace's now.
     state.nested = [p for p in state.nested if os.path.lexists(os.path.join(layout.top, p, b".git"))]
     fingerprint = shadow.refresh_excludes()
-    seeded = await seed_index(shadow, max_file_bytes)
-    index_before = shadow.index_stat()
     started = time.time()
+    seeded = await _seeded(shadow, max_file_bytes, started - 1.0)
+    index_before = shadow.index_stat()
     forced: list[bytes] = []
+    ignored: bytes | None = None
+    seed_modes: tuple[Modes, set[bytes]] | None = None
     if seeded is not None:
-        entries, ignored, seed_modes, forced = await _seeded_listing(shadow, seeded, started - 1.0)
+        _, entries, ignored, seed_modes, forced = seeded
     else:
-        entries, ignored, seed_modes = await list_changes(shadow), None, None
+        entries = await list_changes(shadow)
     found = await trio.to_thread.run_sync(classify, layout.top, layout.prefix, entries, max_file_bytes, started)
     new_nested = [p for p in found.nested if p not in state.nested]
     if new_nested:
@@ -248,44 +250,80 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
     return Staged(found, drop, skipped, index_before, seed_modes)
 
 
-async def _seeded_listing(shadow: Shadow, seeded: SeedPlan, since: float
-                          ) -> tuple[dict[bytes, bool], bytes, tuple[Modes, set[bytes]], list[bytes]]:
-    """Step 1 after a seed, all at once: the untracked files (``ls-files
-    -o``), step 3's listing (the tracked files the ignore rules ignore), the
-    copy of the seeded cache tree's trees (``seed.copy_trees``), and one
-    ``lstat`` of every seeded file (``seedscan``: their modes, and which may
-    have changed since the user's git recorded them, in place of
-    ``diff-files``, which would walk them a second time). Also returns the
-    listed files ``update-index`` would take as unchanged (``seedscan``)."""
+async def _seeded(shadow: Shadow, max_file_bytes: int, since: float
+                  ) -> tuple[SeedPlan, dict[bytes, bool], bytes, tuple[Modes, set[bytes]], list[bytes]] | None:
+    """Steps 1 and 3 of a seeded capture (None: no seed), each part as soon
+    as what it needs is there:
+
+    - step 3's listing, the tracked files the ignore rules ignore (the
+      longest: git ``lstat``-s every file for it), at once, on a copy of the
+      very bytes of the user's index the seed reads (a ``git add`` by the
+      user meanwhile changes neither);
+    - once the seed is planned: one ``lstat`` of every seeded file
+      (``seedscan``: their modes, and which may have changed since the
+      user's git recorded them, in place of ``diff-files``, which would walk
+      them a second time);
+    - once the seeded index is installed: the untracked files (``ls-files
+      -o``) and the copy of its cache tree's trees (``seed.copy_trees``).
+
+    Returns the seed, the listing ({path: tracked}), the ignored files, the
+    modes and recent files, and the listed files ``update-index`` would take
+    as unchanged (``seedscan``)."""
     layout = shadow.layout
+    if not seed_module.can_seed(shadow):  # (looked up on the module: tests and benchmarks turn seeding off there)
+        return None
+    assert layout.user_index is not None  # can_seed
+    read = await trio.to_thread.run_sync(read_user_index, layout.user_index)
+    if read is None:
+        return None
     spec = layout.pathspec()
+    pinned = await trio.to_thread.run_sync(pin, shadow.git_dir, read[0])
     out: dict[str, object] = {}
 
-    async def others() -> None:
-        out["others"] = (await shadow.run(["ls-files", "-z", "-t", "-o", "--exclude-standard", "--", *spec])).stdout
+    async def rules() -> None:
+        # The user's index also holds what the seed drops (dropped again: harmless).
+        found = await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec], index=pinned,
+                                 ok=(0, 128))
+        out["ignored"] = found.stdout if found.returncode == 0 else None
 
-    async def ignored() -> None:
-        out["ignored"] = (await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec])).stdout
+    async def seeding() -> None:
+        seeded = out["seeded"] = await seed_module.prepare(shadow, max_file_bytes, read)
+        if seeded is None:
+            return
 
-    async def trees() -> None:
-        await copy_trees(shadow, seeded)
+        async def installed() -> None:
+            await seed_module.apply(shadow, seeded)
 
-    async def scanning() -> None:
-        paths = [layout.from_top(p) for p in seeded.paths] if layout.prefix else seeded.paths
-        out["scan"] = await trio.to_thread.run_sync(seed_scan, layout.workspace, paths, seeded.source, seeded.starts,
-                                                    seeded.times[1], since)
+            async def others() -> None:
+                out["others"] = (await shadow.run(["ls-files", "-z", "-t", "-o", "--exclude-standard", "--",
+                                                   *spec])).stdout
 
-    async def listings() -> None:
-        await both(others, ignored)
+            async def trees() -> None:
+                await copy_trees(shadow, seeded)
 
-    async def reading() -> None:
-        await both(trees, scanning)
+            await both(others, trees)
 
-    await both(listings, reading)
+        async def scanning() -> None:
+            paths = [layout.from_top(p) for p in seeded.paths] if layout.prefix else seeded.paths
+            out["scan"] = await trio.to_thread.run_sync(seed_scan, layout.workspace, paths, seeded.source,
+                                                        seeded.starts, seeded.times[1], since)
+
+        await both(installed, scanning)
+
+    try:
+        await both(rules, seeding)
+    finally:
+        os.unlink(pinned)
+    seeded = out["seeded"]
+    if seeded is None:
+        return None
+    ignored = out["ignored"]
+    if ignored is None:
+        ignored = (await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec])).stdout
     modes, recent, changed, forced = out["scan"]  # type: ignore[misc]
-    tracked = b"".join(seeded.paths[i] + b"\0" for i in changed)
-    return (parse_listing(out["others"], tracked), out["ignored"], (modes, recent),  # type: ignore[arg-type,return-value]
-            [seeded.paths[i] for i in forced])
+    tracked = b"".join(seeded.paths[i] + b"\0" for i in changed)  # type: ignore[attr-defined]
+    return (seeded, parse_listing(out["others"], tracked), ignored, (modes, recent),  # type: ignore[arg-type,return-value]
+            [seeded.paths[i] for i in forced])  # type: ignore[attr-defined]
 
 
 async def _drop_ignored(shadow: Shadow, drop: list[bytes], skipped: list[SkippedFile]) -> None:

@@ -321,16 +321,19 @@ class Shadow:
         return found
 
     async def run(self, args: Sequence[Arg], *, stdin: bytes | None = None, ok: Sequence[int] = (0,),
-                  writes: bool = False) -> GitResult:
+                  writes: bool = False, index: bytes | None = None) -> GitResult:
         """Run git on the shadow (work tree = ``layout.top``, cwd there);
-        ``writes``: a command that writes objects (see ``_set_envs``).
+        ``writes``: a command that writes objects (see ``_set_envs``);
+        ``index``: another index file than the shadow's.
 
         Raises:
             GitCommandError: see ``Git.run``.
             WorkspaceError: the work tree is gone.
         """
         try:
-            return await self.gitbin.run(args, env=self.write_env if writes else self.env, cwd=self.layout.top,
-                                         stdin=stdin, ok=ok)
+            env = self.write_env if writes else self.env
+            if index is not None:
+                env = {**env, "GIT_INDEX_FILE": os.fsdecode(index)}
+            return await self.gitbin.run(args, env=env, cwd=self.layout.top, stdin=stdin, ok=ok)
         except FileNotFoundError as exc:
             raise WorkspaceError(f"the workspace {os.fsdecode(self.layout.workspace)} is gone: {exc}") from exc
