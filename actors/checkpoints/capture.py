@@ -38,8 +38,9 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import trio
 
@@ -55,8 +56,9 @@ from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
 from .results import CaptureResult, CheckpointSummary, FileChange, SkippedFile, SkipReason
 from .seed import SeedPlan
-from . import seed as seed_module
-from .seed import copy_trees, pin, read_user_index
+from .seed import apply as apply_seed
+from .seed import copy_trees, pin, read_user_index, would_seed
+from .seed import prepare as prepare_seed
 from .seedscan import scan as seed_scan
 from .shadow import Shadow
 
@@ -270,7 +272,7 @@ async def _seeded(shadow: Shadow, max_file_bytes: int, since: float
     modes and recent files, and the listed files ``update-index`` would take
     as unchanged (``seedscan``)."""
     layout = shadow.layout
-    if not seed_module.can_seed(shadow):  # (looked up on the module: tests and benchmarks turn seeding off there)
+    if not would_seed(shadow):
         return None
     assert layout.user_index is not None  # can_seed
     read = await trio.to_thread.run_sync(read_user_index, layout.user_index)
@@ -287,12 +289,12 @@ async def _seeded(shadow: Shadow, max_file_bytes: int, since: float
         out["ignored"] = found.stdout if found.returncode == 0 else None
 
     async def seeding() -> None:
-        seeded = out["seeded"] = await seed_module.prepare(shadow, max_file_bytes, read)
+        seeded = out["seeded"] = await prepare_seed(shadow, max_file_bytes, read)
         if seeded is None:
             return
 
         async def installed() -> None:
-            await seed_module.apply(shadow, seeded)
+            await apply_seed(shadow, seeded)
 
             async def others() -> None:
                 out["others"] = (await shadow.run(["ls-files", "-z", "-t", "-o", "--exclude-standard", "--",
@@ -314,16 +316,16 @@ async def _seeded(shadow: Shadow, max_file_bytes: int, since: float
         await both(rules, seeding)
     finally:
         os.unlink(pinned)
-    seeded = out["seeded"]
+    seeded = cast("SeedPlan | None", out["seeded"])
     if seeded is None:
         return None
-    ignored = out["ignored"]
+    ignored = cast("bytes | None", out["ignored"])
     if ignored is None:
         ignored = (await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec])).stdout
-    modes, recent, changed, forced = out["scan"]  # type: ignore[misc]
-    tracked = b"".join(seeded.paths[i] + b"\0" for i in changed)  # type: ignore[attr-defined]
-    return (seeded, parse_listing(out["others"], tracked), ignored, (modes, recent),  # type: ignore[arg-type,return-value]
-            [seeded.paths[i] for i in forced])  # type: ignore[attr-defined]
+    modes, recent, changed, forced = cast("tuple[Modes, set[bytes], list[int], list[int]]", out["scan"])
+    tracked = b"".join(seeded.paths[i] + b"\0" for i in changed)
+    return (seeded, parse_listing(cast(bytes, out["others"]), tracked), ignored, (modes, recent),
+            [seeded.paths[i] for i in forced])
 
 
 async def _drop_ignored(shadow: Shadow, drop: list[bytes], skipped: list[SkippedFile]) -> None:
@@ -338,7 +340,8 @@ async def _drop_ignored(shadow: Shadow, drop: list[bytes], skipped: list[Skipped
             skipped.append(skipped_file(layout.from_top(path), "ignored"))
 
 
-async def _update_index(shadow: Shadow, keep: list[bytes], drop: list[bytes], forced: list[bytes] = ()) -> None:
+async def _update_index(shadow: Shadow, keep: list[bytes], drop: list[bytes],
+                        forced: Sequence[bytes] = ()) -> None:
     """Step 4: ``drop`` out of the index, ``keep`` into it (added, updated or
     removed); ``forced`` (kept paths git would take as unchanged) out first,
     so that it reads them again."""

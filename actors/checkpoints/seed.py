@@ -175,6 +175,11 @@ def can_seed(shadow: Shadow) -> bool:
     return not os.path.lexists(os.path.join(shadow.git_dir, b"index")) and os.path.isdir(objects)
 
 
+def would_seed(shadow: Shadow) -> bool:
+    """``can_seed``, looked up here at each call (tests and benchmarks turn seeding off on this module)."""
+    return can_seed(shadow)
+
+
 async def seed(shadow: Shadow, max_file_bytes: int, read: tuple[bytes, tuple[int, int]] | None = None
                ) -> SeedPlan | None:
     """Make the shadow's index a copy of the user's (see the module's
