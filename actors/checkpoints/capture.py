@@ -40,7 +40,7 @@ import stat
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, TypeVar, cast
 
 import trio
 
@@ -60,7 +60,19 @@ from .seed import apply as apply_seed
 from .seed import copy_trees, pin, read_user_index, would_seed
 from .seed import prepare as prepare_seed
 from .seedscan import scan as seed_scan
+from .seedscan import scan_tracked
 from .shadow import Shadow
+
+
+T = TypeVar("T")
+
+#: blocking work on at most this many paths (a few dozen ``lstat`` calls) runs
+#: on the event loop: a worker thread's handoff would cost more CPU than it
+BLOCKING_INLINE = 64
+#: a workspace whose index holds at most this many files is listed in one
+#: git spawn (``_small_listing``): below it, reading every file's mode in
+#: Python costs less than a second spawn
+SMALL_TREE = 256
 
 
 @dataclass
@@ -109,6 +121,35 @@ async def list_changes(shadow: Shadow) -> dict[bytes, bool]:
 
     await both(tracked, others)
     return parse_listing(out["others"], out["tracked"])
+
+
+async def _small_listing(shadow: Shadow, since: float) -> tuple[dict[bytes, bool], tuple[Modes, set[bytes]]]:
+    """Step 1 of a small workspace (``SMALL_TREE``) in one git spawn
+    instead of two: ``ls-files -c -m -d -o`` lists the tracked files, those
+    whose content or exec bit changed, the deleted and the untracked ones;
+    Python reads every tracked file's mode (``seedscan.scan_tracked``: a
+    ``chmod`` that leaves git's 644/755 alone shows in no ``ls-files``) and
+    lists the files behind a folder that is no longer one. Returns the
+    listing ({path: tracked}) and the tracked files' modes and recent files."""
+    layout = shadow.layout
+    out = (await shadow.run(["ls-files", "-z", "-t", "-c", "-m", "-d", "-o", "--exclude-standard", "--",
+                             *layout.pathspec()])).stdout
+    entries: dict[bytes, bool] = {}
+    tracked: list[bytes] = []
+    for token in out.split(b"\0"):
+        tag, path = token[:1], token[2:]
+        if tag == b"?":
+            entries.setdefault(path, False)
+        elif tag in (b"C", b"R"):  # changed, removed
+            entries[path] = True
+        elif token:
+            tracked.append(path)
+    paths = [layout.from_top(p) for p in tracked] if layout.prefix else tracked
+    modes, fresh, unreachable = await blocking(len(paths), scan_tracked, layout.workspace, paths, since)
+    for position in unreachable:
+        entries[tracked[position]] = True
+    shadow.tracked_count = len(tracked) + sum(1 for known in entries.values() if not known)
+    return entries, (modes, fresh)
 
 
 def classify(top: bytes, prefix: bytes, entries: dict[bytes, bool], max_file_bytes: int, started: float = 0.0) -> Sorted:
@@ -229,9 +270,12 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
     seed_modes: tuple[Modes, set[bytes]] | None = None
     if seeded is not None:
         _, entries, ignored, seed_modes, forced = seeded
+        shadow.tracked_count = len(seeded[0].paths)
+    elif shadow.tracked_count is not None and shadow.tracked_count <= SMALL_TREE:
+        entries, seed_modes = await _small_listing(shadow, started - 1.0)
     else:
         entries = await list_changes(shadow)
-    found = await trio.to_thread.run_sync(classify, layout.top, layout.prefix, entries, max_file_bytes, started)
+    found = await blocking(len(entries), classify, layout.top, layout.prefix, entries, max_file_bytes, started)
     new_nested = [p for p in found.nested if p not in state.nested]
     if new_nested:
         state.nested.extend(new_nested)
@@ -421,8 +465,9 @@ async def modes_after(shadow: Shadow, found: Sorted, drop: list[bytes],
     dropped = set(drop)
     changed = {layout.from_top(p): m for p, m in found.modes.items() if p not in dropped}
     removed = [layout.from_top(p) for p in (*drop, *found.gone)]
-    updated, recent = await trio.to_thread.run_sync(update_modes, previous, layout.workspace, changed, removed,
-                                                    shadow.modes_recent, since)
+    work = len(changed) + len(removed) + len(shadow.modes_recent) + len(previous.folders)
+    updated, recent = await blocking(work, update_modes, previous, layout.workspace, changed, removed,
+                                     shadow.modes_recent, since)
     shadow.modes_recent = recent | {layout.from_top(p) for p in found.recent}
     return updated
 
@@ -434,6 +479,7 @@ async def modes_now(shadow: Shadow, since: float) -> tuple[Modes, set[bytes]]:
     layout = shadow.layout
     listed = await shadow.run(["ls-files", "-z", "-c", "--", *layout.pathspec()])
     paths = [layout.from_top(p) for p in listed.stdout.split(b"\0") if p]
+    shadow.tracked_count = len(paths)
     return await trio.to_thread.run_sync(scan_modes, layout.workspace, paths, since)
 
 
@@ -501,6 +547,14 @@ async def _commit(shadow: Shadow, tree: str, parent: str | None, message: str) -
     commit = (await shadow.run(args, writes=True)).stdout.strip().decode()
     shadow.trees[commit] = tree
     return commit
+
+
+async def blocking(size: int, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, blocking work on about ``size`` paths: in a worker
+    thread, unless it is small (``BLOCKING_INLINE``)."""
+    if size <= BLOCKING_INLINE:
+        return fn(*args)
+    return await trio.to_thread.run_sync(fn, *args)
 
 
 async def both(first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]]) -> None:

@@ -1,4 +1,5 @@
-"""The seeded capture's one pass over the workspace's tracked files (issue 24 §2).
+"""One pass over the workspace's tracked files: the seeded capture's
+(issue 24 §2), and a small workspace's (``scan_tracked``).
 
 A seeded first capture needs, for every file the copied index holds, its
 permission bits (git keeps only 644/755: ``modes``) and whether it may
@@ -141,6 +142,49 @@ def scan(workspace: bytes, paths: Sequence[bytes], index: bytes, starts: Sequenc
     finally:
         folders.close()
         os.close(root_fd)
+    return _modes(workspace, files, executables), fresh, changed, forced
+
+
+def scan_tracked(workspace: bytes, paths: Sequence[bytes], since: float) -> tuple[Modes, set[bytes], list[int]]:
+    """A small workspace's tracked files (workspace-relative, sorted), read
+    as ``scan`` reads them but with nothing to compare: the modes, the files
+    whose status changed at or after ``since``, and the positions of the
+    paths behind a folder that is now a symlink or a file, or gone
+    (``ls-files`` follows such a folder; ``diff-files`` would list them)
+    (blocking)."""
+    files: dict[bytes, int] = {}
+    executables: set[bytes] = set()
+    fresh: set[bytes] = set()
+    unreachable: list[int] = []
+    root_fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    folders = _Folders(root_fd)
+    last_folder, folder_fd = None, None
+    try:
+        for position, path in enumerate(paths):
+            folder, _, name = path.rpartition(b"/")
+            if folder != last_folder:
+                last_folder, folder_fd = folder, folders.fd(folder)
+            if folder_fd is None:
+                unreachable.append(position)
+                continue
+            try:
+                st = os.lstat(name, dir_fd=folder_fd)
+            except OSError:
+                continue  # gone: ``ls-files -d`` lists it
+            if st.st_mode >> 12 == 0o10:
+                files[path] = st.st_mode & PERMISSIONS
+                if st.st_mode & 0o100:
+                    executables.add(path)
+                if st.st_ctime >= since:
+                    fresh.add(path)
+    finally:
+        folders.close()
+        os.close(root_fd)
+    return _modes(workspace, files, executables), fresh, unreachable
+
+
+def _modes(workspace: bytes, files: dict[bytes, int], executables: set[bytes]) -> Modes:
+    """The ``Modes`` of ``files`` (path -> permission bits) and their folders, as ``modes.scan`` makes them."""
     folders_found = folder_modes(workspace, parents(files))
     file_default = _common(Counter(m for p, m in files.items() if p not in executables), 0o644)
     exec_default = _common(Counter(files[p] for p in executables), 0o755)
@@ -149,4 +193,4 @@ def scan(workspace: bytes, paths: Sequence[bytes], index: bytes, starts: Sequenc
         file_default=file_default, exec_default=exec_default, folder_default=folder_default,
         files={p: m for p, m in files.items() if m != (exec_default if p in executables else file_default)},
         folders=folders_found,
-    ), fresh, changed, forced
+    )

@@ -154,6 +154,8 @@ class Shadow:
         self.modes_index_stat: tuple[int, int, int] | None = None
         #: files that capture read within git's one-second blind spot (``modes.recent``)
         self.modes_recent: set[bytes] = set()
+        #: about how many files the index holds, once a capture counted them (``capture.SMALL_TREE``)
+        self.tracked_count: int | None = None
 
     @staticmethod
     def folder(root: bytes, real: bytes) -> bytes:
