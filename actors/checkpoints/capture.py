@@ -59,6 +59,10 @@ from .seed import SeedPlan
 from .seed import apply as apply_seed
 from .seed import copy_trees, pin, read_user_index, would_seed
 from .seed import prepare as prepare_seed
+from .rulesmirror import NAME as IGNORE_FILE
+from .rulesmirror import is_ignore_file
+from .rulesmirror import make as make_mirror
+from .rulesmirror import remove as remove_mirror
 from .seedscan import scan as seed_scan
 from .seedscan import scan_tracked
 from .shadow import Shadow
@@ -301,10 +305,12 @@ async def _seeded(shadow: Shadow, max_file_bytes: int, since: float
     """Steps 1 and 3 of a seeded capture (None: no seed), each part as soon
     as what it needs is there:
 
-    - step 3's listing, the tracked files the ignore rules ignore (the
-      longest: git ``lstat``-s every file for it), at once, on a copy of the
-      very bytes of the user's index the seed reads (a ``git add`` by the
-      user meanwhile changes neither);
+    - step 3's listing, the tracked files the ignore rules ignore, on a copy
+      of the very bytes of the user's index the seed reads (a ``git add`` by
+      the user meanwhile changes neither): at the repository's top, once the
+      untracked ignore files are known, in a work tree of the ignore files
+      alone (``rulesmirror``: git ``lstat``-s every tracked file for it);
+      below the top, at once, in the real one;
     - once the seed is planned: one ``lstat`` of every seeded file
       (``seedscan``: their modes, and which may have changed since the
       user's git recorded them, in place of ``diff-files``, which would walk
@@ -326,11 +332,22 @@ async def _seeded(shadow: Shadow, max_file_bytes: int, since: float
     pinned = await trio.to_thread.run_sync(pin, shadow.git_dir, read[0])
     out: dict[str, object] = {}
 
-    async def rules() -> None:
+    async def rules(work_tree: bytes | None = None) -> None:
         # The user's index also holds what the seed drops (dropped again: harmless).
         found = await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec], index=pinned,
-                                 ok=(0, 128))
+                                 work_tree=work_tree, ok=(0, 128))
         out["ignored"] = found.stdout if found.returncode == 0 else None
+
+    async def mirrored_rules(seeded: SeedPlan, others: bytes) -> None:
+        # At the top: against a mirror of the ignore files (``rulesmirror``), once the untracked ones are known.
+        untracked = [t[2:] for t in others.split(b"\0") if t.endswith(IGNORE_FILE) and is_ignore_file(t[2:])]
+        mirror = os.path.join(shadow.dir, b"rules.agentd-mirror")
+        await trio.to_thread.run_sync(remove_mirror, mirror)
+        await trio.to_thread.run_sync(make_mirror, layout.top, [*seeded.ignore_files, *untracked], mirror)
+        try:
+            await rules(mirror)
+        finally:
+            await trio.to_thread.run_sync(remove_mirror, mirror)
 
     async def seeding() -> None:
         seeded = out["seeded"] = await prepare_seed(shadow, max_file_bytes, read)
@@ -341,8 +358,10 @@ async def _seeded(shadow: Shadow, max_file_bytes: int, since: float
             await apply_seed(shadow, seeded)
 
             async def others() -> None:
-                out["others"] = (await shadow.run(["ls-files", "-z", "-t", "-o", "--exclude-standard", "--",
-                                                   *spec])).stdout
+                found = out["others"] = (await shadow.run(["ls-files", "-z", "-t", "-o", "--exclude-standard", "--",
+                                                           *spec])).stdout
+                if not layout.prefix:
+                    await mirrored_rules(seeded, found)
 
             async def trees() -> None:
                 await copy_trees(shadow, seeded)
@@ -356,8 +375,13 @@ async def _seeded(shadow: Shadow, max_file_bytes: int, since: float
 
         await both(installed, scanning)
 
+    async def early_rules() -> None:
+        if layout.prefix:  # below the top: the ignore files above the workspace apply too, on the real work tree
+            await rules()
+
+    out["ignored"] = None
     try:
-        await both(rules, seeding)
+        await both(early_rules, seeding)
     finally:
         os.unlink(pinned)
     seeded = cast("SeedPlan | None", out["seeded"])

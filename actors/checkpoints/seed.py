@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from .rulesmirror import is_ignore_file
 from .shadow import Shadow
 from .userindex import IndexEntries, UnreadableIndex, filtered, read_index
 
@@ -76,6 +77,8 @@ class SeedPlan:
     starts: list[int] = field(default_factory=list)
     #: the user's index as read
     source: bytes = b""
+    #: the ignore files the user's index holds (work-tree-relative), whatever the seed keeps
+    ignore_files: list[bytes] = field(default_factory=list)
 
 
 def _nested_dirs(top: bytes, paths: list[bytes]) -> list[bytes]:
@@ -136,6 +139,7 @@ def plan(data: bytes, times: tuple[int, int], top: bytes, prefix: bytes, max_fil
     except UnreadableIndex:
         return None
     dropped = _dropped(entries, top, prefix, max_file_bytes)
+    ignore_files = [p for p in (*entries.paths, *entries.flagged) if p.endswith(b".gitignore") and is_ignore_file(p)]
     extra = [*dict.fromkeys(entries.flagged), *entries.gitlinks]
     count = sum(dropped)
     starts = [start for start, _ in entries.spans]
@@ -146,12 +150,12 @@ def plan(data: bytes, times: tuple[int, int], top: bytes, prefix: bytes, max_fil
         kept = entries.paths
     if count + len(extra) <= GIT_DROP_LIMIT:
         return SeedPlan(data, times, [p for p, gone in zip(entries.paths, dropped) if gone] + extra, entries.trees,
-                        kept, starts, data)
+                        kept, starts, data, ignore_files)
     try:
         cut = filtered(data, entries, [i for i, gone in enumerate(dropped) if not gone])
     except UnreadableIndex:
         return None
-    return SeedPlan(cut, times, paths=kept, starts=starts, source=data)
+    return SeedPlan(cut, times, paths=kept, starts=starts, source=data, ignore_files=ignore_files)
 
 
 def install(git_dir: bytes, seed_plan: SeedPlan) -> None:

@@ -323,10 +323,11 @@ class Shadow:
         return found
 
     async def run(self, args: Sequence[Arg], *, stdin: bytes | None = None, ok: Sequence[int] = (0,),
-                  writes: bool = False, index: bytes | None = None) -> GitResult:
+                  writes: bool = False, index: bytes | None = None, work_tree: bytes | None = None) -> GitResult:
         """Run git on the shadow (work tree = ``layout.top``, cwd there);
         ``writes``: a command that writes objects (see ``_set_envs``);
-        ``index``: another index file than the shadow's.
+        ``index``: another index file than the shadow's; ``work_tree``:
+        another work tree (and cwd) than the workspace's.
 
         Raises:
             GitCommandError: see ``Git.run``.
@@ -336,6 +337,8 @@ class Shadow:
             env = self.write_env if writes else self.env
             if index is not None:
                 env = {**env, "GIT_INDEX_FILE": os.fsdecode(index)}
-            return await self.gitbin.run(args, env=env, cwd=self.layout.top, stdin=stdin, ok=ok)
+            if work_tree is not None:
+                env = {**env, "GIT_WORK_TREE": os.fsdecode(work_tree)}
+            return await self.gitbin.run(args, env=env, cwd=work_tree or self.layout.top, stdin=stdin, ok=ok)
         except FileNotFoundError as exc:
             raise WorkspaceError(f"the workspace {os.fsdecode(self.layout.workspace)} is gone: {exc}") from exc

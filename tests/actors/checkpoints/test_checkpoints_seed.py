@@ -352,3 +352,38 @@ async def test_the_seeds_own_stat_check_misses_no_change_git_would_see(how, tmp_
     result = await engine.restore(ws, seeded.commit, safety_ref=ref("pre_rollback"))
     assert result.complete, result.not_restored
     assert files(ws, skip=not_stored) == before
+
+
+async def test_tracked_files_the_rules_ignore_are_found_as_in_the_real_work_tree(tmp_path, monkeypatch):
+    """F13 (issue 24 §2): the seed lists the tracked files the ignore rules
+    ignore against a mirror of the ignore files (``rulesmirror``): tracked
+    files in a folder a folder-only rule ignores, ones a deeper ``.gitignore``
+    (tracked, or untracked and new) ignores, a symlinked ``.gitignore`` git
+    does not read, and a tracked file that became a folder a rule names all
+    end as in the unseeded capture."""
+    top = tmp_path / "repo"
+    top.mkdir()
+    ugit(top, "init", "-q")
+    write(top / ".gitignore", "out/\n*.tmp\n")
+    for rel in ("out/keep.txt", "src/a.tmp", "src/deep/x.gen", "src/deep/y.txt", "lib/z.gen", "docs/d.txt",
+                "was_file"):
+        write(top / rel, f"{rel}\n")
+    write(top / "src" / "deep" / ".gitignore", "*.gen\n")
+    write(top / "elsewhere.txt", "*.txt\n")
+    ugit(top, "add", "-A")
+    ugit(top, "add", "-f", "out/keep.txt", "src/a.tmp", "src/deep/x.gen")
+    ugit(top, "commit", "-q", "-m", "first")
+    write(top / "lib" / ".gitignore", "z.gen\n")  # untracked, and new
+    os.symlink("../elsewhere.txt", top / "docs" / ".gitignore")  # git does not follow it
+    (top / "was_file").unlink()
+    write(top / "was_file" / "inner.txt", "now a folder\n")
+    write(top / ".gitignore", "out/\n*.tmp\nwas_file/\n")
+    before = files(top, skip=lambda rel: rel.startswith(("out", "was_file")) or rel.endswith((".tmp", ".gen")))
+    _, plain = await capture(tmp_path / "plain", top, monkeypatch, seeded=False)
+    engine, seeded = await capture(tmp_path / "seeded", top, monkeypatch, seeded=True)
+    assert state(tmp_path / "seeded")["borrowed"], "the capture was seeded"
+    assert seeded.tree == plain.tree
+    (top / "docs" / "d.txt").write_text("changed\n")
+    result = await engine.restore(top, seeded.commit, safety_ref=ref("pre_rollback"))
+    assert result.complete, result.not_restored
+    assert files(top, skip=lambda rel: rel.startswith(("out", "was_file")) or rel.endswith((".tmp", ".gen"))) == before
