@@ -4,7 +4,11 @@ ref (CHECKPOINTS.md recipe b8).
 1. ``diff-files --name-only`` (tracked files whose status changed, content
    or not: a ``chmod`` shows there) beside ``ls-files -z -t -o
    --exclude-standard`` (new files, and ``path/`` for each nested
-   repository) list what differs from the shadow's persistent index.
+   repository) list what differs from the shadow's persistent index. A
+   small workspace (``SMALL_TREE``) is listed by one ``ls-files -c -m -d
+   -o`` and a Python read of every tracked file's mode
+   (``_small_listing``); a seeded first capture by ``ls-files -o`` and one
+   Python ``lstat`` of every seeded file (``_seeded``, ``seedscan``).
 2. Python sorts it (``classify``): nested repositories are excluded and
    reported; files over the size cap, unreadable or special files are skipped
    and reported (and dropped from the index if they were in it); tracked paths
@@ -27,7 +31,7 @@ ref (CHECKPOINTS.md recipe b8).
 
 At a run end with changes that is five git spawns, three in a row
 (``diff-files`` beside ``ls-files``, ``update-index``, then ``write-tree``
-beside ``diff``).
+beside ``diff``); four in a small workspace (one ``ls-files`` first).
 
 Nested repositories are never modified: git runs with optional locks off and
 never looks inside them (their ``.git/index`` keeps its mtime).
