@@ -63,6 +63,7 @@ from .seed import SeedPlan
 from .seed import apply as apply_seed
 from .seed import copy_trees, pin, read_user_index, would_seed
 from .seed import prepare as prepare_seed
+from .rulesmirror import MIRROR
 from .rulesmirror import NAME as IGNORE_FILE
 from .rulesmirror import is_ignore_file
 from .rulesmirror import make as make_mirror
@@ -345,7 +346,7 @@ async def _seeded(shadow: Shadow, max_file_bytes: int, since: float
     async def mirrored_rules(seeded: SeedPlan, others: bytes) -> None:
         # At the top: against a mirror of the ignore files (``rulesmirror``), once the untracked ones are known.
         untracked = [t[2:] for t in others.split(b"\0") if t.endswith(IGNORE_FILE) and is_ignore_file(t[2:])]
-        mirror = os.path.join(shadow.dir, b"rules.agentd-mirror")
+        mirror = os.path.join(shadow.dir, MIRROR)
         await trio.to_thread.run_sync(remove_mirror, mirror)
         await trio.to_thread.run_sync(make_mirror, layout.top, [*seeded.ignore_files, *untracked], mirror)
         try:

@@ -22,6 +22,8 @@ import stat
 from collections.abc import Iterable
 
 NAME = b".gitignore"
+#: the mirror's folder in the shadow folder (never in the workspace)
+MIRROR = b"rules.agentd-mirror"
 
 
 def is_ignore_file(path: bytes) -> bool:

@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from .rulesmirror import is_ignore_file
+from .rulesmirror import MIRROR, is_ignore_file
+from .rulesmirror import remove as remove_mirror
 from .shadow import Shadow
 from .userindex import IndexEntries, UnreadableIndex, filtered, read_index
 
@@ -122,10 +123,26 @@ def read_user_index(user_index: bytes) -> tuple[bytes, tuple[int, int]] | None:
     return data, (st.st_atime_ns, st.st_mtime_ns)
 
 
+PINNED = b"index.agentd-pinned"
+
+
+def sweep(folder: bytes, git_dir: bytes) -> None:
+    """Remove what a seeded capture cut off (a killed daemon) left in the
+    shadow: the pinned index copy and the ignore-files mirror (blocking; a
+    few ``lstat`` calls when there is nothing)."""
+    try:
+        os.unlink(os.path.join(git_dir, PINNED))
+    except FileNotFoundError:
+        pass
+    mirror = os.path.join(folder, MIRROR)
+    if os.path.lexists(mirror):
+        remove_mirror(mirror)
+
+
 def pin(git_dir: bytes, data: bytes) -> bytes:
     """Write ``data`` (the user's index as read) as a file of the shadow, for
     git commands that must see exactly what the seed saw (blocking)."""
-    path = os.path.join(git_dir, b"index.agentd-pinned")
+    path = os.path.join(git_dir, PINNED)
     with open(path, "wb") as f:
         f.write(data)
     return path

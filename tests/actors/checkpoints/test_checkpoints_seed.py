@@ -387,3 +387,21 @@ async def test_tracked_files_the_rules_ignore_are_found_as_in_the_real_work_tree
     result = await engine.restore(top, seeded.commit, safety_ref=ref("pre_rollback"))
     assert result.complete, result.not_restored
     assert files(top, skip=lambda rel: rel.startswith(("out", "was_file")) or rel.endswith((".tmp", ".gen"))) == before
+
+
+async def test_what_a_cut_off_seed_leaves_in_the_shadow_is_swept(tmp_path, monkeypatch):
+    """A daemon killed during a seeded capture leaves its pinned index copy
+    and its ignore-files mirror in the shadow folder; the next use of the
+    workspace removes both (never anything in the workspace)."""
+    top = tmp_path / "repo"
+    top.mkdir()
+    ws = make_dirty_repo(top)
+    engine, _ = await capture(tmp_path / "store", ws, monkeypatch, seeded=True)
+    (folder,) = [p for p in (tmp_path / "store").iterdir() if p.is_dir()]
+    (folder / "shadow.git" / "index.agentd-pinned").write_bytes(b"left by a killed daemon")
+    write(folder / "rules.agentd-mirror" / "src" / ".gitignore", "*\n")
+    before = files(ws, skip=not_stored)
+    await engine.capture(ws, ref())
+    assert not (folder / "shadow.git" / "index.agentd-pinned").exists()
+    assert not (folder / "rules.agentd-mirror").exists()
+    assert files(ws, skip=not_stored) == before
