@@ -145,6 +145,33 @@ async def ensure_baseline(actor: StarterHandle, active: ActiveRun) -> None:
     await store.commit(batch)
 
 
+async def _session_beside_baseline(actor: StarterHandle, active: ActiveRun) -> tuple[str, ProviderConnection]:
+    """``ensure_baseline`` and the provider session's start at once (issue 24
+    §2: a first message waits for the longer of the two, not their sum). A
+    session that fails to start does not cut the capture short: its error is
+    raised once the baseline is recorded."""
+    found: list[tuple[str, ProviderConnection]] = []
+    failed: list[BaseException] = []
+
+    async def session() -> None:
+        try:
+            session_id, conn = await actor.sessions.ensure_session(actor.thread_id, active.run.provider)
+        except Exception as exc:  # noqa: BLE001 - raised below, after the baseline
+            failed.append(exc)
+            return
+        # Known at once (same task, no await in between): an exit of an
+        # older session of this thread must not be blamed on this attempt.
+        active.session_id = session_id
+        found.append((session_id, conn))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(session)
+        await ensure_baseline(actor, active)
+    if failed:
+        raise failed[0]
+    return found[0]
+
+
 async def wait_while_restored(actor: StarterHandle, workspace: str) -> None:
     """Before a run starts in ``workspace``: wait for any restore writing there to end."""
     folder = await trio.to_thread.run_sync(os.path.realpath, workspace)
@@ -174,12 +201,10 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
         # Another thread's restore writing here: start after it, on what it put back.
         await wait_while_restored(actor, cwd)
         # Before the root execution starts: the workspace state this run's
-        # checkpoint is diffed against (SPEC F13).
-        await ensure_baseline(actor, active)
-        session_id, conn = await actor.sessions.ensure_session(actor.thread_id, active.run.provider)
-        # Known at once (same loop, no await in between): an exit of an
-        # older session of this thread must not be blamed on this attempt.
-        active.session_id = session_id
+        # checkpoint is diffed against (SPEC F13). The provider session starts
+        # meanwhile: its runtime is spawned in the daemon's folder and sees
+        # the workspace only with the thread or turn, which wait for both.
+        session_id, conn = await _session_beside_baseline(actor, active)
         version = conn.runtime_version
         if plan.resume is not None:
             turns, lost = await _resume(conn, plan, cwd, servers)

@@ -21,7 +21,7 @@ of ``--rounds`` rounds, interleaved:
 Target: first delta in the repository <= 1.5 x (git status + the bare turn).
 Prints each figure beside its floor (ms); nothing is asserted.
 
-    python scripts/bench_first_message.py [--sizes 10000,100000] [--rounds 3] [--unseeded] [--json]
+    python scripts/bench_first_message.py [--sizes 10000,100000] [--rounds 3] [--unseeded] [--repos DIR] [--json]
 """
 
 from __future__ import annotations
@@ -158,8 +158,10 @@ def git_first_commit_ms(repo: Path, root: Path) -> float:
 
 
 async def bench_size(root: Path, files: int, args: argparse.Namespace) -> dict[str, Any]:
-    repo, empty = root / f"repo{files}", root / f"empty{files}"
-    make_repo(repo, files)
+    kept = Path(args.repos) if args.repos else None
+    repo, empty = (kept or root) / f"repo{files}", root / f"empty{files}"
+    if kept is None or not (repo / ".git").exists():
+        make_repo(repo, files)
     empty.mkdir()
     git_status_ms(repo)  # a warm cache for every figure
     rows: dict[str, list[float]] = {k: [] for k in (
@@ -180,7 +182,8 @@ async def bench_size(root: Path, files: int, args: argparse.Namespace) -> dict[s
     floors = [s + b for s, b in zip(rows["git_status"], rows["bare_turn"])]
     out["floor"] = [round(f, 1) for f in floors]
     out["ratio"] = round(statistics.median(rows["first_delta"]) / statistics.median(floors), 2)
-    shutil.rmtree(repo, ignore_errors=True)
+    if kept is None:
+        shutil.rmtree(repo, ignore_errors=True)
     return out
 
 
@@ -237,6 +240,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--unseeded", action="store_true", help="also time one unseeded baseline per size (slow)")
     parser.add_argument("--skip-git-commit", action="store_true", help="do not time git's own first commit")
     parser.add_argument("--dir", help="make the temp folder under this one (default: the system's)")
+    parser.add_argument("--repos", help="make the repositories here once and keep them (later runs reuse them)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
     return parser.parse_args(argv)
 

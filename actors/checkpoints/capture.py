@@ -4,7 +4,11 @@ ref (CHECKPOINTS.md recipe b8).
 1. ``diff-files --name-only`` (tracked files whose status changed, content
    or not: a ``chmod`` shows there) beside ``ls-files -z -t -o
    --exclude-standard`` (new files, and ``path/`` for each nested
-   repository) list what differs from the shadow's persistent index.
+   repository) list what differs from the shadow's persistent index. A
+   small workspace (``SMALL_TREE``) is listed by one ``ls-files -c -m -d
+   -o`` and a Python read of every tracked file's mode
+   (``_small_listing``); a seeded first capture by ``ls-files -o`` and one
+   Python ``lstat`` of every seeded file (``_seeded``, ``seedscan``).
 2. Python sorts it (``classify``): nested repositories are excluded and
    reported; files over the size cap, unreadable or special files are skipped
    and reported (and dropped from the index if they were in it); tracked paths
@@ -27,7 +31,7 @@ ref (CHECKPOINTS.md recipe b8).
 
 At a run end with changes that is five git spawns, three in a row
 (``diff-files`` beside ``ls-files``, ``update-index``, then ``write-tree``
-beside ``diff``).
+beside ``diff``); four in a small workspace (one ``ls-files`` first).
 
 Nested repositories are never modified: git runs with optional locks off and
 never looks inside them (their ``.git/index`` keeps its mtime).
@@ -38,8 +42,9 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import trio
 
@@ -55,8 +60,28 @@ from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
 from .results import CaptureResult, CheckpointSummary, FileChange, SkippedFile, SkipReason
 from .seed import SeedPlan
-from .seed import seed as seed_index
+from .seed import apply as apply_seed
+from .seed import copy_trees, pin, read_user_index, would_seed
+from .seed import prepare as prepare_seed
+from .rulesmirror import MIRROR
+from .rulesmirror import NAME as IGNORE_FILE
+from .rulesmirror import is_ignore_file
+from .rulesmirror import make as make_mirror
+from .rulesmirror import remove as remove_mirror
+from .seedscan import scan as seed_scan
+from .seedscan import scan_tracked
 from .shadow import Shadow
+
+
+T = TypeVar("T")
+
+#: blocking work on at most this many paths (a few dozen ``lstat`` calls) runs
+#: on the event loop: a worker thread's handoff would cost more CPU than it
+BLOCKING_INLINE = 64
+#: a workspace whose index holds at most this many files is listed in one
+#: git spawn (``_small_listing``): below it, reading every file's mode in
+#: Python costs less than a second spawn
+SMALL_TREE = 256
 
 
 @dataclass
@@ -105,6 +130,35 @@ async def list_changes(shadow: Shadow) -> dict[bytes, bool]:
 
     await both(tracked, others)
     return parse_listing(out["others"], out["tracked"])
+
+
+async def _small_listing(shadow: Shadow, since: float) -> tuple[dict[bytes, bool], tuple[Modes, set[bytes]]]:
+    """Step 1 of a small workspace (``SMALL_TREE``) in one git spawn
+    instead of two: ``ls-files -c -m -d -o`` lists the tracked files, those
+    whose content or exec bit changed, the deleted and the untracked ones;
+    Python reads every tracked file's mode (``seedscan.scan_tracked``: a
+    ``chmod`` that leaves git's 644/755 alone shows in no ``ls-files``) and
+    lists the files behind a folder that is no longer one. Returns the
+    listing ({path: tracked}) and the tracked files' modes and recent files."""
+    layout = shadow.layout
+    out = (await shadow.run(["ls-files", "-z", "-t", "-c", "-m", "-d", "-o", "--exclude-standard", "--",
+                             *layout.pathspec()])).stdout
+    entries: dict[bytes, bool] = {}
+    tracked: list[bytes] = []
+    for token in out.split(b"\0"):
+        tag, path = token[:1], token[2:]
+        if tag == b"?":
+            entries.setdefault(path, False)
+        elif tag in (b"C", b"R"):  # changed, removed
+            entries[path] = True
+        elif token:
+            tracked.append(path)
+    paths = [layout.from_top(p) for p in tracked] if layout.prefix else tracked
+    modes, fresh, unreachable = await blocking(len(paths), scan_tracked, layout.workspace, paths, since)
+    for position in unreachable:
+        entries[tracked[position]] = True
+    shadow.tracked_count = len(tracked) + sum(1 for known in entries.values() if not known)
+    return entries, (modes, fresh)
 
 
 def classify(top: bytes, prefix: bytes, entries: dict[bytes, bool], max_file_bytes: int, started: float = 0.0) -> Sorted:
@@ -217,14 +271,20 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
     # Nested repositories that are gone are no longer excluded: their files are the workspace's now.
     state.nested = [p for p in state.nested if os.path.lexists(os.path.join(layout.top, p, b".git"))]
     fingerprint = shadow.refresh_excludes()
-    seeded = await seed_index(shadow, max_file_bytes)
-    index_before = shadow.index_stat()
     started = time.time()
+    seeded = await _seeded(shadow, max_file_bytes, started - 1.0)
+    index_before = shadow.index_stat()
+    forced: list[bytes] = []
+    ignored: bytes | None = None
+    seed_modes: tuple[Modes, set[bytes]] | None = None
     if seeded is not None:
-        entries, ignored, seed_modes = await _seeded_listing(shadow, seeded, started - 1.0)
+        _, entries, ignored, seed_modes, forced = seeded
+        shadow.tracked_count = len(seeded[0].paths)
+    elif shadow.tracked_count is not None and shadow.tracked_count <= SMALL_TREE:
+        entries, seed_modes = await _small_listing(shadow, started - 1.0)
     else:
-        entries, ignored, seed_modes = await list_changes(shadow), None, None
-    found = await trio.to_thread.run_sync(classify, layout.top, layout.prefix, entries, max_file_bytes, started)
+        entries = await list_changes(shadow)
+    found = await blocking(len(entries), classify, layout.top, layout.prefix, entries, max_file_bytes, started)
     new_nested = [p for p in found.nested if p not in state.nested]
     if new_nested:
         state.nested.extend(new_nested)
@@ -236,7 +296,7 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
         drop.extend(filter(None, ignored.split(b"\0")))
     elif fingerprint != state.excludes_fingerprint or found.ignore_rules_touched:
         await _drop_ignored(shadow, drop, skipped)
-    await _update_index(shadow, found.keep, drop)
+    await _update_index(shadow, found.keep, drop, forced)
     if state.excludes_fingerprint != fingerprint:
         state.excludes_fingerprint = fingerprint
         shadow.save_state()
@@ -245,30 +305,100 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
     return Staged(found, drop, skipped, index_before, seed_modes)
 
 
-async def _seeded_listing(shadow: Shadow, seeded: SeedPlan, since: float
-                          ) -> tuple[dict[bytes, bool], bytes, tuple[Modes, set[bytes]]]:
-    """Step 1 after a seed, with step 3's listing (the tracked files the
-    ignore rules ignore) and the modes of the seeded files read at the same
-    time (``modes.scan``; ``modes_after`` updates them with what step 1 finds)."""
+async def _seeded(shadow: Shadow, max_file_bytes: int, since: float
+                  ) -> tuple[SeedPlan, dict[bytes, bool], bytes, tuple[Modes, set[bytes]], list[bytes]] | None:
+    """Steps 1 and 3 of a seeded capture (None: no seed), each part as soon
+    as what it needs is there:
+
+    - step 3's listing, the tracked files the ignore rules ignore, on a copy
+      of the very bytes of the user's index the seed reads (a ``git add`` by
+      the user meanwhile changes neither): at the repository's top, once the
+      untracked ignore files are known, in a work tree of the ignore files
+      alone (``rulesmirror``: git ``lstat``-s every tracked file for it);
+      below the top, at once, in the real one;
+    - once the seed is planned: one ``lstat`` of every seeded file
+      (``seedscan``: their modes, and which may have changed since the
+      user's git recorded them, in place of ``diff-files``, which would walk
+      them a second time);
+    - once the seeded index is installed: the untracked files (``ls-files
+      -o``) and the copy of its cache tree's trees (``seed.copy_trees``).
+
+    Returns the seed, the listing ({path: tracked}), the ignored files, the
+    modes and recent files, and the listed files ``update-index`` would take
+    as unchanged (``seedscan``)."""
     layout = shadow.layout
+    if not would_seed(shadow):
+        return None
+    assert layout.user_index is not None  # can_seed
+    read = await trio.to_thread.run_sync(read_user_index, layout.user_index)
+    if read is None:
+        return None
+    spec = layout.pathspec()
+    pinned = await trio.to_thread.run_sync(pin, shadow.git_dir, read[0])
     out: dict[str, object] = {}
 
-    async def listing() -> None:
-        out["entries"] = await list_changes(shadow)
+    async def rules(work_tree: bytes | None = None) -> None:
+        # The user's index also holds what the seed drops (dropped again: harmless).
+        found = await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec], index=pinned,
+                                 work_tree=work_tree, ok=(0, 128))
+        out["ignored"] = found.stdout if found.returncode == 0 else None
 
-    async def ignored() -> None:
-        out["ignored"] = (await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--",
-                                            *layout.pathspec()])).stdout
+    async def mirrored_rules(seeded: SeedPlan, others: bytes) -> None:
+        # At the top: against a mirror of the ignore files (``rulesmirror``), once the untracked ones are known.
+        untracked = [t[2:] for t in others.split(b"\0") if t.endswith(IGNORE_FILE) and is_ignore_file(t[2:])]
+        mirror = os.path.join(shadow.dir, MIRROR)
+        await trio.to_thread.run_sync(remove_mirror, mirror)
+        await trio.to_thread.run_sync(make_mirror, layout.top, [*seeded.ignore_files, *untracked], mirror)
+        try:
+            await rules(mirror)
+        finally:
+            await trio.to_thread.run_sync(remove_mirror, mirror)
 
-    async def scanning() -> None:
-        paths = [layout.from_top(p) for p in seeded.paths]
-        out["modes"] = await trio.to_thread.run_sync(scan_modes, layout.workspace, paths, since)
+    async def seeding() -> None:
+        seeded = out["seeded"] = await prepare_seed(shadow, max_file_bytes, read)
+        if seeded is None:
+            return
 
-    async def listings() -> None:
-        await both(listing, ignored)
+        async def installed() -> None:
+            await apply_seed(shadow, seeded)
 
-    await both(listings, scanning)
-    return out["entries"], out["ignored"], out["modes"]  # type: ignore[return-value]
+            async def others() -> None:
+                found = out["others"] = (await shadow.run(["ls-files", "-z", "-t", "-o", "--exclude-standard", "--",
+                                                           *spec])).stdout
+                if not layout.prefix:
+                    await mirrored_rules(seeded, found)
+
+            async def trees() -> None:
+                await copy_trees(shadow, seeded)
+
+            await both(others, trees)
+
+        async def scanning() -> None:
+            paths = [layout.from_top(p) for p in seeded.paths] if layout.prefix else seeded.paths
+            out["scan"] = await trio.to_thread.run_sync(seed_scan, layout.workspace, paths, seeded.source,
+                                                        seeded.starts, seeded.times[1], since)
+
+        await both(installed, scanning)
+
+    async def early_rules() -> None:
+        if layout.prefix:  # below the top: the ignore files above the workspace apply too, on the real work tree
+            await rules()
+
+    out["ignored"] = None
+    try:
+        await both(early_rules, seeding)
+    finally:
+        os.unlink(pinned)
+    seeded = cast("SeedPlan | None", out["seeded"])
+    if seeded is None:
+        return None
+    ignored = cast("bytes | None", out["ignored"])
+    if ignored is None:
+        ignored = (await shadow.run(["ls-files", "-z", "-c", "-i", "--exclude-standard", "--", *spec])).stdout
+    modes, recent, changed, forced = cast("tuple[Modes, set[bytes], list[int], list[int]]", out["scan"])
+    tracked = b"".join(seeded.paths[i] + b"\0" for i in changed)
+    return (seeded, parse_listing(cast(bytes, out["others"]), tracked), ignored, (modes, recent),
+            [seeded.paths[i] for i in forced])
 
 
 async def _drop_ignored(shadow: Shadow, drop: list[bytes], skipped: list[SkippedFile]) -> None:
@@ -283,12 +413,19 @@ async def _drop_ignored(shadow: Shadow, drop: list[bytes], skipped: list[Skipped
             skipped.append(skipped_file(layout.from_top(path), "ignored"))
 
 
-async def _update_index(shadow: Shadow, keep: list[bytes], drop: list[bytes]) -> None:
-    """Step 4: ``drop`` out of the index, ``keep`` into it (added, updated or removed)."""
+async def _update_index(shadow: Shadow, keep: list[bytes], drop: list[bytes],
+                        forced: Sequence[bytes] = ()) -> None:
+    """Step 4: ``drop`` out of the index, ``keep`` into it (added, updated or
+    removed); ``forced`` (kept paths git would take as unchanged) out first,
+    so that it reads them again."""
     if drop or keep:
         shadow.index_tree = None
+    if drop or forced:
+        await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z([*drop, *forced]), writes=True)
     if drop:
-        await shadow.run(["update-index", "--force-remove", "-z", "--stdin"], stdin=_z(drop), writes=True)
+        # A tracked file the ignore rules now ignore leaves the index even when it changed too.
+        dropped = set(drop)
+        keep = [p for p in keep if p not in dropped]
     if keep:
         await shadow.run(["update-index", "--add", "--remove", "--replace", "-z", "--stdin"], stdin=_z(keep),
                          writes=True)
@@ -354,10 +491,12 @@ async def modes_after(shadow: Shadow, found: Sorted, drop: list[bytes],
     if previous is None or not previous.recorded:
         now, shadow.modes_recent = await modes_now(shadow, since)
         return now
-    changed = {layout.from_top(p): m for p, m in found.modes.items()}
+    dropped = set(drop)
+    changed = {layout.from_top(p): m for p, m in found.modes.items() if p not in dropped}
     removed = [layout.from_top(p) for p in (*drop, *found.gone)]
-    updated, recent = await trio.to_thread.run_sync(update_modes, previous, layout.workspace, changed, removed,
-                                                    shadow.modes_recent, since)
+    work = len(changed) + len(removed) + len(shadow.modes_recent) + len(previous.folders)
+    updated, recent = await blocking(work, update_modes, previous, layout.workspace, changed, removed,
+                                     shadow.modes_recent, since)
     shadow.modes_recent = recent | {layout.from_top(p) for p in found.recent}
     return updated
 
@@ -369,6 +508,7 @@ async def modes_now(shadow: Shadow, since: float) -> tuple[Modes, set[bytes]]:
     layout = shadow.layout
     listed = await shadow.run(["ls-files", "-z", "-c", "--", *layout.pathspec()])
     paths = [layout.from_top(p) for p in listed.stdout.split(b"\0") if p]
+    shadow.tracked_count = len(paths)
     return await trio.to_thread.run_sync(scan_modes, layout.workspace, paths, since)
 
 
@@ -436,6 +576,14 @@ async def _commit(shadow: Shadow, tree: str, parent: str | None, message: str) -
     commit = (await shadow.run(args, writes=True)).stdout.strip().decode()
     shadow.trees[commit] = tree
     return commit
+
+
+async def blocking(size: int, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, blocking work on about ``size`` paths: in a worker
+    thread, unless it is small (``BLOCKING_INLINE``)."""
+    if size <= BLOCKING_INLINE:
+        return fn(*args)
+    return await trio.to_thread.run_sync(fn, *args)
 
 
 async def both(first: Callable[[], Awaitable[None]], second: Callable[[], Awaitable[None]]) -> None:

@@ -13,6 +13,7 @@ from .diff import diff as diff_checkpoints
 from .restore import apply as apply_restore
 from .restore import prepare as prepare_restore
 from .restore import sweep_interrupted
+from .seed import sweep as sweep_seed
 from .gitproc import Git
 from .layout import default_refused, discover, nearest_dotgit, resolve_workspace
 from .locks import WorkspaceLocks
@@ -84,6 +85,7 @@ class CheckpointEngine:
         async with self.locks.hold(real, lock_file, os.path.join(os.path.dirname(lock_file), b"shadow.git")):
             shadow = await self._open(real)
             sweep_interrupted(shadow)
+            sweep_seed(shadow.dir, shadow.git_dir)
             yield LockedWorkspace(self, shadow, real)
 
     async def _open(self, real: bytes) -> Shadow:

@@ -129,8 +129,12 @@ def folder_modes(root: bytes, folders: Iterable[bytes]) -> dict[bytes, int]:
 def parents(paths: Iterable[bytes]) -> set[bytes]:
     """Every folder (below the root) that holds one of ``paths``."""
     out: set[bytes] = set()
+    last = None
     for path in paths:
-        folder = os.path.dirname(path)
+        folder = path.rpartition(b"/")[0]
+        if folder == last:  # sorted paths: most share the previous one's folder
+            continue
+        last = folder
         while folder and folder not in out:
             out.add(folder)
             folder = os.path.dirname(folder)
@@ -149,13 +153,14 @@ def update(previous: Modes, root: bytes, changed: dict[bytes, int], removed: Ite
     read a file shows in no later ``diff-files`` — the next capture reads
     those files again (its ``recheck``)."""
     out = previous.copy()
-    for path in removed:
+    gone = set(removed)
+    for path in gone:
         out.forget(path)
     for path, st_mode in changed.items():
         out.set_file(path, st_mode)
     recent: set[bytes] = set()
     for path in recheck:
-        if path in changed:
+        if path in changed or path in gone:  # (no longer stored: e.g. behind a folder that became a symlink)
             continue
         try:
             st = os.lstat(os.path.join(root, path))

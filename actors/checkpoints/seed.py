@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 
 import trio
 
+from .rulesmirror import MIRROR, is_ignore_file
+from .rulesmirror import remove as remove_mirror
 from .shadow import Shadow
 from .userindex import IndexEntries, UnreadableIndex, filtered, read_index
 
@@ -72,13 +74,23 @@ class SeedPlan:
     trees: list[str] = field(default_factory=list)
     #: the work-tree-relative paths of the seeded entries (files and symlinks)
     paths: list[bytes] = field(default_factory=list)
+    #: where their entries start in ``source`` (their stat data: ``userindex.STAT_DATA``)
+    starts: list[int] = field(default_factory=list)
+    #: the user's index as read
+    source: bytes = b""
+    #: the ignore files the user's index holds (work-tree-relative), whatever the seed keeps
+    ignore_files: list[bytes] = field(default_factory=list)
 
 
 def _nested_dirs(top: bytes, paths: list[bytes]) -> list[bytes]:
     """The folders holding an indexed file that hold a ``.git`` too (blocking)."""
     folders: set[bytes] = set()
+    last = None
     for path in paths:
-        folder = os.path.dirname(path)
+        folder = path.rpartition(b"/")[0]
+        if folder == last:  # the index is sorted: most paths share the previous one's folder
+            continue
+        last = folder
         while folder and folder not in folders:
             folders.add(folder)
             folder = os.path.dirname(folder)
@@ -96,32 +108,71 @@ def _dropped(entries: IndexEntries, top: bytes, prefix: bytes, max_file_bytes: i
     return out
 
 
-def plan(user_index: bytes, top: bytes, prefix: bytes, max_file_bytes: int) -> SeedPlan | None:
-    """Read the user's index and decide the seed (blocking); None when it
-    cannot seed (no index, one this module cannot read)."""
+def read_user_index(user_index: bytes) -> tuple[bytes, tuple[int, int]] | None:
+    """The bytes of the user's index (with git's checksum) and its (atime,
+    mtime) in nanoseconds, None when it cannot be read (blocking)."""
     try:
         with open(user_index, "rb") as f:
             st = os.fstat(f.fileno())
             data = f.read()
-        entries = read_index(data)
-    except (OSError, UnreadableIndex):
+    except OSError:
         return None
-    if data[-20:] == bytes(20):
+    if len(data) >= 32 and data[-20:] == bytes(20):
         # A newer git's ``index.skipHash`` leaves the checksum out; an older one refuses such a file.
         data = data[:-20] + hashlib.sha1(data[:-20]).digest()  # noqa: S324 - git's index checksum
+    return data, (st.st_atime_ns, st.st_mtime_ns)
+
+
+PINNED = b"index.agentd-pinned"
+
+
+def sweep(folder: bytes, git_dir: bytes) -> None:
+    """Remove what a seeded capture cut off (a killed daemon) left in the
+    shadow: the pinned index copy and the ignore-files mirror (blocking; a
+    few ``lstat`` calls when there is nothing)."""
+    try:
+        os.unlink(os.path.join(git_dir, PINNED))
+    except FileNotFoundError:
+        pass
+    mirror = os.path.join(folder, MIRROR)
+    if os.path.lexists(mirror):
+        remove_mirror(mirror)
+
+
+def pin(git_dir: bytes, data: bytes) -> bytes:
+    """Write ``data`` (the user's index as read) as a file of the shadow, for
+    git commands that must see exactly what the seed saw (blocking)."""
+    path = os.path.join(git_dir, PINNED)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def plan(data: bytes, times: tuple[int, int], top: bytes, prefix: bytes, max_file_bytes: int) -> SeedPlan | None:
+    """Decide the seed from the user's index ``data`` (``read_user_index``;
+    blocking); None when it cannot seed (an index this module cannot read)."""
+    try:
+        entries = read_index(data)
+    except UnreadableIndex:
+        return None
     dropped = _dropped(entries, top, prefix, max_file_bytes)
+    ignore_files = [p for p in (*entries.paths, *entries.flagged) if p.endswith(b".gitignore") and is_ignore_file(p)]
     extra = [*dict.fromkeys(entries.flagged), *entries.gitlinks]
     count = sum(dropped)
-    times = (st.st_atime_ns, st.st_mtime_ns)
-    kept = [p for p, gone in zip(entries.paths, dropped) if not gone]
+    starts = [start for start, _ in entries.spans]
+    if count:
+        kept = [p for p, gone in zip(entries.paths, dropped) if not gone]
+        starts = [s for s, gone in zip(starts, dropped) if not gone]
+    else:
+        kept = entries.paths
     if count + len(extra) <= GIT_DROP_LIMIT:
         return SeedPlan(data, times, [p for p, gone in zip(entries.paths, dropped) if gone] + extra, entries.trees,
-                        kept)
+                        kept, starts, data, ignore_files)
     try:
         cut = filtered(data, entries, [i for i, gone in enumerate(dropped) if not gone])
     except UnreadableIndex:
         return None
-    return SeedPlan(cut, times, paths=kept)
+    return SeedPlan(cut, times, paths=kept, starts=starts, source=data, ignore_files=ignore_files)
 
 
 def install(git_dir: bytes, seed_plan: SeedPlan) -> None:
@@ -145,25 +196,53 @@ def can_seed(shadow: Shadow) -> bool:
     return not os.path.lexists(os.path.join(shadow.git_dir, b"index")) and os.path.isdir(objects)
 
 
-async def seed(shadow: Shadow, max_file_bytes: int) -> SeedPlan | None:
+def would_seed(shadow: Shadow) -> bool:
+    """``can_seed``, looked up here at each call (tests and benchmarks turn seeding off on this module)."""
+    return can_seed(shadow)
+
+
+async def seed(shadow: Shadow, max_file_bytes: int, read: tuple[bytes, tuple[int, int]] | None = None
+               ) -> SeedPlan | None:
     """Make the shadow's index a copy of the user's (see the module's
-    docstring), under the workspace's locks; what it seeded, None if it did not."""
+    docstring; ``read``: its bytes as ``read_user_index`` gave them, else
+    read here), under the workspace's locks; what it seeded, None if it did not."""
+    found = await prepare(shadow, max_file_bytes, read)
+    if found is not None:
+        await apply(shadow, found)
+    return found
+
+
+async def prepare(shadow: Shadow, max_file_bytes: int, read: tuple[bytes, tuple[int, int]] | None = None
+                  ) -> SeedPlan | None:
+    """``seed``'s plan (nothing written yet); None: no seed."""
     if not can_seed(shadow):
         return None
     layout = shadow.layout
     assert layout.user_index is not None and layout.user_objects is not None  # can_seed
-    found = await trio.to_thread.run_sync(plan, layout.user_index, layout.top, layout.prefix, max_file_bytes)
-    if found is None:
-        return None
-    shadow.borrow(layout.user_objects)  # recorded before any checkpoint can need it
+    if read is None:
+        read = await trio.to_thread.run_sync(read_user_index, layout.user_index)
+        if read is None:
+            return None
+    return await trio.to_thread.run_sync(plan, read[0], read[1], layout.top, layout.prefix, max_file_bytes)
+
+
+async def apply(shadow: Shadow, found: SeedPlan) -> None:
+    """``seed``'s writes: borrow the user's objects, install the planned index, drop what it leaves out."""
+    assert shadow.layout.user_objects is not None  # can_seed
+    shadow.borrow(shadow.layout.user_objects)  # recorded before any checkpoint can need it
     await trio.to_thread.run_sync(install, shadow.git_dir, found)
     shadow.index_tree = None
-    if found.trees:
-        # ``write-tree`` takes a cached tree as it is only if the shadow has its object (it cannot look in
-        # the user's store, see ``Shadow._set_envs``): a few thousand trees, one pack, copied by a reader.
-        await shadow.run(["pack-objects", "-q", os.path.join(shadow.git_dir, b"objects", b"pack", b"pack")],
-                         stdin="".join(t + "\n" for t in found.trees).encode(), ok=(0, 128))
     if found.drop:
         await shadow.run(["update-index", "--force-remove", "-z", "--stdin"],
                          stdin=b"".join(p + b"\0" for p in found.drop), writes=True)
-    return found
+
+
+async def copy_trees(shadow: Shadow, seeded: SeedPlan) -> None:
+    """Copy the trees the seeded index's cache tree names into the shadow
+    (one pack): ``write-tree`` takes a cached tree as it is only if the
+    shadow has its object (it cannot look in the user's store, see
+    ``Shadow._set_envs``). It reads objects only, so it runs beside the
+    capture's listing; ``write-tree`` waits for it."""
+    if seeded.trees:
+        await shadow.run(["pack-objects", "-q", os.path.join(shadow.git_dir, b"objects", b"pack", b"pack")],
+                         stdin="".join(t + "\n" for t in seeded.trees).encode(), ok=(0, 128))

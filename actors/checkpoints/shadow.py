@@ -154,6 +154,8 @@ class Shadow:
         self.modes_index_stat: tuple[int, int, int] | None = None
         #: files that capture read within git's one-second blind spot (``modes.recent``)
         self.modes_recent: set[bytes] = set()
+        #: about how many files the index holds, once a capture counted them (``capture.SMALL_TREE``)
+        self.tracked_count: int | None = None
 
     @staticmethod
     def folder(root: bytes, real: bytes) -> bytes:
@@ -321,16 +323,22 @@ class Shadow:
         return found
 
     async def run(self, args: Sequence[Arg], *, stdin: bytes | None = None, ok: Sequence[int] = (0,),
-                  writes: bool = False) -> GitResult:
+                  writes: bool = False, index: bytes | None = None, work_tree: bytes | None = None) -> GitResult:
         """Run git on the shadow (work tree = ``layout.top``, cwd there);
-        ``writes``: a command that writes objects (see ``_set_envs``).
+        ``writes``: a command that writes objects (see ``_set_envs``);
+        ``index``: another index file than the shadow's; ``work_tree``:
+        another work tree (and cwd) than the workspace's.
 
         Raises:
             GitCommandError: see ``Git.run``.
             WorkspaceError: the work tree is gone.
         """
         try:
-            return await self.gitbin.run(args, env=self.write_env if writes else self.env, cwd=self.layout.top,
-                                         stdin=stdin, ok=ok)
+            env = self.write_env if writes else self.env
+            if index is not None:
+                env = {**env, "GIT_INDEX_FILE": os.fsdecode(index)}
+            if work_tree is not None:
+                env = {**env, "GIT_WORK_TREE": os.fsdecode(work_tree)}
+            return await self.gitbin.run(args, env=env, cwd=work_tree or self.layout.top, stdin=stdin, ok=ok)
         except FileNotFoundError as exc:
             raise WorkspaceError(f"the workspace {os.fsdecode(self.layout.workspace)} is gone: {exc}") from exc

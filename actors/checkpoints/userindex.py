@@ -23,6 +23,9 @@ _NAME_MASK = 0x0FFF
 _SKIP_WORKTREE = 0x4000
 _INTENT_TO_ADD = 0x2000
 GITLINK_MODE = 0o160000
+#: an entry's stat data as git recorded it, at its start: ctime s, ctime ns,
+#: mtime s, mtime ns, dev, ino, mode, uid, gid, size (32 bits each)
+STAT_DATA = struct.Struct(">10I")
 #: extensions whose index is not complete in itself
 REFUSED_EXTENSIONS = (b"link", b"sdir")
 
@@ -38,7 +41,8 @@ class IndexEntries:
     Attributes:
         paths: every stage-0 path that may be taken as it is (work-tree-relative).
         sizes: the size git recorded for each of ``paths`` (32 bits, as git stores it).
-        spans: where each of ``paths``'s entry is in the file (start, end).
+        spans: where each of ``paths``'s entry is in the file (start, end); its
+            stat data is at the start (``STAT_DATA``).
         trees: the tree ids the cache-tree extension holds as valid (hex).
         version: the index format version.
         gitlinks: submodule entries.
@@ -79,14 +83,13 @@ def read_index(data: bytes) -> IndexEntries:
     if version not in (2, 3, 4):
         raise UnreadableIndex(f"index version {version}")
     out = IndexEntries(version=version)
-    unpack = struct.Struct(">I").unpack_from
+    fixed = struct.Struct(">24xI8xI20xH").unpack_from  # mode, size, flags
     flags_at = struct.Struct(">H").unpack_from
     at, previous, end = 12, b"", len(data) - 20
     try:
         for _ in range(count):
             start = at
-            mode, size = unpack(data, at + 24)[0], unpack(data, at + 36)[0]
-            flags = flags_at(data, at + 60)[0]
+            mode, size, flags = fixed(data, at)
             name_at = at + _FIXED
             extended = 0
             if flags & _EXTENDED and version >= 3:

@@ -816,3 +816,45 @@ async def run_example(kind: str, sequence: list) -> None:
 def test_workspace_equals_the_restored_checkpoint(kind, sequence):
     # Sync on purpose: pytest-trio's trio_mode runs async tests only; hypothesis calls this per example.
     trio.run(run_example, kind, sequence)
+
+
+async def test_a_small_workspace_listed_in_one_spawn_misses_nothing(tmp_path, monkeypatch):
+    """F13/F14 (issue 24 §4): a workspace of a few files is listed by one
+    ``ls-files`` and a Python read of every mode (``capture._small_listing``);
+    after a chmod that keeps git's 644/755, a folder swapped for a symlink, a
+    delete, an exec bit dropped and an edit, its checkpoint is the one
+    ``diff-files`` beside ``ls-files -o`` would give (modes included), and
+    both ways back restore every byte and mode."""
+    from agentd.actors.checkpoints import capture as capture_module
+
+    engine = CheckpointEngine(tmp_path / "store")
+    results = {}
+    for small in (256, 0):
+        monkeypatch.setattr(capture_module, "SMALL_TREE", small)
+        ws = tmp_path / f"ws{small}"
+        for i in range(12):
+            write(ws / "pkg" / f"m{i}.py", f"module {i}\n")
+        write(ws / "run.sh", "#!/bin/sh\n", exec_=True)
+        base = await engine.capture(ws, checkpoint_ref(f"thr_small{small}", "root", 0))
+        # A second capture: the first one counted the files (the small listing needs the count).
+        base = await engine.capture(ws, checkpoint_ref(f"thr_small{small}", "root", 1), base=base.commit)
+        before = tree_hash(ws)
+        os.chmod(ws / "pkg" / "m0.py", 0o600)
+        os.rename(ws / "pkg", ws / "pkg2")
+        os.symlink("pkg2", ws / "pkg")
+        (ws / "pkg2" / "m1.py").unlink()
+        os.chmod(ws / "run.sh", 0o644)
+        write(ws / "pkg2" / "m2.py", "edited\n")
+        write(ws / "new.txt", "new\n")
+        run = await engine.capture(ws, checkpoint_ref(f"thr_small{small}", "root", 2), base=base.commit)
+        after = tree_hash(ws)
+        (shadow,) = [s for s in engine._shadows.values() if s.layout.workspace == os.fsencode(os.path.realpath(ws))]
+        results[small] = (run.tree, await shadow.commit_modes(run.commit), run.summary.files_changed)
+        undo = await engine.restore(ws, base.commit, safety_ref=checkpoint_ref(f"thr_small{small}", "pre_rollback", 1))
+        assert undo.complete, undo.not_restored
+        assert tree_hash(ws) == before
+        redo = await engine.restore(ws, run.commit, safety_ref=checkpoint_ref(f"thr_small{small}", "pre_rollback", 2))
+        assert redo.complete, redo.not_restored
+        assert tree_hash(ws) == after
+    assert results[256] == results[0]
+    assert results[256][1].files.get(b"pkg2/m0.py") == 0o600

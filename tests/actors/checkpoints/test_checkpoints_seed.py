@@ -297,3 +297,111 @@ async def test_an_index_seeding_cannot_read_falls_back_and_one_without_checksum_
     write(ws / "src" / "m01.py", "agent\n")
     result = await engine.restore(ws, base.commit, safety_ref=ref("pre_rollback"))
     assert result.complete and files(ws, skip=not_stored) == before
+
+
+@pytest.mark.parametrize("how", ["symlinked-folder", "same-size-and-mtime", "index-without-nanoseconds"])
+async def test_the_seeds_own_stat_check_misses_no_change_git_would_see(how, tmp_path, monkeypatch):
+    """The seeded capture reads each file's stat once and compares it with
+    the user's index itself (``seedscan``, in place of ``diff-files``): a
+    folder swapped for a symlink, bytes changed with the recorded size and
+    mtime put back (only the ctime tells), or an index whose writer kept no
+    nanoseconds all give the unseeded capture's tree, and the bytes come back."""
+    top = tmp_path / "repo"
+    top.mkdir()
+    ws = make_dirty_repo(top)
+    # An hour old, and the index refreshed since: its entries are not racy, so their stat data decides.
+    old = int((os.stat(top / ".git" / "index").st_mtime - 3600) * 1e9)
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            os.utime(os.path.join(dirpath, name), ns=(old, old), follow_symlinks=False)
+    subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=top, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"},
+                   capture_output=True)
+    if how == "symlinked-folder":
+        os.rename(ws / "src", ws / "src2")
+        os.symlink("src2", ws / "src")
+    elif how == "same-size-and-mtime":
+        path = ws / "src" / "m07.py"
+        st = os.stat(path)
+        path.write_bytes(b"M" + path.read_bytes()[1:])
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    else:
+        index = top / ".git" / "index"
+        st = os.stat(index)
+        data = bytearray(index.read_bytes())
+        from agentd.actors.checkpoints.userindex import read_index
+
+        for start, _ in read_index(bytes(data)).spans:
+            data[start + 4:start + 8] = bytes(4)  # ctime nanoseconds
+            data[start + 12:start + 16] = bytes(4)  # mtime nanoseconds
+        body = bytes(data[:-20])
+        import hashlib
+
+        index.write_bytes(body + hashlib.sha1(body).digest())
+        os.utime(index, ns=(st.st_atime_ns, st.st_mtime_ns))
+        write(ws / "src" / "m08.py", "module 8\n" * 9 + "MODULE 8\n")  # same size, new mtime
+    before = files(ws, skip=not_stored)
+    _, plain = await capture(tmp_path / "plain", ws, monkeypatch, seeded=False)
+    engine, seeded = await capture(tmp_path / "seeded", ws, monkeypatch, seeded=True)
+    assert state(tmp_path / "seeded")["borrowed"], "the capture was seeded"
+    assert seeded.tree == plain.tree
+    assert commit_modes(tmp_path / "seeded", seeded.commit) == commit_modes(tmp_path / "plain", plain.commit)
+    for path in (ws / "src").iterdir():
+        if path.is_file():
+            path.write_text("agent\n")
+    result = await engine.restore(ws, seeded.commit, safety_ref=ref("pre_rollback"))
+    assert result.complete, result.not_restored
+    assert files(ws, skip=not_stored) == before
+
+
+async def test_tracked_files_the_rules_ignore_are_found_as_in_the_real_work_tree(tmp_path, monkeypatch):
+    """F13 (issue 24 §2): the seed lists the tracked files the ignore rules
+    ignore against a mirror of the ignore files (``rulesmirror``): tracked
+    files in a folder a folder-only rule ignores, ones a deeper ``.gitignore``
+    (tracked, or untracked and new) ignores, a symlinked ``.gitignore`` git
+    does not read, and a tracked file that became a folder a rule names all
+    end as in the unseeded capture."""
+    top = tmp_path / "repo"
+    top.mkdir()
+    ugit(top, "init", "-q")
+    write(top / ".gitignore", "out/\n*.tmp\n")
+    for rel in ("out/keep.txt", "src/a.tmp", "src/deep/x.gen", "src/deep/y.txt", "lib/z.gen", "docs/d.txt",
+                "was_file"):
+        write(top / rel, f"{rel}\n")
+    write(top / "src" / "deep" / ".gitignore", "*.gen\n")
+    write(top / "elsewhere.txt", "*.txt\n")
+    ugit(top, "add", "-A")
+    ugit(top, "add", "-f", "out/keep.txt", "src/a.tmp", "src/deep/x.gen")
+    ugit(top, "commit", "-q", "-m", "first")
+    write(top / "lib" / ".gitignore", "z.gen\n")  # untracked, and new
+    os.symlink("../elsewhere.txt", top / "docs" / ".gitignore")  # git does not follow it
+    (top / "was_file").unlink()
+    write(top / "was_file" / "inner.txt", "now a folder\n")
+    write(top / ".gitignore", "out/\n*.tmp\nwas_file/\n")
+    before = files(top, skip=lambda rel: rel.startswith(("out", "was_file")) or rel.endswith((".tmp", ".gen")))
+    _, plain = await capture(tmp_path / "plain", top, monkeypatch, seeded=False)
+    engine, seeded = await capture(tmp_path / "seeded", top, monkeypatch, seeded=True)
+    assert state(tmp_path / "seeded")["borrowed"], "the capture was seeded"
+    assert seeded.tree == plain.tree
+    (top / "docs" / "d.txt").write_text("changed\n")
+    result = await engine.restore(top, seeded.commit, safety_ref=ref("pre_rollback"))
+    assert result.complete, result.not_restored
+    assert files(top, skip=lambda rel: rel.startswith(("out", "was_file")) or rel.endswith((".tmp", ".gen"))) == before
+
+
+async def test_what_a_cut_off_seed_leaves_in_the_shadow_is_swept(tmp_path, monkeypatch):
+    """A daemon killed during a seeded capture leaves its pinned index copy
+    and its ignore-files mirror in the shadow folder; the next use of the
+    workspace removes both (never anything in the workspace)."""
+    top = tmp_path / "repo"
+    top.mkdir()
+    ws = make_dirty_repo(top)
+    engine, _ = await capture(tmp_path / "store", ws, monkeypatch, seeded=True)
+    (folder,) = [p for p in (tmp_path / "store").iterdir() if p.is_dir()]
+    (folder / "shadow.git" / "index.agentd-pinned").write_bytes(b"left by a killed daemon")
+    write(folder / "rules.agentd-mirror" / "src" / ".gitignore", "*\n")
+    before = files(ws, skip=not_stored)
+    await engine.capture(ws, ref())
+    assert not (folder / "shadow.git" / "index.agentd-pinned").exists()
+    assert not (folder / "rules.agentd-mirror").exists()
+    assert files(ws, skip=not_stored) == before
