@@ -265,7 +265,14 @@ class RunFollower:
         return result.get("run")
 
     async def interrupt(self) -> None:
-        """Interrupt the run (cancel it, if it is still queued)."""
+        """Interrupt the run (cancel it, if it is still queued). Shielded: a
+        second Ctrl-C right after the first detaches, and must not cancel the
+        first one's request before the daemon has it (the run would go on
+        uninterrupted); a daemon that does not answer in 5 s is left to it."""
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            await self._interrupt()
+
+    async def _interrupt(self) -> None:
         assert self.run_id is not None
         try:
             await self.client.call("run.interrupt", runId=self.run_id)
