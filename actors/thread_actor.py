@@ -328,6 +328,10 @@ class ThreadActor:
         """Run a transition to its end: carry out the effects it yields (each
         answered with its result, or its error thrown back in), then the
         Decision it returns (commit, then its effects); the reply."""
+        if type(outcome) is fx.Decision:  # the common case (every streamed delta): no ABC checks
+            return await self._decide(outcome)
+        if outcome is None:
+            return None
         if inspect.isawaitable(outcome):
             # A handler written as a coroutine (the test suite's probes of the loop).
             outcome = await outcome

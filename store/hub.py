@@ -23,6 +23,8 @@ from typing import Any, AsyncGenerator, Callable
 import msgspec
 import trio
 
+from agentd.protocol.framing import EncodedEvent
+
 from .db import Store
 from .records import Event
 
@@ -134,8 +136,13 @@ class EventHub:
         at: float = 0.0,
         **payload: Any,
     ) -> None:
-        """Fan out an event that is not stored (a live text delta)."""
-        item = {
+        """Fan out an event that is not stored (a live text delta). It is
+        spelled as JSON once, here, for every subscriber (``EncodedEvent``),
+        and that spelling is its size against their buffers."""
+        subs = [sub for sub in self._subscriptions if sub.thread_id is None or sub.thread_id == thread_id]
+        if not subs:
+            return
+        item = EncodedEvent({
             "seq": self.last_seq,
             "ephemeral": True,
             "type": type,
@@ -144,13 +151,10 @@ class EventHub:
             "nodeId": node_id,
             "at": at,
             "payload": payload,
-        }
-        size = -1
-        for sub in self._subscriptions:
-            if sub.thread_id is None or sub.thread_id == thread_id:
-                if size < 0:
-                    size = wire_size(item)
-                sub._offer(item, size)
+        })
+        size = len(item.json)
+        for sub in subs:
+            sub._offer(item, size)
 
 
 def wire_size(item: Event | dict[str, Any]) -> int:
