@@ -64,10 +64,22 @@ async def subscribe(context: DaemonContext, params: wire.SubscribeParams, conn: 
             if waiting is not None:
                 waiting.cancel()
 
+        def direct(event: dict[str, Any]) -> bool:
+            # A live delta, handed over on the publisher's turn while this
+            # stream waits with nothing buffered: queued on the connection
+            # (written at the hub's flush), or left to the stream when there
+            # is no room or the budget refuses it.
+            nonlocal delivered
+            if cut_off or conn.offer_event(subscription_id, event) is not True:
+                return False
+            delivered = max(delivered, event["seq"])
+            return True
+
         with scope:
             try:
                 async with aclosing(replay_then_live(
                     store, hub, thread_id=params.thread_id, after_seq=params.after_seq, on_overflow=on_overflow,
+                    direct=direct, flush=conn.flush_events,
                 )) as batches:
                     async for events in batches:
                         try:
