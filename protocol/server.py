@@ -720,16 +720,22 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
         await stream.send_all(data)
 
     fd = stream.socket.fileno()
+    raw: socket.socket | None = None
 
     def try_write(data: bytes) -> int:
         # The socket is non-blocking (trio's); a full one raises BlockingIOError.
+        assert raw is not None
         try:
-            return os.write(fd, data)
+            return raw.send(data)
         except BlockingIOError:
             return 0
 
     lines = framing.LineReader(budget=limits.inbound)
     try:
+        # The same descriptor as a plain socket (no dup), to send(2) on it as
+        # trio does — not write(2), which /proc/PID/io counts as bytes
+        # written; detached (never closed by it) before the stream closes it.
+        raw = socket.socket(fileno=fd)
         async with _open_connection(send_lines, limits=limits, peer_pid=pid, try_write=try_write,
                                     identify=_peer_identifier(router, pid, stream.socket)) as connection:
             polled = _PolledInput(fd, poller, router, connection, lines)
@@ -739,6 +745,8 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
             finally:
                 poller.remove(fd)  # before the descriptor is closed
     finally:
+        if raw is not None:
+            raw.detach()
         limits.connections -= 1
         with trio.CancelScope(shield=True):
             await lines.aclose()
