@@ -105,8 +105,9 @@ class EventHub:
     def __init__(self) -> None:
         self._subscriptions: set[Subscription] = set()
         self.last_seq = 0
-        #: the ``flush`` of every subscription whose ``direct`` took a delta since the last ``flush``
-        self._unflushed: dict[int, Callable[[], None]] = {}
+        #: the ``flush`` of every subscription whose ``direct`` took a delta
+        #: since the last ``flush`` (a dict as an ordered set: one per connection)
+        self._unflushed: dict[Callable[[], None], None] = {}
 
     def subscribe(
         self, thread_id: str | None = None, *, capacity: int = DEFAULT_CAPACITY,
@@ -166,7 +167,7 @@ class EventHub:
             direct = sub.direct
             if direct is not None and not sub._buffer and not sub.overflowed and direct(item):
                 if sub.flush is not None:
-                    self._unflushed[id(sub)] = sub.flush
+                    self._unflushed[sub.flush] = None
                 continue
             sub._offer(item, size)
 
@@ -179,7 +180,7 @@ class EventHub:
         if not self._unflushed:
             return
         flushes, self._unflushed = self._unflushed, {}
-        for flush in flushes.values():
+        for flush in flushes:
             flush()
 
 
