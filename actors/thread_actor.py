@@ -93,6 +93,14 @@ MAILBOX_SIZE = 1024
 MAILBOX_BURST = 32
 
 
+class _Alarm:
+    """The alarm task's word that the loop's deadline passed: taken by the
+    loop itself, never handled as an item."""
+
+
+ALARM: Any = _Alarm()
+
+
 class ThreadActor:
     """Owns one AppThread's state and mailbox.
 
@@ -136,6 +144,9 @@ class ThreadActor:
         self.handling: MailboxItem | None = None
         #: items a transition looked at (``PeekMailbox``): handled next, before the channel's
         self._peeked: deque[MailboxItem] = deque()
+        #: the alarm task's wait: its deadline is the loop's next deadline
+        self._alarm_scope = trio.CancelScope()
+        self._waiting = False  # the loop waits for the mailbox
 
     @property
     def thread_id(self) -> str:
@@ -159,6 +170,7 @@ class ThreadActor:
         """Handle mailbox items until idle for ``idle_timeout``, then retire."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await nursery.start(self._alarm)
             task_status.started()
             self.start_next()
             idle_since = trio.current_time()
@@ -179,13 +191,28 @@ class ThreadActor:
                         taken_in_a_row += 1
                     except trio.WouldBlock:
                         taken_in_a_row = 0
+                        # The deltas of the items taken in a row go out now, in
+                        # one write per subscriber, before the loop waits or yields.
+                        self.hub.flush()
                         if self._peeked:
                             await trio.lowlevel.checkpoint()
                             item = self._peeked.popleft()
                         else:
-                            with trio.move_on_at(deadline):
+                            # The alarm task wakes this wait at the deadline:
+                            # no cancel scope per wait (per streamed delta).
+                            if self._alarm_scope.deadline != deadline:
+                                self._alarm_scope.deadline = deadline
+                            self._waiting = True
+                            try:
                                 item = await self._receive_channel.receive()
+                            finally:
+                                self._waiting = False
+                    if item is ALARM:
+                        if deadline > trio.current_time():
+                            continue  # an alarm of an earlier deadline: look again
+                        item = None
                 if item is None:
+                    self.hub.flush()
                     now = trio.current_time()
                     due = [timer for timer, at in self._timers.items() if at <= now]
                     if due:
@@ -193,13 +220,48 @@ class ThreadActor:
                             del self._timers[timer]
                             await self._handle(timer)
                         continue
-                    if not self.busy and self.registry.retire(self):
-                        nursery.cancel_scope.cancel()
-                        return
+                    if not self.busy:
+                        self._drop_stale_alarm()
+                        if self.registry.retire(self):
+                            nursery.cancel_scope.cancel()
+                            return
                     idle_since = now
                     continue
                 await self._handle(item)
                 idle_since = trio.current_time()
+
+    def _drop_stale_alarm(self) -> None:
+        """Take out an ``ALARM`` the mailbox may hold (handed over just as
+        another item was: it would keep the actor from retiring); an item
+        found instead is handled next, before the rest of the mailbox."""
+        if self._peeked:
+            return  # the registry does not retire an actor that holds items
+        try:
+            item = self._receive_channel.receive_nowait()
+        except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+            return
+        if item is not ALARM:
+            self._peeked.append(item)
+
+    async def _alarm(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Hand ``ALARM`` to the loop's wait when the deadline the loop set on
+        ``_alarm_scope`` passes (the loop then handles its due timers, or
+        retires). Only a loop that waits gets it (straight from the channel:
+        it never sits in the mailbox, where it would keep the actor from
+        retiring); a busy one looks at its deadline before it waits again."""
+        started = False
+        while True:
+            with trio.CancelScope() as scope:
+                self._alarm_scope = scope
+                if not started:
+                    task_status.started()
+                    started = True
+                await trio.sleep_forever()
+            if self._waiting:
+                try:
+                    self.send_channel.send_nowait(ALARM)
+                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
 
     async def _handle(self, item: MailboxItem) -> None:
         """Handle one item. An AgentdError a command raises is its answer; an
@@ -243,6 +305,10 @@ class ThreadActor:
                 item.reply.fail(NotFound(f"no thread {self.thread_id}: it was deleted", threadId=self.thread_id))
             return
         match item:
+            case TextDelta() if self.state.is_current(item.attempt_id):
+                # The most frequent item (every streamed token) first.
+                await self.run_transition(stalls.on_heard(self.ctx, item.attempt_id or ""))
+                await self.run_transition(turns.on_text_delta(self.ctx, item))
             case Command():
                 await self._handle_command(item)
             case ContextNeeded():
@@ -328,6 +394,10 @@ class ThreadActor:
         """Run a transition to its end: carry out the effects it yields (each
         answered with its result, or its error thrown back in), then the
         Decision it returns (commit, then its effects); the reply."""
+        if type(outcome) is fx.Decision:  # the common case (every streamed delta): no ABC checks
+            return await self._decide(outcome)
+        if outcome is None:
+            return None
         if inspect.isawaitable(outcome):
             # A handler written as a coroutine (the test suite's probes of the loop).
             outcome = await outcome
@@ -408,16 +478,20 @@ class ThreadActor:
             case fx.PeekMailbox():
                 # A turn of the scheduler first: what the provider already
                 # wrote to its pipe reaches the mailbox.
+                self.hub.flush()
                 await trio.lowlevel.checkpoint()
                 return self._peek()
             case _:
+                self.hub.flush()  # the deltas published so far go out before the actor waits
                 return await self.executor.perform(effect)
         return None
 
     def _peek(self) -> list[MailboxItem]:
         while True:
             try:
-                self._peeked.append(self._receive_channel.receive_nowait())
+                item = self._receive_channel.receive_nowait()
+                if item is not ALARM:  # the loop looks at its deadline before it waits again
+                    self._peeked.append(item)
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return list(self._peeked)
 
@@ -431,6 +505,7 @@ class ThreadActor:
         """Make ``batch`` durable, with the text streamed before it
         (``turns.pending_text_first``); its events are published before this returns."""
         turns.pending_text_first(self.ctx, batch)
+        self.hub.flush()  # the deltas published so far go out before the actor waits
         return await self.store.commit(batch)
 
     def spawn_effect(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:

@@ -105,12 +105,17 @@ def on_text_delta(ctx: ThreadContext, event: TextDelta) -> Transition | Decision
     return Decision(effects=_buffered(active, open_message, event.delta))
 
 
+#: the flush timer of buffered text (one instance, as every delta asks for
+#: it; TEXT_FLUSH_INTERVAL is read here, once)
+_START_FLUSH_TIMER = StartTimer(FlushTimer(), TEXT_FLUSH_INTERVAL)
+
+
 def _buffered(active: ActiveRun, open_message: OpenMessage, delta: str) -> list[Any]:
-    """Buffer ``delta``: its ``message.delta`` to publish, and the flush timer."""
+    """Buffer ``delta``: its ``message.delta`` to publish, and the flush
+    timer (started by the first delta not yet durable; a pending one is kept)."""
     offset = open_message.buffer(delta)
     record = open_message.record
-    return [PublishDelta(active.run.id, record.node_id, record.id, offset, delta),
-            StartTimer(FlushTimer(), TEXT_FLUSH_INTERVAL)]
+    return [PublishDelta(active.run.id, record.node_id, record.id, offset, delta), _START_FLUSH_TIMER]
 
 
 def _delta_that_writes(ctx: ThreadContext, event: TextDelta) -> Transition:

@@ -185,3 +185,27 @@ def error_response(request_id: Any, error: dict[str, Any]) -> dict[str, Any]:
 
 def notification(method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "method": method, "params": params}
+
+
+class EncodedEvent(dict):  # type: ignore[type-arg]
+    """A wire event (a dict, as any other) that also carries its JSON,
+    spelled once by whoever made it (the hub, for a streamed delta) and
+    shared by every subscriber's line (``subscription_line``)."""
+
+    __slots__ = ("json",)
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        super().__init__(fields)
+        #: ``fields`` as JSON (an object: ``{...}``)
+        self.json: bytes = _encoder.encode(fields)
+
+
+def subscription_line(method: str, subscription_id: str, event: dict[str, Any]) -> bytes:
+    """The notification line of a subscription's ``event``: the same bytes
+    as ``encode(notification(method, {"subscriptionId": ..., **event}))``,
+    spliced from the event's own JSON when it carries it (EncodedEvent)."""
+    encoded = getattr(event, "json", None)
+    if encoded is None:
+        return encode(notification(method, {"subscriptionId": subscription_id, **event}))
+    return b"".join((b'{"jsonrpc":"2.0","method":', _encoder.encode(method), b',"params":{"subscriptionId":',
+                     _encoder.encode(subscription_id), b",", encoded[1:], b"}\n"))

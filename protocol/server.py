@@ -192,6 +192,54 @@ class Connection:
         self._queue(line, event=True)
         return True
 
+    def offer_event(self, subscription_id: str, event: dict[str, Any]) -> bool | None:
+        """Queue a subscription's ``event`` without waiting, for the next
+        ``flush_events``: True when queued (or the connection is gone), False
+        when the daemon's shared budget refuses it (as ``send_event``), None
+        when there is no room on this connection now (the caller waits with
+        ``send_event``). The line is spelled from the event's own JSON when
+        it carries it (``framing.EncodedEvent``: one encoding for every subscriber)."""
+        if self._broken:
+            return True
+        line = framing.subscription_line("event", subscription_id, event)
+        size = len(line)
+        if not self._event_room(size):
+            return None
+        if not self.limits.outbound.take(size):
+            if self._pending_bytes > self.limits.reader_floor:
+                return False
+            self.limits.outbound.force(size)
+        self._pending.append(line)
+        self._pending_bytes += size
+        self._event_bytes += size
+        return True
+
+    def flush_events(self) -> None:
+        """Write what ``offer_event`` queued: straight to the socket when
+        nothing is being written and it takes it whole (no wake-up of the
+        write task: a streamed delta is written by the task that published
+        it, one write for every event it had), else by the write task."""
+        if not self._pending:
+            return
+        if self._try_write is not None and not self._writing:
+            data = b"".join(self._pending) if len(self._pending) > 1 else self._pending[0]
+            try:
+                written = self._try_write(data)
+            except OSError:
+                written = 0  # the write task meets the same error and ends the connection
+            if written == len(data):
+                self._pending.clear()
+                self.limits.outbound.release(self._event_bytes)
+                self._pending_bytes = self._event_bytes = 0
+                if self._room.statistics().tasks_waiting:  # a send or a drain waits for room
+                    room, self._room = self._room, trio.Event()
+                    room.set()
+                return
+            # The rest waits for the write task, still counted whole until
+            # it is written (as a batch the write task took).
+            self._pending[:] = [data[written:]]
+        self._wake.set()
+
     def _event_room(self, size: int) -> bool:
         """Whether an event of ``size`` bytes may be queued now: within the
         connection's bound, and within its bound for events (either way, one
@@ -672,16 +720,22 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
         await stream.send_all(data)
 
     fd = stream.socket.fileno()
+    raw: socket.socket | None = None
 
     def try_write(data: bytes) -> int:
         # The socket is non-blocking (trio's); a full one raises BlockingIOError.
+        assert raw is not None
         try:
-            return os.write(fd, data)
+            return raw.send(data)
         except BlockingIOError:
             return 0
 
     lines = framing.LineReader(budget=limits.inbound)
     try:
+        # The same descriptor as a plain socket (no dup), to send(2) on it as
+        # trio does — not write(2), which /proc/PID/io counts as bytes
+        # written; detached (never closed by it) before the stream closes it.
+        raw = socket.socket(fileno=fd)
         async with _open_connection(send_lines, limits=limits, peer_pid=pid, try_write=try_write,
                                     identify=_peer_identifier(router, pid, stream.socket)) as connection:
             polled = _PolledInput(fd, poller, router, connection, lines)
@@ -691,6 +745,8 @@ async def handle_connection(stream: trio.SocketStream, router: Router, limits: S
             finally:
                 poller.remove(fd)  # before the descriptor is closed
     finally:
+        if raw is not None:
+            raw.detach()
         limits.connections -= 1
         with trio.CancelScope(shield=True):
             await lines.aclose()

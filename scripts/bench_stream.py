@@ -31,7 +31,11 @@ pipe, no agentd, parsing every line as agentd does):
   difference (``completion_added_ms``) is what agentd adds to the end of a
   turn; ``completion_close_ms`` / ``completion_end_ms`` split it at the
   message's ``message.completed`` (its last text durable) and the run's end
-  (the run's checkpoint capture and the barrier's commit); one synced LMDB
+  (the run's checkpoint capture and the barrier's commit), and the run's end
+  again where its capture ends (``completion_turn_to_capture_ms``: the
+  turn's end taken → the capture's outbox commit and git done;
+  ``completion_capture_to_seen_ms``: → the barrier's commit published and
+  seen; from the events' own stamps, wall clocks of one host); one synced LMDB
   commit on the same disk (``floor_synced_commit_p50_ms``, as ``bench.py``
   measures it) is printed as the floor of any durable step.
 
@@ -144,6 +148,7 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
         pages0, io0, cpu0 = lmdb_pages(store_dir), process_io(daemon.pid), daemon_cpu_seconds(daemon.pid)
         run_id = (await _rpc(stream, lines, 3, "thread.message.send", threadId=thread, text=text))["runId"]
         arrivals: list[float] = []
+        captured_at: float | None = None
         while True:
             message = await lines.next()
             params = message.get("params") or {}
@@ -152,9 +157,13 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
                 arrivals.append(time.perf_counter())
             elif kind == "message.completed":
                 closed = time.perf_counter()
+            elif kind == "checkpoint.captured" and params.get("runId") == run_id:
+                captured_at = params["payload"]["checkpoint"]["createdAt"]  # the daemon's clock, after git
             elif kind and kind.startswith("run.") and params.get("runId") == run_id and \
                     params["payload"]["run"]["status"] in TERMINAL:
-                done = time.perf_counter()
+                done, done_wall = time.perf_counter(), time.time()
+                # the end batch's stamp: when the actor took the provider's turn/completed
+                turn_at = params["at"]
                 if params["payload"]["run"]["status"] != "completed":
                     raise BenchError(f"the streamed run ended {params['payload']['run']['status']}")
                 break
@@ -182,6 +191,11 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
         # run's end (the checkpoint's capture and the barrier's commit)
         "completion_close_ms": round((closed - arrivals[-1]) * 1000, 2),
         "completion_end_ms": round((done - closed) * 1000, 2),
+        # of the run's end: the turn's end taken → the capture done (the
+        # capture's outbox commit and git), then → run.completed seen (the
+        # barrier's commit and its publishing); same host, wall clocks
+        "completion_turn_to_capture_ms": round((captured_at - turn_at) * 1000, 2) if captured_at else None,
+        "completion_capture_to_seen_ms": round((done_wall - captured_at) * 1000, 2) if captured_at else None,
         "stream_ms": round((arrivals[-1] - arrivals[0]) * 1000, 1),
     }
 

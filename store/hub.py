@@ -23,6 +23,8 @@ from typing import Any, AsyncGenerator, Callable
 import msgspec
 import trio
 
+from agentd.protocol.framing import EncodedEvent
+
 from .db import Store
 from .records import Event
 
@@ -58,6 +60,13 @@ class Subscription:
         self._bytes = 0  # wire size of the events in ``_buffer``
         self._wake = trio.Event()
         self.overflowed = False
+        #: set by the consumer while it waits in ``take`` with nothing
+        #: buffered (``replay_then_live``'s ``direct``): a live delta is handed
+        #: to it at once, on the publisher's turn, instead of waking the
+        #: consumer's task; it returns False to have the delta buffered instead
+        self.direct: Callable[[dict[str, Any]], bool] | None = None
+        #: writes what ``direct`` took (``EventHub.flush``)
+        self.flush: Callable[[], None] | None = None
 
     def _offer(self, item: Event | dict[str, Any], size: int) -> None:
         if self.overflowed:
@@ -96,6 +105,9 @@ class EventHub:
     def __init__(self) -> None:
         self._subscriptions: set[Subscription] = set()
         self.last_seq = 0
+        #: the ``flush`` of every subscription whose ``direct`` took a delta
+        #: since the last ``flush`` (a dict as an ordered set: one per connection)
+        self._unflushed: dict[Callable[[], None], None] = {}
 
     def subscribe(
         self, thread_id: str | None = None, *, capacity: int = DEFAULT_CAPACITY,
@@ -134,8 +146,13 @@ class EventHub:
         at: float = 0.0,
         **payload: Any,
     ) -> None:
-        """Fan out an event that is not stored (a live text delta)."""
-        item = {
+        """Fan out an event that is not stored (a live text delta). It is
+        spelled as JSON once, here, for every subscriber (``EncodedEvent``),
+        and that spelling is its size against their buffers."""
+        subs = [sub for sub in self._subscriptions if sub.thread_id is None or sub.thread_id == thread_id]
+        if not subs:
+            return
+        item = EncodedEvent({
             "seq": self.last_seq,
             "ephemeral": True,
             "type": type,
@@ -144,13 +161,27 @@ class EventHub:
             "nodeId": node_id,
             "at": at,
             "payload": payload,
-        }
-        size = -1
-        for sub in self._subscriptions:
-            if sub.thread_id is None or sub.thread_id == thread_id:
-                if size < 0:
-                    size = wire_size(item)
-                sub._offer(item, size)
+        })
+        size = len(item.json)
+        for sub in subs:
+            direct = sub.direct
+            if direct is not None and not sub._buffer and not sub.overflowed and direct(item):
+                if sub.flush is not None:
+                    self._unflushed[sub.flush] = None
+                continue
+            sub._offer(item, size)
+
+    def flush(self) -> None:
+        """Write what subscribers took at once from ``publish_ephemeral``
+        (``Subscription.direct``): one write per connection for all the
+        deltas published since the last flush. The publisher calls it before
+        it waits or yields (the thread actor: when its mailbox is empty, or
+        before a commit), so a delta is on its way before anything else runs."""
+        if not self._unflushed:
+            return
+        flushes, self._unflushed = self._unflushed, {}
+        for flush in flushes:
+            flush()
 
 
 def wire_size(item: Event | dict[str, Any]) -> int:
@@ -184,6 +215,8 @@ async def replay_then_live(
     after_seq: int,
     capacity: int = DEFAULT_CAPACITY,
     on_overflow: Callable[[], None] | None = None,
+    direct: Callable[[dict[str, Any]], bool] | None = None,
+    flush: Callable[[], None] | None = None,
 ) -> AsyncGenerator[list[dict[str, Any]], None]:
     """Yield lists of wire events: every stored event after ``after_seq``, then
     live ones, with no gap and no duplicate.
@@ -192,6 +225,10 @@ async def replay_then_live(
     committed during the replay is either in the read or arrives live; live
     durable events at or below the last replayed ``seq`` are dropped.
     ``on_overflow`` is called when the live buffer overflows (see ``EventHub.subscribe``).
+    ``direct`` (with ``flush``), when given, takes live deltas at once while
+    this generator waits for live events with everything before them
+    yielded — and, the generator being suspended at a ``yield`` until its
+    consumer asks for more, consumed (``Subscription.direct``).
 
     Raises:
         Resync: the consumer fell behind; ``after_seq`` says where to resume.
@@ -208,10 +245,13 @@ async def replay_then_live(
             if sub.overflowed:
                 raise Resync(last)
         while True:
+            sub.direct, sub.flush = direct, flush
             try:
                 items = await sub.take()
             except Resync:
                 raise Resync(last) from None
+            finally:
+                sub.direct = sub.flush = None
             out = []
             for item in items:
                 if isinstance(item, Event):

@@ -64,21 +64,42 @@ async def subscribe(context: DaemonContext, params: wire.SubscribeParams, conn: 
             if waiting is not None:
                 waiting.cancel()
 
+        def direct(event: dict[str, Any]) -> bool:
+            # A live delta, handed over on the publisher's turn while this
+            # stream waits with nothing buffered: queued on the connection
+            # (written at the hub's flush), or left to the stream when there
+            # is no room or the budget refuses it.
+            nonlocal delivered
+            if cut_off or conn.offer_event(subscription_id, event) is not True:
+                return False
+            delivered = max(delivered, event["seq"])
+            return True
+
         with scope:
             try:
                 async with aclosing(replay_then_live(
                     store, hub, thread_id=params.thread_id, after_seq=params.after_seq, on_overflow=on_overflow,
+                    direct=direct, flush=conn.flush_events,
                 )) as batches:
                     async for events in batches:
-                        for event in events:
-                            sent = False
-                            with trio.CancelScope() as waiting:
-                                sent = await conn.send_event("event", {"subscriptionId": subscription_id, **event})
-                            waiting = None
-                            if sent:
-                                delivered = max(delivered, event["seq"])
-                            if not sent or cut_off:
-                                raise Resync(delivered)
+                        try:
+                            for event in events:
+                                # Queued without waiting when there is room (a
+                                # streamed delta: no cancel scope, no wake-up of the
+                                # write task); else waited for, and an overflow stops the wait.
+                                sent = conn.offer_event(subscription_id, event)
+                                if sent is None:
+                                    sent = False
+                                    conn.flush_events()
+                                    with trio.CancelScope() as waiting:
+                                        sent = await conn.send_event("event", {"subscriptionId": subscription_id, **event})
+                                    waiting = None
+                                if sent:
+                                    delivered = max(delivered, event["seq"])
+                                if not sent or cut_off:
+                                    raise Resync(delivered)
+                        finally:
+                            conn.flush_events()  # one write for the batch
             except Resync as exc:
                 conn.notify_now("events.resync", {"subscriptionId": subscription_id, "afterSeq": exc.after_seq})
             finally:

@@ -9,6 +9,7 @@ the matching primitives, so every fallback in agentd can be driven.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -159,7 +160,7 @@ class ScriptedConnection(ProviderConnection):
         self._first_turn_attempt: str | None = None
         self._peer = JsonLinesPeer(
             process.stdin,
-            process.stdout,
+            eager_reader(process.stdout),
             on_notification=self._on_notification,
             on_request=self._on_request,
             request_timeout=adapter.request_timeout,
@@ -377,6 +378,61 @@ class ScriptedConnection(ProviderConnection):
             await self._emit(RuntimeWarning_(attempt_id=attempt_id, message=str(params.get("message", ""))))
         else:
             log.debug("scripted agent notification %s ignored", method)
+
+
+class EagerPipe(trio.abc.ReceiveStream):
+    """A runtime's stdout pipe read with one scheduler pass per read.
+
+    ``trio.lowlevel.FdStream.receive_some`` yields to the scheduler, then
+    tries the read (which fails with EAGAIN when the pipe was emptied by the
+    last read), then waits for the pipe: a model streaming 200 small deltas
+    a second pays that extra pass and failed read for every delta. Here a
+    read that came back short (the pipe is empty) is followed by a wait for
+    the pipe, and a full one (more may be waiting) by a plain yield, so every
+    read is still a schedule point and a fast runtime never starves the loop.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._drained = True  # the last read emptied the pipe (or nothing was read yet)
+
+    def _fileno(self) -> int:
+        # Asked each time: -1 once the stream is closed (a kept number could
+        # be reused by another file).
+        fd: int = self._stream.fileno()
+        if fd < 0:
+            raise trio.ClosedResourceError("the pipe was closed")
+        return fd
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        size = 65536 if max_bytes is None else max_bytes
+        if self._drained:
+            await trio.lowlevel.wait_readable(self._fileno())
+        else:
+            await trio.lowlevel.checkpoint()
+        while True:
+            try:
+                data = os.read(self._fileno(), size)
+            except BlockingIOError:  # a spurious wake-up
+                await trio.lowlevel.wait_readable(self._fileno())
+                continue
+            except OSError as exc:
+                if exc.errno == errno.EBADF:
+                    raise trio.ClosedResourceError("the pipe was closed") from None
+                raise trio.BrokenResourceError from exc
+            self._drained = len(data) < size
+            return data
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+def eager_reader(stream: trio.abc.ReceiveStream) -> trio.abc.ReceiveStream:
+    """``stream`` as an :class:`EagerPipe` when it is a trio pipe of a real
+    process; a recorded or replayed transport is read as it is."""
+    if isinstance(stream, trio.lowlevel.FdStream):
+        return EagerPipe(stream)
+    return stream
 
 
 def _item_title(item: dict[str, Any]) -> str:

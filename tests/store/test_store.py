@@ -9,13 +9,14 @@ import threading
 import lmdb
 import pytest
 import trio
+import trio.testing
 
 from agentd.store import writer as writer_module
 from agentd.store.batch import WriteBatch
 from agentd.store.db import Store
 from agentd.store.errors import StoreError
 from agentd.store.hub import EventHub, Resync, replay_then_live
-from agentd.store.records import AppThread
+from agentd.store.records import AppThread, Event
 
 
 def thread_batch(i: int, command_id: str | None = None) -> WriteBatch:
@@ -249,3 +250,63 @@ def test_full_disk_note_names_a_full_disk_and_only_then(monkeypatch, tmp_path):
     monkeypatch.setattr(os, "statvfs", lambda _path: SimpleNamespace(f_bavail=3, f_frsize=4096))
     note = full_disk_note(str(tmp_path))
     assert note is not None and "full" in note and "12288 bytes free" in note and str(tmp_path) in note
+
+
+async def test_a_waiting_subscriber_takes_live_deltas_at_once_and_in_order_with_commits(store, nursery):
+    """Issue 24 §3 (F17): while the stream waits with everything before
+    yielded, a delta goes to its ``direct`` on the publisher's turn (no wake-up
+    of the stream) and is written at the hub's flush; once a committed event
+    waits in its buffer, later deltas queue behind it, so the order is the
+    publish order; a ``direct`` that refuses (no room) leaves the delta to the stream."""
+    await nursery.start(store.writer.serve)
+    thread_id = f"thr_{0:022d}"
+    out: list[tuple[str, int | str]] = []  # ("direct" | "stream", seq or text)
+    flushed: list[int] = []
+    accept = [True]
+
+    def direct(event):
+        if accept[0]:
+            out.append(("direct", event["payload"]["text"]))
+        return accept[0]
+
+    stream = replay_then_live(store, store.hub, thread_id=thread_id, after_seq=0, direct=direct,
+                              flush=lambda: flushed.append(len(out)))
+    await store.commit(thread_batch(0))
+    assert [e["seq"] for e in await stream.__anext__()] == [1]  # replayed; the next call waits live
+    batches: list[list[dict]] = []
+
+    consuming = trio.CancelScope()
+
+    async def consume() -> None:
+        with consuming:
+            async for events in stream:
+                batches.append(events)
+        await stream.aclose()
+
+    nursery.start_soon(consume)
+    await trio.testing.wait_all_tasks_blocked()
+    hub = store.hub
+    hub.publish_ephemeral("message.delta", thread_id=thread_id, text="a")
+    hub.publish_ephemeral("message.delta", thread_id=thread_id, text="b")
+    assert out == [("direct", "a"), ("direct", "b")] and flushed == [] and batches == []
+    hub.flush()
+    assert flushed == [2]
+    hub.flush()  # nothing new: no write
+    assert flushed == [2]
+    hub.publish([Event(seq=2, type="x", thread_id=thread_id)])  # a commit waits in the buffer ...
+    hub.publish_ephemeral("message.delta", thread_id=thread_id, text="c")  # ... so this one queues behind it
+    accept[0] = False
+    await trio.testing.wait_all_tasks_blocked()
+    hub.publish_ephemeral("message.delta", thread_id=thread_id, text="d")  # refused: buffered for the stream
+    await trio.testing.wait_all_tasks_blocked()
+    assert [[e.get("payload", {}).get("text", e["seq"]) for e in batch] for batch in batches] == [[2, "c"], ["d"]]
+    assert out == [("direct", "a"), ("direct", "b")]
+    consuming.cancel()
+
+
+async def test_a_delta_no_one_subscribes_to_is_not_even_built():
+    hub = EventHub()
+    sub = hub.subscribe("thr_other")
+    hub.publish_ephemeral("message.delta", thread_id="thr_1", text="a")
+    assert not sub._buffer
+    sub.close()

@@ -208,3 +208,57 @@ async def test_f2_appended_text_is_stored_once_and_replayed_whole(tmp_path):
         assert [e.type for e in store.events_after(0)] == ["event.corrupt", "message.appended"]
     finally:
         store.close()
+
+
+async def test_f17_every_subscriber_sees_every_delta_once_in_order_before_the_run_ends(daemon, client):
+    """Issue 24 §3: deltas handed straight to waiting subscriptions (no
+    wake-up of their streams) reach a thread's subscriber and an all-threads
+    subscriber on another connection alike — paced and in a burst, each
+    delta once, at its offset, each message's close covering exactly the
+    text its deltas carried, and ``run.completed`` after the last delta."""
+    thread_id = (await client.call("thread.create"))["threadId"]
+    text = "".join(f"t{i:03} " for i in range(300))  # 1,500 characters in 300 deltas
+    async with Client.connect(daemon.socket) as other:
+        async with client.subscribe(thread_id=thread_id) as mine, other.subscribe() as everyone:
+            sent = await client.call("thread.message.send", threadId=thread_id, text=script(
+                {"say": text, "chunks": 150, "perSecond": 500}, {"say": text, "chunks": 150}))
+
+            async def watch(events) -> list[dict]:
+                seen = []
+                with trio.fail_after(60):
+                    async for event in events:
+                        if event.get("threadId") != thread_id:
+                            continue
+                        seen.append(event)
+                        run = event["payload"].get("run")
+                        if event.get("runId") == sent["runId"] and run and run["status"] in TERMINAL:
+                            return seen
+                return seen
+
+            results: dict[str, list[dict]] = {}
+
+            async def into(name: str, events) -> None:
+                results[name] = await watch(events)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(into, "mine", mine)
+                nursery.start_soon(into, "everyone", everyone)
+    for seen in results.values():
+        assert seen[-1]["payload"]["run"]["status"] == "completed"
+        live: dict[str, str] = {}
+        durable: dict[str, int] = {}
+        last_seq = 0
+        for event in seen:
+            assert event["seq"] >= last_seq, "seqs never go back"
+            last_seq = event["seq"]
+            payload = event["payload"]
+            if event["type"] == "message.delta":
+                message = payload["messageId"]
+                assert payload["offset"] == len(live.get(message, "")), "each delta once, in order"
+                live[message] = live.get(message, "") + payload["text"]
+            elif event["type"] == "message.appended":
+                durable[payload["messageId"]] = payload["offset"] + len(payload["text"])
+            elif event["type"] == "message.completed":
+                assert durable.get(payload["messageId"], 0) == len(live[payload["messageId"]]) == payload["length"]
+        assert sorted(live.values()) == [text, text]
+    assert [e["seq"] for e in results["mine"]] == [e["seq"] for e in results["everyone"]]
