@@ -11,7 +11,7 @@ import { ThreadList, listOrder } from './list.js';
 import { $, ui } from './ui.js';
 import { fillProviders } from './composer.js';
 import { respond } from './requests.js';
-import { showThread, loadRequests, renderThread } from './thread-view.js';
+import { showThread, loadRequests, renderThread, closeThread } from './thread-view.js';
 import { offerNotifications, notifyOf } from './notify.js';
 import { setUpSearch } from './search.js';
 
@@ -158,7 +158,12 @@ function notified(method, params) {
     if (params.subscriptionId !== app.subscriptionId) return;
     const outcome = model.apply(params);
     if (outcome === 'gap') { subscribe().catch(showError); return; }
-    if (outcome === 'applied') { childRequest(params); settleRun(params); if (started) notifyOf(params); }
+    if (outcome === 'applied') {
+      childRequest(params);
+      settleRun(params);
+      if (params.type === 'thread.deleted') closeThread(params.threadId, list);
+      if (started) notifyOf(params);
+    }
     scheduleRender();
   } else if (method === 'events.resync' && params.subscriptionId === app.subscriptionId) {
     subscribe().catch(showError);
