@@ -138,19 +138,49 @@ const FIRST_PAGE = 200;
 const PAGE = 1000;
 let olderThreads = null; // the `before` of the next page, null when all are here
 let loadingOlder = false;
+let listing = 0; // bumped when the list is read again from its start: a page of the last reading is stale
 async function loadOlderThreads() {
   if (!olderThreads || loadingOlder) return;
   loadingOlder = true;
+  const mine = listing;
   try {
-    const page = await conn.call('thread.list', { limit: PAGE, before: olderThreads });
+    const page = await conn.call('thread.list', { limit: PAGE, before: olderThreads, includeArchived: archivedRead });
     model.setThreads(page.threads);
-    olderThreads = page.next;
+    if (mine === listing) olderThreads = page.next;
     scheduleRender();
   } catch (error) {
     showError(error);
   } finally {
     loadingOlder = false;
   }
+}
+
+// Archived threads (issue 27) are listed only with "Show archived" on; the
+// first time it is, the list is read again from its start with them.
+let showArchived = false;
+let archivedRead = false;
+async function setShowArchived(on) {
+  showArchived = on;
+  model.dirty.list = model.dirty.listOrder = true;
+  scheduleRender();
+  if (!on || archivedRead) return;
+  const mine = ++listing;
+  try {
+    const first = await conn.call('thread.list', { limit: FIRST_PAGE, includeArchived: true });
+    archivedRead = true;
+    model.setThreads(first.threads);
+    if (mine === listing) olderThreads = first.next;
+    scheduleRender();
+  } catch (error) {
+    showError(error);
+  }
+}
+$('show-archived').addEventListener('change', (e) => setShowArchived(e.target.checked));
+
+/** A thread unarchived elsewhere that this page never read (it was archived when the list was): read it. */
+function unarchived(ev) {
+  if (ev.type !== 'thread.unarchived' || model.threads.has(ev.threadId)) return;
+  conn.call('thread.get', { threadId: ev.threadId }).then((r) => { model.setThreads([r.thread]); scheduleRender(); }, () => {});
 }
 
 function notified(method, params) {
@@ -162,6 +192,7 @@ function notified(method, params) {
       childRequest(params);
       settleRun(params);
       if (params.type === 'thread.deleted') closeThread(params.threadId, list);
+      unarchived(params);
       if (started) notifyOf(params);
     }
     scheduleRender();
@@ -207,8 +238,10 @@ function render() {
   const dirty = model.dirty;
   model.resetDirty();
   if (dirty.listOrder) {
-    list.setRows(listOrder(model.threads));
-    $('thread-count').textContent = `${model.threads.size.toLocaleString()}${olderThreads ? '+' : ''} threads`;
+    list.setRows(listOrder(model.threads, { archived: showArchived }));
+    let shown = model.threads.size;
+    if (!showArchived) for (const t of model.threads.values()) if (t.archivedAt) shown--;
+    $('thread-count').textContent = `${shown.toLocaleString()}${olderThreads ? '+' : ''} thread${shown === 1 && !olderThreads ? '' : 's'}`;
   }
   if (dirty.list) list.render(dirty.listOrder ? null : dirty.threads);
   if (!perf.listPainting && started) { perf.listPainting = true; markPainted('agentd:list-ready'); }

@@ -1,6 +1,7 @@
 // Looking after a thread as a whole (issue 28 "Delete and rename", "Search
-// and export"): rename it, delete it, export it. Each asks the daemon and
-// leaves the page to its events; a refusal (a run still going) is the
+// and export"; issue 27 "Archiving"): rename it, delete it, export it,
+// archive and unarchive it. Each asks the daemon and leaves the page to its
+// events; a refusal (a run still going, files no checkpoint holds) is the
 // daemon's own message, shown by ui.call.
 
 import { h } from './dom.js';
@@ -34,6 +35,11 @@ export async function remove(d) {
   ].filter(Boolean);
   if (!await confirmDialog(`Delete “${name}”?`, body, 'Delete', 'confirm-delete')) return;
   await ui.call('thread.delete', { threadId: t.id }).catch(() => {}); // thread.deleted closes the view
+}
+
+/** Archive the thread, or list it again (thread.archive / thread.unarchive). */
+export function setArchived(d, archived) {
+  ui.call(archived ? 'thread.archive' : 'thread.unarchive', { threadId: d.id }).catch(() => {});
 }
 
 /** The thread as a file (thread.export, `markdown` or `json`), downloaded from a Blob URL. */

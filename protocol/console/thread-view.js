@@ -7,7 +7,7 @@ import { $, ui, threadLink } from './ui.js';
 import { words, hasQueued, childrenOf, requestChildren, transferView, usageText } from './derive.js';
 import { handoffButton } from './dialogs.js';
 import { fork, rollback } from './actions.js';
-import { rename, remove, exportThread } from './manage.js';
+import { rename, remove, setArchived, exportThread } from './manage.js';
 import { composer, renderComposerState } from './composer.js';
 import { messageElement, renderMessage, followConversation, stickToEnd } from './messages.js';
 import { renderRequests } from './requests.js';
@@ -154,6 +154,7 @@ function renderHeader(d) {
       h('h2', {}, t.title || t.id),
       badge(t.status),
       t.queueHeld ? h('span', { class: 'badge status-held', dataset: { queueHeld: 'true' } }, `queue held (${(t.heldRunIds ?? []).length})`) : null,
+      t.archivedAt ? h('span', { class: 'badge status-archived', dataset: { archived: 'true' } }, 'archived') : null,
       h('span', { class: 'muted' }, `${t.provider} · ${t.id}`),
       t.usage ? h('span', { class: 'usage muted', dataset: { usage: 'thread' } }, usageText(t.usage, t.cost)) : null),
     h('div', { class: 'actions' },
@@ -165,6 +166,9 @@ function renderHeader(d) {
       button('Rename', 'rename', () => rename(d), { title: 'Give the thread another title' }),
       button('Export Markdown', 'export-markdown', () => exportThread(d, 'markdown'), { title: 'Download the conversation as Markdown' }),
       button('Export JSON', 'export-json', () => exportThread(d, 'json'), { title: 'Download every record of the thread as one JSON document' }),
+      t.archivedAt
+        ? button('Unarchive', 'unarchive', () => setArchived(d, false), { title: 'List the thread again (a worktree archiving removed comes back)' })
+        : button('Archive', 'archive', () => setArchived(d, true), { title: 'Hide the thread from the list and release its agent (a worktree of its own goes, after a final checkpoint)' }),
       button('Delete', 'delete', () => remove(d), { class: 'danger', title: 'Delete the thread and its history' })),
     h('div', { class: 'lineage' },
       parent ? h('span', {}, `${words(t.relationshipToParent ?? 'child')} of `, threadLink(parent)) : null,

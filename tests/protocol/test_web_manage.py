@@ -1,18 +1,22 @@
 """Looking after threads from the web console (SPEC F20; issue 28 "Delete and
-rename", "Search and export"): rename a thread, export it as Markdown and as
-JSON (a real download from a Blob URL under the page's CSP), and delete it
-after a confirmation — refused, with the daemon's own message, while a run
-is going."""
+rename", "Search and export"; issue 27 "Archiving"): rename a thread, export
+it as Markdown and as JSON (a real download from a Blob URL under the page's
+CSP), delete it after a confirmation — refused, with the daemon's own
+message, while a run is going — and archive and unarchive it, archived
+threads listed only behind "Show archived"."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import trio
 
 from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError
+from tests.actors.gitrepo import make_repo
 from tests.helpers import script, send_and_wait
 from tests.protocol.test_web_console import driver, needs_browser, page, type_and_send, web  # noqa: F401 - fixtures
 
@@ -102,3 +106,70 @@ async def test_f20_rename_export_and_delete_a_thread_from_the_page(web, page, tm
             assert exc.kind == "not_found"
         else:
             raise AssertionError("the thread is still stored")
+
+
+ROW = "return document.querySelector(`.thread-row[data-thread-id='${arguments[0]}']`)"
+
+
+@needs_browser
+async def test_f20_archived_threads_are_behind_a_filter_and_archived_from_the_page(web, page, tmp_path):  # noqa: F811
+    """Issue 27: an archived thread leaves the list; "Show archived" lists it
+    (thread.list includeArchived), marked; Archive and Unarchive in the
+    header; an archive refused because of files no checkpoint holds shows the
+    daemon's message naming them, and archives once they are gone."""
+    repo = make_repo(tmp_path / "repo")
+    async with Client.connect(web.process.socket) as client:
+        shelved = (await client.call("thread.create", title="shelved earlier"))["threadId"]
+        await client.call("thread.archive", threadId=shelved)
+        source = (await client.call("thread.create", title="main", workspace=str(repo)))["threadId"]
+        await send_and_wait(client, source, script({"write": {"path": "agent.txt", "content": "source\n"}}))
+        forked = await client.call("thread.fork", threadId=source, workspace="worktree", title="the fork")
+        fork, tree = forked["threadId"], Path(forked["workspace"])
+        await send_and_wait(client, fork, script({"write": {"path": "work.txt", "content": "work\n"}}))
+    nested = tree / "vendor" / "lib"  # a repository inside the worktree: no checkpoint can hold it
+    nested.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=nested, check=True)
+    (nested / "keep.c").write_text("int x;\n")
+
+    page.open(web.thread_url(fork))
+    page.wait_css(f".thread-row[data-thread-id='{fork}'][data-parent-thread-id='{source}']", "the fork listed")
+    assert not page.js(ROW, shelved), "a thread archived before the page opened is not listed"
+    assert page.css("#thread-count").text == "2 threads"
+    assert not page.css("#show-archived").is_selected()
+
+    page.click(".thread-head button[data-action='archive']")
+    page.wait_js("const e = document.getElementById('error'); return !e.hidden && e.textContent.includes('vendor/lib/ (nested_repository)')",
+                 "the refusal naming the file")
+    assert page.js(ROW, fork) and page.css(".thread-head button[data-action='archive']"), "not archived"
+    assert (nested / "keep.c").exists()
+    page.shot("archive-refused")
+
+    shutil.rmtree(tree / "vendor")
+    page.click(".thread-head button[data-action='archive']")
+    page.wait_css(".thread-head .badge[data-archived='true']", "the thread marked archived")
+    page.wait_js(f"return !({ROW.removeprefix('return ')})", "the archived thread out of the list", fork)
+    assert page.css(".thread-head button[data-action='unarchive']").text == "Unarchive"
+    assert not tree.exists(), "its worktree went, after a final checkpoint"
+    assert page.css("#thread-count").text == "1 thread"
+    page.shot("archived")
+
+    page.click("#show-archived")
+    page.wait_js(f"return document.querySelector(\".thread-row[data-thread-id='{shelved}'][data-archived='true']\")",
+                 "the earlier archived thread listed, marked")
+    page.wait_css(f".thread-row[data-thread-id='{fork}'][data-archived='true']", "the fork listed, marked")
+    assert "archived" in page.css(f".thread-row[data-thread-id='{shelved}'] .meta").text
+    assert not page.js(f"return document.querySelector(\".thread-row[data-thread-id='{source}']\").dataset.archived")
+    assert page.css("#thread-count").text == "3 threads"
+    page.shot("show-archived")
+
+    page.click(".thread-head button[data-action='unarchive']")
+    page.wait_css(".thread-head button[data-action='archive']", "the thread listed again")
+    page.wait_css(f".thread-row[data-thread-id='{fork}']:not([data-archived])", "the fork's row unmarked")
+    assert not page.js("return document.querySelector('.thread-head .badge[data-archived]')")
+    assert (tree / "work.txt").read_text() == "work\n", "its worktree back from the final checkpoint"
+
+    page.click("#show-archived")
+    page.wait_js(f"return !({ROW.removeprefix('return ')})", "the archived one hidden again", shelved)
+    assert page.js(ROW, fork) and page.js(ROW, source)
+    assert page.css("#thread-count").text == "2 threads"
+    page.shot("hidden-again")
