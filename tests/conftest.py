@@ -132,6 +132,15 @@ def short_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def module_paths(tmp_path_factory):
+    """A data dir and a short socket path for one daemon shared by a module's
+    tests (``tests.helpers.daemon_for_module``)."""
+    short = Path(tempfile.mkdtemp(prefix="ad-"))
+    yield tmp_path_factory.mktemp("module") / "data", short / "agentd.sock"
+    shutil.rmtree(short, ignore_errors=True)
+
+
 @pytest.fixture
 def data_dir(tmp_path):
     return tmp_path / "data"
