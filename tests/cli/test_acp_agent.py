@@ -33,7 +33,7 @@ from acp.schema import (
 )
 
 from agentd.launch import start_daemon
-from tests.helpers import script, wait_event, wait_run_terminal
+from tests.helpers import daemon_for_module, script, wait_event, wait_run_terminal
 
 WAIT = 60
 
@@ -150,13 +150,52 @@ class Editor:
         return calls
 
 
+@pytest.fixture(scope="module")
+def shared_daemon(module_paths):
+    """One daemon for the module's tests that need only sessions of their own
+    (issue 28 item 13: a daemon's start and stop is about 2 s here)."""
+    with daemon_for_module(start_daemon, *module_paths) as daemon:
+        yield daemon
+
+
 @pytest.fixture
-async def editor(daemon, tmp_path):
+def daemon(shared_daemon):
+    """The module's daemon (conftest's ``client`` connects to it)."""
+    return shared_daemon
+
+
+@pytest.fixture
+async def fresh_daemon(data_dir, socket_path):
+    """A daemon of the test's own, for a test about every session it holds."""
+    daemon = await start_daemon(data_dir, socket_path)
+    try:
+        yield daemon
+    finally:
+        await daemon.terminate()
+
+
+async def _editor(daemon, tmp_path):
     editor = Editor(daemon, tmp_path / "acp.stderr")
     await editor.start()
     init = await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION,
                                                    client_capabilities=ClientCapabilities()))
     editor.init = init
+    return editor
+
+
+@pytest.fixture
+async def editor(daemon, tmp_path):
+    editor = await _editor(daemon, tmp_path)
+    try:
+        yield editor
+    finally:
+        await editor.stop()
+        assert "Traceback" not in editor.stderr(), editor.stderr()
+
+
+@pytest.fixture
+async def fresh_editor(fresh_daemon, tmp_path):
+    editor = await _editor(fresh_daemon, tmp_path)
     try:
         yield editor
     finally:
@@ -338,7 +377,8 @@ async def test_load_replays_the_history_and_leaves_the_thread_idle(editor, clien
     assert "You said: go on" in editor.text(thread_id)
 
 
-async def test_list_filters_by_cwd_resume_attaches_without_replay(editor, client, workspace, tmp_path):
+async def test_list_filters_by_cwd_resume_attaches_without_replay(fresh_editor, workspace, tmp_path):
+    editor = fresh_editor  # the listing of every session: no other test's in this daemon
     other = tmp_path / "other"
     other.mkdir()
     mine = await new_session(editor, workspace)
