@@ -33,7 +33,7 @@ from acp.schema import (
 )
 
 from agentd.launch import start_daemon
-from tests.helpers import daemon_for_module, script, wait_event, wait_run_terminal
+from tests.helpers import script, wait_event, wait_run_terminal
 
 WAIT = 60
 
@@ -150,28 +150,11 @@ class Editor:
         return calls
 
 
-@pytest.fixture(scope="module")
-def shared_daemon(module_paths):
-    """One daemon for the module's tests that need only sessions of their own
-    (issue 28 item 13: a daemon's start and stop is about 2 s here)."""
-    with daemon_for_module(start_daemon, *module_paths) as daemon:
-        yield daemon
-
-
 @pytest.fixture
-def daemon(shared_daemon):
-    """The module's daemon (conftest's ``client`` connects to it)."""
-    return shared_daemon
-
-
-@pytest.fixture
-async def fresh_daemon(data_dir, socket_path):
-    """A daemon of the test's own, for a test about every session it holds."""
-    daemon = await start_daemon(data_dir, socket_path)
-    try:
-        yield daemon
-    finally:
-        await daemon.terminate()
+def daemon(module_daemon):
+    """The module's daemon (conftest's): these tests need only sessions of
+    their own (issue 28 item 13); one about every session takes ``own_daemon``."""
+    return module_daemon
 
 
 async def _editor(daemon, tmp_path):
@@ -194,8 +177,8 @@ async def editor(daemon, tmp_path):
 
 
 @pytest.fixture
-async def fresh_editor(fresh_daemon, tmp_path):
-    editor = await _editor(fresh_daemon, tmp_path)
+async def fresh_editor(own_daemon, tmp_path):
+    editor = await _editor(own_daemon, tmp_path)
     try:
         yield editor
     finally:

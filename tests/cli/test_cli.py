@@ -16,39 +16,23 @@ from agentd.launch import start_daemon
 from agentd.main import build_parser
 from agentd.protocol import wire
 from tests.cli_helpers import agentd_argv, assert_no_traceback, run, spawn
-from tests.helpers import daemon_for_module, script
-
-
-@pytest.fixture(scope="module")
-def shared_daemon(module_paths):
-    """One daemon for the module's tests that need only threads of their own
-    (issue 28 item 13: a start and stop is about 2 s here)."""
-    with daemon_for_module(start_daemon, *module_paths) as daemon:
-        yield daemon
+from tests.helpers import script
 
 
 @pytest.fixture
-def daemon(shared_daemon):
-    """The module's daemon (conftest's ``client`` connects to it)."""
-    return shared_daemon
-
-
-@pytest.fixture
-async def fresh_daemon(data_dir, socket_path):
-    """A daemon of the test's own, for a test that lists every thread."""
-    daemon = await start_daemon(data_dir, socket_path)
-    try:
-        yield daemon
-    finally:
-        await daemon.terminate()
+def daemon(module_daemon):
+    """The module's daemon (conftest's): these tests need only threads of
+    their own (issue 28 item 13); a test about everything it holds takes
+    ``own_daemon``."""
+    return module_daemon
 
 
 def agentd(daemon, *args: str) -> list[str]:
     return agentd_argv(daemon, *args)
 
 
-async def test_new_send_show_threads_status(fresh_daemon):
-    daemon = fresh_daemon  # `agentd threads` lists every thread: only this test's
+async def test_new_send_show_threads_status(own_daemon):
+    daemon = own_daemon  # `agentd threads` lists every thread: only this test's
     thread_id = (await run(daemon, "new", "--title", "cli")).stdout.decode().strip()
     assert thread_id.startswith("thr_")
     sent = await run(daemon, "send", thread_id, "hello there")
