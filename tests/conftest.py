@@ -132,6 +132,15 @@ def short_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def module_paths(tmp_path_factory):
+    """A data dir and a short socket path for one daemon shared by a module's
+    tests (``tests.helpers.daemon_for_module``)."""
+    short = Path(tempfile.mkdtemp(prefix="ad-"))
+    yield tmp_path_factory.mktemp("module") / "data", short / "agentd.sock"
+    shutil.rmtree(short, ignore_errors=True)
+
+
 @pytest.fixture
 def data_dir(tmp_path):
     return tmp_path / "data"
@@ -157,4 +166,40 @@ async def daemon(data_dir, socket_path):
 @pytest.fixture
 async def client(daemon):
     async with Client.connect(daemon.socket) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def module_daemon(module_paths):
+    """One daemon (default config) for a whole module (issue 28 item 13: a
+    start and stop is about 2 s of this loaded machine). A module whose tests
+    need only threads of their own shares it by overriding ``daemon``::
+
+        @pytest.fixture
+        def daemon(module_daemon):
+            return module_daemon
+
+    Its exit status is checked after the module."""
+    from tests.helpers import daemon_for_module
+
+    with daemon_for_module(start_daemon, *module_paths) as proc:
+        yield proc
+
+
+@pytest.fixture
+async def own_daemon(data_dir, socket_path):
+    """A daemon of the test's own, where the module's ``daemon`` is shared:
+    for a test about everything the daemon holds (every thread, every event)."""
+    proc = await start_daemon(data_dir, socket_path)
+    try:
+        yield proc
+    finally:
+        code = await proc.terminate()
+        if code not in (0, -9):
+            print(proc.log_text()[-4000:])
+
+
+@pytest.fixture
+async def own_client(own_daemon):
+    async with Client.connect(own_daemon.socket) as c:
         yield c

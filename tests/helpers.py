@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
-from typing import Any
+from typing import Any, Awaitable, Callable, Iterator
 
 import trio
 
@@ -86,3 +88,28 @@ async def wait_process_gone(pid: int, timeout: float = 30) -> None:
             await trio.lowlevel.wait_readable(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def daemon_for_module(start: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Iterator[Any]:
+    """One daemon for the tests of a module that each need only threads of
+    their own, from a sync module-scoped fixture (issue 28 item 13: starting
+    and stopping a daemon costs about 2 s of a loaded 2-core machine, paid
+    once instead of per test). ``start(*args, **kwargs)`` starts it (e.g.
+    ``agentd.launch.start_daemon``) and returns the ``DaemonProcess``, or a
+    wrapper holding it as ``.process``.
+
+    pytest-trio runs async fixtures inside each test's own ``trio.run``, so
+    only function-scoped ones; the daemon is a child process, and its handle
+    (a pidfd) works from any later run, so it is started and stopped in
+    ``trio.run``s of its own, between tests. Its exit status is checked: a
+    daemon that did not shut down in order fails the module's last test."""
+    from agentd.launch import DaemonProcess
+
+    started = trio.run(functools.partial(start, *args, **kwargs))
+    process = started if isinstance(started, DaemonProcess) else started.process
+    try:
+        yield started
+    finally:
+        code = trio.run(process.terminate)
+        assert code == 0, f"the module's daemon exited {code}:\n{process.log_text()[-4000:]}"

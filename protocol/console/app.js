@@ -11,7 +11,7 @@ import { ThreadList, listOrder } from './list.js';
 import { $, ui } from './ui.js';
 import { fillProviders } from './composer.js';
 import { respond } from './requests.js';
-import { showThread, loadRequests, renderThread } from './thread-view.js';
+import { showThread, loadRequests, renderThread, closeThread } from './thread-view.js';
 import { offerNotifications, notifyOf } from './notify.js';
 import { setUpSearch } from './search.js';
 
@@ -138,13 +138,15 @@ const FIRST_PAGE = 200;
 const PAGE = 1000;
 let olderThreads = null; // the `before` of the next page, null when all are here
 let loadingOlder = false;
+let listing = 0; // bumped when the list is read again from its start: a page of the last reading is stale
 async function loadOlderThreads() {
   if (!olderThreads || loadingOlder) return;
   loadingOlder = true;
+  const mine = listing;
   try {
-    const page = await conn.call('thread.list', { limit: PAGE, before: olderThreads });
+    const page = await conn.call('thread.list', { limit: PAGE, before: olderThreads, includeArchived: archivedRead });
     model.setThreads(page.threads);
-    olderThreads = page.next;
+    if (mine === listing) olderThreads = page.next;
     scheduleRender();
   } catch (error) {
     showError(error);
@@ -153,12 +155,46 @@ async function loadOlderThreads() {
   }
 }
 
+// Archived threads (issue 27) are listed only with "Show archived" on; the
+// first time it is, the list is read again from its start with them.
+let showArchived = false;
+let archivedRead = false;
+async function setShowArchived(on) {
+  showArchived = on;
+  model.dirty.list = model.dirty.listOrder = true;
+  scheduleRender();
+  if (!on || archivedRead) return;
+  const mine = ++listing;
+  try {
+    const first = await conn.call('thread.list', { limit: FIRST_PAGE, includeArchived: true });
+    archivedRead = true;
+    model.setThreads(first.threads);
+    if (mine === listing) olderThreads = first.next;
+    scheduleRender();
+  } catch (error) {
+    showError(error);
+  }
+}
+$('show-archived').addEventListener('change', (e) => setShowArchived(e.target.checked));
+
+/** A thread unarchived elsewhere that this page never read (it was archived when the list was): read it. */
+function unarchived(ev) {
+  if (ev.type !== 'thread.unarchived' || model.threads.has(ev.threadId)) return;
+  conn.call('thread.get', { threadId: ev.threadId }).then((r) => { model.setThreads([r.thread]); scheduleRender(); }, () => {});
+}
+
 function notified(method, params) {
   if (method === 'event') {
     if (params.subscriptionId !== app.subscriptionId) return;
     const outcome = model.apply(params);
     if (outcome === 'gap') { subscribe().catch(showError); return; }
-    if (outcome === 'applied') { childRequest(params); settleRun(params); if (started) notifyOf(params); }
+    if (outcome === 'applied') {
+      childRequest(params);
+      settleRun(params);
+      if (params.type === 'thread.deleted') closeThread(params.threadId, list);
+      unarchived(params);
+      if (started) notifyOf(params);
+    }
     scheduleRender();
   } else if (method === 'events.resync' && params.subscriptionId === app.subscriptionId) {
     subscribe().catch(showError);
@@ -202,8 +238,10 @@ function render() {
   const dirty = model.dirty;
   model.resetDirty();
   if (dirty.listOrder) {
-    list.setRows(listOrder(model.threads));
-    $('thread-count').textContent = `${model.threads.size.toLocaleString()}${olderThreads ? '+' : ''} threads`;
+    list.setRows(listOrder(model.threads, { archived: showArchived }));
+    let shown = model.threads.size;
+    if (!showArchived) for (const t of model.threads.values()) if (t.archivedAt) shown--;
+    $('thread-count').textContent = `${shown.toLocaleString()}${olderThreads ? '+' : ''} thread${shown === 1 && !olderThreads ? '' : 's'}`;
   }
   if (dirty.list) list.render(dirty.listOrder ? null : dirty.threads);
   if (!perf.listPainting && started) { perf.listPainting = true; markPainted('agentd:list-ready'); }

@@ -204,3 +204,14 @@ export function pointText(point, sourceDetail = null) {
   if (point.providerThreadId) return `provider thread ${point.providerThreadId}${point.providerTurnId ? ` turn ${point.providerTurnId}` : ''}`;
   return null; // e.g. a latest_stable point of a thread with no completed run: an empty fork
 }
+
+/**
+ * The name an export of `thread` downloads as (issue 28): its title made safe
+ * for any file system, then its id (titles repeat; ids do not), then the
+ * format's extension: `fix-the-parser-thr_….md`.
+ */
+export function exportName(thread, format) {
+  const stem = (thread.title ?? '').normalize('NFKD').replace(/[\u0300-\u036f]/g, '')
+    .replace(/[^\w.-]+/g, '-').slice(0, 60).replace(/^[-.]+|[-.]+$/g, '');
+  return `${stem ? `${stem}-` : ''}${thread.id}.${format === 'json' ? 'json' : 'md'}`;
+}

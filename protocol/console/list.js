@@ -7,13 +7,18 @@ import { tokens } from './derive.js';
 
 export const ROW_HEIGHT = 46;
 
-/** Threads in list order, each with its depth: children follow their parent. */
-export function listOrder(threads) {
+/**
+ * Threads in list order, each with its depth: children follow their parent.
+ * Archived threads (issue 27) are left out unless `archived`; a child of one
+ * left out is listed as a root.
+ */
+export function listOrder(threads, { archived = false } = {}) {
   const children = new Map();
   const roots = [];
+  const hidden = (t) => !archived && Boolean(t.archivedAt);
   for (const t of threads.values()) {
-    if (t.sideChat) continue; // side chats show inside their parent only
-    const parent = t.parentThreadId && threads.has(t.parentThreadId) ? t.parentThreadId : null;
+    if (t.sideChat || hidden(t)) continue; // side chats show inside their parent only
+    const parent = t.parentThreadId && threads.has(t.parentThreadId) && !hidden(threads.get(t.parentThreadId)) ? t.parentThreadId : null;
     if (parent) {
       if (!children.has(parent)) children.set(parent, []);
       children.get(parent).push(t);
@@ -79,13 +84,13 @@ export class ThreadList {
     const el = h('button', {
       type: 'button', class: 'thread-row', role: 'option', tabindex: '-1',
       'aria-selected': String(t.id === this.selectedId),
-      dataset: { threadId: t.id, status: t.status, queueHeld: t.queueHeld ? 'true' : null, parentThreadId: t.parentThreadId },
+      dataset: { threadId: t.id, status: t.status, queueHeld: t.queueHeld ? 'true' : null, parentThreadId: t.parentThreadId, archived: t.archivedAt ? 'true' : null },
       onclick: () => this.onOpen(t.id),
     },
     h('span', { class: 'title' }, depth ? '↳ ' : '', t.title || t.id),
     h('span', { class: 'meta' },
       h('span', { class: `dot status-${t.status}` }), ` ${status} · ${t.provider}`,
-      relation ? ` · ${relation}` : '', t.stalledRunId ? h('span', { class: 'stalled', dataset: { stalled: 'true' } }, ' · stalled') : null,
+      relation ? ` · ${relation}` : '', t.archivedAt ? h('span', { class: 'archived' }, ' · archived') : null, t.stalledRunId ? h('span', { class: 'stalled', dataset: { stalled: 'true' } }, ' · stalled') : null,
       t.usage ? ` · ${tokens(t.usage.inputTokens + t.usage.outputTokens)} tokens` : '', ` · ${ago(t.lastActivity ?? t.updatedAt)}`));
     // CSSOM, not a style attribute: the page's CSP allows no inline style.
     el.style.top = `${i * ROW_HEIGHT}px`;

@@ -219,6 +219,9 @@ export class Model {
     if (ev.type === 'run.usage') { t.usage = p.threadUsage; t.cost = p.threadCost; }
     if (ev.type === 'run.stalled') t.stalledRunId = ev.runId;
     if (ev.type === 'run.unstalled' || (run && TERMINAL.has(run.status) && t.stalledRunId === run.id)) t.stalledRunId = null;
+    // Archiving (issue 27) moves the thread out of the list or back: its order, not only its row.
+    if (ev.type === 'thread.archived') { t.archivedAt = ev.at; this.dirty.listOrder = true; }
+    if (ev.type === 'thread.unarchived') { t.archivedAt = null; this.dirty.listOrder = true; }
     if (ev.type === 'thread.queue_held') t.queueHeld = true;
     if (ev.type === 'thread.queue_released') { t.queueHeld = false; t.heldRunIds = []; }
     if (p.thread && p.thread.id === t.id) Object.assign(t, p.thread);

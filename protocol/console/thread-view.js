@@ -7,6 +7,7 @@ import { $, ui, threadLink } from './ui.js';
 import { words, hasQueued, childrenOf, requestChildren, transferView, usageText } from './derive.js';
 import { handoffButton } from './dialogs.js';
 import { fork, rollback } from './actions.js';
+import { rename, remove, setArchived, exportThread } from './manage.js';
 import { composer, renderComposerState } from './composer.js';
 import { messageElement, renderMessage, followConversation, stickToEnd } from './messages.js';
 import { renderRequests } from './requests.js';
@@ -43,6 +44,18 @@ export async function showThread(id, list) {
   if (d.thread.activeRunId) recent.add(d.thread.activeRunId);
   for (const runId of recent) expandRun(d, runId, { load: true, open: runId === runs.at(-1)?.id });
   return { t0, fetched };
+}
+
+/** The open thread went (thread.delete, here or elsewhere): the view says so instead. */
+export function closeThread(id, list) {
+  if (ui.currentThreadId !== id) return;
+  ui.currentThreadId = null;
+  ui.view.grown?.disconnect();
+  ui.view = { root: null };
+  ui.model.details.delete(id);
+  history.replaceState(null, '', location.pathname);
+  list.select(null);
+  $('thread-view').replaceChildren(h('p', { class: 'empty muted', dataset: { deletedThreadId: id } }, `Thread ${id} was deleted.`));
 }
 
 /** Read the pending requests of `d` and of its delegated children. */
@@ -141,6 +154,7 @@ function renderHeader(d) {
       h('h2', {}, t.title || t.id),
       badge(t.status),
       t.queueHeld ? h('span', { class: 'badge status-held', dataset: { queueHeld: 'true' } }, `queue held (${(t.heldRunIds ?? []).length})`) : null,
+      t.archivedAt ? h('span', { class: 'badge status-archived', dataset: { archived: 'true' } }, 'archived') : null,
       h('span', { class: 'muted' }, `${t.provider} · ${t.id}`),
       t.usage ? h('span', { class: 'usage muted', dataset: { usage: 'thread' } }, usageText(t.usage, t.cost)) : null),
     h('div', { class: 'actions' },
@@ -148,6 +162,14 @@ function renderHeader(d) {
       t.queueHeld ? button('Release queue', 'release-queue', () => ui.call('thread.queue.release', { threadId: t.id }).catch(() => {})) : null,
       button('Fork', 'fork', () => fork(d, null), { title: 'A new thread from the latest stable point' }),
       button('Roll back to start', 'rollback-start', () => rollback(d, 0), { disabled: !d.runs.size })),
+    h('div', { class: 'actions manage' },
+      button('Rename', 'rename', () => rename(d), { title: 'Give the thread another title' }),
+      button('Export Markdown', 'export-markdown', () => exportThread(d, 'markdown'), { title: 'Download the conversation as Markdown' }),
+      button('Export JSON', 'export-json', () => exportThread(d, 'json'), { title: 'Download every record of the thread as one JSON document' }),
+      t.archivedAt
+        ? button('Unarchive', 'unarchive', () => setArchived(d, false), { title: 'List the thread again (a worktree archiving removed comes back)' })
+        : button('Archive', 'archive', () => setArchived(d, true), { title: 'Hide the thread from the list and release its agent (a worktree of its own goes, after a final checkpoint)' }),
+      button('Delete', 'delete', () => remove(d), { class: 'danger', title: 'Delete the thread and its history' })),
     h('div', { class: 'lineage' },
       parent ? h('span', {}, `${words(t.relationshipToParent ?? 'child')} of `, threadLink(parent)) : null,
       forks.length ? h('span', {}, ' Children: ', forks.map((c, i) => [i ? ', ' : '', threadLink(c.id, `${c.title || c.id} (${words(c.relationshipToParent)}${c.sideChat ? ', side chat' : ''})`)])) : null,

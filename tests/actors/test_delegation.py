@@ -19,7 +19,7 @@ import trio.testing
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError, LimitExceeded
-from tests.helpers import script, wait_event, wait_run_terminal
+from tests.helpers import daemon_for_module, script, wait_event, wait_run_terminal
 
 #: seconds a run that delegates may take on a busy 2-core machine (the tool
 #: is served by the daemon: no process starts for it)
@@ -43,14 +43,22 @@ async def _start(tmp_path, short_dir, *, depth: int = 3, fanout: int = 8, extra:
     return await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
 
 
-@pytest.fixture
-async def daemon(tmp_path, short_dir):
-    daemon = await _start(tmp_path, short_dir)
-    try:
+@pytest.fixture(scope="module")
+def shared_daemon(module_paths):
+    """One daemon (depth 3, fan-out 8) for the module's tests that need only
+    threads of their own (issue 28 item 13: a start and stop is about 2 s
+    here); those about a limit or a restart start their own. Its exit status
+    is checked after the module."""
+    data_dir, socket = module_paths
+    config = data_dir.parent / "config.toml"
+    config.write_text(CONFIG.format(depth=3, fanout=8, extra=""))
+    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
         yield daemon
-    finally:
-        code = await daemon.terminate()
-        assert code == 0, daemon.log_text()[-4000:]
+
+
+@pytest.fixture
+def daemon(shared_daemon):
+    return shared_daemon
 
 
 @pytest.fixture
@@ -403,7 +411,7 @@ async def test_f9_the_runtimes_get_agentd_mcp_endpoint_with_the_sessions_token(t
     assert not os.path.exists(path) and credentials.token("pss_2") is None
 
 
-async def test_f9_a_delegation_that_arrives_before_its_tool_call_node_waits_for_it(daemon, client, tmp_path):
+async def test_f9_a_delegation_that_arrives_before_its_tool_call_node_waits_for_it(daemon, client):
     """F9: the provider reports its tool call on its own pipe while the call
     comes through ``agentd mcp`` and the socket, so the call can arrive
     first. A ``task.delegate`` from the running turn's session that finds no
@@ -418,7 +426,7 @@ async def test_f9_a_delegation_that_arrives_before_its_tool_call_node_waits_for_
     delegated: dict = {}
     async with Client.connect(daemon.socket) as other, trio.open_nursery() as nursery:
         async def delegate_from_the_session() -> None:
-            credential = (tmp_path / "data" / "run" / "tool-credentials" / request["sessionId"]).read_text()
+            credential = (daemon.data_dir / "run" / "tool-credentials" / request["sessionId"]).read_text()
             delegated.update(await other.call("task.delegate", sessionId=request["sessionId"], provider="basic",
                                               credential=credential, instructions=script({"say": "done"})))
 

@@ -11,7 +11,7 @@ from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError
 from tests.helpers import script, send_and_wait, wait_event
-from tests.actors.test_lineage import client, recall, say, transfers  # noqa: F401 - the fixture
+from tests.actors.test_lineage import client, recall, say, shared_daemon, transfers  # noqa: F401 - the fixtures
 
 NOISY_FORK_RUN = script(
     {"say": "narration: thinking about zulu first"},

@@ -9,7 +9,7 @@ import pytest
 
 from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError
-from tests.actors.test_delegation import SLOW, answer_of, client, daemon, delegate  # noqa: F401 - fixtures
+from tests.actors.test_delegation import SLOW, answer_of, client, daemon, delegate, shared_daemon  # noqa: F401 - fixtures
 from tests.helpers import script, wait_event, wait_run_terminal
 
 

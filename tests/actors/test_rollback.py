@@ -20,7 +20,7 @@ import trio
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
-from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
+from tests.helpers import daemon_for_module, script, send_and_wait, stored_events, wait_event, wait_run_terminal
 from tests.actors.checkpoints.test_checkpoints_daemon import RUN1, RUN2, RUN3, StalledGit, dot_git_state, files_of, user_repo
 from tests.actors.test_lineage import recall
 
@@ -41,15 +41,22 @@ async def _start(tmp_path: Path, short_dir: Path, **kwargs):
     return await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config, **kwargs)
 
 
+@pytest.fixture(scope="module")
+def shared_daemon(module_paths):
+    """One daemon for the module's tests that need only threads (and
+    workspaces) of their own (issue 28 item 13: a start and stop is about 2 s
+    here); those that restart or kill a daemon start their own."""
+    data_dir, socket = module_paths
+    config = data_dir.parent / "config.toml"
+    config.write_text(CONFIG)
+    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+        yield daemon
+
+
 @pytest.fixture
-async def client(tmp_path, short_dir):
-    daemon = await _start(tmp_path, short_dir)
-    try:
-        async with Client.connect(daemon.socket) as c:
-            yield c
-    finally:
-        code = await daemon.terminate()
-        assert code == 0, daemon.log_text()[-4000:]
+async def client(shared_daemon):
+    async with Client.connect(shared_daemon.socket) as c:
+        yield c
 
 
 def with_word(run_script: str, word: str) -> str:

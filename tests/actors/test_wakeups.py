@@ -7,7 +7,7 @@ mcp`` process is needed; the tool's ``wake`` argument is the same param)."""
 from __future__ import annotations
 
 from agentd.protocol.client import Client
-from tests.actors.test_delegation import SLOW, _start, client, daemon, only_child, transfers  # noqa: F401 - fixtures
+from tests.actors.test_delegation import SLOW, _start, client, daemon, only_child, shared_daemon, transfers  # noqa: F401 - fixtures
 from tests.helpers import script, send_and_wait, wait_event, wait_run_terminal
 
 

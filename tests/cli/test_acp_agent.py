@@ -160,12 +160,34 @@ class Editor:
 
 
 @pytest.fixture
-async def editor(daemon, tmp_path):
+def daemon(module_daemon):
+    """The module's daemon (conftest's): these tests need only sessions of
+    their own (issue 28 item 13); one about every session takes ``own_daemon``."""
+    return module_daemon
+
+
+async def _editor(daemon, tmp_path):
     editor = Editor(daemon, tmp_path / "acp.stderr")
     await editor.start()
     init = await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION,
                                                    client_capabilities=ClientCapabilities()))
     editor.init = init
+    return editor
+
+
+@pytest.fixture
+async def editor(daemon, tmp_path):
+    editor = await _editor(daemon, tmp_path)
+    try:
+        yield editor
+    finally:
+        await editor.stop()
+        assert "Traceback" not in editor.stderr(), editor.stderr()
+
+
+@pytest.fixture
+async def fresh_editor(own_daemon, tmp_path):
+    editor = await _editor(own_daemon, tmp_path)
     try:
         yield editor
     finally:
@@ -364,7 +386,8 @@ async def test_load_replays_the_history_and_leaves_the_thread_idle(editor, clien
     assert "You said: go on" in editor.text(thread_id)
 
 
-async def test_list_filters_by_cwd_resume_attaches_without_replay(editor, client, workspace, tmp_path):
+async def test_list_filters_by_cwd_resume_attaches_without_replay(fresh_editor, workspace, tmp_path):
+    editor = fresh_editor  # the listing of every session: no other test's in this daemon
     other = tmp_path / "other"
     other.mkdir()
     mine = await new_session(editor, workspace)

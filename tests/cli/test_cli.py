@@ -19,11 +19,20 @@ from tests.cli_helpers import agentd_argv, assert_no_traceback, run, spawn
 from tests.helpers import script
 
 
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (conftest's): these tests need only threads of
+    their own (issue 28 item 13); a test about everything it holds takes
+    ``own_daemon``."""
+    return module_daemon
+
+
 def agentd(daemon, *args: str) -> list[str]:
     return agentd_argv(daemon, *args)
 
 
-async def test_new_send_show_threads_status(daemon):
+async def test_new_send_show_threads_status(own_daemon):
+    daemon = own_daemon  # `agentd threads` lists every thread: only this test's
     thread_id = (await run(daemon, "new", "--title", "cli")).stdout.decode().strip()
     assert thread_id.startswith("thr_")
     sent = await run(daemon, "send", thread_id, "hello there")

@@ -15,6 +15,14 @@ from agentd.launch import start_daemon
 from tests.cli_helpers import WAIT, agentd_argv, assert_no_traceback, first_line, run, spawn
 from tests.helpers import script, wait_event, wait_run_terminal
 
+
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (conftest's): these tests need only threads of
+    their own (issue 28 item 13); a test about everything it holds takes
+    ``own_daemon``."""
+    return module_daemon
+
 HANG = script({"tool": {"name": "long job", "hang": True}})
 
 
@@ -156,8 +164,10 @@ async def test_the_daemon_dying_mid_follow_is_an_error(mortal):
     assert thread_id in events.out.decode()
 
 
-async def test_a_reader_that_goes_away_ends_the_command_quietly(daemon, client):
-    """``agentd events --follow | head -1``: the next line meets a closed pipe."""
+async def test_a_reader_that_goes_away_ends_the_command_quietly(own_daemon, own_client):
+    """``agentd events --follow | head -1``: the next line meets a closed pipe.
+    (A daemon of its own: its first event is this test's thread.created.)"""
+    daemon, client = own_daemon, own_client
     await new_thread(daemon)
     read_end, write_end = os.pipe()
     process = await trio.lowlevel.open_process(agentd_argv(daemon, "events", "--follow"), stdin=subprocess.DEVNULL,

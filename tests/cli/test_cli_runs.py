@@ -4,8 +4,19 @@ queue, request and plan methods have commands."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.cli_helpers import first_line, run, spawn
 from tests.helpers import script, wait_event, wait_run_terminal
+
+
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (conftest's): these tests need only threads of
+    their own (issue 28 item 13); a test about everything it holds takes
+    ``own_daemon``."""
+    return module_daemon
+
 
 HANG = script({"tool": {"name": "long job", "hang": True}})
 
@@ -18,7 +29,8 @@ async def detached(daemon, thread_id: str, text: str) -> str:
     return (await run(daemon, "send", thread_id, text, "--detach")).stdout.decode().strip()
 
 
-async def test_a_message_after_stop_runs_and_send_says_what_waits(daemon, client):
+async def test_a_message_after_stop_runs_and_send_says_what_waits(own_daemon, own_client):
+    daemon, client = own_daemon, own_client  # `agentd threads` lists every thread: only this test's
     thread_id = await new_thread(daemon)
     active = await detached(daemon, thread_id, HANG)
     await wait_event(client, lambda e: e["type"] == "tool.started", thread_id=thread_id)

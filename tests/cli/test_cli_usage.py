@@ -16,6 +16,14 @@ from agentd.main import build_parser
 from tests.cli_helpers import first_line, run, spawn
 from tests.helpers import script, send_and_wait, wait_event, wait_run_terminal
 
+
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (conftest's): these tests need only threads of
+    their own (issue 28 item 13); a test about everything it holds takes
+    ``own_daemon``."""
+    return module_daemon
+
 HANG = script({"tool": {"name": "long job", "hang": True}})
 
 
@@ -46,7 +54,8 @@ def test_where_the_daemon_is_may_also_come_before_the_command(argv, expected):
     assert command_first(argv) == expected
 
 
-async def test_options_before_the_command_reach_it(daemon):
+async def test_options_before_the_command_reach_it(own_daemon):
+    daemon = own_daemon  # `agentd threads` lists every thread: only this test's
     thread_id = await new_thread(daemon)
     where = ["--data-dir", str(daemon.data_dir), f"--socket={daemon.socket}"]
     result = subprocess.run([sys.executable, "-m", "agentd", *where, "--json", "threads"], capture_output=True, timeout=60)
@@ -124,7 +133,8 @@ def test_every_protocol_phrase_is_said_in_cli_terms():
 # -- one --json rule (issue 28, 11) -------------------------------------------------------------
 
 
-async def test_json_is_the_methods_result_object_for_every_command(daemon, client):
+async def test_json_is_the_methods_result_object_for_every_command(own_daemon, own_client):
+    daemon, client = own_daemon, own_client  # `threads` and `status` against the daemon's answers: nothing else in it
     thread_id = await new_thread(daemon)
     first = await send_and_wait(client, thread_id, "hello")
     ran = await send_and_wait(client, thread_id, "again", provider="scripted", cleanContext=True)
@@ -205,7 +215,8 @@ def test_bash_sources_the_completion_script_and_completes_commands_and_options()
                                         "serve search send", "--steer", "bash zsh fish"]
 
 
-async def test_bash_completes_a_thread_argument_with_the_daemons_thread_ids(daemon, tmp_path):
+async def test_bash_completes_a_thread_argument_with_the_daemons_thread_ids(own_daemon, tmp_path):
+    daemon = own_daemon  # it completes every thread id: only this test's
     thread_id = await new_thread(daemon)
     shim = tmp_path / "bin" / "agentd"  # the agentd on PATH the script calls, whatever the install
     shim.parent.mkdir()

@@ -26,6 +26,18 @@ from tests.helpers import script
 from tests.protocol.test_protocol import assert_error, assert_still_serving, raw_connection, wire_code
 
 
+@pytest.fixture
+async def module_client(module_daemon):
+    """A client of the module's shared daemon (conftest's ``module_daemon``):
+    the tests of bad lines and bad params, which change nothing another test
+    sees, share it (issue 28 item 13); those that squeeze the daemon's limits
+    start their own."""
+    from agentd.protocol.client import Client
+
+    async with Client.connect(module_daemon.socket) as c:
+        yield c
+
+
 # -- a tiny router for in-process server tests ------------------------------------------
 
 
@@ -380,16 +392,16 @@ def test_a_websocket_token_others_could_read_is_replaced(tmp_path):
 # -- error kinds (F20) ------------------------------------------------------------------------
 
 
-async def test_a_deeply_nested_request_is_a_parse_error_without_a_traceback(daemon, socket_path):
-    async with raw_connection(socket_path) as conn:
+async def test_a_deeply_nested_request_is_a_parse_error_without_a_traceback(module_daemon):
+    async with raw_connection(module_daemon.socket) as conn:
         await conn.send_bytes(b"[" * 100_000 + b"]" * 100_000 + b"\n")
         assert_error(await conn.read(), -32700, "parse_error")
         await assert_still_serving(conn)
-    assert "Traceback" not in daemon.log_text()
+    assert "Traceback" not in module_daemon.log_text()
 
 
-async def test_a_boolean_id_is_an_invalid_request(daemon, socket_path):
-    async with raw_connection(socket_path) as conn:
+async def test_a_boolean_id_is_an_invalid_request(module_daemon):
+    async with raw_connection(module_daemon.socket) as conn:
         await conn.send({"jsonrpc": "2.0", "id": True, "method": "daemon.status"})
         reply = await conn.read()
         assert_error(reply, -32600, "invalid_request")
@@ -416,9 +428,10 @@ def test_framing_keeps_no_budget_after_the_reader_ends():
 # -- a bad step is one failed step (defect 10) ----------------------------------------------
 
 
-async def test_a_write_path_with_nul_is_a_failed_step_and_the_turn_goes_on(client):
+async def test_a_write_path_with_nul_is_a_failed_step_and_the_turn_goes_on(module_client):
     from tests.helpers import send_and_wait
 
+    client = module_client
     thread_id = (await client.call("thread.create"))["threadId"]
     run = await send_and_wait(client, thread_id, script(
         {"write": {"path": "bad\u0000name.txt", "content": "x"}}, {"say": "still here"},
@@ -436,13 +449,13 @@ async def test_a_write_path_with_nul_is_a_failed_step_and_the_turn_goes_on(clien
 
 
 @pytest.mark.parametrize("workspace", ["/", os.path.expanduser("~"), "/" + "a" * 300, "/tmp/" + "b" * 300 + "/c"])
-async def test_unusable_or_too_broad_workspaces_are_invalid_params(daemon, socket_path, workspace):
-    async with raw_connection(socket_path) as conn:
+async def test_unusable_or_too_broad_workspaces_are_invalid_params(module_daemon, workspace):
+    async with raw_connection(module_daemon.socket) as conn:
         reply = await conn.call("thread.create", {"workspace": workspace})
         error = assert_error(reply, wire_code("invalid_params"), "invalid_params")
         assert error["data"]["field"] == "workspace"
         await assert_still_serving(conn)
-    assert "Traceback" not in daemon.log_text()
+    assert "Traceback" not in module_daemon.log_text()
 
 
 async def test_broad_workspaces_are_allowed_when_the_config_says_so(tmp_path, short_dir):

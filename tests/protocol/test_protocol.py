@@ -27,7 +27,7 @@ from agentd.protocol import framing, wire
 from agentd.protocol.client import Client
 from agentd.protocol.errors import ERROR_KINDS
 from agentd.launch import start_daemon
-from tests.helpers import script, wait_event, wait_run_terminal
+from tests.helpers import daemon_for_module, script, wait_event, wait_run_terminal
 
 TIMEOUT = 10
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
@@ -141,8 +141,19 @@ async def thread_count(conn: RawConnection) -> int:
 # -- framing and request shape (F20) ---------------------------------------------
 
 
-async def test_unparsable_line_is_a_parse_error_and_the_connection_survives(daemon, socket_path):
-    async with raw_connection(socket_path) as conn:
+@pytest.fixture(scope="module")
+def served(module_paths):
+    """One daemon for the module's tests of framing and errors, which store
+    nothing another test counts (issue 28 item 13: a start and stop is about
+    2 s here). Tests that count threads, events or runs, or stop the daemon,
+    use conftest's ``daemon`` of their own."""
+    with daemon_for_module(start_daemon, *module_paths) as daemon:
+        yield daemon
+
+
+
+async def test_unparsable_line_is_a_parse_error_and_the_connection_survives(served):
+    async with raw_connection(served.socket) as conn:
         await conn.send_bytes(b'{"jsonrpc": "2.0", "id": 1, "method": \n')
         reply = await conn.read()
         assert_error(reply, PARSE_ERROR, "parse_error", request_id=None)
@@ -160,16 +171,16 @@ async def test_unparsable_line_is_a_parse_error_and_the_connection_survives(daem
         pytest.param(b"[]", id="empty-batch"),
     ],
 )
-async def test_a_line_that_is_not_a_request_object_is_invalid_request(daemon, socket_path, line):
-    async with raw_connection(socket_path) as conn:
+async def test_a_line_that_is_not_a_request_object_is_invalid_request(served, line):
+    async with raw_connection(served.socket) as conn:
         await conn.send_bytes(line + b"\n")
         reply = await conn.read()
         assert_error(reply, INVALID_REQUEST, "invalid_request", request_id=None)
         await assert_still_serving(conn)
 
 
-async def test_batches_are_refused_with_a_pointer_to_single_requests(daemon, socket_path):
-    async with raw_connection(socket_path) as conn:
+async def test_batches_are_refused_with_a_pointer_to_single_requests(served):
+    async with raw_connection(served.socket) as conn:
         await conn.send([{"jsonrpc": "2.0", "id": 1, "method": "daemon.status"}])
         error = assert_error(await conn.read(), INVALID_REQUEST, "invalid_request")
         assert "batch" in error["message"]
@@ -185,15 +196,15 @@ async def test_batches_are_refused_with_a_pointer_to_single_requests(daemon, soc
         pytest.param({"jsonrpc": "1.0", "id": 7, "method": "daemon.status"}, id="wrong-jsonrpc"),
     ],
 )
-async def test_a_request_without_a_string_method_is_invalid_request(daemon, socket_path, request_):
-    async with raw_connection(socket_path) as conn:
+async def test_a_request_without_a_string_method_is_invalid_request(served, request_):
+    async with raw_connection(served.socket) as conn:
         await conn.send(request_)
         assert_error(await conn.read(), INVALID_REQUEST, "invalid_request", request_id=7)
         await assert_still_serving(conn)
 
 
-async def test_unknown_method_says_where_the_methods_are_listed(daemon, socket_path):
-    async with raw_connection(socket_path) as conn:
+async def test_unknown_method_says_where_the_methods_are_listed(served):
+    async with raw_connection(served.socket) as conn:
         reply = await conn.call("thread.explode", {"threadId": "thr_x"})
         error = assert_error(reply, METHOD_NOT_FOUND, "method_not_found", request_id=1)
         assert "thread.explode" in error["message"]
@@ -201,10 +212,10 @@ async def test_unknown_method_says_where_the_methods_are_listed(daemon, socket_p
         assert error["data"]["method"] == "thread.explode"
 
 
-async def test_a_line_over_the_limit_is_refused_and_the_connection_survives(daemon, socket_path):
+async def test_a_line_over_the_limit_is_refused_and_the_connection_survives(served):
     """F20: a line over the limit (framing.MAX_LINE) costs one error naming
     the limit, not the connection."""
-    async with raw_connection(socket_path) as conn:
+    async with raw_connection(served.socket) as conn:
         text = "x" * (framing.MAX_LINE + 1000)
         await conn.send({"jsonrpc": "2.0", "id": 1, "method": "thread.message.send",
                          "params": {"threadId": "thr_x", "text": text}})
@@ -221,7 +232,7 @@ def message_send_line(text_json: bytes) -> bytes:
     return head + text_json + b'"}}'
 
 
-async def test_a_line_of_exactly_the_limit_is_read_as_a_request(daemon, socket_path):
+async def test_a_line_of_exactly_the_limit_is_read_as_a_request(served):
     """The line limit is inclusive: a valid request of exactly MAX_LINE bytes
     (the longest text, every character escaped as a surrogate pair, then
     JSON whitespace) is parsed and answered (here: not_found for its unknown
@@ -230,7 +241,7 @@ async def test_a_line_of_exactly_the_limit_is_read_as_a_request(daemon, socket_p
     line = line[:-1] + b" " * (framing.MAX_LINE - len(line)) + b"}"
     assert len(line) == framing.MAX_LINE
     assert len(json.loads(line)["params"]["text"]) == wire.MAX_TEXT
-    async with raw_connection(socket_path) as conn:
+    async with raw_connection(served.socket) as conn:
         await conn.send_bytes(line + b"\n")
         assert_error(await conn.read(), wire_code("not_found"), "not_found", request_id=1)
         await assert_still_serving(conn)
@@ -242,19 +253,19 @@ async def test_a_line_of_exactly_the_limit_is_read_as_a_request(daemon, socket_p
     (b"\\u0000" * wire.MAX_TEXT, wire.MAX_TEXT),
     (b"\\ud83d\\ude00" * wire.MAX_TEXT, wire.MAX_TEXT),
 ], ids=["half-a-million-emoji", "emoji-utf8", "control-escaped", "emoji-escaped"])
-async def test_any_text_of_the_maximum_length_fits_in_a_line(daemon, socket_path, text_json, characters):
+async def test_any_text_of_the_maximum_length_fits_in_a_line(served, text_json, characters):
     """Text is limited in characters, lines in bytes: the line limit holds
     any valid text of the maximum length however a client spells it."""
     line = message_send_line(text_json)
     assert len(line) <= framing.MAX_LINE
     assert len(json.loads(line)["params"]["text"]) == characters
-    async with raw_connection(socket_path) as conn:
+    async with raw_connection(served.socket) as conn:
         await conn.send_bytes(line + b"\n")
         assert_error(await conn.read(), wire_code("not_found"), "not_found", request_id=1)
         await assert_still_serving(conn)
 
 
-async def test_a_line_within_the_limit_with_a_text_over_the_text_limit_is_invalid_params(daemon, socket_path):
+async def test_a_line_within_the_limit_with_a_text_over_the_text_limit_is_invalid_params(served):
     """A line of exactly MAX_LINE bytes is read, but its text of more than
     MAX_TEXT code points is refused as invalid_params naming ``text``."""
     envelope = len(message_send_line(b""))
@@ -263,7 +274,7 @@ async def test_a_line_within_the_limit_with_a_text_over_the_text_limit_is_invali
     assert len(json.loads(line)["params"]["text"]) > wire.MAX_TEXT, (
         "the line limit leaves no room for a text over the text limit: the text limit is unreachable"
     )
-    async with raw_connection(socket_path) as conn:
+    async with raw_connection(served.socket) as conn:
         await conn.send_bytes(line + b"\n")
         error = assert_error(await conn.read(), INVALID_PARAMS, "invalid_params", request_id=1)
         assert error["data"]["field"] == "text"
@@ -289,16 +300,16 @@ INVALID_PARAMS_CASES = [
 
 
 @pytest.mark.parametrize("method, params, field", INVALID_PARAMS_CASES)
-async def test_invalid_params_name_the_offending_field(daemon, socket_path, method, params, field):
+async def test_invalid_params_name_the_offending_field(served, method, params, field):
     assert not os.path.exists(MISSING_DIR)
-    async with raw_connection(socket_path) as conn:
+    async with raw_connection(served.socket) as conn:
         reply = await conn.call(method, params)
         error = assert_error(reply, INVALID_PARAMS, "invalid_params", request_id=1)
         assert error["data"]["field"] == field, error
 
 
-async def test_params_that_are_not_an_object_are_invalid_params(daemon, socket_path):
-    async with raw_connection(socket_path) as conn:
+async def test_params_that_are_not_an_object_are_invalid_params(served):
+    async with raw_connection(served.socket) as conn:
         error = assert_error(await conn.call("thread.get", ["thr_x"]), INVALID_PARAMS, "invalid_params", request_id=1)
         assert "thread.get" in error["message"]
 
@@ -317,23 +328,23 @@ NOT_FOUND_CASES = [
 
 
 @pytest.mark.parametrize("method, params, missing_id", NOT_FOUND_CASES)
-async def test_unknown_ids_are_not_found_and_the_message_names_them(daemon, socket_path, method, params, missing_id):
+async def test_unknown_ids_are_not_found_and_the_message_names_them(served, method, params, missing_id):
     """The message names the id, and (protocol/README.md, Errors) so does ``data``."""
-    async with raw_connection(socket_path) as conn:
+    async with raw_connection(served.socket) as conn:
         error = assert_error(await conn.call(method, params), wire_code("not_found"), "not_found", request_id=1)
         assert missing_id in error["message"]
         assert missing_id in error["data"].values(), error
 
 
-async def test_unknown_subscription_is_not_found_and_the_message_names_it(daemon, socket_path):
-    async with raw_connection(socket_path) as conn:
+async def test_unknown_subscription_is_not_found_and_the_message_names_it(served):
+    async with raw_connection(served.socket) as conn:
         reply = await conn.call("events.unsubscribe", {"subscriptionId": "sub_missing5"})
         error = assert_error(reply, wire_code("not_found"), "not_found", request_id=1)
         assert "sub_missing5" in error["message"]
 
 
-async def test_unknown_subscription_not_found_carries_the_id_in_data(daemon, socket_path):
-    async with raw_connection(socket_path) as conn:
+async def test_unknown_subscription_not_found_carries_the_id_in_data(served):
+    async with raw_connection(served.socket) as conn:
         reply = await conn.call("events.unsubscribe", {"subscriptionId": "sub_missing6"})
         error = assert_error(reply, wire_code("not_found"), "not_found", request_id=1)
         assert error["data"].get("subscriptionId") == "sub_missing6", error
@@ -549,9 +560,9 @@ async def test_a_notification_gets_no_response_but_still_acts(daemon, socket_pat
         assert await thread_count(conn) == 1
 
 
-async def test_a_failing_notification_gets_no_response(daemon, socket_path):
+async def test_a_failing_notification_gets_no_response(served):
     """JSON-RPC 2.0: a notification is never answered, not even with an error."""
-    async with raw_connection(socket_path) as conn:
+    async with raw_connection(served.socket) as conn:
         # One write: the server starts the notification's task before the request's.
         await conn.send_bytes(
             b'{"jsonrpc": "2.0", "method": "thread.get", "params": {"threadId": 5}}\n'
@@ -571,9 +582,9 @@ def _contains(error: BaseException, kind: type[BaseException]) -> bool:
     return isinstance(error, kind)
 
 
-async def test_an_error_inside_client_connect_reaches_the_caller(daemon):
+async def test_an_error_inside_client_connect_reaches_the_caller(served):
     with pytest.raises(BaseException) as raised:
-        async with Client.connect(daemon.socket) as client:
+        async with Client.connect(served.socket) as client:
             await client.call("daemon.status")
             raise LookupError("raised inside the block")
     assert _contains(raised.value, LookupError), raised.value
@@ -618,11 +629,11 @@ async def test_bad_requests_leave_no_record_and_the_daemon_keeps_serving(daemon,
 # -- the socket (F20) -----------------------------------------------------------------------
 
 
-async def test_socket_is_0600_in_a_0700_directory(daemon, socket_path):
-    mode = os.stat(socket_path).st_mode
+async def test_socket_is_0600_in_a_0700_directory(served):
+    mode = os.stat(served.socket).st_mode
     assert stat.S_ISSOCK(mode)
     assert stat.S_IMODE(mode) == 0o600
-    assert stat.S_IMODE(os.stat(socket_path.parent).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(served.socket.parent).st_mode) == 0o700
 
 
 async def test_a_peer_with_another_uid_is_refused(daemon, socket_path):

@@ -22,7 +22,7 @@ from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from tests import browser
 from tests.cli_helpers import agentd_argv, run as run_cli
-from tests.helpers import script
+from tests.helpers import daemon_for_module, script
 
 needs_browser = pytest.mark.skipif(browser.missing() is not None, reason=f"browser tests: {browser.missing()}")
 
@@ -55,8 +55,23 @@ async def start_web(data_dir, socket_path, port: int | None = None, *, web: bool
     return WebDaemon(process, port, (data_dir / "websocket.token").read_text().strip())
 
 
+@pytest.fixture(scope="module")
+def shared_web(module_paths):
+    """One console daemon for the module's tests that need only threads of
+    their own (issue 28 item 13: a start and stop is about 2 s here)."""
+    with daemon_for_module(start_web, *module_paths) as daemon:
+        yield daemon
+
+
 @pytest.fixture
-async def web(data_dir, socket_path):
+def web(shared_web):
+    """The module's console daemon: tests make their own threads in it."""
+    return shared_web
+
+
+@pytest.fixture
+async def fresh_web(data_dir, socket_path):
+    """A console daemon of the test's own, for a test about the whole store (the list's pages)."""
     daemon = await start_web(data_dir, socket_path)
     try:
         yield daemon
@@ -260,6 +275,9 @@ async def test_f20_the_page_logs_in_with_the_one_time_code_agentd_web_opens(web,
     async with Client.connect(web.process.socket) as client:
         login = await client.call("web.loginCode")
     assert web.token not in login["url"] and login["expiresIn"] > 0
+    # The module's daemon keeps one origin: the tab must not hold the token from an earlier test.
+    page.driver.get(f"http://127.0.0.1:{web.port}/")
+    page.js("sessionStorage.clear()")
     page.open(login["url"])
     assert page.js("return location.hash") == "", "the code leaves the address bar"
     page.shot("logged-in")
@@ -281,8 +299,8 @@ async def test_f20_without_web_the_port_serves_no_page_and_no_page_origin(data_d
         await daemon.process.terminate()
 
 
-async def test_f20_thread_list_pages_newest_first_for_a_first_screen(web):
-    async with Client.connect(web.process.socket) as client:
+async def test_f20_thread_list_pages_newest_first_for_a_first_screen(fresh_web):
+    async with Client.connect(fresh_web.process.socket) as client:
         made = [(await client.call("thread.create", title=f"t{i}"))["threadId"] for i in range(5)]
         first = await client.call("thread.list", limit=2)
         second = await client.call("thread.list", limit=2, before=first["next"])
@@ -466,7 +484,7 @@ async def test_f15_approve_an_approval_and_answer_a_question_from_the_page(web, 
     assert "rm -rf build" in card.text
     assert page.css(".request[data-kind='approval'] button[data-action='approve']").text == "Approve"
     assert page.css(".request[data-kind='approval'] button[data-action='deny']").text == "Deny"
-    page.wait_css(".thread-row[data-status='waiting']", "the thread waiting in the list")
+    page.wait_css(f".thread-row[data-thread-id='{thread_id}'][data-status='waiting']", "the thread waiting in the list")
     page.shot("approval-waiting")
     page.css("body").send_keys("a")  # the approval shortcut
     page.wait_js("return [...document.querySelectorAll('.msg .text')].some(e => e.textContent === 'approval: accept')",
@@ -600,10 +618,10 @@ async def test_f6_fork_from_a_run_and_see_the_fork_under_its_parent(web, page):
 
 
 @needs_browser
-async def test_f20_the_thread_list_draws_its_first_page_and_loads_older_threads_at_its_end(web, page):
-    async with Client.connect(web.process.socket) as client:
+async def test_f20_the_thread_list_draws_its_first_page_and_loads_older_threads_at_its_end(fresh_web, page):
+    async with Client.connect(fresh_web.process.socket) as client:
         made = [(await client.call("thread.create", title=f"thread {i}"))["threadId"] for i in range(230)]
-    page.open(web.url)
+    page.open(fresh_web.url)
     assert page.css("#thread-count").text == "200+ threads"
     assert page.js("return document.querySelectorAll('.thread-row').length") < 60, "only the rows in view exist"
     assert page.js("return document.querySelector('.thread-row').dataset.threadId") == made[-1], "newest first"

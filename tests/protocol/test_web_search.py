@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from agentd.protocol.client import Client
 from tests.helpers import send_and_wait
-from tests.protocol.test_web_console import driver, needs_browser, page, web  # noqa: F401 - fixtures
+from tests.protocol.test_web_console import driver, needs_browser, page, shared_web, web  # noqa: F401 - fixtures
 
 HITS = "return [...document.querySelectorAll('#search-results .search-hit')]"
 

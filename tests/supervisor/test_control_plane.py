@@ -32,6 +32,13 @@ from agentd.protocol.errors import Forbidden
 from agentd.supervisor.peers import AgentProcesses
 from tests.helpers import script, wait_event, wait_run_terminal
 
+
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (conftest's): these tests need only threads of
+    their own (issue 28 item 13)."""
+    return module_daemon
+
 PEER = str(Path(__file__).resolve().parents[2] / "scripts" / "agent_peer.py")
 TIMEOUT = 60
 APPROVAL = {"approval": {"kind": "command", "command": "rm -rf build"}}
@@ -133,14 +140,14 @@ async def test_a_double_forked_daemon_of_the_agents_command_is_refused_at_its_ow
     assert node["status"] == "completed" and node["detail"]["exitCode"] == 0, node
 
 
-async def test_an_agents_command_cannot_use_another_sessions_credential(client, daemon, data_dir):
+async def test_an_agents_command_cannot_use_another_sessions_credential(client, daemon):
     """Item 11: a command that reads another session's credential file (the
     person's files are the agent's too) still cannot delegate as that
     session: the credential counts only from that session's own processes."""
     victim = (await client.call("thread.create", title="victim"))["threadId"]
     sent = await client.call("thread.message.send", threadId=victim, text=script(APPROVAL))
     request = await pending_approval(client, victim)
-    credentials = data_dir / "run" / "tool-credentials"
+    credentials = daemon.data_dir / "run" / "tool-credentials"
     attacker = (await client.call("thread.create", title="thief"))["threadId"]
     attack = await client.call("thread.message.send", threadId=attacker, text=script(
         {"command": {"argv": [sys.executable, PEER, "--thread", victim, "--calls", "steal",

@@ -18,8 +18,17 @@ from agentd.launch import start_daemon
 from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_process_gone, wait_run_terminal
 
 
-async def test_thread_create_makes_only_the_app_thread(client):
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (conftest's): these tests need only threads of
+    their own (issue 28 item 13); a test about every session the daemon runs
+    takes ``own_client``."""
+    return module_daemon
+
+
+async def test_thread_create_makes_only_the_app_thread(own_client):
     """F1: no provider session, no provider thread until the first run."""
+    client = own_client  # no session at all: a daemon of its own
     created = await client.call("thread.create", title="t")
     detail = await client.call("thread.get", threadId=created["threadId"])
     assert detail["thread"]["providerThreadId"] is None
@@ -160,8 +169,9 @@ async def test_crash_before_any_side_effect_is_recovered_by_a_new_attempt(client
     assert messages[-1]["text"] == "history: 1 turn", "the retry resumed the native thread"
 
 
-async def test_crash_loop_ends_in_a_clear_error_not_a_storm(client):
+async def test_crash_loop_ends_in_a_clear_error_not_a_storm(own_client):
     """F19: restart intensity (3 in 60 s) — attempt 1 and three recoveries, then give up."""
+    client = own_client  # its session is the daemon's only one
     thread_id = (await client.call("thread.create"))["threadId"]
     run = await send_and_wait(client, thread_id, script({"crash": 1}))
     assert run["status"] == "failed" and run["reason"].startswith("provider_crash_loop")

@@ -189,3 +189,10 @@ test('a running step of a running run can be interrupted alone, not its root (is
   assert.equal(derive.nodeInterruptible({ kind: 'tool', status: 'completed' }, running), false);
   assert.equal(derive.nodeInterruptible({ kind: 'tool', status: 'running' }, { status: 'completed' }), false);
 });
+
+test('an export is named by its title made safe, then its id (issue 28)', () => {
+  assert.equal(derive.exportName({ id: 'thr_9', title: 'Café: fix the <b>parser</b>/lexer…' }, 'markdown'), 'Cafe-fix-the-b-parser-b-lexer-thr_9.md');
+  assert.equal(derive.exportName({ id: 'thr_9', title: '' }, 'json'), 'thr_9.json');
+  assert.equal(derive.exportName({ id: 't', title: '../../etc/passwd' }, 'markdown'), 'etc-passwd-t.md');
+  assert.equal(derive.exportName({ id: 't', title: 'x'.repeat(300) }, 'json'), `${'x'.repeat(60)}-t.json`);
+});

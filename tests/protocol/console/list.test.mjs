@@ -35,3 +35,13 @@ test('reconnects back off from 0.25 s, doubling to 8 s, within ±25 %', () => {
   assert.equal(backoff(1, () => 0), 188);
   assert.equal(backoff(1, () => 0.999999), 312);
 });
+
+test('archived threads are left out unless asked for; a child of a hidden one lists as a root (issue 27)', () => {
+  const threads = map(
+    { id: 'old', createdAt: 1, archivedAt: 9 },
+    { id: 'fork', parentThreadId: 'old', createdAt: 2 },
+    { id: 'new', createdAt: 3 },
+  );
+  assert.deepEqual(listOrder(threads).map((r) => [r.thread.id, r.depth]), [['new', 0], ['fork', 0]]);
+  assert.deepEqual(listOrder(threads, { archived: true }).map((r) => [r.thread.id, r.depth]), [['new', 0], ['old', 0], ['fork', 1]]);
+});

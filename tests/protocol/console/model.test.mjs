@@ -201,3 +201,18 @@ test('run.stalled marks the run and its thread until the agent speaks or the run
   model.apply(ev(15, 'run.interrupted', { run: { id: 'run_1', status: 'interrupted', stalledSince: 1 } }, { runId: 'run_1' }));
   assert.equal(model.threads.get('thr_1').stalledRunId, null, 'an ended run is no longer stalled');
 });
+
+test('thread.archived and thread.unarchived mark the listed thread and reorder the list (issue 27)', () => {
+  const model = new Model();
+  const thread = { id: 'thr_1', title: 't', createdAt: 1, status: 'idle', archivedAt: null };
+  const ev = (seq, type, payload = {}) => ({ seq, type, threadId: 'thr_1', at: 100 + seq, payload });
+  model.apply(ev(1, 'thread.created', { thread }));
+  model.resetDirty();
+  model.apply(ev(2, 'thread.archived', { worktreeRemoved: false, checkpointId: null, branch: null, path: null }));
+  assert.equal(model.threads.get('thr_1').archivedAt, 102);
+  assert.equal(model.dirty.listOrder, true);
+  model.resetDirty();
+  model.apply(ev(3, 'thread.unarchived', { worktreeRestored: false, checkpointId: null }));
+  assert.equal(model.threads.get('thr_1').archivedAt, null);
+  assert.equal(model.dirty.listOrder, true);
+});
