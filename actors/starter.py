@@ -225,7 +225,8 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
                 return
         if plan.fork_native_thread_id is not None:
             try:
-                native = await conn.fork_thread(plan.fork_native_thread_id, last_turn_id=plan.fork_turn_ref, **servers)
+                native = await conn.fork_thread(plan.fork_native_thread_id, last_turn_id=plan.fork_turn_ref, cwd=cwd,
+                                               **servers)
             except ProviderRuntimeError as exc:
                 await actor.post(AttemptStartFailed(attempt_id, "context_transfer_failed", f"native fork failed: {exc}"))
                 return

@@ -256,7 +256,7 @@ class AcpConnection(ProviderConnection):
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=known.turns if known.latest_turn else None)
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
-                          mcp_servers: Sequence[McpServer] = ()) -> str:
+                          mcp_servers: Sequence[McpServer] = (), cwd: str | None = None) -> str:
         """``session/fork`` (where advertised): ACP forks a session at its
         end, so only a fork after the session's latest turn (as this daemon
         saw it) is native; the new session works in the source's workspace.
@@ -270,7 +270,12 @@ class AcpConnection(ProviderConnection):
             raise ProviderRuntimeError("the agent cannot fork a session (no sessionCapabilities.fork)")
         known = self.adapter.known.get(native_thread_id)
         if known is None:
-            raise ProviderRuntimeError(f"this daemon has not seen session {native_thread_id} (its workspace is unknown)")
+            # Not seen since the daemon started (a restart): the lineage
+            # checked from the store that the fork point is the session's
+            # end and that the fork shares its workspace, which is ``cwd``.
+            if cwd is None:
+                raise ProviderRuntimeError(f"this daemon has not seen session {native_thread_id} (its workspace is unknown)")
+            known = KnownSession(cwd=cwd, latest_turn=last_turn_id)
         if last_turn_id is not None and last_turn_id != known.latest_turn:
             raise ProviderRuntimeError(f"ACP's session/fork forks a session at its end, and turn {last_turn_id} is not "
                                        f"the latest of {native_thread_id}")

@@ -247,11 +247,12 @@ class ProviderConnection(abc.ABC):
         raise ProviderRuntimeError("steering is not supported by this provider")
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
-                          mcp_servers: Sequence[McpServer] = ()) -> str:
+                          mcp_servers: Sequence[McpServer] = (), cwd: str | None = None) -> str:
         """A new native thread with ``native_thread_id``'s history up to and
         including the turn ``last_turn_id`` names (a ``ProviderTurn``'s
         ``nativeEndRef`` or ``nativeTurnId``; None: all of it), loaded in this
-        process; the source is left as it was. Returns the new thread's id."""
+        process; the source is left as it was. Returns the new thread's id.
+        ``cwd``: the fork's workspace (a native fork shares its source's)."""
         raise ProviderRuntimeError("native fork is not supported by this provider")
 
     async def list_turns(self, native_thread_id: str) -> list[dict[str, Any]]:

@@ -366,7 +366,7 @@ class ClaudeConnection(ProviderConnection):
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=turns)
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
-                          mcp_servers: Sequence[McpServer] = ()) -> str:
+                          mcp_servers: Sequence[McpServer] = (), cwd: str | None = None) -> str:
         # ``last_turn_id`` is a turn's last message uuid (``TurnCompleted.end_ref``):
         # ``--resume-session-at`` forks there; our own turn ids name nothing in Claude.
         if last_turn_id is not None and last_turn_id.startswith("turn_"):

@@ -629,7 +629,7 @@ class CodexConnection(ProviderConnection):
         _decode(TurnSteerResponse, await self._peer.request("turn/steer", _encode(params)), "turn/steer answer")
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
-                          mcp_servers: Sequence[McpServer] = ()) -> str:
+                          mcp_servers: Sequence[McpServer] = (), cwd: str | None = None) -> str:
         """``thread/fork`` with ``lastTurnId`` (inclusive). Where the runtime
         cannot fork at a turn — it refuses ``lastTurnId``, or its fork holds
         turns after that one (a runtime that ignores the field) — the fork is

@@ -273,7 +273,7 @@ class ScriptedConnection(ProviderConnection):
         await self._peer.request("turn/steer", params)
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
-                          mcp_servers: Sequence[McpServer] = ()) -> str:
+                          mcp_servers: Sequence[McpServer] = (), cwd: str | None = None) -> str:
         params: dict[str, Any] = {"threadId": native_thread_id}
         if mcp_servers:
             params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)

@@ -327,6 +327,28 @@ async def test_session_resume_and_a_native_fork_where_the_agent_advertises_them(
         assert "remember pineapple" in handoff["text"] and len([c for c in calls(tmp_path) if c["method"] == "session/fork"]) == 1
 
 
+async def test_a_native_fork_after_a_daemon_restart(tmp_path, short_dir):
+    """After a restart the daemon has seen none of the agent's sessions in
+    this process; a fork at the source's latest run is still the agent's own
+    ``session/fork`` (the lineage checked the point from the store), working
+    in the shared workspace, with the whole history (SPEC F6, F12)."""
+    async with native_agentd(tmp_path, short_dir / "s.sock") as client:
+        thread_id = await new_thread(client, tmp_path / "ws")
+        assert (await send_and_wait(client, thread_id, "remember pineapple"))["status"] == "completed"
+    async with native_agentd(tmp_path, short_dir / "s.sock") as client:
+        # Another thread's session first: the agent said in ``initialize`` that it forks.
+        other = await new_thread(client, tmp_path / "ws")
+        assert (await send_and_wait(client, other, "hello"))["status"] == "completed"
+        forked = await client.call("thread.fork", threadId=thread_id)
+        run = await send_and_wait(client, forked["threadId"], "HISTORY")
+        assert run["status"] == "completed", run
+        assert (await assistant_texts(client, forked["threadId"]))[-1] == "history: 1: remember pineapple"
+        attempt = (await client.call("run.get", runId=run["id"]))["attempts"][-1]
+        assert attempt.get("handoffId") is None, "the agent forked its own session: no handoff"
+        (fork_call,) = [c for c in calls(tmp_path) if c["method"] == "session/fork"]
+        assert fork_call["session"] == prompts(tmp_path)[0]["session"]
+
+
 @pytest.mark.parametrize("how", ["steering", "queue"])
 async def test_a_native_steer_where_the_agent_takes_one(tmp_path, short_dir, how):
     """The agent's ``_session/steering`` extension, or its prompt queueing
