@@ -35,6 +35,15 @@ class ConnectionLost(AgentdError):
     kind = "connection_lost"
 
 
+def _refused(error: dict[str, Any]) -> AgentdError:
+    """The error of a refusal of the whole connection (an id-less error line
+    just before the daemon closed it, e.g. ``overloaded`` past the connection
+    cap), marked ``connection_refused = True``: a new connection may be served."""
+    exc = error_from_wire(error)
+    exc.connection_refused = True  # type: ignore[attr-defined]
+    return exc
+
+
 class Client:
     """One connection to the daemon, with concurrent calls and subscriptions."""
 
@@ -92,9 +101,10 @@ class Client:
             self._lost = "the daemon closed the connection"
             # A refusal the daemon sent before closing is what callers are
             # told (e.g. ``overloaded``: retry shortly), not a bare "lost".
-            error = self._refusal or {"code": -32000, "message": self._lost, "data": {"kind": "connection_lost"}}
+            lost = {"error": {"code": -32000, "message": self._lost, "data": {"kind": "connection_lost"}}}
+            reply = {"error": self._refusal, "refused": True} if self._refusal is not None else lost
             for send, _ in self._waiting.values():
-                send.send_nowait({"error": error})
+                send.send_nowait(reply)
             self._waiting.clear()
             for send in self._subscriptions.values():
                 send.close()
@@ -133,7 +143,7 @@ class Client:
         """
         if self._lost:
             if self._refusal is not None:
-                raise error_from_wire(self._refusal)
+                raise _refused(self._refusal)
             raise ConnectionLost(self._lost)
         request_id = next(self._ids)
         send, receive = trio.open_memory_channel[Message](1)
@@ -149,7 +159,7 @@ class Client:
                 pass
         reply = await receive.receive()
         if "error" in reply:
-            raise error_from_wire(reply["error"])
+            raise _refused(reply["error"]) if reply.get("refused") else error_from_wire(reply["error"])
         return reply["result"]
 
     @asynccontextmanager

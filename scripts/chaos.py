@@ -416,11 +416,13 @@ def kill(pid: int) -> bool:
 
 def connection_error(exc: BaseException) -> bool:
     """True if ``exc`` (or every exception in a group) means the daemon's
-    socket went away: refused, reset or closed mid-call."""
+    socket went away: refused (also with an overloaded line), reset or closed mid-call."""
     if isinstance(exc, BaseExceptionGroup):
         return all(connection_error(e) for e in exc.exceptions)
     if isinstance(exc, (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ConnectionLost)):
         return True
+    if getattr(exc, "connection_refused", False):
+        return True  # turned away with one line (``overloaded``) and closed: as good as refused
     return isinstance(exc, AgentdError) and exc.message == LOST_TEXT
 
 

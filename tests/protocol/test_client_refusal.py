@@ -80,8 +80,9 @@ async def test_the_async_client_reports_a_refusal(tmp_path, refuse_first):
             async with Client.connect(path) as client:
                 if refuse_first:
                     await refused.wait()
-                with pytest.raises(Overloaded, match="retry shortly"):
+                with pytest.raises(Overloaded, match="retry shortly") as caught:
                     await client.call("daemon.status")
+                assert caught.value.connection_refused, "marked: a new connection may be served"
         await listener.aclose()
 
 
