@@ -22,6 +22,7 @@ import base64
 import binascii
 import hashlib
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +50,16 @@ class ImageInput:
     size: int
 
     def read(self) -> bytes:
-        """Its bytes (blocking: call it off the event loop)."""
-        return Path(self.path).read_bytes()
+        """Its bytes (blocking: call it off the event loop). A symlink put in
+        the file's place is refused, not followed: the bytes sent to a model
+        are the ones agentd stored.
+
+        Raises:
+            OSError: the file is gone or was replaced by a symlink.
+        """
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
 
     def base64(self) -> str:
         """Its bytes as base64 (blocking)."""
@@ -103,10 +112,17 @@ def decode(attachment: ImageAttachment, index: int) -> bytes:
 def _write_once(folder: Path, digest: str, data: bytes) -> None:
     """``folder/digest`` holding ``data``, durably; an existing one is the same bytes."""
     path = folder / digest
-    if path.exists() and path.stat().st_size == len(data):
+    try:
+        there = path.lstat()
+    except FileNotFoundError:
+        there = None
+    if there is not None and stat.S_ISREG(there.st_mode) and there.st_size == len(data):
         return
     temporary = folder / f".{digest}.{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    temporary.unlink(missing_ok=True)
+    # Never through a symlink: a new file, made here (``replace`` then swaps
+    # whatever stands at ``path``, a symlink included, for it).
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         view = memoryview(data)
         while view:
@@ -132,6 +148,9 @@ def save(folder: str, attachments: Sequence[ImageAttachment]) -> list[MessageAtt
     where = Path(folder)
     where.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     where.mkdir(exist_ok=True, mode=0o700)
+    for each in (where.parent, where):
+        if each.is_symlink():  # swapped for a symlink: the images would be written wherever it points
+            raise OSError(f"{each} is a symlink; agentd keeps a message's images only in a folder of its own")
     kept = []
     for attachment, data in zip(attachments, decoded):
         digest = hashlib.sha256(data).hexdigest()
