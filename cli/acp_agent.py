@@ -27,6 +27,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -176,7 +177,10 @@ class AgentdAcp:
         if not self._data_dir or not thread_id or "/" in thread_id or thread_id.startswith(".") or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
             return None
         try:
-            data = (Path(self._data_dir) / "attachments" / thread_id / sha).read_bytes()
+            # Not through a symlink put in the file's place: the daemon's own file only.
+            fd = os.open(Path(self._data_dir) / "attachments" / thread_id / sha, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read()
         except OSError:
             return None
         return base64.b64encode(data).decode("ascii")
