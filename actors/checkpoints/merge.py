@@ -147,8 +147,9 @@ async def bring_changes(shadow: Shadow, fork_git_dir: bytes, fork_base: str, for
     cwd = shadow.layout.top
     try:
         await shadow.gitbin.run(["read-tree", f"{base_here}^{{tree}}"], env=env, cwd=cwd)
-        lines = "".join(f"{mode} {oid}\t{path}\0" for mode, oid, path in changes)
-        await shadow.gitbin.run(["update-index", "-z", "--index-info"], env=env, cwd=cwd, stdin=lines.encode())
+        # The paths as the file system's bytes (``fsdecode``d: a name that is not UTF-8 stays itself).
+        lines = b"".join(f"{mode} {oid}\t".encode() + os.fsencode(path) + b"\0" for mode, oid, path in changes)
+        await shadow.gitbin.run(["update-index", "-z", "--index-info"], env=env, cwd=cwd, stdin=lines)
         tree = (await shadow.gitbin.run(["write-tree"], env=env, cwd=cwd)).stdout.decode().strip()
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -6,6 +6,7 @@ the safety checkpoint, and again with only what changed since."""
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,23 @@ async def test_f9_a_task_delegated_with_a_worktree_of_its_own_merges_its_files_h
     handoff = (await client.call("handoff.get", handoffId=transfer["handoffId"]))["handoff"]
     assert "it was delegated" in handoff["text"] and "task.txt (written)" in handoff["text"]
     assert "A task delegated from this conversation" in handoff["text"] and "A fork of" not in handoff["text"]
+
+
+async def test_a_file_name_that_is_not_utf8_merges_back_byte_for_byte(repo_client):
+    """F13 / F20: a name git and the file system take but UTF-8 does not
+    (written by the agent's own command in the fork's worktree) comes home
+    under the same bytes, with the same content; the user's git is untouched."""
+    client, repo, _data = repo_client
+    source, fork, tree = await worktree_fork(client, repo)
+    assert (await send_and_wait(client, fork, "make the worktree"))["status"] == "completed"
+    name = b"caf\xe9 \xff.txt"
+    with open(os.path.join(os.fsencode(tree), name), "wb") as f:
+        f.write(b"from the fork\n")
+    assert (await send_and_wait(client, fork, "its run-end checkpoint holds the file"))["status"] == "completed"
+    user_git = fingerprint(repo, besides=("refs/heads/agentd",))
+    files = (await merge(client, source, fork))["mergeBack"]["files"]
+    assert files["status"] == "merged" and files["conflicts"] == [], files
+    assert name in os.listdir(os.fsencode(repo))
+    with open(os.path.join(os.fsencode(repo), name), "rb") as f:
+        assert f.read() == b"from the fork\n"
+    assert fingerprint(repo, besides=("refs/heads/agentd",)) == user_git, "never the user's index"
