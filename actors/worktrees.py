@@ -35,6 +35,7 @@ import trio
 from agentd.store.records import AppThread, Checkpoint, WorkspaceSource
 
 from .checkpoints.errors import CheckpointError, GitCommandError
+from .checkpoints import names
 from .checkpoints.gitproc import Git, scrubbed_env
 from .checkpoints.overlay import Overlaid, overlay
 from .checkpoints.refs import checkpoint_ref
@@ -254,9 +255,15 @@ async def ensure_made(host: ActorHost, thread: AppThread, run_id: str, node_id: 
     batch.emit("workspace.created", run_id=run_id, node_id=node_id, kind=source.kind, path=source.path,
                workspace=own_workspace(source), repository=source.repository, branch=source.branch,
                commit=source.commit, checkpointId=made.checkpoint_id, checkpointCommit=made.commit,
-               written=carried.written, removed=carried.removed,
-               kept=[{"path": path, "reason": why} for path, why in sorted(carried.kept.items())])
+               written=_shown(carried.written), removed=_shown(carried.removed),
+               kept=[{"path": _shown([path])[0], "reason": why} for path, why in sorted(carried.kept.items())])
     await host.store.commit(batch)
+
+
+def _shown(paths: list[str]) -> list[str]:
+    """Paths as the wire and the store take them: a name that is not UTF-8
+    (``fsdecode``d, so holding surrogates) shown with ``\\xNN`` (``names.shown``)."""
+    return [names.shown(os.fsencode(path)) for path in paths]
 
 
 def _git(engine: CheckpointEngine | None) -> Git:

@@ -204,3 +204,22 @@ async def test_a_worktree_git_cannot_make_fails_the_run_with_why_and_the_fork_st
     got = tree_files(tree)
     assert got.pop("fork.txt") == b"fork\n" and got == expected
     assert git(tree, "rev-parse", "--abbrev-ref", "HEAD").strip() == branch
+
+
+async def test_a_name_that_is_not_utf8_is_carried_into_the_worktree_byte_for_byte(repo_client):
+    """F13 / F20: the source's untracked file whose name is not UTF-8 reaches
+    the fork's worktree under its own bytes; ``workspace.created`` names it
+    as the wire can (``\\xNN``), and the fork's run is not failed by it."""
+    client, repo, _data = repo_client
+    source = (await client.call("thread.create", workspace=str(repo)))["threadId"]
+    name = b"untr\xff.txt"
+    with open(os.path.join(os.fsencode(repo), name), "wb") as f:
+        f.write(b"not utf-8\n")
+    assert (await send_and_wait(client, source, write("agent.txt", "source\n")))["status"] == "completed"
+    forked = await client.call("thread.fork", threadId=source, workspace="worktree")
+    run = await send_and_wait(client, forked["threadId"], "in the worktree")
+    assert run["status"] == "completed", run
+    with open(os.path.join(os.fsencode(forked["workspace"]), name), "rb") as f:
+        assert f.read() == b"not utf-8\n"
+    (created,) = [e for e in await stored_events(client, forked["threadId"]) if e["type"] == "workspace.created"]
+    assert "untr\\xff.txt" in created["payload"]["written"]
