@@ -30,6 +30,7 @@ from .checkpoints.shadow import Shadow
 from .rollback import ChildMemoryRollback, child_memory_rollback
 from .run_control import DELEGATED, InternalStop, task_cancel, thread_stop
 from .wakeups import TaskWake, task_woke
+from .regular_files import open_regular
 from .workspace_guard import overlaps, shared_refusal
 from . import worktrees
 from .worktrees import plan_fork_workspace
@@ -309,22 +310,47 @@ async def stop_delegated_children(host: ActorHost, thread_id: str) -> None:
 
 def differing(fork_ws: str, here: str, paths: list[str]) -> list[str] | None:
     """The paths whose content (or existence) is not the same in both
-    folders; None when they are the same folder."""
+    folders; None when they are the same folder (blocking)."""
     if os.path.realpath(fork_ws) == os.path.realpath(here):
         return None
     out = []
     for path in paths:
         if os.path.isabs(path) or ".." in path.split("/"):
             continue
-        mine, theirs = _read(os.path.join(here, path)), _read(os.path.join(fork_ws, path))
-        if mine != theirs:
+        if not _same_file(os.path.join(here, path), os.path.join(fork_ws, path)):
             out.append(path)
     return out
 
 
-def _read(path: str) -> bytes | None:
+def _same_file(mine: str, theirs: str) -> bool:
+    """Whether two paths hold the same: both missing, the same symlink target,
+    or regular files of the same bytes (read side by side in chunks, never
+    whole: a huge file costs no memory). A symlink is not followed, and a
+    FIFO, a device or a folder is never opened (a FIFO's open would wait
+    forever): such a path is the same only as a missing one is."""
+    ends: list[tuple[str, Any]] = []
+    for path in (mine, theirs):
+        try:
+            if os.path.islink(path):
+                ends.append(("symlink", os.readlink(path)))
+                continue
+            ends.append(("file", open_regular(path)))
+        except OSError:
+            ends.append(("none", None))
+    kinds = [kind for kind, _ in ends]
     try:
-        with open(path, "rb") as file:
-            return file.read()
-    except OSError:
-        return None
+        if kinds != ["file", "file"]:
+            return kinds[0] == kinds[1] and ends[0][1] == ends[1][1]
+        a, b = (fd for _, fd in ends)
+        if os.fstat(a).st_size != os.fstat(b).st_size:
+            return False
+        while True:
+            left, right = os.read(a, 1 << 20), os.read(b, 1 << 20)
+            if left != right:
+                return False
+            if not left:
+                return True
+    finally:
+        for kind, fd in ends:
+            if kind == "file":
+                os.close(fd)

@@ -74,7 +74,9 @@ from acp.schema import (
 )
 
 from agentd import __version__
+from agentd.actors.regular_files import read_regular
 from agentd.protocol.errors import AgentdError
+from agentd.protocol.wire import MAX_ATTACHMENT_BYTES
 
 from . import acp_translate as tr
 from .acp_daemon_client import DaemonClient, Subscription, ensure_daemon
@@ -177,11 +179,12 @@ class AgentdAcp:
         if not self._data_dir or not thread_id or "/" in thread_id or thread_id.startswith(".") or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
             return None
         try:
-            # Not through a symlink put in the file's place: the daemon's own file only.
-            fd = os.open(Path(self._data_dir) / "attachments" / thread_id / sha, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                data = f.read()
+            # Not through a symlink put in the file's place (the daemon's own file only), nor a
+            # FIFO (its open would wait, and this event loop with it), nor more than an image's cap.
+            data = read_regular(Path(self._data_dir) / "attachments" / thread_id / sha, limit=MAX_ATTACHMENT_BYTES)
         except OSError:
+            return None
+        if len(data) > MAX_ATTACHMENT_BYTES:
             return None
         return base64.b64encode(data).decode("ascii")
 

@@ -25,7 +25,8 @@ import trio
 
 from agentd.protocol.client import Client, EventStream
 from agentd.protocol.errors import AgentdError
-from agentd.protocol.wire import MAX_TEXT
+from agentd.actors.regular_files import read_regular
+from agentd.protocol.wire import MAX_ATTACHMENT_BYTES, MAX_TEXT
 
 from .common import EXIT_INTERRUPTED, EXIT_USAGE, TERMINAL_RUN, CliError, describe_error, run_with_client, say
 from .render import describe_node_event, describe_request, held_line, proposed_plan_lines, request_lines, todo_lines
@@ -368,15 +369,20 @@ def image_attachments(paths: list[str]) -> list[dict[str, Any]]:
     """``send --image PATH``: each file as an ``image`` attachment (its type by
     its ending; the daemon checks its bytes are one)."""
     out = []
+    left = MAX_ATTACHMENT_BYTES
     for path in paths:
         mime = IMAGE_TYPES.get(os.path.splitext(path)[1].lower())
         if mime is None:
             raise CliError(f"--image {path}: not a .png, .jpg, .jpeg, .gif or .webp file")
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            # A regular file only (a FIFO's open would wait, /dev/zero would never end),
+            # and no more of it than the message may carry.
+            data = read_regular(path, limit=left, follow_symlinks=True)
         except OSError as exc:
             raise CliError(f"--image {path}: {exc.strerror}") from None
+        if len(data) > left:
+            raise CliError(f"--image {path}: the images of a message are at most {MAX_ATTACHMENT_BYTES >> 20} MiB together")
+        left -= len(data)
         out.append({"type": "image", "mimeType": mime, "data": base64.b64encode(data).decode("ascii")})
     return out
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from ..regular_files import read_regular
 from .beneath import Refused, Workspace, umask
 from .capture import capture
 from .catfile import stream_blobs
@@ -194,9 +195,8 @@ def _same_blob(ws: Workspace, rel: bytes, entry: RawEntry, size: int) -> bool:
         return False
     try:
         with ws.parent(rel) as fd:
-            file_fd = os.open(os.path.basename(rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-        with os.fdopen(file_fd, "rb") as f:
-            data = f.read()
+            # a FIFO swapped in since the lstat is refused, not waited on
+            data = read_regular(os.path.basename(rel), dir_fd=fd, limit=size)
     except (OSError, Refused):
         return False
     digest = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 - git's object id

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from collections.abc import Iterable
+
+from ..regular_files import read_regular
 
 NAME = b".gitignore"
 #: the mirror's folder in the shadow folder (never in the workspace)
@@ -38,16 +39,10 @@ def make(top: bytes, paths: Iterable[bytes], into: bytes) -> None:
     os.makedirs(into, mode=0o700)
     for path in dict.fromkeys(paths):
         try:
-            fd = os.open(os.path.join(top, path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # Not a FIFO either: an open of one would wait forever (``regular_files``).
+            data = read_regular(os.path.join(top, path))
         except OSError:
             continue
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read()
-        finally:
-            os.close(fd)
         target = os.path.join(into, path)
         os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
         with open(target, "wb") as f:

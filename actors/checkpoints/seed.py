@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from ..regular_files import open_regular
 from .rulesmirror import MIRROR, is_ignore_file
 from .rulesmirror import remove as remove_mirror
 from .shadow import Shadow
@@ -112,7 +113,8 @@ def read_user_index(user_index: bytes) -> tuple[bytes, tuple[int, int]] | None:
     """The bytes of the user's index (with git's checksum) and its (atime,
     mtime) in nanoseconds, None when it cannot be read (blocking)."""
     try:
-        with open(user_index, "rb") as f:
+        # The user's repository is the agent's to change too: a FIFO there is refused, not waited on.
+        with os.fdopen(open_regular(user_index, follow_symlinks=True), "rb") as f:
             st = os.fstat(f.fileno())
             data = f.read()
     except OSError:

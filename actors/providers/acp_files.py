@@ -12,6 +12,7 @@ reports the file's text before and after, so the adapter can make it a
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import trio
 
 from ..checkpoints.beneath import Refused, Workspace
+from ..regular_files import open_regular, read_regular
 from .base import ProviderRuntimeError
 
 #: a file larger than this is not read for the agent (it asks for text)
@@ -46,10 +48,21 @@ def confined(root: str, path: str) -> Path:
     return Path(target)
 
 
-def _read(path: Path, line: int | None, limit: int | None) -> str:
-    if path.stat().st_size > MAX_READ_BYTES:
+def _read(base: str, path: Path, line: int | None, limit: int | None) -> str:
+    """Read ``path`` (resolved inside ``base``) from a descriptor of ``base``,
+    as :func:`_write` writes: a folder swapped for a symlink since the check is
+    refused, and so is a FIFO (its open would wait forever) or a device."""
+    rel = os.fsencode(os.path.relpath(path, base))
+    if rel == b".":
+        raise IsADirectoryError(errno.EISDIR, "the workspace itself is a folder", str(path))
+    try:
+        with Workspace(os.fsencode(base)) as ws, ws.parent(rel) as folder:
+            data = read_regular(os.path.basename(rel), dir_fd=folder, limit=MAX_READ_BYTES)
+    except Refused as exc:
+        raise OutsideWorkspace(f"{path}: {exc.detail}; agentd does not read through it") from None
+    if len(data) > MAX_READ_BYTES:
         raise ProviderRuntimeError(f"{path} is larger than {MAX_READ_BYTES} bytes; agentd does not read it as text")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = data.decode("utf-8", errors="replace")
     if line is None and limit is None:
         return text
     lines = text.splitlines(keepends=True)
@@ -67,7 +80,7 @@ async def read_text(root: str, path: str, *, line: int | None = None, limit: int
     """
     target = confined(root, path)
     try:
-        return await trio.to_thread.run_sync(_read, target, line, limit)
+        return await trio.to_thread.run_sync(_read, os.path.realpath(root), target, line, limit)
     except OSError as exc:
         raise ProviderRuntimeError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
@@ -95,15 +108,14 @@ def _write(base: str, target: Path, content: str) -> str | None:
     swaps for a symlink after the check is refused, not written through."""
     rel = os.fsencode(os.path.relpath(target, base))
     name = os.path.basename(rel)
-    flags = os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         with Workspace(os.fsencode(base)) as ws, ws.parent(rel, create=True) as folder:
+            # A FIFO in the file's place is refused, not waited on (``regular_files``).
             try:
-                with os.fdopen(os.open(name, os.O_RDONLY | flags, dir_fd=folder), "rb") as old:
-                    before: str | None = old.read().decode("utf-8", errors="replace")
+                before: str | None = read_regular(name, dir_fd=folder).decode("utf-8", errors="replace")
             except FileNotFoundError:
                 before = None
-            with os.fdopen(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flags, 0o666, dir_fd=folder),
+            with os.fdopen(open_regular(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666, dir_fd=folder),
                            "wb") as new:
                 new.write(content.encode("utf-8"))
     except Refused as exc:

@@ -104,6 +104,7 @@ from .claude_stream import (
     user_line,
 )
 from ..config import ProviderConfig
+from ..regular_files import open_regular
 from .agentd_tool import AgentdTool
 from . import extra_mcp
 from .images import ImageInput
@@ -418,7 +419,8 @@ class ClaudeConnection(ProviderConnection):
 
         def write() -> None:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            # not through a symlink, nor into a FIFO put in its place (that open would wait)
+            fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 os.write(fd, document)
             finally:

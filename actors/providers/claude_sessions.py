@@ -10,10 +10,13 @@ here, and both answers are None.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
 import msgspec
+
+from ..regular_files import open_regular
 
 _decoder = msgspec.json.Decoder()
 
@@ -33,7 +36,8 @@ def _entries(config_dir: Path, session: str, marker: bytes) -> Iterator[dict[str
     if path is None:
         return
     try:
-        with open(path, "rb") as f:
+        # a FIFO in its place (the agent runs as the user) is refused, not waited on
+        with os.fdopen(open_regular(path, follow_symlinks=True), "rb") as f:
             for line in f:
                 if marker in line:
                     try:

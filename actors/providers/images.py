@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import os
 import stat
@@ -30,6 +31,8 @@ from pathlib import Path
 from agentd.protocol.errors import InvalidParams
 from agentd.protocol.wire import MAX_ATTACHMENT_BYTES, ImageAttachment
 from agentd.store.records import ConversationMessage, MessageAttachment
+
+from ..regular_files import read_regular
 
 #: how each image type's bytes begin (a mismatch is refused: a runtime would fail the turn on it)
 MAGIC: dict[str, tuple[bytes, ...]] = {
@@ -57,9 +60,11 @@ class ImageInput:
         Raises:
             OSError: the file is gone or was replaced by a symlink.
         """
-        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
+        # Nor a FIFO (its open would wait forever), and never more than was stored.
+        data = read_regular(self.path, limit=self.size)
+        if len(data) != self.size:
+            raise OSError(errno.EIO, f"holds {len(data)} bytes, not the {self.size} stored", self.path)
+        return data
 
     def base64(self) -> str:
         """Its bytes as base64 (blocking)."""

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import trio
 
+from ..regular_files import open_regular
+
 #: the environment variable that names the credential file (the scripted agent's)
 CREDENTIAL_ENV = "AGENTD_TOOL_CREDENTIAL"
 #: the MCP server's name in the runtimes (Claude names its tools ``mcp__agentd__…``)
@@ -87,7 +89,8 @@ class ToolCredentials:
 
         def write() -> None:
             for path, data in files.items():
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                # not through a symlink, nor into a FIFO put in its place (that open would wait)
+                fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                 try:
                     os.write(fd, data)
                 finally:

@@ -180,3 +180,18 @@ async def test_send_with_images(daemon, tmp_path):
     refused = await run(daemon, "send", thread_id, "hi", "--image", str(tmp_path / "notes.txt"), check=False)
     assert refused.returncode != 0
     assert "--image" in refused.stderr.decode() and "not a .png" in refused.stderr.decode()
+
+
+async def test_send_image_of_a_fifo_or_a_device_is_refused_at_once(daemon, tmp_path):
+    """``send --image`` reads a regular file only, and no more than a message
+    may carry: a FIFO named ``.png`` would wait forever, ``/dev/zero`` behind a
+    ``.png`` symlink would be read without end."""
+    import os
+
+    os.mkfifo(tmp_path / "pipe.png")
+    os.symlink("/dev/zero", tmp_path / "zero.png")
+    (tmp_path / "big.png").write_bytes(b"\x89PNG" + bytes(10 << 20))
+    thread_id = await new_thread(daemon)
+    for name, why in (("pipe.png", "named pipe"), ("zero.png", "device"), ("big.png", "at most 9 MiB")):
+        refused = await run(daemon, "send", thread_id, "hi", "--image", str(tmp_path / name), check=False)
+        assert refused.returncode == 1 and why in refused.stderr.decode(), (name, refused.stderr)

@@ -1,0 +1,42 @@
+"""An ACP agent's ``fs/read_text_file`` / ``fs/write_text_file`` on a named
+pipe (FIFO) it made in the workspace is refused at once (SPEC F20, issue 25):
+a plain open of a FIFO waits forever for its other end, which would leave a
+worker thread of the daemon waiting and the agent's request unanswered."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import trio
+
+from agentd.actors.providers import acp_files
+from agentd.actors.providers.base import ProviderRuntimeError
+
+
+async def test_reading_or_writing_a_fifo_is_refused_not_waited_on(tmp_path):
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.mkfifo(workspace / "pipe")
+    with trio.fail_after(10):
+        with pytest.raises(ProviderRuntimeError) as read:
+            await acp_files.read_text(str(workspace), str(workspace / "pipe"))
+        with pytest.raises(ProviderRuntimeError) as written:
+            await acp_files.write_text(str(workspace), str(workspace / "pipe"), "into the pipe?")
+    assert "named pipe" in str(read.value) and "named pipe" in str(written.value)
+    (workspace / "f.txt").write_text("one\ntwo\nthree\n")
+    assert await acp_files.read_text(str(workspace), str(workspace / "f.txt"), line=2, limit=1) == "two\n"
+
+
+async def test_a_read_through_a_folder_swapped_for_a_symlink_after_the_check_is_refused(tmp_path):
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    (workspace / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.txt").write_text("outside")
+    (workspace / "sub" / "secret.txt").write_text("inside")
+    target = acp_files.confined(str(workspace), str(workspace / "sub" / "secret.txt"))
+    (workspace / "sub" / "secret.txt").unlink()
+    (workspace / "sub").rmdir()
+    (workspace / "sub").symlink_to(outside)  # the swap, after the check
+    with pytest.raises(acp_files.OutsideWorkspace):
+        acp_files._read(os.path.realpath(workspace), target, None, None)
