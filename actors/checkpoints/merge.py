@@ -31,6 +31,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from ..regular_files import read_regular
 from .capture import capture
 from .gitproc import shadow_env
 from .modes import Modes
@@ -118,8 +119,7 @@ def _fork_env(fork_git_dir: bytes) -> dict[str, str]:
     folder = os.path.dirname(fork_git_dir)
     env = shadow_env(fork_git_dir, folder)
     try:
-        with open(os.path.join(folder, b"state.json"), "rb") as f:
-            borrowed = ShadowState.decode(f.read()).borrowed
+        borrowed = ShadowState.decode(read_regular(os.path.join(folder, b"state.json"), follow_symlinks=True)).borrowed
     except FileNotFoundError:
         borrowed = []
     if borrowed:

@@ -19,6 +19,7 @@ import os
 import time
 import zlib
 
+from ..regular_files import read_regular
 from .errors import CheckpointExistsError
 from .gitproc import IDENTITY
 
@@ -68,8 +69,8 @@ def write_loose_object(git_dir: bytes, kind: str, body: bytes) -> str:
 
 def _packed(git_dir: bytes, ref: str) -> bool:
     try:
-        with open(os.path.join(git_dir, b"packed-refs"), "rb") as f:
-            return any(line.rstrip(b"\n").endswith(b" " + ref.encode()) for line in f)
+        packed = read_regular(os.path.join(git_dir, b"packed-refs"), follow_symlinks=True)
+        return any(line.endswith(b" " + ref.encode()) for line in packed.split(b"\n"))
     except FileNotFoundError:
         return False
 

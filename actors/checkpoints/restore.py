@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ..regular_files import read_regular
+from ..regular_files import NotRegularFile, read_regular
 from .beneath import Refused, Workspace, umask
 from .capture import capture
 from .catfile import stream_blobs
@@ -75,9 +75,11 @@ def sweep_interrupted(shadow: Shadow) -> int:
     symlink, like a restore's own writes."""
     journal = os.path.join(shadow.dir, JOURNAL)
     try:
-        with open(journal, "rb") as f:
-            folders = f.read().split(b"\0")
+        folders = read_regular(journal, follow_symlinks=True).split(b"\0")
     except FileNotFoundError:
+        return 0
+    except NotRegularFile:
+        os.unlink(journal)  # not a journal this engine wrote: nothing it names is ours to sweep
         return 0
     removed = 0
     try:

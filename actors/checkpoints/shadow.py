@@ -23,6 +23,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..regular_files import NotRegularFile, read_regular
 from .errors import ShadowMismatchError, WorkspaceError
 from .gitproc import Arg, Git, GitResult, scrubbed_env, shadow_env
 from .layout import Layout
@@ -109,9 +110,9 @@ class ShadowState:
 
 def _read(path: bytes) -> bytes:
     try:
-        with open(path, "rb") as f:
-            return f.read()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
+        # a FIFO put in its place (an agent runs as the user) is refused, not waited on
+        return read_regular(path, follow_symlinks=True)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, NotRegularFile):
         return b""
 
 

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 import trio
 
+from ..regular_files import open_regular
 from .base import ProviderRuntimeError
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -176,7 +177,8 @@ class StderrLog:
                 with it, the tail starts at the first such line.
         """
         try:
-            with open(self.path, "rb") as f:
+            # a FIFO in its place would stop the event loop in this open: refused instead
+            with os.fdopen(open_regular(self.path), "rb") as f:
                 size = f.seek(0, os.SEEK_END)
                 f.seek(max(self.offset, size - TAIL_READ))
                 text = f.read(TAIL_READ).decode(errors="replace")

@@ -21,6 +21,7 @@ Transcript format (one JSON object per line):
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -30,6 +31,7 @@ from typing import Any, Awaitable, Callable, Protocol, cast
 import msgspec
 import trio
 
+from ..regular_files import NotRegularFile, open_regular
 from .guard import watch_spawned
 from .subreaper import subreaper_command
 
@@ -78,7 +80,7 @@ async def spawn_process(args: list[str], *, env: dict[str, str], cwd: str | None
     knows an agent's processes: ``subreaper.py``) and under the daemon's
     process guard (it dies with the daemon)."""
     stderr_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(stderr_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    fd = open_log(stderr_path)
     with open(fd, "ab") as stderr:
         process = await trio.lowlevel.open_process(
             subreaper_command(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env, cwd=cwd,
@@ -88,6 +90,24 @@ async def spawn_process(args: list[str], *, env: dict[str, str], cwd: str | None
     # trio types a Process's pipes as Optional; both were asked for (PIPE), so they are there.
     assert process.stdin is not None and process.stdout is not None
     return cast(ProcessLike, process)
+
+
+def open_log(path: Path) -> int:
+    """``path`` opened to append to, made (0600) when missing. It is agentd's
+    own file, so whatever else stands in its place — a FIFO, whose open would
+    stop the event loop until someone reads it, or a symlink, which would send
+    the log elsewhere (an agent's command can make either) — is removed and the
+    file made anew."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    try:
+        return open_regular(path, flags, 0o600)
+    except NotRegularFile:
+        pass
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO nobody reads
+            raise
+    os.unlink(path)
+    return open_regular(path, flags | os.O_EXCL, 0o600)
 
 
 # -- recording -----------------------------------------------------------------------
