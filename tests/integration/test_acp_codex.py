@@ -86,7 +86,7 @@ async def test_scenario_against_real_codex_acp(name, tmp_path):
 # is portable (F6), a rollback rebuilt (F14), a resume ``session/resume``.
 
 #: the workspaces of the tests below, each trusted in the world's config.toml
-WORKSPACES = ("edit", "crash", "lineage", "delegate_from", "delegate_to", "usage")
+WORKSPACES = ("edit", "crash", "lineage", "delegate_from", "delegate_allowed", "delegate_to", "usage")
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def codex_agentd(module_paths):
     instance = "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items() if v)
     config = root / "config.toml"
     config.write_text('[daemon]\ndefault_provider = "codex_acp"\ninterrupt_grace = 30\n\n'
-                      f'[providers.codex_acp]\n{instance}'
+                      f'[providers.codex_acp]\n{instance}\n[providers.codex_acp_allow]\n{instance}agentd_tool = "allow"\n'
                       '\n[providers.basic]\nkind = "scripted"\n')
     try:
         with daemon_for_module(start_daemon, data, socket, config=config) as daemon:
@@ -278,6 +278,21 @@ async def test_a_codex_acp_thread_delegates_through_agentds_tool(client, world, 
     outputs = [item for item in world.model_requests()[-1]["input"] if item.get("type") == "function_call_output"]
     assert "tango" in json.dumps(outputs[-1]), outputs
     assert (await assistant_texts(client, thread_id))[-1].startswith("Tool finished:")
+
+
+async def test_agentd_tool_allow_preapproves_codex_acps_mcp_approval(client, workspaces):
+    """F9 with ``agentd_tool = "allow"``: codex-acp titles its permission
+    "Approve MCP tool call" (its tool call: ``Tool: agentd/delegate_task``,
+    ``rawInput.server_name`` ``agentd``); agentd knows it for its own tool and
+    allows it without asking."""
+    thread_id = await new_thread(client, workspaces["delegate_allowed"], provider="codex_acp_allow")
+    run, accepted = await run_accepting(client, thread_id, "DELEGATE_TO:basic: tango")
+    assert run["status"] == "completed", run
+    assert accepted == [], "agentd's own tool was pre-approved"
+    nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+    assert [n for n in nodes if n["kind"] == "approval"] == []
+    (tool,) = [n for n in nodes if n["title"] == "Tool: agentd/delegate_task"]
+    assert tool["status"] == "completed" and "You said: tango" in json.dumps(tool["detail"]["rawOutput"])
 
 
 async def test_a_scripted_thread_delegates_to_codex_acp(client, world, workspaces):
