@@ -187,6 +187,20 @@ async def test_an_apply_patch_is_a_file_change_and_the_runs_checkpoint_has_it(cl
     assert (await assistant_texts(client, thread_id))[-1].startswith("Tool finished:")
 
 
+async def test_codex_acps_sandbox_does_not_open_the_daemons_working_directory(client, world, workspaces):
+    """codex-acp 0.16.0 makes its process's working directory its sandbox's
+    writable root (the session's ``cwd`` only moves the turn's directory):
+    agentd starts it in an empty directory of the instance's, so the folder
+    the daemon was started in (here the test's own) is not writable to it."""
+    run, _ = await run_accepting(client, await new_thread(client, workspaces["usage"]), "where is my sandbox")
+    assert run["status"] == "completed", run
+    (texts,) = requests_with(world, "where is my sandbox")
+    (body,) = [b for b in world.model_requests() if user_texts(b) == texts]
+    context = json.dumps(body["input"])
+    assert f'<entry access=\\"write\\"><path>{os.getcwd()}</path>' not in context, context[:3000]
+    assert "/providers/codex_acp/cwd</root>" in context, context[:3000]
+
+
 async def test_a_sigkilled_codex_acp_mid_turn_is_recovered_and_the_thread_goes_on(client, world, workspaces):
     """F11 on the real agent: codex-acp SIGKILLed while its turn streams text
     (no node yet: nothing touched the world). The session is marked crashed
