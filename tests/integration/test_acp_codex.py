@@ -33,6 +33,7 @@ import trio
 
 from agentd.actors.providers.acp import AcpAdapter
 from agentd.actors.providers.transport import recording
+from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline.codex import user_texts
 from tests.helpers import TERMINAL, script, stored_events, wait_event, wait_process_gone, wait_run_terminal
@@ -86,13 +87,12 @@ async def test_scenario_against_real_codex_acp(name, tmp_path):
 # is portable (F6), a rollback rebuilt (F14), a resume ``session/resume``.
 
 #: the workspaces of the tests below, each trusted in the world's config.toml
-WORKSPACES = ("edit", "crash", "lineage", "delegate_from", "delegate_allowed", "delegate_to", "usage")
+WORKSPACES = ("edit", "crash", "lineage", "delegate_from", "delegate_allowed", "delegate_to", "usage", "restart")
 
 
 @pytest.fixture(scope="module")
 def codex_agentd(module_paths):
     """The module's daemon and its Codex world: providers ``codex_acp`` and ``basic`` (scripted)."""
-    from agentd.launch import start_daemon
     from scripts.offline.world import toml_value
     from tests.helpers import daemon_for_module
 
@@ -112,14 +112,14 @@ def codex_agentd(module_paths):
                       '\n[providers.basic]\nkind = "scripted"\n')
     try:
         with daemon_for_module(start_daemon, data, socket, config=config) as daemon:
-            yield daemon, world, workspaces
+            yield daemon, world, workspaces, config
     finally:
         world.close()
 
 
 @pytest.fixture
 async def client(codex_agentd):
-    daemon, _world, _workspaces = codex_agentd
+    daemon = codex_agentd[0]
     async with Client.connect(daemon.socket) as connected:
         yield connected
 
@@ -346,3 +346,43 @@ async def test_usage_codex_acp_reports_is_the_context_fill_not_tokens_spent(clie
     events = await stored_events(client, thread_id)
     assert not [e for e in events if e["type"] == "run.usage"]
     assert len(requests_with(world, "count me twice")) == 1, "the model was asked (and reported its usage)"
+
+
+async def test_a_sigkilled_daemon_leaves_no_codex_acp_and_the_thread_resumes_after(codex_agentd, short_dir):
+    """F12 with codex-acp (a daemon of the test's own, same config and world):
+    the daemon SIGKILLed while a turn streams takes its agent with it (the
+    process guard); the restarted daemon closes the run honestly, and the
+    thread's next message resumes the session in a new codex-acp
+    (``session/resume``) with the earlier turn in the model's request."""
+    _daemon, world, workspaces, config = codex_agentd
+    data = short_dir / "data"
+    daemon = await start_daemon(data, short_dir / "s.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            thread_id = await new_thread(client, workspaces["restart"])
+            first, _ = await run_accepting(client, thread_id, "remember mango")
+            assert first["status"] == "completed", first
+            sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
+            await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"],
+                             thread_id=thread_id, timeout=60)
+            (session,) = [s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == thread_id]
+    finally:
+        await daemon.kill()
+    await wait_process_gone(session["pid"], timeout=30)
+    daemon = await start_daemon(data, short_dir / "s2.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            run = (await client.call("run.get", runId=sent["runId"]))["run"]
+            assert (run["status"], run["reason"]) == ("interrupted", "daemon_restart"), run
+            after, _ = await run_accepting(client, thread_id, "which fruit now?")
+            assert after["status"] == "completed", after
+            # The same ACP session, resumed (session/resume) in a new codex-acp: the earlier
+            # turn is in its history; the run cut off by the restart comes as a delta handoff.
+            (transfer,) = [t for t in (await client.call("thread.transfers", threadId=thread_id))["transfers"]
+                           if t["type"] == "provider_handoff"]
+            handoff = (await client.call("handoff.get", handoffId=transfer["handoffId"]))["handoff"]
+            assert handoff["strategy"] == "delta" and transfer["status"] == "consumed", handoff
+            (texts,) = requests_with(world, "which fruit now?")
+            assert texts[-1] == handoff["text"] + "\nwhich fruit now?" and "remember mango" in texts[:-1], texts
+    finally:
+        assert await daemon.terminate() == 0
