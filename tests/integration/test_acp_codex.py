@@ -11,8 +11,10 @@ a text turn, a command's permission as an approval, an interrupt, and
 
 End to end through a daemon's socket, as a client (one daemon for the module):
 an ``apply_patch`` as a file change with the run's checkpoint diff (F13); the
-codex-acp process SIGKILLed mid-turn (F11: a new attempt on a new process
-that resumes the session; the thread goes on); a portable fork and a rebuilt
+codex-acp process SIGKILLed mid-turn (F11: before any node, a new attempt on
+a new process that resumes the session; after one, the run fails
+``provider_crashed``; the thread goes on either way); an idle reap then
+``session/resume``; a SIGKILLed daemon (F12); a portable fork and a rebuilt
 rollback (F6, F14: codex-acp has no ``session/fork`` and no rewind);
 delegation from a codex-acp thread and to one through agentd's tool (F9);
 and usage — codex-acp reports the context window's fill only, so no tokens
@@ -87,7 +89,7 @@ async def test_scenario_against_real_codex_acp(name, tmp_path):
 # is portable (F6), a rollback rebuilt (F14), a resume ``session/resume``.
 
 #: the workspaces of the tests below, each trusted in the world's config.toml
-WORKSPACES = ("edit", "crash", "lineage", "delegate_from", "delegate_allowed", "delegate_to", "usage", "restart")
+WORKSPACES = ("edit", "crash", "lineage", "delegate_from", "delegate_allowed", "delegate_to", "usage", "restart", "crash_node", "idle")
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +111,7 @@ def codex_agentd(module_paths):
     config = root / "config.toml"
     config.write_text('[daemon]\ndefault_provider = "codex_acp"\ninterrupt_grace = 30\n\n'
                       f'[providers.codex_acp]\n{instance}\n[providers.codex_acp_allow]\n{instance}agentd_tool = "allow"\n'
+                      f'\n[providers.codex_acp_idle]\n{instance}idle_timeout = 1\n'
                       '\n[providers.basic]\nkind = "scripted"\n')
     try:
         with daemon_for_module(start_daemon, data, socket, config=config) as daemon:
@@ -231,6 +234,44 @@ async def test_a_sigkilled_codex_acp_mid_turn_is_recovered_and_the_thread_goes_o
     assert after["status"] == "completed", after
     (texts,) = requests_with(world, "which fruit?")
     assert "remember pineapple" in texts, texts
+
+
+async def test_a_sigkilled_codex_acp_after_a_node_fails_the_run_and_the_thread_goes_on(client, workspaces):
+    """F11, the other branch: codex-acp SIGKILLed while its command waits on
+    the person's approval — a node exists, so re-running could repeat what it
+    did: the run fails ``provider_crashed`` (not retried), the approval can no
+    longer be answered (``not_resumable``), and the next message works."""
+    thread_id = await new_thread(client, workspaces["crash_node"])
+    sent = await client.call("thread.message.send", threadId=thread_id, text="ASK_APPROVAL please")
+    asked = await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=thread_id, timeout=60)
+    (session,) = [s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == thread_id]
+    os.kill(session["pid"], signal.SIGKILL)
+    run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    assert (run["status"], run["attemptCount"]) == ("failed", 1) and run["reason"].startswith("provider_crashed"), run
+    gone = await wait_event(client, lambda e: e["type"] == "approval.not_resumable", thread_id=thread_id, timeout=30)
+    assert gone["payload"]["request"]["id"] == asked["payload"]["request"]["id"]
+    assert (await client.call("thread.requests", threadId=thread_id))["requests"] == []
+    after, _ = await run_accepting(client, thread_id, "still there?")
+    assert after["status"] == "completed", after
+    assert (await assistant_texts(client, thread_id))[-1], "the thread answered"
+
+
+async def test_an_idle_reaped_codex_acp_session_is_resumed(client, world, workspaces):
+    """F11 after an idle reap (``idle_timeout = 1``): the session is stopped,
+    and the next message ``session/resume``s it in a new process —
+    ``nativeTurnCount`` is the prompts this daemon sent it — with the earlier
+    turn in the model's request."""
+    thread_id = await new_thread(client, workspaces["idle"], provider="codex_acp_idle")
+    first, _ = await run_accepting(client, thread_id, "remember kiwi")
+    assert first["status"] == "completed", first
+    stopped = await wait_event(client, lambda e: e["type"] == "session.stopped", thread_id=thread_id, timeout=30)
+    assert stopped["payload"]["session"]["reason"] == "idle_timeout"
+    second, _ = await run_accepting(client, thread_id, "which fruit was it?")
+    assert second["status"] == "completed", second
+    resumed = await wait_event(client, lambda e: e["type"] == "provider_thread.resumed", thread_id=thread_id, timeout=30)
+    assert resumed["payload"]["nativeTurnCount"] == 1, resumed
+    (texts,) = requests_with(world, "which fruit was it?")
+    assert texts == ["remember kiwi", "which fruit was it?"], texts
 
 
 async def test_a_fork_is_portable_and_a_rollback_is_rebuilt(client, world, workspaces):
