@@ -121,7 +121,8 @@ def find_binary(configured: str | None, env: dict[str, str]) -> Path:
     found = configured if os.sep in configured else shutil.which(configured, path=env.get("PATH"))
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise ProviderRuntimeError(f"the ACP agent {configured!r} is not an executable file (or not on PATH)")
-    return Path(found)
+    # Absolute: the agent runs in a directory of its own (AcpAdapter.working_directory).
+    return Path(os.path.abspath(found))
 
 
 class AcpAdapter(ProviderAdapter):
@@ -160,6 +161,16 @@ class AcpAdapter(ProviderAdapter):
 
     def environment(self) -> dict[str, str]:
         return {**os.environ, **self.config.env}
+
+    @property
+    def working_directory(self) -> Path:
+        """Where the agent process runs: an empty directory of the instance's,
+        never the daemon's own working directory. An ACP agent gets each
+        session's workspace as ``cwd`` in ``session/new``, but some take
+        things from their process's directory too — codex-acp 0.16.0 makes it
+        its sandbox's writable root — so that must be no place of the
+        person's (the daemon may have been started in any folder)."""
+        return self.home / "cwd"
 
     def command(self) -> list[str]:
         return [*self.config.wrapper, str(self.binary), *self.config.args]
@@ -237,10 +248,11 @@ class AcpAdapter(ProviderAdapter):
 
     async def _serve(self, session_id: str, emit: EventSink,
                      task_status: trio.TaskStatus[AcpConnection] = trio.TASK_STATUS_IGNORED) -> None:
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.working_directory.mkdir(parents=True, exist_ok=True)
         stderr = StderrLog(self.home)
         stderr.mark()
-        process = await self.spawn(self.command(), env=self.environment(), cwd=None, stderr_path=stderr.path)
+        process = await self.spawn(self.command(), env=self.environment(), cwd=str(self.working_directory),
+                                   stderr_path=stderr.path)
         failure: ProviderRuntimeError | None = None
         connection: AcpConnection | None = None
         try:

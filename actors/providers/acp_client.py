@@ -58,9 +58,16 @@ def offered_decisions(options: list[PermissionOption]) -> list[str]:
     return [d for d, carriers in DECISION_KINDS.items() if d == "decline" or kinds & set(carriers)]
 
 
-def _is_agentd_tool(title: str) -> bool:
-    """Whether a permission asks for one of agentd's own tools (pre-approved with ``agentd_tool = "allow"``)."""
-    return any(f"{SERVER_NAME}__{tool}" in title or title.strip() == tool for tool in TOOLS)
+def _is_agentd_tool(titles: list[str], raw_input: Any) -> bool:
+    """Whether a permission asks for one of agentd's own tools (pre-approved
+    with ``agentd_tool = "allow"``), by the titles its tool call had —
+    claude-agent-acp's ``mcp__agentd__delegate_task``, codex-acp's ``Tool:
+    agentd/delegate_task`` (its permission itself is titled "Approve MCP tool
+    call") — or by the server its ``rawInput`` names (codex-acp's ``server_name``)."""
+    if isinstance(raw_input, dict) and raw_input.get("server_name") == SERVER_NAME:
+        return True
+    return any(f"{SERVER_NAME}__{tool}" in title or f"{SERVER_NAME}/{tool}" in title or title.strip() == tool
+               for title in titles for tool in TOOLS)
 
 
 class AgentRequests:
@@ -163,9 +170,12 @@ class AgentRequests:
         if session is None or session.turn is None:
             await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=CancelledOutcome())))
             return
+        # The title the tool call had before the permission's update renames it.
+        shown = session.mapper.tool(asked.tool_call.get("toolCallId"))
+        titles = [str(shown.detail.get("title") or "")] if shown is not None else []
         call = await session.mapper.tool_update(asked.tool_call)
         title = str(asked.tool_call.get("title") or (call.detail.get("title") if call else "") or "")
-        if self.adapter.config.agentd_tool == "allow" and _is_agentd_tool(title):
+        if self.adapter.config.agentd_tool == "allow" and _is_agentd_tool([title, *titles], asked.tool_call.get("rawInput")):
             allow = next((o for o in asked.options if o.kind == "allow_once"), None)
             if allow is not None:
                 await self._peer.respond(request_id, _encode(RequestPermissionResponse(outcome=SelectedOutcome(option_id=allow.option_id))))

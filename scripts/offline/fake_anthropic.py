@@ -29,6 +29,10 @@ What the model "does" follows keywords in the last user text of the request:
 * ``WRITE_FILE:/absolute/path`` — a ``tool_use`` of the Write tool that
   writes ``written by the fake model`` to that path (a file edit, for the
   ACP adapters' tests);
+* ``ASK_USER`` — a ``tool_use`` of Claude's ``AskUserQuestion`` tool (one
+  question, ``ASK_QUESTION``, with the options of ``ASK_OPTIONS``) where the
+  request offers it; after its ``tool_result`` the final answer is ``The
+  person answered: <the result>``, so a test sees the answer reach the model;
 * ``GO_SLOW`` — a long answer streamed slowly, one word every 0.1 s (60
   words, or N with ``GO_SLOW:N``; for interrupts, steers and crashes);
 * otherwise — a plain answer, ``Reply N: <the user's text>`` where N counts
@@ -66,6 +70,10 @@ DEFAULT_COMMAND = "echo hello-from-bash"
 #: the text a ``NARRATE`` message says before its tool call
 NARRATION = "Let me run that command first."
 APPROVAL_COMMAND = "touch approved-by-user.txt && echo wrote-approved-file"
+#: the question an ``ASK_USER`` message has the model ask (AskUserQuestion), and its options
+ASK_QUESTION = "Which color should the button be?"
+ASK_OPTIONS = [{"label": "Red", "description": "Warm and loud."}, {"label": "Blue", "description": "Calm."}]
+ASK_TOOL = "AskUserQuestion"
 SLOW_CHUNKS = 60
 SLOW_PAUSE = 0.1
 
@@ -179,6 +187,8 @@ def plan_reply(body: dict[str, Any]) -> dict[str, Any]:
         cancel = _cancel_target(messages)
         if cancel is not None and _last_tool_use(messages) == "ToolSearch" and _offers(body, CANCEL_TOOL):
             return {"kind": "tool", "name": CANCEL_TOOL, "input": {"taskId": cancel}}
+        if _last_tool_use(messages) == ASK_TOOL:
+            return {"kind": "text", "text": f"The person answered: {result[:2000]}", "slow": False}
         if _last_tool_use(messages) == CANCEL_TOOL:
             return {"kind": "text", "text": f"The cancel answered: {result[:2000]}", "slow": False}
         return {"kind": "text", "text": f"The command finished: {result[:200]}", "slow": False}
@@ -191,6 +201,9 @@ def plan_reply(body: dict[str, Any]) -> dict[str, Any]:
         return {**plan, "narration": NARRATION if "NARRATE" in text else None}
     if "ASK_APPROVAL" in text:
         return _bash(APPROVAL_COMMAND)
+    if "ASK_USER" in text and _offers(body, ASK_TOOL):
+        question = {"question": ASK_QUESTION, "header": "Color", "options": ASK_OPTIONS, "multiSelect": False}
+        return {"kind": "tool", "name": ASK_TOOL, "input": {"questions": [question]}}
     if "WRITE_FILE:" in text:
         path = text.split("WRITE_FILE:", 1)[1].split()[0]
         return {"kind": "tool", "name": "Write", "input": {"file_path": path, "content": "written by the fake model\n"}}

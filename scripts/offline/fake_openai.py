@@ -10,8 +10,10 @@ chosen from keywords in the last user message, so tests script their turns:
   needs approval under ``approval_policy = "on-request"`` (``touch approved.txt``);
 * ``ASK_USER`` — a ``request_user_input`` call (Codex offers it in plan mode);
 * ``GO_SLOW`` — a reply streamed slowly (for interrupt and steer tests);
-* ``WRITE_FILE`` — an ``apply_patch`` call adding ``patched.txt`` when offered, else a
-  shell call writing the same file in the turn's working directory;
+* ``WRITE_FILE`` — an ``apply_patch`` call adding ``patched.txt`` when offered (a
+  ``custom_tool_call`` whose input is the patch where the tool is freeform, as
+  Codex offers it to models it knows), else a shell call writing the same file
+  in the turn's working directory;
 * ``NARRATE`` (with a tool keyword) — the response says ``NARRATION`` first,
   an assistant message with ``phase: commentary``, then makes the call;
 * ``PHASE:<phase>`` — the reply's message carries that ``phase``
@@ -98,6 +100,14 @@ def tool_names(body: dict[str, Any]) -> list[str]:
     return names
 
 
+def tool_type(body: dict[str, Any], name: str) -> str | None:
+    """How the request offers the tool ``name`` (``function``, ``custom``, …), if it does."""
+    for tool in body.get("tools") or []:
+        if isinstance(tool, dict) and (tool.get("name") or (tool.get("function") or {}).get("name")) == name:
+            return str(tool.get("type") or "function")
+    return None
+
+
 def last_item(body: dict[str, Any]) -> dict[str, Any]:
     items = body.get("input") or []
     return items[-1] if items and isinstance(items[-1], dict) else {}
@@ -122,7 +132,8 @@ def shell_call(body: dict[str, Any], command: str, *, escalate: bool = False) ->
 
 
 def plan(body: dict[str, Any]) -> dict[str, Any]:
-    """What to answer: ``{"text": str, "slow": bool}`` or ``{"call": {...}}``."""
+    """What to answer: ``{"text": str, "slow": bool}``, ``{"call": {...}}`` (a
+    function call) or ``{"custom": {name, input}}`` (a freeform tool's call)."""
     last = last_item(body)
     if last.get("type") in ("function_call_output", "custom_tool_call_output"):
         output = last.get("output")
@@ -156,6 +167,9 @@ def plan(body: dict[str, Any]) -> dict[str, Any]:
         return {"call": shell_call(body, "echo agentd-ran-this"), **narration}
     if "WRITE_FILE" in text and "apply_patch" in tool_names(body):
         patch = "*** Begin Patch\n*** Add File: patched.txt\n+patched by the fake model\n*** End Patch\n"
+        if tool_type(body, "apply_patch") == "custom":
+            # Offered as a freeform tool (Codex's known models): its input is the patch itself.
+            return {"custom": {"name": "apply_patch", "input": patch}}
         return {"call": {"name": "apply_patch", "arguments": json.dumps({"input": patch})}}
     if "WRITE_FILE" in text:
         # The fake model's family gets no apply_patch tool from the pinned Codex.
@@ -252,6 +266,16 @@ class Handler(BaseHTTPRequestHandler):
             self._event("response.output_item.added", output_index=index, item={**item, "arguments": "", "status": "in_progress"})
             self._event("response.function_call_arguments.delta", output_index=index, item_id=item["id"], delta=item["arguments"])
             self._event("response.function_call_arguments.done", output_index=index, item_id=item["id"], arguments=item["arguments"])
+            self._event("response.output_item.done", output_index=index, item=item)
+            output.append(item)
+        elif "custom" in answer:
+            # A freeform tool's call: its input streams as text, not JSON arguments.
+            index = len(output)
+            item = {"type": "custom_tool_call", "id": _next("ctc"), "call_id": _next("call"), "status": "completed",
+                    **answer["custom"]}
+            self._event("response.output_item.added", output_index=index, item={**item, "input": "", "status": "in_progress"})
+            self._event("response.custom_tool_call_input.delta", output_index=index, item_id=item["id"], delta=item["input"])
+            self._event("response.custom_tool_call_input.done", output_index=index, item_id=item["id"], input=item["input"])
             self._event("response.output_item.done", output_index=index, item=item)
             output.append(item)
         else:
