@@ -19,6 +19,7 @@ from pathlib import Path
 
 import trio
 
+from agentd.actors.regular_files import NotRegularFile, open_regular
 from agentd.protocol.errors import InvalidParams, LimitExceeded
 
 #: the config key that bounds a copy, as errors name it
@@ -47,14 +48,25 @@ FICLONE = 0x40049409
 
 def clone_or_copy(src: str, dst: str) -> str:
     """``dst`` as a reflink of ``src`` where the file system can clone
-    files (as ``cp --reflink=auto``), else a plain ``copy2``."""
+    files (as ``cp --reflink=auto``), else a plain ``copy2``. A named pipe (an
+    agent's ``mkfifo``: opening it would wait forever), a device or a socket
+    is not copied: the copy holds regular files, folders and symlinks."""
     try:
-        with open(src, "rb") as source, open(dst, "wb") as target:
-            fcntl.ioctl(target.fileno(), FICLONE, source.fileno())
+        source = open_regular(src)
+    except NotRegularFile:
+        return dst
+    try:
+        with open(dst, "wb") as target:
+            fcntl.ioctl(target.fileno(), FICLONE, source)
         shutil.copystat(src, dst)
         return dst
     except OSError:
-        return shutil.copy2(src, dst)
+        with os.fdopen(os.dup(source), "rb") as reading, open(dst, "wb") as target:
+            shutil.copyfileobj(reading, target)
+        shutil.copystat(src, dst)
+        return dst
+    finally:
+        os.close(source)
 
 
 def measure(source: str, limit: int) -> int:
