@@ -34,6 +34,7 @@ import trio
 
 from agentd.store.records import AppThread, Checkpoint, WorkspaceSource
 
+from .regular_files import open_regular
 from .checkpoints.errors import CheckpointError, GitCommandError
 from .checkpoints import names
 from .checkpoints.gitproc import Git, scrubbed_env
@@ -106,8 +107,12 @@ def _marker(source: WorkspaceSource) -> str:
 def _mark(source: WorkspaceSource) -> None:
     marker = _marker(source)
     os.makedirs(os.path.dirname(marker), exist_ok=True)
-    with open(marker, "w"):
-        pass
+    try:
+        os.close(open_regular(marker, os.O_WRONLY | os.O_CREAT, 0o600))
+    except OSError:
+        # Not the marker this makes (a FIFO or a symlink an agent put there): made anew.
+        os.unlink(marker)
+        os.close(open_regular(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _unmark(source: WorkspaceSource) -> None:
