@@ -11,15 +11,18 @@ reports the file's text before and after, so the adapter can make it a
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import errno
 import os
+import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
-from ..checkpoints.beneath import Refused, Workspace
+from ..checkpoints.beneath import Refused, Workspace, umask
 from ..regular_files import open_regular, read_regular
 from .base import ProviderRuntimeError
 
@@ -105,19 +108,38 @@ class Written:
 def _write(base: str, target: Path, content: str) -> str | None:
     """Write ``target`` (resolved inside ``base`` by :func:`confined`) from a
     descriptor of ``base``, never following a symlink: a folder the agent
-    swaps for a symlink after the check is refused, not written through."""
+    swaps for a symlink after the check is refused, not written through.
+
+    The new content goes to a new file that replaces the old one (its mode
+    kept), never into the old file: the old name may be a hard link the agent
+    made to a file outside the workspace (``ln ~/.bashrc x`` needs no more
+    than the workspace a sandbox lets it write), which an in-place write would
+    change. A FIFO in the file's place is refused, not waited on."""
     rel = os.fsencode(os.path.relpath(target, base))
     name = os.path.basename(rel)
     try:
         with Workspace(os.fsencode(base)) as ws, ws.parent(rel, create=True) as folder:
-            # A FIFO in the file's place is refused, not waited on (``regular_files``).
             try:
-                before: str | None = read_regular(name, dir_fd=folder).decode("utf-8", errors="replace")
+                fd = open_regular(name, dir_fd=folder)
             except FileNotFoundError:
-                before = None
-            with os.fdopen(open_regular(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666, dir_fd=folder),
-                           "wb") as new:
-                new.write(content.encode("utf-8"))
+                before: str | None = None
+                mode = 0o666 & ~umask()
+            else:
+                with os.fdopen(fd, "rb") as old:
+                    mode = stat.S_IMODE(os.fstat(fd).st_mode)
+                    before = old.read().decode("utf-8", errors="replace")
+            temporary = b".agentd-write-" + secrets.token_hex(6).encode()
+            out = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=folder)
+            try:
+                with os.fdopen(out, "wb") as new:
+                    new.write(content.encode("utf-8"))
+                    os.fchmod(new.fileno(), mode)
+                os.rename(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary, dir_fd=folder)
+                raise
     except Refused as exc:
         raise OutsideWorkspace(f"{target}: {exc.detail}; agentd does not write through it") from None
     return before

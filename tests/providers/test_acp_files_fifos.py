@@ -40,3 +40,20 @@ async def test_a_read_through_a_folder_swapped_for_a_symlink_after_the_check_is_
     (workspace / "sub").symlink_to(outside)  # the swap, after the check
     with pytest.raises(acp_files.OutsideWorkspace):
         acp_files._read(os.path.realpath(workspace), target, None, None)
+
+
+async def test_a_write_to_a_hard_link_of_a_file_outside_leaves_that_file_alone(tmp_path):
+    """An agent a sandbox keeps to its workspace can still ``ln ~/.bashrc x``
+    there; ``fs/write_text_file`` of ``x`` replaces the workspace's name with a
+    new file (its mode kept) and never writes into the linked one."""
+    workspace, outside = tmp_path / "ws", tmp_path / "bashrc"
+    workspace.mkdir()
+    outside.write_text("the user's own\n")
+    os.link(outside, workspace / "x")
+    os.chmod(workspace / "x", 0o640)
+    written = await acp_files.write_text(str(workspace), str(workspace / "x"), "the agent's\n")
+    assert written.before == "the user's own\n"
+    assert outside.read_text() == "the user's own\n", "the file outside is untouched"
+    assert (workspace / "x").read_text() == "the agent's\n"
+    assert os.stat(workspace / "x").st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in workspace.iterdir()) == ["x"], "no temporary file left"
