@@ -89,8 +89,10 @@ class ToolCredentials:
 
         def write() -> None:
             for path, data in files.items():
-                # not through a symlink, nor into a FIFO put in its place (that open would wait)
-                fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                # A new file: whatever another process put at the name (a symlink, a FIFO, a
+                # hard link to a file of the user's) is removed, never written through.
+                path.unlink(missing_ok=True)
+                fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 try:
                     os.write(fd, data)
                 finally:
