@@ -315,10 +315,19 @@ def message_text(args: argparse.Namespace) -> str:
         text = args.text
     else:
         source = "stdin" if args.file is None else args.file
+        # At most what a message may hold (UTF-8 takes up to 4 bytes a character), and one
+        # byte more to tell: `--file /dev/zero` or an endless pipe is refused, not read forever.
+        cap = 4 * MAX_TEXT + 1
         try:
-            data = sys.stdin.buffer.read() if args.file is None else Path(args.file).read_bytes()
+            if args.file is None:
+                data = sys.stdin.buffer.read(cap + 1)
+            else:
+                with open(args.file, "rb") as f:
+                    data = f.read(cap + 1)
         except OSError as exc:
             raise CliError(f"cannot read {source}: {exc.strerror or exc}") from None
+        if len(data) > cap:
+            raise CliError(f"{source} holds more than a message may ({MAX_TEXT:,} characters); nothing was sent")
         try:
             text = data.decode("utf-8").removesuffix("\n")
         except UnicodeDecodeError as exc:

@@ -4,7 +4,10 @@ queue, request and plan methods have commands."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import trio
 
 from tests.cli_helpers import first_line, run, spawn
 from tests.helpers import script, wait_event, wait_run_terminal
@@ -186,8 +189,6 @@ async def test_send_image_of_a_fifo_or_a_device_is_refused_at_once(daemon, tmp_p
     """``send --image`` reads a regular file only, and no more than a message
     may carry: a FIFO named ``.png`` would wait forever, ``/dev/zero`` behind a
     ``.png`` symlink would be read without end."""
-    import os
-
     os.mkfifo(tmp_path / "pipe.png")
     os.symlink("/dev/zero", tmp_path / "zero.png")
     (tmp_path / "big.png").write_bytes(b"\x89PNG" + bytes(10 << 20))
@@ -195,3 +196,22 @@ async def test_send_image_of_a_fifo_or_a_device_is_refused_at_once(daemon, tmp_p
     for name, why in (("pipe.png", "named pipe"), ("zero.png", "device"), ("big.png", "at most 9 MiB")):
         refused = await run(daemon, "send", thread_id, "hi", "--image", str(tmp_path / name), check=False)
         assert refused.returncode == 1 and why in refused.stderr.decode(), (name, refused.stderr)
+
+
+async def test_send_file_of_a_device_is_refused_after_what_a_message_may_hold(daemon, tmp_path):
+    """``send --file /dev/zero`` was read without end; it is read up to what a
+    message may hold, then refused with nothing sent. A process substitution
+    (a pipe the person made) still works."""
+    thread_id = await new_thread(daemon)
+    refused = await run(daemon, "send", thread_id, "--file", "/dev/zero", check=False)
+    assert refused.returncode == 1 and "more than a message may" in refused.stderr.decode()
+    fifo = tmp_path / "from-a-pipe"
+    os.mkfifo(fifo)
+
+    async def write_it() -> None:
+        await trio.to_thread.run_sync(fifo.write_text, "piped in\n")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write_it)
+        sent = await run(daemon, "send", thread_id, "--file", str(fifo))
+    assert sent.stdout.decode().strip() == "You said: piped in"
