@@ -9,7 +9,7 @@ import subprocess
 
 import trio
 
-from .fifowatch import FifoWait, NamedPipeError, watch
+from .fifowatch import NamedPipeError, Watched
 from .errors import GitCommandError, UnknownCheckpointError
 from .refs import check_commitish
 from .rawdiff import EMPTY_TREE, file_changes
@@ -44,36 +44,29 @@ async def read_patch(shadow: Shadow, base: str, target: str, max_bytes: int) -> 
         stdin=subprocess.DEVNULL, env=shadow.env, cwd=shadow.layout.top,
     )
     assert process.stdout is not None
-    stdout = process.stdout
+    # git reads the work tree's .gitattributes for a diff: one that is a FIFO would stall it
+    watched = Watched()
+    watched.started(process)
     chunks = bytearray()
     truncated = False
-    blocked: list[FifoWait] = []
-
-    async def read() -> None:
-        nonlocal truncated
+    try:
         while True:
-            data = await stdout.receive_some(1 << 16)
+            data = await process.stdout.receive_some(1 << 16)
             if not data:
                 break
-            chunks.extend(data)
+            chunks += data
             if len(chunks) > max_bytes:
                 truncated = True
                 del chunks[max_bytes:]
                 process.kill()
                 break
-        nursery.cancel_scope.cancel()  # the watch ends with the output
-
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(read)
-            # git reads the work tree's .gitattributes for a diff: one that is a FIFO would stall it
-            nursery.start_soon(watch, process, blocked)
     finally:
         with trio.CancelScope(shield=True):
-            await stdout.aclose()  # a git still writing gets SIGPIPE
+            await process.stdout.aclose()  # a git still writing gets SIGPIPE
             await process.wait()
-    if blocked:
-        raise NamedPipeError(blocked[0].path)
+        watched.done()
+    if watched.found is not None:
+        raise NamedPipeError(watched.found.path)
     if not truncated and process.returncode not in (0, 1):
         raise GitCommandError(["diff", base, target], process.returncode or -1, b"")
     return bytes(chunks), truncated

@@ -7,7 +7,7 @@ a file (``mkfifo .gitignore`` runs as the user), and then every capture, diff
 and restore of that workspace would hang, and with it the thread's actor: not
 even a Stop would get through.
 
-So while git runs, :func:`watch` looks at it now and then through ``/proc``:
+So while git runs, the watch (:class:`Watched`) looks at it now and then through ``/proc``:
 a git blocked in ``open``/``openat`` whose kernel wait is the FIFO's
 (``wait_for_partner``) is killed, and the command fails with
 :class:`NamedPipeError`, naming the pipe where ``/proc`` lets us read the path
@@ -26,11 +26,9 @@ import trio
 
 from .errors import CheckpointError
 
-#: the first look comes this long after git started (almost every git of a
-#: capture has ended by then, so the watch costs a sleeping task, no reads)
+#: a git is looked at once it has run this long, and then this often (almost
+#: every git of a capture has ended by then: it is never looked at)
 FIRST_LOOK = 0.5
-#: then the looks come at most this far apart
-MAX_GAP = 2.0
 #: kernel functions a process waits in while it opens a FIFO nobody writes to
 #: (``wait_for_partner`` since Linux 2.6; ``fifo_open`` / ``pipe_wait`` on some)
 FIFO_WAITS = frozenset({"wait_for_partner", "fifo_open", "pipe_wait"})
@@ -111,19 +109,70 @@ def _opened_path(pid: int, args: list[int], at: int) -> str | None:
         return None
 
 
-async def watch(process: trio.Process, found: list[FifoWait]) -> None:
-    """Look at ``process`` now and then until cancelled; when it waits to open
-    a FIFO, append what was found to ``found`` and kill it."""
-    if not _OPENS:
-        return
-    gap = FIRST_LOOK
-    while True:
-        await trio.sleep(gap)
-        if process.returncode is not None:
-            return
-        wait = fifo_wait(process.pid)  # a few small reads of /proc: they never wait
-        if wait is not None:
-            found.append(wait)
-            process.kill()
-            return
-        gap = min(gap * 2, MAX_GAP)
+class Watched:
+    """One git under the watch: give it to ``trio.run_process`` as its
+    ``task_status`` (it is told the process once started) and call
+    :meth:`done` when the process has ended. ``found`` is set when the watch
+    killed it.
+
+    One watch task serves every git of the run (no task and no timer per
+    spawn: a capture's gits mostly end in milliseconds, before any look).
+    """
+
+    def __init__(self) -> None:
+        self.process: trio.Process | None = None
+        self.found: FifoWait | None = None
+
+    def started(self, value: trio.Process | None = None) -> None:
+        self.process = value
+        if value is not None and _OPENS:
+            _the_watch().add(self)
+
+    def done(self) -> None:
+        if self.process is not None and _OPENS:
+            _the_watch().live.pop(self, None)
+
+
+class _Watch:
+    """The gits of one trio run that are still running, since when."""
+
+    def __init__(self) -> None:
+        self.live: dict[Watched, float] = {}
+        self.someone = trio.Event()
+
+    def add(self, watched: Watched) -> None:
+        self.live[watched] = trio.current_time()
+        self.someone.set()
+
+    async def run(self) -> None:
+        while True:
+            if not self.live:
+                self.someone = trio.Event()
+                await self.someone.wait()
+            await trio.sleep(FIRST_LOOK)
+            now = trio.current_time()
+            for watched, since in list(self.live.items()):
+                process = watched.process
+                if process is None or process.returncode is not None or now - since < FIRST_LOOK:
+                    continue
+                try:
+                    wait = fifo_wait(process.pid)  # a few small reads of /proc: they never wait
+                except Exception:  # noqa: BLE001 - a watch that cannot look must not end the run
+                    wait = None
+                if wait is not None:
+                    watched.found = wait
+                    self.live.pop(watched, None)
+                    process.kill()
+
+
+_WATCH: trio.lowlevel.RunVar[_Watch] = trio.lowlevel.RunVar("agentd_fifowatch")
+
+
+def _the_watch() -> _Watch:
+    try:
+        return _WATCH.get()
+    except LookupError:
+        watch = _Watch()
+        _WATCH.set(watch)
+        trio.lowlevel.spawn_system_task(watch.run, name="agentd git FIFO watch")
+        return watch

@@ -14,13 +14,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import trio
 
-from .fifowatch import FifoWait, NamedPipeError, watch
+from .fifowatch import NamedPipeError, Watched
 from .errors import GitCommandError, GitUnavailableError
 
 #: git 2.32 is the first to honour GIT_CONFIG_GLOBAL
@@ -131,32 +130,21 @@ class Git:
                 (``fifowatch``).
         """
         path = await self.path()
-        done: list[subprocess.CompletedProcess[bytes]] = []
-        blocked: list[FifoWait] = []
-
-        async def complete(task_status: trio.TaskStatus[trio.Process] = trio.TASK_STATUS_IGNORED) -> None:
-            done.append(await trio.run_process(
+        watched = Watched()
+        try:
+            result = await trio.run_process(
                 [path, *args], stdin=stdin if stdin is not None else b"", capture_stdout=True,
-                capture_stderr=True, check=False, env=dict(env), cwd=cwd, task_status=task_status,
-            ))
-            nursery.cancel_scope.cancel()  # the watch ends with git
-
-        missing: FileNotFoundError | None = None
-        async with trio.open_nursery() as nursery:
-            try:
-                process = await nursery.start(complete)
-            except FileNotFoundError as exc:
-                missing = exc  # raised below, not inside the nursery (it would come out as a group)
-            else:
-                nursery.start_soon(watch, process, blocked)
-        if missing is not None:
+                capture_stderr=True, check=False, env=dict(env), cwd=cwd, task_status=watched,
+            )
+        except FileNotFoundError as exc:
             if not os.path.isdir(cwd):
-                raise missing
+                raise
             self._path = None
-            raise GitUnavailableError(f"checkpoints need git, and {path} is gone: {missing}") from missing
-        if blocked:
-            raise NamedPipeError(blocked[0].path)
-        result = done[0]
+            raise GitUnavailableError(f"checkpoints need git, and {path} is gone: {exc}") from exc
+        finally:
+            watched.done()
+        if watched.found is not None:
+            raise NamedPipeError(watched.found.path)
         if result.returncode not in ok:
             raise GitCommandError(list(args), result.returncode, result.stderr)
         return GitResult(result.returncode, result.stdout, result.stderr)
