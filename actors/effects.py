@@ -226,6 +226,24 @@ class SaveAttachments:
 
 
 @dataclass(frozen=True)
+class SaveMcpSecrets:
+    """Keep the values of the thread's MCP servers' environment variables
+    and headers in its secrets file (``providers/mcp_secrets.py``), durably,
+    before the record naming them is committed; answers whether that changed
+    what was kept (raises ``invalid_state`` for a folder it will not write in)."""
+
+    secrets: dict[str, dict[str, dict[str, str]]]
+
+
+@dataclass(frozen=True)
+class CopyMcpSecrets:
+    """Give thread ``target_thread_id`` (a fork being made) a copy of this
+    thread's secrets file, durably, before its record is committed."""
+
+    target_thread_id: str
+
+
+@dataclass(frozen=True)
 class AllowRecovery:
     """Ask the session host whether a crashed session may be restarted for
     a new attempt (its crash budget); answers with its ``RecoveryDecision``."""

@@ -40,7 +40,7 @@ from .checkpointing import capture_fields, previous_root
 from .checkpoints import checkpoint_ref
 from .graph import ThreadBatch
 from .messages import AttemptStartFailed, ContextNeeded, MailboxItem, ProviderThreadReady, StartPlan
-from .providers import images
+from .providers import extra_mcp, images, mcp_secrets
 from .providers.base import NativeThreadMissing, ProviderConnection, ProviderRuntimeError
 from .reply import Reply
 from .state import ActiveRun, ThreadState
@@ -178,6 +178,17 @@ async def wait_while_restored(actor: StarterHandle, workspace: str) -> None:
     await actor.host.restoring.wait_until_free(folder)
 
 
+async def _mcp_servers(actor: StarterHandle) -> list[extra_mcp.McpServerSpec]:
+    """The thread's MCP servers as the runtime gets them (``mcp_secrets.py``).
+
+    Raises:
+        OSError: their secrets cannot be read, or some are missing.
+    """
+    folder = mcp_secrets.folder_beside(actor.host.workspaces_folder)
+    kept = await trio.to_thread.run_sync(mcp_secrets.read, folder, actor.thread_id)
+    return extra_mcp.with_secrets(actor.state.thread.mcp_servers or [], kept)
+
+
 async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
     """Get ``active``'s attempt running on the provider; report every outcome
     through ``actor``'s mailbox."""
@@ -188,9 +199,13 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
     extra: dict[str, Any] = {}
     if active.user_message.attachments:
         extra["images"] = images.inputs(images.folder_beside(actor.host.workspaces_folder, actor.thread_id), active.user_message)
-    # The thread's MCP servers besides agentd's own (an editor's), given where a native thread is made or loaded.
-    servers: dict[str, Any] = {"mcp_servers": list(state.thread.mcp_servers)} if state.thread.mcp_servers else {}
+    servers: dict[str, Any] = {}
     try:
+        # The thread's MCP servers besides agentd's own (an editor's), given
+        # where a native thread is made or loaded, with their secrets back
+        # from the thread's file (a missing one fails the start, naming the server).
+        if state.thread.mcp_servers:
+            servers["mcp_servers"] = await _mcp_servers(actor)
         plan = await _context(actor, attempt_id)
         if plan is None:
             return

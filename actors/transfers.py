@@ -25,7 +25,7 @@ from .own_workspace import OWN_WORKSPACES, own_workspace, wire_source
 from .context import ThreadContext
 from agentd.protocol import results
 
-from .effects import NO_SEQ, CheckWorkspace, Decision, Diff, PlanWorkspace, Transition
+from .effects import NO_SEQ, CheckWorkspace, CopyMcpSecrets, Decision, Diff, PlanWorkspace, Transition
 from .ending import end_run
 from .graph import ThreadBatch
 from .checkpoints.errors import CheckpointError
@@ -42,7 +42,8 @@ __all__ = ["fork_transfer", "thread_fork", "thread_history", "on_context_needed"
 
 def thread_fork(ctx: ThreadContext, command: Command) -> Transition:
     """``thread.fork``: a new AppThread with fork lineage and a pending
-    ``fork`` ContextTransfer from the source point — nothing else (SPEC F6)."""
+    ``fork`` ContextTransfer from the source point — nothing else (SPEC F6)
+    but the source's MCP servers (issue 26), which a fork inherits."""
     params: wire.ThreadForkParams = command.params
     state = ctx.state
     source, history = resolve_source(ctx.store, state, params.source_point)
@@ -58,6 +59,10 @@ def thread_fork(ctx: ThreadContext, command: Command) -> Transition:
         # A worktree (or copy) of its own, made at the fork's first run (issue 27).
         planned: WorkspaceSource = yield PlanWorkspace(own, parent.id, parent.workspace, thread.id, source.checkpoint_id)
         thread = struct_copy(thread, workspace=own_workspace(planned), workspace_source=planned)
+    if parent.mcp_servers:
+        # The source's MCP servers (issue 26): their names in the record, a copy of their secrets beside it.
+        yield CopyMcpSecrets(thread.id)
+        thread = struct_copy(thread, mcp_servers=list(parent.mcp_servers))
     batch = ctx.batch()
     transfer = ContextTransfer(
         id=new_id("xfr"), type="fork", source_thread_id=parent.id, target_thread_id=thread.id, source_point=source,

@@ -276,13 +276,17 @@ class McpServerHttp(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown
     headers: McpMap = {}
 
 
+#: an editor's MCP servers (``thread.update {mcpServers}``)
+McpServers = Annotated[list[McpServerStdio | McpServerHttp], msgspec.Meta(max_length=MAX_MCP_SERVERS)]
+
+
 class ThreadUpdateParams(Params):
     """``thread.update``: what to change (a field left out stays as it is)."""
 
     thread_id: Id
     title: Title | None = None
     #: MCP servers for the thread's provider sessions, besides agentd's own tool (issue 26); [] removes them
-    mcp_servers: Annotated[list[McpServerStdio | McpServerHttp], msgspec.Meta(max_length=MAX_MCP_SERVERS)] | None = None
+    mcp_servers: McpServers | None = None
     command_id: CommandId | None = None
 
 
