@@ -59,6 +59,8 @@ class ThreadCreateParams(Params):
     parent_thread_id: Id | None = None
     relationship: Relationship = "delegated_task"
     created_by: CreatedBy = "user"
+    #: MCP servers for its provider sessions, as ``thread.update`` takes them (issue 26)
+    mcp_servers: McpServers | None = None
     command_id: CommandId | None = None
 
 
@@ -276,7 +278,7 @@ class McpServerHttp(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown
     headers: McpMap = {}
 
 
-#: an editor's MCP servers (``thread.update {mcpServers}``)
+#: an editor's MCP servers (``thread.create`` / ``thread.update {mcpServers}``)
 McpServers = Annotated[list[McpServerStdio | McpServerHttp], msgspec.Meta(max_length=MAX_MCP_SERVERS)]
 
 

@@ -121,7 +121,7 @@ class AppThread(Record, kw_only=True, frozen=True):
     #: when ``thread.archive`` archived it (None: not archived; issue 27)
     archived_at: float | None = None
     #: MCP servers its provider sessions get besides agentd's own tool (an
-    #: editor's, ``thread.update {mcpServers}``, or its
+    #: editor's, ``thread.create`` / ``thread.update {mcpServers}``, or its
     #: fork source's; issue 26); None: none
     mcp_servers: list[McpServer] | None = None
 

@@ -2,7 +2,7 @@
 F20): the values of their environment variables and headers are in a file
 of the daemon's own (``<data-dir>/mcp-secrets/<threadId>.json``), never in a
 record, an event or the LMDB file, and still reach the provider; a fork
-inherits the servers (F6), a restart
+inherits the servers (F6), ``thread.create`` takes them (F1), a restart
 keeps them (F12), and records stored before keep working."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
-from agentd.protocol.errors import InvalidState
+from agentd.protocol.errors import AgentdError, InvalidState
 from tests.helpers import script, send_and_wait, stored_events
 
 SECRET = "s3cret"
@@ -86,6 +86,24 @@ async def test_the_values_are_in_no_record_event_or_store_file_but_reach_the_pro
     assert not path.exists()
 
 
+async def test_thread_create_takes_the_servers_and_thread_delete_removes_their_secrets(client, data_dir):
+    created = await client.call("thread.create", mcpServers=[*SERVERS, {"type": "stdio", "name": "agentd",
+                                                                         "command": "/bin/true"}])
+    thread_id = created["threadId"]
+    assert created["renamed"] == {"agentd": "agentd-editor"}
+    thread = (await client.call("thread.get", threadId=thread_id))["thread"]
+    assert [s["name"] for s in thread["mcpServers"]] == ["files", "web", "agentd-editor"]
+    assert SECRET not in json.dumps(thread)
+    assert await values_seen(client, thread_id) == GIVEN
+    # Refused like thread.update's: nothing is made.
+    with pytest.raises(AgentdError) as refused:
+        await client.call("thread.create", mcpServers=[{"type": "stdio", "name": "x"}])
+    assert refused.value.code == -32602
+    assert secrets_file(data_dir, thread_id).exists()
+    await client.call("thread.delete", threadId=thread_id)
+    assert not secrets_file(data_dir, thread_id).exists()
+
+
 async def test_a_fork_inherits_the_servers_and_a_copy_of_their_secrets(client, data_dir):
     source = (await client.call("thread.create"))["threadId"]
     await client.call("thread.update", threadId=source, mcpServers=SERVERS)
@@ -109,6 +127,10 @@ async def test_a_symlinked_secrets_folder_is_refused_and_the_thread_stays_usable
     assert "symlink" in refused.value.message and refused.value.data["field"] == "mcpServers"
     assert list(outside.iterdir()) == [], "nothing was written where the symlink points"
     assert (await client.call("thread.get", threadId=thread_id))["thread"]["mcpServers"] is None
+    with pytest.raises(InvalidState, match="symlink"):
+        await client.call("thread.create", mcpServers=SERVERS)
+    assert list(outside.iterdir()) == []
+    assert [t["id"] for t in (await client.call("thread.list"))["threads"]] == [thread_id], "no thread was made"
     assert (await send_and_wait(client, thread_id, "still here"))["status"] == "completed"
 
 

@@ -834,6 +834,12 @@ async def test_the_editors_mcp_servers_reach_the_provider_and_stay_with_the_thre
     assert await prompt(editor, session, script({"reportMcpValues": True})) == "end_turn"
     assert f"mcp value files env TOKEN sha256={hashlib.sha256(b's3cret').hexdigest()}" in editor.text(session)
     assert f"mcp value web header Authorization sha256={hashlib.sha256(b'Bearer x').hexdigest()}" in editor.text(session)
+    # Servers agentd refuses refuse the session: no thread is made for it.
+    before = (await client.call("thread.list"))["threads"]
+    with pytest.raises(RequestError):
+        await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=[
+            McpServerStdio(name="n" * 65, command="/bin/true", args=[], env=[])]))
+    assert (await client.call("thread.list"))["threads"] == before
     # Opened again with other servers: the thread's provider gets those from its next run on.
     await editor.run(editor.conn.close_session(session_id=session))
     await editor.run(editor.conn.resume_session(cwd=str(workspace), session_id=session, mcp_servers=[servers[1]]))
