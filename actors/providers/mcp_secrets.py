@@ -237,8 +237,15 @@ def stored_threads(store: Store) -> list[bytes]:
         return [bytes(value) for _key, value in txn.cursor()]
 
 
-#: the store's ``meta`` key set once the event log and receipts hold no value of an MCP server
-LOG_REDACTED = b"mcp_secrets.log_redacted"
+#: the store's ``meta`` key set once no record, event or receipt holds a value of an MCP server
+#: (this agentd never writes one: the store is not read for them again)
+MIGRATED = b"mcp_secrets.migrated"
+
+
+def migrated(store: Store) -> bool:
+    """Whether ``migrate`` finished in this store once."""
+    with store.env.begin(db=store.dbs["meta"]) as txn:
+        return txn.get(MIGRATED) is not None
 
 
 def _redact(thread: Any) -> bool:
@@ -256,11 +263,9 @@ def redact_log(store: Store) -> int:
     """Once per store: the events (``thread.created`` / ``thread.updated``)
     and ``thread.update`` receipts logged before this module, with their
     threads' servers as names only (they carried the values); how many were
-    rewritten. Later ones never hold a value, so it is not done again."""
+    rewritten; then the store is marked ``MIGRATED``."""
     rewritten = 0
     with store.env.begin(write=True) as txn:
-        if txn.get(LOG_REDACTED, db=store.dbs["meta"]) is not None:
-            return 0
         for kind, part in (("events", "payload"), ("receipts", "result")):
             found = []
             for key, value in txn.cursor(db=store.dbs[kind]):
@@ -279,7 +284,7 @@ def redact_log(store: Store) -> int:
             for key, value in found:
                 txn.put(key, value, db=store.dbs[kind])
             rewritten += len(found)
-        txn.put(LOG_REDACTED, b"1", db=store.dbs["meta"])
+        txn.put(MIGRATED, b"1", db=store.dbs["meta"])
     return rewritten
 
 
@@ -287,11 +292,13 @@ async def migrate(store: Store, folder: str) -> list[str]:
     """Move the values records stored before this module still hold into
     their threads' secrets files, then store each such record with names
     only (run at the daemon's start, before any client can read a record),
-    and, once per store, the events and receipts that carried them
-    (``redact_log``).
-    A thread whose file cannot be written keeps its old record (and its
-    values, unread: decoding ignores them) and is said in the log. The ids
-    of the threads moved."""
+    and the events and receipts that carried them (``redact_log``). Done
+    once per store: it is marked when nothing is left. A thread whose file
+    cannot be written keeps its old record (and its values, unread:
+    decoding ignores them), is said in the log and tried again at the next
+    start. The ids of the threads moved."""
+    if await trio.to_thread.run_sync(migrated, store):
+        return []
     found = old_values(await trio.to_thread.run_sync(stored_threads, store))
     moved = []
     for thread_id, kept in found.items():
@@ -317,6 +324,8 @@ async def migrate(store: Store, folder: str) -> list[str]:
         moved.append(thread_id)
     if moved:
         log.info("moved the MCP server secrets of %d thread(s) out of their records: %s", len(moved), ", ".join(moved))
+    if len(moved) < len(found):
+        return moved  # not marked: the rest is tried again at the next start
     redacted = await trio.to_thread.run_sync(redact_log, store)
     if redacted:
         log.info("took the MCP server secrets out of %d logged event(s) and receipt(s)", redacted)

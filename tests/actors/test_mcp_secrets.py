@@ -191,7 +191,7 @@ async def test_a_record_stored_with_the_values_has_them_moved_out_at_the_start(d
             event = msgspec.msgpack.decode(value[1:])
             event["payload"]["thread"] = record
             txn.put(key, b"\x01" + msgspec.msgpack.encode(event), db=store.dbs["events"])
-            txn.delete(b"mcp_secrets.log_redacted", db=store.dbs["meta"])
+            txn.delete(b"mcp_secrets.migrated", db=store.dbs["meta"])  # as a store made before is
     finally:
         store.close()
     daemon = await start_daemon(data_dir, socket_path)
