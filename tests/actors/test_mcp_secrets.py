@@ -14,6 +14,7 @@ import stat
 
 import msgspec
 import pytest
+import trio
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
@@ -53,8 +54,28 @@ def assert_names_only(thread) -> None:
     assert SECRET not in json.dumps(thread)
 
 
-async def test_the_values_are_in_no_record_event_or_store_file_but_reach_the_provider(client, data_dir):
+async def test_the_values_are_in_no_record_event_or_store_file_but_reach_the_provider(client, daemon, data_dir):
     thread_id = (await client.call("thread.create"))["threadId"]
+    # Every event as a subscriber gets it live (ephemeral ones too), on a connection of its own.
+    live: list[str] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(follow, daemon.socket, thread_id, live)
+        await _use_the_servers(client, data_dir, thread_id)
+    assert any('"envNames": ["TOKEN"]' in line for line in live), "the servers' updates were followed"
+    assert [line for line in live if SECRET in line] == [], "no event a subscriber got holds a value"
+
+
+async def follow(socket, thread_id, live, *, task_status=trio.TASK_STATUS_IGNORED):
+    """Collect the thread's events, each as its JSON line, until its servers are removed."""
+    async with Client.connect(socket) as watcher, watcher.subscribe(thread_id=thread_id) as events:
+        task_status.started()
+        async for event in events:
+            live.append(json.dumps(event))
+            if event["type"] == "thread.updated" and event["payload"]["thread"]["mcpServers"] is None:
+                return
+
+
+async def _use_the_servers(client, data_dir, thread_id):
     updated = await client.call("thread.update", threadId=thread_id, mcpServers=SERVERS)
     assert updated["changed"] == ["mcpServers"]
     assert_names_only(updated["thread"])
