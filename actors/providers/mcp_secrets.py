@@ -14,7 +14,8 @@ It is written before the record that names the values is committed (a
 commit that fails leaves a file no record needs yet, harmless), atomically
 (a new temporary file made with ``O_EXCL | O_NOFOLLOW`` in the folder,
 fsynced, renamed over the old one, the folder fsynced), and never through a
-symlink: a folder that is a symlink, or that is not the user's, is refused
+symlink nor from a FIFO put in the file's place (``regular_files``: such an
+open would wait forever): a folder that is a symlink, or that is not the user's, is refused
 (an agent's command could otherwise have the tokens written where it
 reads). ``thread.delete`` removes it; a fork gets a copy.
 
@@ -35,11 +36,14 @@ from agentd.store.batch import WriteBatch
 from agentd.store.db import Store, struct_copy
 from agentd.store.records import RecordDecodeError, decode_record, encode_record
 
+from ..regular_files import open_regular, read_regular
 from .extra_mcp import Secrets
 
 log = logging.getLogger(__name__)
 
 FOLDER = "mcp-secrets"
+#: the most a secrets file may hold (32 servers of 256 values of 16 KiB each, and room for their names)
+MAX_FILE = 32 * 256 * (16384 + 512)
 
 
 class _File(msgspec.Struct, kw_only=True):
@@ -100,11 +104,12 @@ def read(folder: str, thread_id: str) -> Secrets:
     if not _checked(folder, create=False):
         return {}
     try:
-        fd = os.open(path_of(folder, thread_id), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # Not through a symlink, nor a FIFO put in its place (that open would wait forever).
+        data = read_regular(path_of(folder, thread_id), limit=MAX_FILE)
     except FileNotFoundError:
         return {}
-    with os.fdopen(fd, "rb") as f:
-        data = f.read()
+    if len(data) > MAX_FILE:
+        raise OSError(f"{path_of(folder, thread_id)} holds more than {MAX_FILE} bytes: not a file agentd wrote")
     try:
         return _decoder.decode(data).servers
     except msgspec.DecodeError as exc:
@@ -134,7 +139,7 @@ def write(folder: str, thread_id: str, secrets: Secrets) -> bool:
     except FileNotFoundError:
         pass
     # Never through a symlink: a new file, made here, that only the user reads.
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = open_regular(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         view = memoryview(msgspec.json.encode(_File(servers=secrets)))
         while view:

@@ -231,7 +231,7 @@ async def test_a_record_stored_with_the_values_has_them_moved_out_at_the_start(d
         await daemon.terminate()
 
 
-def test_the_file_is_never_written_or_read_through_a_symlink_and_a_damaged_one_is_replaced(tmp_path):
+def test_the_file_is_never_written_or_read_through_a_symlink_or_a_fifo_and_a_damaged_one_is_replaced(tmp_path):
     from agentd.actors.providers import mcp_secrets
 
     folder = str(tmp_path / "data" / "mcp-secrets")
@@ -247,6 +247,11 @@ def test_the_file_is_never_written_or_read_through_a_symlink_and_a_damaged_one_i
         mcp_secrets.read(folder, "thr_b")
     assert mcp_secrets.write(folder, "thr_b", kept)
     assert not path.is_symlink() and elsewhere.read_text() == '{"servers": {}}'
+    # A FIFO put there is refused at once (a plain open would wait for a writer forever), and replaced.
+    os.mkfifo(tmp_path / "data" / "mcp-secrets" / "thr_c.json")
+    with pytest.raises(OSError, match="named pipe"):
+        mcp_secrets.read(folder, "thr_c")
+    assert mcp_secrets.write(folder, "thr_c", kept) and mcp_secrets.read(folder, "thr_c") == kept
     # A damaged file is replaced by the next write; a read of it says so.
     path.write_text("not json")
     with pytest.raises(OSError, match="not a file of MCP server secrets"):
