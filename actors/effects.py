@@ -236,6 +236,12 @@ class SaveMcpSecrets:
 
 
 @dataclass(frozen=True)
+class ReadMcpSecrets:
+    """The values the thread's secrets file keeps (``providers/mcp_secrets.py``);
+    raises ``OSError`` for a folder or file it will not read."""
+
+
+@dataclass(frozen=True)
 class CopyMcpSecrets:
     """Give thread ``target_thread_id`` (a fork being made) a copy of this
     thread's secrets file, durably, before its record is committed."""

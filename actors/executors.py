@@ -96,6 +96,9 @@ class Executor:
             case fx.SaveMcpSecrets(secrets=secrets):
                 folder = mcp_secrets.folder_beside(self.host.workspaces_folder)
                 return await trio.to_thread.run_sync(mcp_secrets.keep, folder, self.thread_id, secrets)
+            case fx.ReadMcpSecrets():
+                folder = mcp_secrets.folder_beside(self.host.workspaces_folder)
+                return await trio.to_thread.run_sync(mcp_secrets.read, folder, self.thread_id)
             case fx.CopyMcpSecrets(target_thread_id=target):
                 folder = mcp_secrets.folder_beside(self.host.workspaces_folder)
                 await trio.to_thread.run_sync(mcp_secrets.keep_copy, folder, self.thread_id, target)

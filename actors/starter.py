@@ -40,7 +40,7 @@ from .checkpointing import capture_fields, previous_root
 from .checkpoints import checkpoint_ref
 from .graph import ThreadBatch
 from .messages import AttemptStartFailed, ContextNeeded, MailboxItem, ProviderThreadReady, StartPlan
-from .providers import extra_mcp, images, mcp_secrets
+from .providers import images
 from .providers.base import NativeThreadMissing, ProviderConnection, ProviderRuntimeError
 from .reply import Reply
 from .state import ActiveRun, ThreadState
@@ -178,15 +178,11 @@ async def wait_while_restored(actor: StarterHandle, workspace: str) -> None:
     await actor.host.restoring.wait_until_free(folder)
 
 
-async def _mcp_servers(actor: StarterHandle) -> list[extra_mcp.McpServerSpec]:
-    """The thread's MCP servers as the runtime gets them (``mcp_secrets.py``).
-
-    Raises:
-        OSError: their secrets cannot be read, or some are missing.
-    """
-    folder = mcp_secrets.folder_beside(actor.host.workspaces_folder)
-    kept = await trio.to_thread.run_sync(mcp_secrets.read, folder, actor.thread_id)
-    return extra_mcp.with_secrets(actor.state.thread.mcp_servers or [], kept)
+def _servers(plan: StartPlan) -> dict[str, Any]:
+    """The thread's MCP servers besides agentd's own (an editor's), with
+    their secrets (the actor read them with the plan), given where a native
+    thread is made, loaded or forked."""
+    return {"mcp_servers": list(plan.mcp_servers)} if plan.mcp_servers else {}
 
 
 async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
@@ -199,16 +195,11 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
     extra: dict[str, Any] = {}
     if active.user_message.attachments:
         extra["images"] = images.inputs(images.folder_beside(actor.host.workspaces_folder, actor.thread_id), active.user_message)
-    servers: dict[str, Any] = {}
     try:
-        # The thread's MCP servers besides agentd's own (an editor's), given
-        # where a native thread is made or loaded, with their secrets back
-        # from the thread's file (a missing one fails the start, naming the server).
-        if state.thread.mcp_servers:
-            servers["mcp_servers"] = await _mcp_servers(actor)
         plan = await _context(actor, attempt_id)
         if plan is None:
             return
+        servers = _servers(plan)
         cwd = state.thread.workspace
         # A fork's own worktree (or copy) is made at its first run (issue 27).
         await worktrees.ensure_made(actor.host, state.thread, active.run.id, active.root.id)
@@ -235,6 +226,7 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
             plan = await _context(actor, attempt_id, lost=(plan.resume.id, lost))
             if plan is None:
                 return
+            servers = _servers(plan)
             if plan.resume is not None:  # pragma: no cover - lineage replaces a lost provider thread
                 await actor.post(AttemptStartFailed(attempt_id, "context_failed", f"{lost}, and it was not replaced"))
                 return

@@ -15,6 +15,7 @@ with (SPEC F5, F6, F8).
 from __future__ import annotations
 
 from agentd.protocol import wire
+from agentd.protocol.errors import InvalidState
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import Checkpoint, ContextTransfer, ProviderThread, Run, WorkspaceSource, to_wire
@@ -25,13 +26,14 @@ from .own_workspace import OWN_WORKSPACES, own_workspace, wire_source
 from .context import ThreadContext
 from agentd.protocol import results
 
-from .effects import NO_SEQ, CheckWorkspace, CopyMcpSecrets, Decision, Diff, PlanWorkspace, Transition
+from .effects import NO_SEQ, CheckWorkspace, CopyMcpSecrets, Decision, Diff, PlanWorkspace, ReadMcpSecrets, Transition
 from .ending import end_run
 from .graph import ThreadBatch
 from .checkpoints.errors import CheckpointError
 from .handoff import build_handoff, checkpoint_section
 from .lineage import Limits, StartContext, StartView, Target
 from .messages import Command, ContextNeeded, StartPlan
+from .providers import extra_mcp
 from .points import fork_transfer, resolve_source, thread_history, with_legacy_coverage
 from .state import ActiveRun
 
@@ -153,6 +155,7 @@ def on_context_needed(ctx: ThreadContext, item: ContextNeeded) -> Transition:
     active = state.active
     if active is None or not state.is_current(item.attempt_id):
         return None
+    servers = yield from _mcp_servers(ctx)
     view = gather_view(ctx, active, item.lost)
     resolved = lineage.resolve_start_context(view)
     batch = ctx.batch()
@@ -191,8 +194,29 @@ def on_context_needed(ctx: ThreadContext, item: ContextNeeded) -> Transition:
         fork_native_thread_id=resolved.native.native_thread_id if resolved.native else None,
         fork_turn_ref=resolved.native.turn_ref if resolved.native else None,
         context="\n\n".join(texts) if texts else None,
+        mcp_servers=tuple(servers),
     )
     return Decision(batch, plan)
+
+
+def _mcp_servers(ctx: ThreadContext) -> Transition:
+    """The thread's MCP servers as its runtime gets them: the record's, with
+    their secrets from the thread's file (issue 26). Read here, in the
+    thread's lock, where ``thread.update`` writes the file and changes the
+    record: the two always match.
+
+    Raises:
+        InvalidState: the file cannot be read, or lacks a value the record
+            names (naming the server); the run fails to start, saying so.
+    """
+    declared = ctx.state.thread.mcp_servers
+    if not declared:
+        return []
+    try:
+        kept = yield ReadMcpSecrets()
+        return extra_mcp.with_secrets(declared, kept)
+    except OSError as exc:
+        raise InvalidState(str(exc), field="mcpServers") from None
 
 
 def _checkpoint_files(ctx: ThreadContext, transfer: ContextTransfer) -> Transition:

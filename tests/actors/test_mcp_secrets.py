@@ -155,13 +155,14 @@ async def test_a_symlinked_secrets_folder_is_refused_and_the_thread_stays_usable
     assert (await send_and_wait(client, thread_id, "still here"))["status"] == "completed"
 
 
-async def test_a_missing_secrets_file_fails_the_run_naming_the_server(client, data_dir):
+async def test_a_missing_secrets_file_fails_the_run_naming_the_server(client, daemon, data_dir):
     thread_id = (await client.call("thread.create"))["threadId"]
     await client.call("thread.update", threadId=thread_id, mcpServers=SERVERS)
     secrets_file(data_dir, thread_id).unlink()
     run = await send_and_wait(client, thread_id, "hello")
-    assert run["status"] == "failed"
-    assert "'files'" in json.dumps(run) and "TOKEN" in json.dumps(run), run
+    assert run["status"] == "failed" and run["reason"].startswith("context_failed: the MCP server 'files'"), run
+    assert "TOKEN" in run["reason"]
+    assert "Traceback" not in daemon.log_text(), "a refusal, said in one line"
     # Given again, the thread works.
     await client.call("thread.update", threadId=thread_id, mcpServers=SERVERS)
     assert await values_seen(client, thread_id) == GIVEN
