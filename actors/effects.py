@@ -233,6 +233,17 @@ class SaveMcpSecrets:
     what was kept (raises ``invalid_state`` for a folder it will not write in)."""
 
     secrets: dict[str, dict[str, dict[str, str]]]
+    #: the values kept already that ``secrets`` do not replace stay beside them
+    #: (before the commit; ``PruneMcpSecrets`` after it drops them)
+    beside_old: bool = False
+
+
+@dataclass(frozen=True)
+class PruneMcpSecrets:
+    """After the commit of the record naming ``secrets``: the thread's
+    secrets file holds them only (a failure is logged, never raised)."""
+
+    secrets: dict[str, dict[str, dict[str, str]]]
 
 
 @dataclass(frozen=True)

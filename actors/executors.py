@@ -93,9 +93,13 @@ class Executor:
             case fx.SaveAttachments(attachments=attachments):
                 folder = images.folder_beside(self.host.workspaces_folder, self.thread_id)
                 return await trio.to_thread.run_sync(images.save, folder, attachments)
-            case fx.SaveMcpSecrets(secrets=secrets):
+            case fx.SaveMcpSecrets(secrets=secrets, beside_old=beside_old):
                 folder = mcp_secrets.folder_beside(self.host.workspaces_folder)
-                return await trio.to_thread.run_sync(mcp_secrets.keep, folder, self.thread_id, secrets)
+                return await trio.to_thread.run_sync(
+                    lambda: mcp_secrets.keep(folder, self.thread_id, secrets, beside_old=beside_old))
+            case fx.PruneMcpSecrets(secrets=secrets):
+                folder = mcp_secrets.folder_beside(self.host.workspaces_folder)
+                await trio.to_thread.run_sync(mcp_secrets.prune, folder, self.thread_id, secrets)
             case fx.ReadMcpSecrets():
                 folder = mcp_secrets.folder_beside(self.host.workspaces_folder)
                 return await trio.to_thread.run_sync(mcp_secrets.read, folder, self.thread_id)

@@ -19,7 +19,7 @@ from agentd.store.thread_delete import DeletedThread, delete_thread
 
 from . import graph
 from .context import ThreadContext
-from .effects import NO_SEQ, Decision, SaveMcpSecrets, StopSession, Transition
+from .effects import NO_SEQ, Decision, PruneMcpSecrets, SaveMcpSecrets, StopSession, Transition
 from .messages import Command
 from .providers import extra_mcp
 
@@ -45,9 +45,11 @@ def thread_update(ctx: ThreadContext, command: Command) -> Transition:
             changes["title"] = title
     if params.mcp_servers is not None:
         given, renamed = extra_mcp.normalize(params.mcp_servers)
-        # Written before the record that names them is committed: a commit
-        # that fails leaves values no record needs, never a record without its values.
-        secrets_changed = yield SaveMcpSecrets(extra_mcp.secrets(given))
+        secrets = extra_mcp.secrets(given)
+        # Written before the record that names them is committed, beside the
+        # values kept already: a commit that fails leaves the record as it was,
+        # which still finds its own. They go once the record is committed.
+        secrets_changed = yield SaveMcpSecrets(secrets, beside_old=True)
         servers = extra_mcp.records(given)
         if (servers or None) != (state.thread.mcp_servers or None):
             changes["mcp_servers"] = servers or None
@@ -62,7 +64,7 @@ def thread_update(ctx: ThreadContext, command: Command) -> Transition:
     batch.emit("thread.updated", thread=to_wire(state.thread), changed=changed)
     result = {"thread": to_wire(state.thread), "changed": changed, "renamed": renamed}
     batch.record_receipt(command.command_id, command.method, result)
-    effects = []
+    effects: list[Any] = [PruneMcpSecrets(secrets)] if secrets_changed else []
     if servers_changed and state.active is None and state.next_queued() is None:
         effects.append(StopSession("mcp_servers_changed"))
     return Decision(batch, result, effects)

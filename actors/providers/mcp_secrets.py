@@ -10,8 +10,10 @@ values are kept in a file of the daemon's own::
     <data-dir>/mcp-secrets/<threadId>.json   (0600, in a 0700 folder)
     {"servers": {"NAME": {"env": {"KEY": "VALUE"}, "headers": {"KEY": "VALUE"}}}}
 
-It is written before the record that names the values is committed (a
-commit that fails leaves a file no record needs yet, harmless), atomically
+It is written before the record that names the values is committed, with
+the values kept already beside the new ones, and pruned to the new ones
+after the commit (``keep(beside_old=True)``, then ``prune``): a commit that
+fails leaves the record as it was, which still finds its values. Atomically
 (a new temporary file made with ``O_EXCL | O_NOFOLLOW`` in the folder,
 fsynced, renamed over the old one, the folder fsynced), and never through a
 symlink nor from a FIFO put in the file's place (``regular_files``: such an
@@ -116,21 +118,47 @@ def read(folder: str, thread_id: str) -> Secrets:
         raise OSError(f"{path_of(folder, thread_id)} is not a file of MCP server secrets agentd wrote: {exc}") from None
 
 
-def write(folder: str, thread_id: str, secrets: Secrets) -> bool:
-    """Keep ``secrets`` as the thread's, durably; whether that changed what
-    was kept. No values at all: the file is removed.
+def _beside(old: Secrets, new: Secrets) -> Secrets:
+    """``new`` with the values of ``old`` it does not replace kept beside them."""
+    out: Secrets = {name: {key: dict(values) for key, values in entry.items()} for name, entry in old.items()}
+    for name, entry in new.items():
+        for key, values in entry.items():
+            out.setdefault(name, {}).setdefault(key, {}).update(values)
+    return out
+
+
+def write(folder: str, thread_id: str, secrets: Secrets, *, beside_old: bool = False) -> bool:
+    """Keep ``secrets`` as the thread's, durably; whether they differ from
+    what was kept. No values at all: the file is removed. ``beside_old``:
+    the values kept already that ``secrets`` do not replace stay too (before
+    the commit of the record naming ``secrets``: if that commit fails, the
+    record as it was still finds its values); ``write`` again without it,
+    after the commit, to drop them.
 
     Raises:
         OSError: the folder cannot be used (nothing is written then).
     """
     try:
-        if read(folder, thread_id) == secrets:
-            return False
+        old: Secrets | None = read(folder, thread_id)
     except OSError:
-        pass  # a damaged file (or a symlink in its place) is replaced; a folder that is one is refused below
+        old = None  # a damaged file (or a symlink in its place) is replaced; a folder that is one is refused below
+    if beside_old and old:
+        target = _beside(old, secrets)
+        if target == old:
+            return old != secrets
+        _replace(folder, thread_id, target)
+        return True
+    if old == secrets:
+        return False
+    _replace(folder, thread_id, secrets)
+    return True
+
+
+def _replace(folder: str, thread_id: str, secrets: Secrets) -> None:
+    """The thread's file holding ``secrets`` (none: no file), atomically."""
     if not secrets:
         remove(folder, thread_id)
-        return True
+        return
     _checked(folder, create=True)
     path = path_of(folder, thread_id)
     temporary = os.path.join(folder, f".{thread_id}.{os.getpid()}.tmp")
@@ -149,17 +177,27 @@ def write(folder: str, thread_id: str, secrets: Secrets) -> bool:
         os.close(fd)
     os.replace(temporary, path)
     _sync_folder(folder)
-    return True
 
 
-def keep(folder: str, thread_id: str, secrets: Secrets) -> bool:
+def keep(folder: str, thread_id: str, secrets: Secrets, *, beside_old: bool = False) -> bool:
     """``write``, for a command: a folder or file agentd will not use
     refuses the command (``invalid_state``, saying why), as a client's
     mistake would, rather than failing the thread."""
     try:
-        return write(folder, thread_id, secrets)
+        return write(folder, thread_id, secrets, beside_old=beside_old)
     except OSError as exc:
         raise _refusal(exc) from None
+
+
+def prune(folder: str, thread_id: str, secrets: Secrets) -> None:
+    """After the commit of the record naming ``secrets``: the file holds
+    them only (what ``keep(beside_old=True)`` kept beside them goes). One that
+    cannot be written now keeps the old values too, said in the log: the
+    record finds its own either way."""
+    try:
+        write(folder, thread_id, secrets)
+    except OSError as exc:
+        log.warning("thread %s: its MCP servers' secrets file keeps values it no longer needs: %s", thread_id, exc)
 
 
 def keep_copy(folder: str, source_id: str, target_id: str) -> None:

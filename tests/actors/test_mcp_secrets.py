@@ -270,3 +270,25 @@ def test_a_secrets_folder_of_another_user_is_refused(tmp_path):
     with pytest.raises(OSError, match="belongs to user 4242"):
         mcp_secrets.write(str(folder), "thr_a", {"files": {"env": {"TOKEN": SECRET}}})
     assert list(folder.iterdir()) == []
+
+
+def test_new_values_are_written_beside_the_old_until_the_record_naming_them_is_committed(tmp_path):
+    """thread.update writes before its commit with ``beside_old`` and prunes
+    after it: a commit that fails leaves the old record finding its values."""
+    from agentd.actors.providers import mcp_secrets
+
+    folder = str(tmp_path / "mcp-secrets")
+    old = {"files": {"env": {"TOKEN": "old", "USER": "me"}}, "web": {"headers": {"Authorization": "a"}}}
+    new = {"files": {"env": {"TOKEN": "new"}}}
+    mcp_secrets.write(folder, "thr_a", old)
+    assert mcp_secrets.keep(folder, "thr_a", new, beside_old=True), "a change"
+    kept = mcp_secrets.read(folder, "thr_a")
+    assert kept == {"files": {"env": {"TOKEN": "new", "USER": "me"}}, "web": {"headers": {"Authorization": "a"}}}
+    mcp_secrets.prune(folder, "thr_a", new)
+    assert mcp_secrets.read(folder, "thr_a") == new
+    assert not mcp_secrets.keep(folder, "thr_a", new, beside_old=True), "the same values: no change"
+    # Servers removed: nothing new to write before the commit, the file goes after it.
+    assert mcp_secrets.keep(folder, "thr_a", {}, beside_old=True)
+    assert mcp_secrets.read(folder, "thr_a") == new
+    mcp_secrets.prune(folder, "thr_a", {})
+    assert not os.path.exists(mcp_secrets.path_of(folder, "thr_a"))
