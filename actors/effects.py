@@ -226,6 +226,41 @@ class SaveAttachments:
 
 
 @dataclass(frozen=True)
+class SaveMcpSecrets:
+    """Keep the values of the thread's MCP servers' environment variables
+    and headers in its secrets file (``providers/mcp_secrets.py``), durably,
+    before the record naming them is committed; answers whether that changed
+    what was kept (raises ``invalid_state`` for a folder it will not write in)."""
+
+    secrets: dict[str, dict[str, dict[str, str]]]
+    #: the values kept already that ``secrets`` do not replace stay beside them
+    #: (before the commit; ``PruneMcpSecrets`` after it drops them)
+    beside_old: bool = False
+
+
+@dataclass(frozen=True)
+class PruneMcpSecrets:
+    """After the commit of the record naming ``secrets``: the thread's
+    secrets file holds them only (a failure is logged, never raised)."""
+
+    secrets: dict[str, dict[str, dict[str, str]]]
+
+
+@dataclass(frozen=True)
+class ReadMcpSecrets:
+    """The values the thread's secrets file keeps (``providers/mcp_secrets.py``);
+    raises ``OSError`` for a folder or file it will not read."""
+
+
+@dataclass(frozen=True)
+class CopyMcpSecrets:
+    """Give thread ``target_thread_id`` (a fork being made) a copy of this
+    thread's secrets file, durably, before its record is committed."""
+
+    target_thread_id: str
+
+
+@dataclass(frozen=True)
 class AllowRecovery:
     """Ask the session host whether a crashed session may be restarted for
     a new attempt (its crash budget); answers with its ``RecoveryDecision``."""

@@ -23,7 +23,7 @@ from agentd.protocol.errors import CorruptRecord, InvalidState, NotFound, Thread
 
 from . import effects as fx
 from .messages import CascadeDone, InterruptRefused, MailboxItem, SteerDelivered, SteerFailed
-from .providers import images
+from .providers import images, mcp_secrets
 from .providers.base import ProviderConnection, ProviderRuntimeError
 from .checkpoints.merge import merge_files
 from .checkpoints.shadow import Shadow
@@ -93,6 +93,19 @@ class Executor:
             case fx.SaveAttachments(attachments=attachments):
                 folder = images.folder_beside(self.host.workspaces_folder, self.thread_id)
                 return await trio.to_thread.run_sync(images.save, folder, attachments)
+            case fx.SaveMcpSecrets(secrets=secrets, beside_old=beside_old):
+                folder = mcp_secrets.folder_beside(self.host.workspaces_folder)
+                return await trio.to_thread.run_sync(
+                    lambda: mcp_secrets.keep(folder, self.thread_id, secrets, beside_old=beside_old))
+            case fx.PruneMcpSecrets(secrets=secrets):
+                folder = mcp_secrets.folder_beside(self.host.workspaces_folder)
+                await trio.to_thread.run_sync(mcp_secrets.prune, folder, self.thread_id, secrets)
+            case fx.ReadMcpSecrets():
+                folder = mcp_secrets.folder_beside(self.host.workspaces_folder)
+                return await trio.to_thread.run_sync(mcp_secrets.read, folder, self.thread_id)
+            case fx.CopyMcpSecrets(target_thread_id=target):
+                folder = mcp_secrets.folder_beside(self.host.workspaces_folder)
+                await trio.to_thread.run_sync(mcp_secrets.keep_copy, folder, self.thread_id, target)
             case fx.AllowRecovery(crash=crash):
                 return sessions.allow_recovery(self.thread_id, crash)
             case fx.ListNativeTurns():

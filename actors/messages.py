@@ -15,12 +15,15 @@ handled in mailbox order, one at a time, with ``match`` (thread_actor.py):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeAlias
 
 from agentd.protocol.errors import AgentdError
 from agentd.store.records import ConversationMessage, ProviderThread
 
 from .providers.base import ProviderEvent
+
+if TYPE_CHECKING:
+    from .providers.extra_mcp import McpServerSpec
 
 
 
@@ -82,6 +85,8 @@ class StartPlan:
     fork_turn_ref: str | None = None
     #: a stored handoff's exact text, given ahead of the user's message
     context: str | None = None
+    #: the thread's MCP servers besides agentd's own, with their secrets (issue 26)
+    mcp_servers: tuple[McpServerSpec, ...] = ()
 
 
 @dataclass(frozen=True)

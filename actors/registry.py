@@ -21,13 +21,14 @@ from agentd.protocol import results
 from agentd.protocol.errors import AgentdError, Conflict, InvalidParams, NotFound, Overloaded
 from agentd.protocol.methods import SLOW, Later
 from agentd.store.batch import WriteBatch
-from agentd.store.db import Store
+from agentd.store.db import Store, struct_copy
 from agentd.store.hub import EventHub
 from agentd.store.ids import new_id
 from agentd.store.reconcile import plan_reconciliation
 from agentd.store.records import AppThread, CommandReceipt, ProviderThread, to_wire
 
 from .context import thread_record
+from .providers import extra_mcp, mcp_secrets
 from .failures import FailureBook, Incident, failed_error, reason_of
 from .restoring_folders import RestoringFolders
 from .messages import Command, Handler
@@ -534,7 +535,7 @@ class ThreadRegistry:
         to look up, no parent, no workspace to check on disk) builds its batch
         here and queues it; the answer follows when it is durable. Anything
         else is ``SLOW``: the caller runs ``create_thread``."""
-        if command_id is not None or params.parent_thread_id is not None or params.workspace:
+        if command_id is not None or params.parent_thread_id is not None or params.workspace or params.mcp_servers:
             return SLOW
         provider = params.provider or self.config.default_provider
         if provider not in self.config.providers:
@@ -572,6 +573,9 @@ class ThreadRegistry:
             if parent is None:
                 raise NotFound(f"no parent thread {params.parent_thread_id}", threadId=params.parent_thread_id)
             if params.relationship == "fork":
+                if params.mcp_servers is not None:
+                    raise InvalidParams("a fork inherits its source's MCP servers; change them with thread.update",
+                                        field="mcpServers")
                 # A fork is one thing however it is asked for: thread.fork from
                 # the parent's latest stable point, in the parent's actor.
                 from agentd.protocol.wire import ThreadForkParams
@@ -591,10 +595,18 @@ class ThreadRegistry:
             relationship=params.relationship if parent is not None else None,
             side_chat=parent is not None and params.relationship == "side_chat", created_by=params.created_by,
         )
+        result: dict[str, Any] = {"threadId": thread.id}
+        if params.mcp_servers:
+            # As thread.update keeps them (issue 26): the secrets in the
+            # thread's file, written before the record naming them is committed.
+            given, renamed = extra_mcp.normalize(params.mcp_servers)
+            folder = mcp_secrets.folder_beside(self._workspaces_folder)
+            await trio.to_thread.run_sync(mcp_secrets.keep, folder, thread.id, extra_mcp.secrets(given))
+            thread = struct_copy(thread, mcp_servers=extra_mcp.records(given))
+            result["renamed"] = renamed
         batch = WriteBatch()
         batch.put(thread)
         batch.event("thread.created", thread_id=thread.id, at=thread.created_at, thread=to_wire(thread))
-        result = {"threadId": thread.id}
         if command_id is not None:
             batch.set_receipt(command_id, "thread.create", result, thread.created_at)
         committed = await self.store.commit(batch)

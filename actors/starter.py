@@ -178,6 +178,13 @@ async def wait_while_restored(actor: StarterHandle, workspace: str) -> None:
     await actor.host.restoring.wait_until_free(folder)
 
 
+def _servers(plan: StartPlan) -> dict[str, Any]:
+    """The thread's MCP servers besides agentd's own (an editor's), with
+    their secrets (the actor read them with the plan), given where a native
+    thread is made, loaded or forked."""
+    return {"mcp_servers": list(plan.mcp_servers)} if plan.mcp_servers else {}
+
+
 async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
     """Get ``active``'s attempt running on the provider; report every outcome
     through ``actor``'s mailbox."""
@@ -188,12 +195,11 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
     extra: dict[str, Any] = {}
     if active.user_message.attachments:
         extra["images"] = images.inputs(images.folder_beside(actor.host.workspaces_folder, actor.thread_id), active.user_message)
-    # The thread's MCP servers besides agentd's own (an editor's), given where a native thread is made or loaded.
-    servers: dict[str, Any] = {"mcp_servers": list(state.thread.mcp_servers)} if state.thread.mcp_servers else {}
     try:
         plan = await _context(actor, attempt_id)
         if plan is None:
             return
+        servers = _servers(plan)
         cwd = state.thread.workspace
         # A fork's own worktree (or copy) is made at its first run (issue 27).
         await worktrees.ensure_made(actor.host, state.thread, active.run.id, active.root.id)
@@ -220,6 +226,7 @@ async def start_attempt(actor: StarterHandle, active: ActiveRun) -> None:
             plan = await _context(actor, attempt_id, lost=(plan.resume.id, lost))
             if plan is None:
                 return
+            servers = _servers(plan)
             if plan.resume is not None:  # pragma: no cover - lineage replaces a lost provider thread
                 await actor.post(AttemptStartFailed(attempt_id, "context_failed", f"{lost}, and it was not replaced"))
                 return

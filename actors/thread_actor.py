@@ -384,9 +384,12 @@ class ThreadActor:
         an error if that fails, so the starter never waits for nothing."""
         try:
             item.reply.set(await self.run_transition(transfers.on_context_needed(self.ctx, item)))
+        except AgentdError as exc:  # a refusal the run's reason says (e.g. an MCP server's secrets gone): one line
+            log.warning("thread %s: resolving the context of attempt %s failed: %s", self.thread_id, item.attempt_id, exc)
+            item.reply.fail(exc)
         except Exception as exc:
             log.exception("thread %s: resolving the context of attempt %s failed", self.thread_id, item.attempt_id)
-            item.reply.fail(exc if isinstance(exc, AgentdError) else InternalError(f"resolving the run's context failed: {exc}"))
+            item.reply.fail(InternalError(f"resolving the run's context failed: {exc}"))
 
     # -- running a transition -------------------------------------------------------
 

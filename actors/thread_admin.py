@@ -19,21 +19,24 @@ from agentd.store.thread_delete import DeletedThread, delete_thread
 
 from . import graph
 from .context import ThreadContext
-from .effects import NO_SEQ, Decision, StopSession
+from .effects import NO_SEQ, Decision, PruneMcpSecrets, SaveMcpSecrets, StopSession, Transition
 from .messages import Command
 from .providers import extra_mcp
 
 
-def thread_update(ctx: ThreadContext, command: Command) -> Decision:
+def thread_update(ctx: ThreadContext, command: Command) -> Transition:
     """``thread.update {threadId, title?, mcpServers?}``: change the thread's
     title, or the MCP servers its provider sessions get; ``thread.updated``.
-    New servers reach the provider when a native thread is next made or
-    loaded: an idle live session is stopped for it (a running one keeps
-    its servers until its session ends)."""
+    The servers' secrets (values of env variables and headers) go to the
+    thread's secrets file first (``providers/mcp_secrets.py``), the record
+    keeps their names. New servers reach the provider when a native thread
+    is next made or loaded: an idle live session is stopped for it (a
+    running one keeps its servers until its session ends)."""
     params = command.params
     state = ctx.state
     changes: dict[str, Any] = {}
     renamed: dict[str, str] = {}
+    secrets_changed = False
     if params.title is not None:
         title = params.title.strip()
         if not title:
@@ -41,20 +44,28 @@ def thread_update(ctx: ThreadContext, command: Command) -> Decision:
         if title != state.thread.title:
             changes["title"] = title
     if params.mcp_servers is not None:
-        servers, renamed = extra_mcp.normalize(params.mcp_servers)
+        given, renamed = extra_mcp.normalize(params.mcp_servers)
+        secrets = extra_mcp.secrets(given)
+        # Written before the record that names them is committed, beside the
+        # values kept already: a commit that fails leaves the record as it was,
+        # which still finds its own. They go once the record is committed.
+        secrets_changed = yield SaveMcpSecrets(secrets, beside_old=True)
+        servers = extra_mcp.records(given)
         if (servers or None) != (state.thread.mcp_servers or None):
             changes["mcp_servers"] = servers or None
-    if not changes:
+    if not changes and not secrets_changed:
         return Decision(None, {"thread": to_wire(state.thread), "changed": [], "renamed": renamed,
                                "seq": ctx.store.last_seq}, seq=False)
     batch = ctx.batch()
+    # Only new values: the record is the same, its updatedAt says it changed.
     graph.set_thread(batch, state, **changes)
-    changed = sorted("mcpServers" if key == "mcp_servers" else key for key in changes)
+    servers_changed = "mcp_servers" in changes or secrets_changed
+    changed = sorted([k for k in changes if k != "mcp_servers"] + (["mcpServers"] if servers_changed else []))
     batch.emit("thread.updated", thread=to_wire(state.thread), changed=changed)
     result = {"thread": to_wire(state.thread), "changed": changed, "renamed": renamed}
     batch.record_receipt(command.command_id, command.method, result)
-    effects = []
-    if "mcp_servers" in changes and state.active is None and state.next_queued() is None:
+    effects: list[Any] = [PruneMcpSecrets(secrets)] if secrets_changed else []
+    if servers_changed and state.active is None and state.next_queued() is None:
         effects.append(StopSession("mcp_servers_changed"))
     return Decision(batch, result, effects)
 

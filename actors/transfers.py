@@ -15,6 +15,7 @@ with (SPEC F5, F6, F8).
 from __future__ import annotations
 
 from agentd.protocol import wire
+from agentd.protocol.errors import InvalidState
 from agentd.store.db import Store, struct_copy
 from agentd.store.ids import new_id
 from agentd.store.records import Checkpoint, ContextTransfer, ProviderThread, Run, WorkspaceSource, to_wire
@@ -25,13 +26,14 @@ from .own_workspace import OWN_WORKSPACES, own_workspace, wire_source
 from .context import ThreadContext
 from agentd.protocol import results
 
-from .effects import NO_SEQ, CheckWorkspace, Decision, Diff, PlanWorkspace, Transition
+from .effects import NO_SEQ, CheckWorkspace, CopyMcpSecrets, Decision, Diff, PlanWorkspace, ReadMcpSecrets, Transition
 from .ending import end_run
 from .graph import ThreadBatch
 from .checkpoints.errors import CheckpointError
 from .handoff import build_handoff, checkpoint_section
 from .lineage import Limits, StartContext, StartView, Target
 from .messages import Command, ContextNeeded, StartPlan
+from .providers import extra_mcp
 from .points import fork_transfer, resolve_source, thread_history, with_legacy_coverage
 from .state import ActiveRun
 
@@ -42,7 +44,8 @@ __all__ = ["fork_transfer", "thread_fork", "thread_history", "on_context_needed"
 
 def thread_fork(ctx: ThreadContext, command: Command) -> Transition:
     """``thread.fork``: a new AppThread with fork lineage and a pending
-    ``fork`` ContextTransfer from the source point — nothing else (SPEC F6)."""
+    ``fork`` ContextTransfer from the source point — nothing else (SPEC F6)
+    but the source's MCP servers (issue 26), which a fork inherits."""
     params: wire.ThreadForkParams = command.params
     state = ctx.state
     source, history = resolve_source(ctx.store, state, params.source_point)
@@ -58,6 +61,10 @@ def thread_fork(ctx: ThreadContext, command: Command) -> Transition:
         # A worktree (or copy) of its own, made at the fork's first run (issue 27).
         planned: WorkspaceSource = yield PlanWorkspace(own, parent.id, parent.workspace, thread.id, source.checkpoint_id)
         thread = struct_copy(thread, workspace=own_workspace(planned), workspace_source=planned)
+    if parent.mcp_servers:
+        # The source's MCP servers (issue 26): their names in the record, a copy of their secrets beside it.
+        yield CopyMcpSecrets(thread.id)
+        thread = struct_copy(thread, mcp_servers=list(parent.mcp_servers))
     batch = ctx.batch()
     transfer = ContextTransfer(
         id=new_id("xfr"), type="fork", source_thread_id=parent.id, target_thread_id=thread.id, source_point=source,
@@ -148,6 +155,7 @@ def on_context_needed(ctx: ThreadContext, item: ContextNeeded) -> Transition:
     active = state.active
     if active is None or not state.is_current(item.attempt_id):
         return None
+    servers = yield from _mcp_servers(ctx)
     view = gather_view(ctx, active, item.lost)
     resolved = lineage.resolve_start_context(view)
     batch = ctx.batch()
@@ -186,8 +194,29 @@ def on_context_needed(ctx: ThreadContext, item: ContextNeeded) -> Transition:
         fork_native_thread_id=resolved.native.native_thread_id if resolved.native else None,
         fork_turn_ref=resolved.native.turn_ref if resolved.native else None,
         context="\n\n".join(texts) if texts else None,
+        mcp_servers=tuple(servers),
     )
     return Decision(batch, plan)
+
+
+def _mcp_servers(ctx: ThreadContext) -> Transition:
+    """The thread's MCP servers as its runtime gets them: the record's, with
+    their secrets from the thread's file (issue 26). Read here, in the
+    thread's lock, where ``thread.update`` writes the file and changes the
+    record: the two always match.
+
+    Raises:
+        InvalidState: the file cannot be read, or lacks a value the record
+            names (naming the server); the run fails to start, saying so.
+    """
+    declared = ctx.state.thread.mcp_servers
+    if not declared:
+        return []
+    try:
+        kept = yield ReadMcpSecrets()
+        return extra_mcp.with_secrets(declared, kept)
+    except OSError as exc:
+        raise InvalidState(str(exc), field="mcpServers") from None
 
 
 def _checkpoint_files(ctx: ThreadContext, transfer: ContextTransfer) -> Transition:

@@ -119,6 +119,21 @@ def iso(timestamp: Any) -> str | None:
     return datetime.fromtimestamp(timestamp, timezone.utc).isoformat()
 
 
+def editor_servers(servers: Any) -> list[dict[str, Any]]:
+    """The editor's stdio and http MCP servers as ``thread.create`` /
+    ``thread.update {mcpServers}`` take them (others: a line on stderr)."""
+    given, left = tr.mcp_servers(servers)
+    if left:
+        log.warning("MCP servers %s are neither stdio nor http: not passed on", ", ".join(left))
+    return given
+
+
+def said_renamed(answer: dict[str, Any]) -> None:
+    """A line on stderr per server the daemon keeps under another name."""
+    for name, kept in (answer.get("renamed") or {}).items():
+        log.warning("the editor's MCP server %r is %r for the agents (agentd's own tool is 'agentd')", name, kept)
+
+
 @dataclass
 class Session:
     """One ACP session this process has open: an agentd thread."""
@@ -575,22 +590,15 @@ class AgentdAcp:
         its provider sessions; None (not sent) leaves the thread's as they are."""
         if servers is None:
             return
-        given, left = tr.mcp_servers(servers)
-        if left:
-            log.warning("MCP servers %s are neither stdio nor http: not passed on", ", ".join(left))
-        updated = await self.call("thread.update", threadId=thread_id, mcpServers=given)
-        for name, kept in (updated.get("renamed") or {}).items():
-            log.warning("the editor's MCP server %r is %r for the agents (agentd's own tool is 'agentd')", name, kept)
+        updated = await self.call("thread.update", threadId=thread_id, mcpServers=editor_servers(servers))
+        said_renamed(updated)
 
     async def new_session(self, cwd: str, mcp_servers: Any = None, **kwargs: Any) -> NewSessionResponse:
-        created = await self.call("thread.create", workspace=cwd)
-        if mcp_servers:
-            try:
-                await self.give_mcp_servers(created["threadId"], mcp_servers)
-            except RequestError:
-                with contextlib.suppress(RequestError):  # no thread is left behind by a refused session/new
-                    await self.call("thread.delete", threadId=created["threadId"])
-                raise
+        # The editor's servers come with the thread, in one call: a refused
+        # one refuses the session and no thread is made (issue 26).
+        given = {"mcpServers": editor_servers(mcp_servers)} if mcp_servers else {}
+        created = await self.call("thread.create", workspace=cwd, **given)
+        said_renamed(created)
         session = await self.open_session(created["threadId"])
         return NewSessionResponse(session_id=session.id, modes=await self.modes(session.provider),
                                   config_options=await self.config_options(session.provider))

@@ -55,6 +55,8 @@ class ThreadCreateResult(WireStruct, kw_only=True):
     seq: Seq
     #: ``relationship: fork`` (it is ``thread.fork``): the fork's transfer
     transfer_id: str | None = None
+    #: with ``mcpServers``: the names changed to be kept (given → kept), as ``thread.update`` says them
+    renamed: dict[str, str] | None = None
 
 
 class MergeBackAnswer(WireStruct, kw_only=True):

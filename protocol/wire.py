@@ -59,6 +59,8 @@ class ThreadCreateParams(Params):
     parent_thread_id: Id | None = None
     relationship: Relationship = "delegated_task"
     created_by: CreatedBy = "user"
+    #: MCP servers for its provider sessions, as ``thread.update`` takes them (issue 26)
+    mcp_servers: McpServers | None = None
     command_id: CommandId | None = None
 
 
@@ -276,13 +278,17 @@ class McpServerHttp(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown
     headers: McpMap = {}
 
 
+#: an editor's MCP servers (``thread.create`` / ``thread.update {mcpServers}``)
+McpServers = Annotated[list[McpServerStdio | McpServerHttp], msgspec.Meta(max_length=MAX_MCP_SERVERS)]
+
+
 class ThreadUpdateParams(Params):
     """``thread.update``: what to change (a field left out stays as it is)."""
 
     thread_id: Id
     title: Title | None = None
     #: MCP servers for the thread's provider sessions, besides agentd's own tool (issue 26); [] removes them
-    mcp_servers: Annotated[list[McpServerStdio | McpServerHttp], msgspec.Meta(max_length=MAX_MCP_SERVERS)] | None = None
+    mcp_servers: McpServers | None = None
     command_id: CommandId | None = None
 
 

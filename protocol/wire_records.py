@@ -94,9 +94,11 @@ class McpServer(WireStruct, kw_only=True):
     type: Literal["stdio", "http"] = "stdio"
     command: str | None = None
     args: list[str] = []
-    env: dict[str, str] = {}
+    #: the names of its environment variables (their values are never shown)
+    env_names: list[str] = []
     url: str | None = None
-    headers: dict[str, str] = {}
+    #: the names of its HTTP headers (their values are never shown)
+    header_names: list[str] = []
 
 
 class WorkspaceSource(WireStruct, kw_only=True):

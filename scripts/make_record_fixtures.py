@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
+
 from agentd.store.records import (
     AppThread, Checkpoint, CommandReceipt, ContextHandoff, ContextTransfer, SourcePoint, PlanArtifact, RuntimeRequest, ConversationMessage, Effect, Event, ExecutionNode, ProviderSession,
     ProviderThread, ProviderTurn, Run, RunAttempt, RECORD_KINDS, CHUNKED_MESSAGE_VERSION, encode_message_head, encode_record,
@@ -41,6 +43,27 @@ SAMPLES = {
 }
 
 
+class OldMcpServer(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
+    """``McpServer`` as stored before its secrets left the record (issue 26):
+    the values of its environment variables and headers in it."""
+
+    name: str
+    type: str = "stdio"
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    url: str | None = None
+    headers: dict[str, str] = {}
+
+
+#: a thread stored then (the daemon moves the values out at its start: mcp_secrets.migrate)
+OLD_MCP_THREAD = AppThread(
+    id="thr_mcp_fixture", title="fixture", workspace="/tmp/ws", created_at=1.0, updated_at=2.0,
+    mcp_servers=[OldMcpServer(name="files", command="/usr/bin/env", args=["files-mcp"], env={"TOKEN": "s3cret"}),  # type: ignore[list-item]
+                 OldMcpServer(name="web", type="http", url="http://127.0.0.1:9/mcp",
+                              headers={"Authorization": "Bearer s3cret"})])
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for kind, record in SAMPLES.items():
@@ -55,6 +78,11 @@ def main() -> None:
     if not path.exists():
         path.write_bytes(encode_message_head(ConversationMessage(
             id="msg_streamed", thread_id="thr_fixture", run_id="run_fixture", role="assistant", status="complete")))
+        print("wrote", path)
+
+    path = OUT / "threads.v1.mcp-values.msgpack"
+    if not path.exists():
+        path.write_bytes(encode_record("threads", OLD_MCP_THREAD))
         print("wrote", path)
 
 

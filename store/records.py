@@ -121,23 +121,34 @@ class AppThread(Record, kw_only=True, frozen=True):
     #: when ``thread.archive`` archived it (None: not archived; issue 27)
     archived_at: float | None = None
     #: MCP servers its provider sessions get besides agentd's own tool (an
-    #: editor's, ``thread.update {mcpServers}``; issue 26); None: none
+    #: editor's, ``thread.create`` / ``thread.update {mcpServers}``, or its
+    #: fork source's; issue 26); None: none
     mcp_servers: list[McpServer] | None = None
 
 
 class McpServer(msgspec.Struct, kw_only=True, rename="camel", frozen=True):
     """An MCP server a thread's provider sessions get (issue 26): a process
-    the runtime starts (``stdio``: ``command``, ``args``, ``env``) or a server
-    it reaches (``http``: ``url``, ``headers``). ``name`` is unique in the
-    thread and never agentd's own tool's."""
+    the runtime starts (``stdio``: ``command``, ``args``, and environment
+    variables) or a server it reaches (``http``: ``url``, and headers).
+    ``name`` is unique in the thread and never agentd's own tool's.
+
+    The record holds the *names* of its environment variables and headers
+    only: their values may be API tokens, and every client (an agent's
+    process too) reads records and events, so they are kept in a file of
+    the daemon's own (``actors/providers/mcp_secrets.py``). A record stored
+    before that held them as ``env`` / ``headers`` maps; decoding ignores
+    those keys, and the daemon moves them out at its start
+    (``mcp_secrets.migrate``)."""
 
     name: str
     type: Literal["stdio", "http"] = "stdio"
     command: str | None = None
     args: list[str] = []
-    env: dict[str, str] = {}
+    #: its environment variables' names (``stdio``); their values are not in the store
+    env_names: list[str] = []
     url: str | None = None
-    headers: dict[str, str] = {}
+    #: its HTTP headers' names (``http``); their values are not in the store
+    header_names: list[str] = []
 
 
 class WorkspaceSource(msgspec.Struct, kw_only=True, rename="camel", frozen=True):

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import msgspec
 import trio
 
+from agentd.actors.providers import mcp_secrets
 from agentd.actors.providers.guard import guarding
 from agentd.actors.providers.base import (
     Capabilities,
@@ -485,6 +486,9 @@ class Daemon:
         # earlier life ended before this start, so whatever the store still
         # shows open has no owner left and reconciliation may close it.
         registry.shutting_down = False
+        # Records stored before an MCP server's secrets left them (issue 26):
+        # their values move to the secrets files before any client reads one.
+        await mcp_secrets.migrate(store, mcp_secrets.folder_beside(str(self.paths.workspaces)))
         await self._reconcile(store, self._reconcile_reason())
         async with trio.open_nursery() as nursery:
             await nursery.start(registry.serve)

@@ -99,8 +99,10 @@ def _thread(name: str, handler: Any, route: Any) -> Method:
 def thread_create_access(params: wire.ThreadCreateParams) -> Access:
     """An agent's process may make a thread only as an agent's (``createdBy:
     agent``): a thread by itself runs nothing, and one marked as the
-    person's or the system's would speak for them."""
-    return "open" if params.created_by == "agent" else "control"
+    person's or the system's would speak for them. One given MCP servers
+    (processes its runtimes start) is the person's to make, as
+    ``thread.update`` is."""
+    return "open" if params.created_by == "agent" and not params.mcp_servers else "control"
 
 
 METHODS = MethodTable([

@@ -2,7 +2,7 @@
 thread's actor (``actors/thread_admin.py``: race-free with a run starting),
 then, after its commit, the thread's idle provider session is stopped and
 its checkpoints' shadow refs are dropped (their objects go at the next
-compaction). The search index drops the thread's entries when it takes in
+compaction), and its images and MCP servers' secrets file go. The search index drops the thread's entries when it takes in
 ``thread.deleted``. A daemon killed between the commit and the refs' drop
 leaves refs that name no checkpoint; they cost only their objects."""
 
@@ -16,7 +16,7 @@ from typing import Any
 import trio
 
 from agentd.actors import thread_admin
-from agentd.actors.providers import images
+from agentd.actors.providers import images, mcp_secrets
 from agentd.protocol import wire
 from agentd.protocol.server import Connection
 
@@ -35,6 +35,12 @@ async def thread_delete(context: DaemonContext, params: wire.ThreadDeleteParams,
     # Its messages' images (issue 26) go with it.
     folder = images.folder_beside(context.registry.workspaces_folder, deleted.thread_id)
     await trio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
+    # And the secrets of its MCP servers.
+    secrets = mcp_secrets.folder_beside(context.registry.workspaces_folder)
+    try:
+        await trio.to_thread.run_sync(mcp_secrets.remove, secrets, deleted.thread_id)
+    except OSError as exc:  # the records are gone; a folder agentd will not touch is said, not followed
+        log.warning("thread %s deleted, but its MCP servers' secrets file stays: %s", deleted.thread_id, exc)
     return {"threadId": deleted.thread_id, "runs": deleted.runs, "messages": deleted.messages,
             "nodes": deleted.nodes, "handoffs": deleted.handoffs, "checkpoints": deleted.checkpoints,
             "refsDropped": dropped, "childThreadIds": deleted.child_thread_ids, "seq": done.seq}

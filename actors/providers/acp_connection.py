@@ -68,7 +68,7 @@ from .tool_credentials import CREDENTIAL_ENV, SERVER_NAME
 from .transport import ProcessLike
 
 if TYPE_CHECKING:
-    from agentd.store.records import McpServer
+    from .extra_mcp import McpServerSpec
 
     from .images import ImageInput
 
@@ -149,7 +149,7 @@ class AcpConnection(ProviderConnection):
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def _mcp_servers(self, extra: Sequence[McpServer] = ()) -> list[Any]:
+    def _mcp_servers(self, extra: Sequence[McpServerSpec] = ()) -> list[Any]:
         """agentd's own tool, then the thread's other servers (an editor's;
         issue 26): ``http`` ones only where the agent said ``mcpCapabilities.http``."""
         http = bool(self.initialized and self.initialized.agent_capabilities.mcp_capabilities.get("http"))
@@ -181,7 +181,7 @@ class AcpConnection(ProviderConnection):
         assert self.initialized is not None, "initialize comes first"
         return self.initialized.agent_capabilities.session_capabilities.get(name) is not None
 
-    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServerSpec] = ()) -> str:
         params = NewSessionRequest(cwd=cwd, mcp_servers=self._mcp_servers(mcp_servers))
         try:
             raw = await self._peer.request("session/new", _encode(params))
@@ -213,7 +213,7 @@ class AcpConnection(ProviderConnection):
             else:
                 raise ProviderRuntimeError(f"the agent offers no choice of {category}, so {category} = {wanted!r} cannot be set")
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServerSpec] = ()) -> ResumeInfo:
         """``session/resume`` where the agent advertises it (no replay), else
         ``session/load``: the history it replays is counted, never reported as new."""
         if native_thread_id in self._sessions:
@@ -241,7 +241,7 @@ class AcpConnection(ProviderConnection):
         self.adapter.known[native_thread_id].turns = session.replayed_turns
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=session.replayed_turns)
 
-    async def _resume(self, native_thread_id: str, cwd: str, mcp_servers: Sequence[McpServer]) -> ResumeInfo:
+    async def _resume(self, native_thread_id: str, cwd: str, mcp_servers: Sequence[McpServerSpec]) -> ResumeInfo:
         """``session/resume``: the agent restores the session without
         replaying it; the turns it holds are the ones this daemon counted."""
         params = ResumeSessionRequest(session_id=native_thread_id, cwd=cwd, mcp_servers=self._mcp_servers(mcp_servers))
@@ -256,7 +256,7 @@ class AcpConnection(ProviderConnection):
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=known.turns if known.latest_turn else None)
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
-                          mcp_servers: Sequence[McpServer] = (), cwd: str | None = None) -> str:
+                          mcp_servers: Sequence[McpServerSpec] = (), cwd: str | None = None) -> str:
         """``session/fork`` (where advertised): ACP forks a session at its
         end, so only a fork after the session's latest turn (as this daemon
         saw it) is native; the new session works in the source's workspace.

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import trio
 
     from .agentd_tool import AgentdTool
-    from agentd.store.records import McpServer
+    from .extra_mcp import McpServerSpec
 
     from .images import ImageInput
 
@@ -197,13 +197,13 @@ class ProviderConnection(abc.ABC):
         """Native thread ids this process has created or resumed (callers read it)."""
 
     @abc.abstractmethod
-    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServerSpec] = ()) -> str:
         """Make a new native thread; return its handle. ``mcp_servers``: the
         thread's MCP servers besides agentd's own (an editor's; issue 26),
         passed only when there are some, by the kinds that take them."""
 
     @abc.abstractmethod
-    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServerSpec] = ()) -> ResumeInfo:
         """Load a native thread into this process (raises NativeThreadMissing)."""
 
     @abc.abstractmethod
@@ -236,7 +236,7 @@ class ProviderConnection(abc.ABC):
 
     async def start_first_turn(
         self, *, text: str, attempt_id: str, cwd: str, context: str | None = None, images: Sequence[ImageInput] = (),
-        mcp_servers: Sequence[McpServer] = (),
+        mcp_servers: Sequence[McpServerSpec] = (),
     ) -> tuple[str, str]:
         """For runtimes without empty threads: create the native thread with its
         first turn. Returns ``(native_thread_id, native_turn_id)``."""
@@ -247,7 +247,7 @@ class ProviderConnection(abc.ABC):
         raise ProviderRuntimeError("steering is not supported by this provider")
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
-                          mcp_servers: Sequence[McpServer] = (), cwd: str | None = None) -> str:
+                          mcp_servers: Sequence[McpServerSpec] = (), cwd: str | None = None) -> str:
         """A new native thread with ``native_thread_id``'s history up to and
         including the turn ``last_turn_id`` names (a ``ProviderTurn``'s
         ``nativeEndRef`` or ``nativeTurnId``; None: all of it), loaded in this

@@ -83,7 +83,7 @@ from typing import Any
 import msgspec
 import trio
 
-from agentd.store.records import McpServer
+from .extra_mcp import McpServerSpec
 
 from .base import (
     Capabilities,
@@ -332,12 +332,12 @@ class ClaudeConnection(ProviderConnection):
 
     # -- primitives ---------------------------------------------------------------------
 
-    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServerSpec] = ()) -> str:
         raise ProviderRuntimeError("Claude has no empty sessions: a session starts with its first turn (start_first_turn)")
 
     async def start_first_turn(
         self, *, text: str, attempt_id: str, cwd: str, context: str | None = None, images: Sequence[ImageInput] = (),
-        mcp_servers: Sequence[McpServer] = (),
+        mcp_servers: Sequence[McpServerSpec] = (),
     ) -> tuple[str, str]:
         claude = self._claude
         if claude.mode is None:
@@ -355,7 +355,7 @@ class ClaudeConnection(ProviderConnection):
             raise ProviderRuntimeError(claude.closed or "claude ended the turn without a session id")
         return claude.session, turn_id
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServerSpec] = ()) -> ResumeInfo:
         if native_thread_id in self.loaded_threads:
             return ResumeInfo(native_thread_id=native_thread_id)
         await self._claude.launch_existing(
@@ -367,7 +367,7 @@ class ClaudeConnection(ProviderConnection):
         return ResumeInfo(native_thread_id=native_thread_id, turn_count=turns)
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
-                          mcp_servers: Sequence[McpServer] = (), cwd: str | None = None) -> str:
+                          mcp_servers: Sequence[McpServerSpec] = (), cwd: str | None = None) -> str:
         # ``last_turn_id`` is a turn's last message uuid (``TurnCompleted.end_ref``):
         # ``--resume-session-at`` forks there; our own turn ids name nothing in Claude.
         if last_turn_id is not None and last_turn_id.startswith("turn_"):
@@ -408,7 +408,7 @@ class ClaudeConnection(ProviderConnection):
         result = self._stream.answer_permission(request_ref, response)
         await self._write(control_response_line(request_ref, result))
 
-    async def _mcp_args(self, servers: Sequence[McpServer]) -> list[str]:
+    async def _mcp_args(self, servers: Sequence[McpServerSpec]) -> list[str]:
         """A second ``--mcp-config`` with the thread's extra MCP servers (issue
         26): a 0600 file of this session's, as agentd's own (it may hold
         secrets, which an argv must not)."""

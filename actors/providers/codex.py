@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 import msgspec
 import trio
 
-from agentd.store.records import McpServer
+from .extra_mcp import McpServerSpec
 
 from .base import (
     Capabilities,
@@ -568,7 +568,7 @@ class CodexConnection(ProviderConnection):
     def history_mode(self, native_thread_id: str) -> str | None:
         return self._history_modes.get(native_thread_id)
 
-    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServerSpec] = ()) -> str:
         params = ThreadStartParams(cwd=cwd, model=self.adapter.config.model,
                                    config=extra_mcp.codex_config(mcp_servers) or None)
         result = _decode(ThreadStartResponse, await self._peer.request("thread/start", _encode(params)), "thread/start answer")
@@ -577,7 +577,7 @@ class CodexConnection(ProviderConnection):
         self._history_modes[result.thread.id] = result.thread.history_mode
         return result.thread.id
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServerSpec] = ()) -> ResumeInfo:
         params = ThreadResumeParams(thread_id=native_thread_id, cwd=cwd, model=self.adapter.config.model, exclude_turns=True,
                                     config=extra_mcp.codex_config(mcp_servers) or None)
         try:
@@ -629,7 +629,7 @@ class CodexConnection(ProviderConnection):
         _decode(TurnSteerResponse, await self._peer.request("turn/steer", _encode(params)), "turn/steer answer")
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
-                          mcp_servers: Sequence[McpServer] = (), cwd: str | None = None) -> str:
+                          mcp_servers: Sequence[McpServerSpec] = (), cwd: str | None = None) -> str:
         """``thread/fork`` with ``lastTurnId`` (inclusive). Where the runtime
         cannot fork at a turn — it refuses ``lastTurnId``, or its fork holds
         turns after that one (a runtime that ignores the field) — the fork is
@@ -647,7 +647,7 @@ class CodexConnection(ProviderConnection):
             await self._revert_after(fork, last_turn_id)
         return fork
 
-    async def _fork(self, native_thread_id: str, last_turn_id: str | None, mcp_servers: Sequence[McpServer] = ()) -> str:
+    async def _fork(self, native_thread_id: str, last_turn_id: str | None, mcp_servers: Sequence[McpServerSpec] = ()) -> str:
         params = ThreadForkParams(thread_id=native_thread_id, last_turn_id=last_turn_id, exclude_turns=True,
                                   config=extra_mcp.codex_config(mcp_servers) or None)
         result = _decode(ThreadForkResponse, await self._peer.request("thread/fork", _encode(params)), "thread/fork answer")

@@ -17,13 +17,20 @@ No server may take agentd's own tool's name: ``normalize`` renames it
 (``agentd`` → ``agentd-editor``), as it does a name that is not letters,
 digits, ``_`` and ``-`` (each other character becomes ``_``) or is taken
 already (``-2``, ``-3``…), so every runtime can key it.
+
+The thread's record keeps each server with the names of its environment
+variables and headers only (``McpServer``); their values, which may be API
+tokens, are kept in the thread's secrets file (``mcp_secrets.py``) and put
+back (``with_secrets``) when a native thread is made, resumed or forked:
+what a runtime gets is an ``McpServerSpec``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from agentd.store.records import McpServer
 
@@ -32,10 +39,32 @@ from .tool_credentials import SERVER_NAME
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
-def normalize(servers: Sequence[Any]) -> tuple[list[McpServer], dict[str, str]]:
-    """The wire's servers (``McpServerStdio`` / ``McpServerHttp``) as the
-    thread keeps them, and the names that changed (given → kept)."""
-    kept: list[McpServer] = []
+@dataclass(frozen=True)
+class McpServerSpec:
+    """An MCP server as a runtime gets it: the thread's ``McpServer`` with the
+    values of its environment variables and headers (never stored in a record)."""
+
+    name: str
+    type: Literal["stdio", "http"] = "stdio"
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class McpSecretsMissing(OSError):
+    """A server of the thread's record names values its secrets file does not hold."""
+
+
+#: the secrets of a thread's servers: ``{server name: {"env": {...}, "headers": {...}}}``
+Secrets = dict[str, dict[str, dict[str, str]]]
+
+
+def normalize(servers: Sequence[Any]) -> tuple[list[McpServerSpec], dict[str, str]]:
+    """The wire's servers (``McpServerStdio`` / ``McpServerHttp``) with the
+    names they are kept under, and the names that changed (given → kept)."""
+    kept: list[McpServerSpec] = []
     renamed: dict[str, str] = {}
     taken = {SERVER_NAME}
     for server in servers:
@@ -50,14 +79,58 @@ def normalize(servers: Sequence[Any]) -> tuple[list[McpServer], dict[str, str]]:
         if name != server.name:
             renamed[server.name] = name
         if getattr(server, "url", None) is not None:
-            kept.append(McpServer(name=name, type="http", url=server.url, headers=dict(server.headers)))
+            kept.append(McpServerSpec(name=name, type="http", url=server.url, headers=dict(server.headers)))
         else:
-            kept.append(McpServer(name=name, type="stdio", command=server.command, args=list(server.args),
-                                  env=dict(server.env)))
+            kept.append(McpServerSpec(name=name, type="stdio", command=server.command, args=list(server.args),
+                                      env=dict(server.env)))
     return kept, renamed
 
 
-def codex_config(servers: Sequence[McpServer]) -> dict[str, Any]:
+def records(servers: Sequence[McpServerSpec]) -> list[McpServer]:
+    """What the thread's record keeps of ``servers``: no value of an
+    environment variable or header, only their names."""
+    return [McpServer(name=s.name, type=s.type, command=s.command, args=list(s.args), env_names=list(s.env),
+                      url=s.url, header_names=list(s.headers)) for s in servers]
+
+
+def secrets(servers: Sequence[McpServerSpec]) -> Secrets:
+    """The values the secrets file keeps for ``servers`` (servers without any are left out)."""
+    out: Secrets = {}
+    for server in servers:
+        entry = {key: dict(values) for key, values in (("env", server.env), ("headers", server.headers)) if values}
+        if entry:
+            out[server.name] = entry
+    return out
+
+
+def with_secrets(servers: Sequence[McpServer], kept: Mapping[str, Mapping[str, Mapping[str, str]]]) -> list[McpServerSpec]:
+    """The record's servers with their values back from the secrets file.
+
+    Raises:
+        McpSecretsMissing: a value the record names is not in ``kept`` (the
+            file is gone or was changed), naming the server.
+    """
+    out = []
+    for server in servers:
+        entry = kept.get(server.name) or {}
+        values: dict[str, dict[str, str]] = {}
+        for key, names in (("env", server.env_names), ("headers", server.header_names)):
+            have = entry.get(key) or {}
+            missing = [n for n in names if n not in have]
+            if missing:
+                what = "environment variable" if key == "env" else "header"
+                raise McpSecretsMissing(
+                    f"the MCP server {server.name!r} of this thread has no value for its {what}"
+                    f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}: agentd's file of its secrets is gone "
+                    f"or damaged; give the thread its servers again (thread.update {{mcpServers}}, or open the "
+                    f"session again in the editor)")
+            values[key] = {n: have[n] for n in names}
+        out.append(McpServerSpec(name=server.name, type=server.type, command=server.command, args=list(server.args),
+                                 env=values["env"], url=server.url, headers=values["headers"]))
+    return out
+
+
+def codex_config(servers: Sequence[McpServerSpec]) -> dict[str, Any]:
     """Codex's per-thread ``config`` overrides (dotted keys: agentd's own
     server, set on the command line, stays)."""
     config: dict[str, Any] = {}
@@ -74,7 +147,7 @@ def codex_config(servers: Sequence[McpServer]) -> dict[str, Any]:
     return config
 
 
-def claude_config(servers: Sequence[McpServer]) -> dict[str, Any]:
+def claude_config(servers: Sequence[McpServerSpec]) -> dict[str, Any]:
     """Claude Code's ``--mcp-config`` document."""
     out: dict[str, Any] = {}
     for server in servers:
@@ -86,7 +159,7 @@ def claude_config(servers: Sequence[McpServer]) -> dict[str, Any]:
     return {"mcpServers": out}
 
 
-def acp_servers(servers: Sequence[McpServer], *, http: bool) -> tuple[list[dict[str, Any]], list[str]]:
+def acp_servers(servers: Sequence[McpServerSpec], *, http: bool) -> tuple[list[dict[str, Any]], list[str]]:
     """ACP ``mcpServers`` entries, and the names left out (``http`` ones for
     an agent that did not say ``mcpCapabilities.http``)."""
     out: list[dict[str, Any]] = []
@@ -104,7 +177,15 @@ def acp_servers(servers: Sequence[McpServer], *, http: bool) -> tuple[list[dict[
     return out, left
 
 
-def scripted_servers(servers: Sequence[McpServer]) -> list[dict[str, Any]]:
-    """The scripted agent's ``mcpServers``: ``{name, type, command | url}``."""
-    return [{"name": s.name, "type": s.type, **({"url": s.url} if s.type == "http" else {"command": s.command})}
-            for s in servers]
+def scripted_servers(servers: Sequence[McpServerSpec]) -> list[dict[str, Any]]:
+    """The scripted agent's ``mcpServers``: ``{name, type, command | url, env?, headers?}``."""
+    out = []
+    for s in servers:
+        entry: dict[str, Any] = {"name": s.name, "type": s.type,
+                                 **({"url": s.url} if s.type == "http" else {"command": s.command})}
+        if s.env:
+            entry["env"] = dict(s.env)
+        if s.headers:
+            entry["headers"] = dict(s.headers)
+        out.append(entry)
+    return out

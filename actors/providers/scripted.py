@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import trio
 
-from agentd.store.records import McpServer
+from .extra_mcp import McpServerSpec
 
 from .base import (
     Capabilities,
@@ -196,7 +196,7 @@ class ScriptedConnection(ProviderConnection):
 
     # -- primitives -------------------------------------------------------------
 
-    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> str:
+    async def create_thread(self, *, cwd: str, mcp_servers: Sequence[McpServerSpec] = ()) -> str:
         params: dict[str, Any] = {"cwd": cwd}
         if mcp_servers:
             params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)
@@ -209,7 +209,7 @@ class ScriptedConnection(ProviderConnection):
     def history_mode(self, native_thread_id: str) -> str | None:
         return self._history_modes.get(native_thread_id)
 
-    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServer] = ()) -> ResumeInfo:
+    async def resume_thread(self, native_thread_id: str, *, cwd: str, mcp_servers: Sequence[McpServerSpec] = ()) -> ResumeInfo:
         params: dict[str, Any] = {"threadId": native_thread_id}
         if mcp_servers:
             params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)
@@ -241,7 +241,7 @@ class ScriptedConnection(ProviderConnection):
 
     async def start_first_turn(
         self, *, text: str, attempt_id: str, cwd: str, context: str | None = None, images: Sequence[ImageInput] = (),
-        mcp_servers: Sequence[McpServer] = (),
+        mcp_servers: Sequence[McpServerSpec] = (),
     ) -> tuple[str, str]:
         # The thread id is unknown until the answer; events of a thread we
         # have not seen yet belong to this attempt (one thread per process).
@@ -273,7 +273,7 @@ class ScriptedConnection(ProviderConnection):
         await self._peer.request("turn/steer", params)
 
     async def fork_thread(self, native_thread_id: str, *, last_turn_id: str | None,
-                          mcp_servers: Sequence[McpServer] = (), cwd: str | None = None) -> str:
+                          mcp_servers: Sequence[McpServerSpec] = (), cwd: str | None = None) -> str:
         params: dict[str, Any] = {"threadId": native_thread_id}
         if mcp_servers:
             params["mcpServers"] = extra_mcp.scripted_servers(mcp_servers)

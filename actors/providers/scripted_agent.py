@@ -581,6 +581,11 @@ class Turn:
         Say the MCP servers the thread was given when this process started,
         resumed or forked it (``mcpServers: [{name, type, command | url}]``):
         ``mcp: NAME (stdio COMMAND), NAME (http URL)``, or ``mcp: none``.
+    ``{"reportMcpValues": true}``
+        Say, one line each, the environment variables and headers the
+        thread's MCP servers were given, each value as its SHA-256 only (a
+        value may be a token, and what is said is stored):
+        ``mcp value NAME env|header KEY sha256=HEX``, or ``mcp values: none``.
     ``{"approval": {"kind": KIND, "command": TEXT, "decisions"?: [...]}}``
         Ask the client via ``item/approval/request`` (offering ``decisions``,
         by default ``accept``, ``acceptForSession``, ``decline``), then say
@@ -914,6 +919,15 @@ class Turn:
         said = [f"{s['name']} ({s.get('type', 'stdio')} {s.get('url') or s.get('command')})" for s in servers]
         await self._message("mcp: " + (", ".join(said) or "none"), parent)
 
+    async def _report_mcp_values(self, step: dict[str, Any], parent: str | None) -> None:
+        lines = []
+        for server in self.agent.mcp_servers.get(self.thread.threadId) or []:
+            for kind, key in (("env", "env"), ("header", "headers")):
+                for name, value in (server.get(key) or {}).items():
+                    lines.append(f"mcp value {server['name']} {kind} {name} "
+                                 f"sha256={hashlib.sha256(str(value).encode()).hexdigest()}")
+        await self._message("\n".join(lines) or "mcp values: none", parent)
+
     async def _recall(self, step: dict[str, Any], parent: str | None) -> None:
         words = _expect(step["recall"], list, "recall needs a list of words")
         for word in words:
@@ -1041,6 +1055,7 @@ class Turn:
         "reportHistory": _report_history,
         "reportImages": _report_images,
         "reportMcp": _report_mcp,
+        "reportMcpValues": _report_mcp_values,
         "recall": _recall,
         "approval": _approval,
         "ask": _ask,

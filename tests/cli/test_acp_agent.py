@@ -824,18 +824,33 @@ async def test_the_editors_mcp_servers_reach_the_provider_and_stay_with_the_thre
     session = (await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=servers))).session_id
     kept = (await client.call("thread.get", threadId=session))["thread"]["mcpServers"]
     assert [(s["name"], s["type"]) for s in kept] == [("agentd-editor", "stdio"), ("files", "stdio"), ("web", "http")]
-    assert kept[1]["env"] == {"TOKEN": "s3cret"} and kept[2]["headers"] == {"Authorization": "Bearer x"}
+    # Their secrets' names only: the values are in no record (tests/actors/test_mcp_secrets.py).
+    assert kept[1]["envNames"] == ["TOKEN"] and kept[2]["headerNames"] == ["Authorization"]
+    assert "s3cret" not in json.dumps(kept)
     assert await prompt(editor, session, script({"reportMcp": True})) == "end_turn"
     assert ("mcp: agentd-editor (stdio /bin/true), files (stdio /usr/bin/env), web (http http://127.0.0.1:9/mcp)"
             in editor.text(session))
+    # The values reach the provider from the thread's secrets file (the agent says their SHA-256).
+    assert await prompt(editor, session, script({"reportMcpValues": True})) == "end_turn"
+    assert f"mcp value files env TOKEN sha256={hashlib.sha256(b's3cret').hexdigest()}" in editor.text(session)
+    assert f"mcp value web header Authorization sha256={hashlib.sha256(b'Bearer x').hexdigest()}" in editor.text(session)
+    # Servers agentd refuses refuse the session: no thread is made for it.
+    before = (await client.call("thread.list"))["threads"]
+    with pytest.raises(RequestError):
+        await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=[
+            McpServerStdio(name="n" * 65, command="/bin/true", args=[], env=[])]))
+    assert (await client.call("thread.list"))["threads"] == before
     # Opened again with other servers: the thread's provider gets those from its next run on.
     await editor.run(editor.conn.close_session(session_id=session))
     await editor.run(editor.conn.resume_session(cwd=str(workspace), session_id=session, mcp_servers=[servers[1]]))
     assert await prompt(editor, session, script({"reportMcp": True})) == "end_turn"
     assert editor.text(session).endswith("mcp: files (stdio /usr/bin/env)")
-    # A fork gets the servers its editor names.
+    # A fork gets the servers its editor names (the source's are inherited, then replaced).
     forked = await editor.run(editor.conn.fork_session(cwd=str(workspace), session_id=session, mcp_servers=[]))
     assert (await client.call("thread.get", threadId=forked.session_id))["thread"]["mcpServers"] is None
+    forked = await editor.run(editor.conn.fork_session(cwd=str(workspace), session_id=session, mcp_servers=None))
+    inherited = (await client.call("thread.get", threadId=forked.session_id))["thread"]["mcpServers"]
+    assert [s["name"] for s in inherited] == ["files"]
 
 
 async def test_the_editors_mcp_servers_reach_an_acp_provider(tmp_path, short_dir, workspace):
@@ -852,12 +867,15 @@ async def test_the_editors_mcp_servers_reach_an_acp_provider(tmp_path, short_dir
     try:
         await editor.start()
         await editor.run(editor.conn.initialize(protocol_version=PROTOCOL_VERSION))
-        servers = [McpServerStdio(name="files", command="/usr/bin/env", args=[], env=[]),
+        servers = [McpServerStdio(name="files", command="/usr/bin/env", args=[],
+                                  env=[EnvVariable(name="TOKEN", value="s3cret")]),
                    HttpMcpServer(type="http", name="web", url="http://127.0.0.1:9/mcp", headers=[])]
         session = (await editor.run(editor.conn.new_session(cwd=str(workspace), mcp_servers=servers))).session_id
         assert await prompt(editor, session, "hello") == "end_turn"
         (native,) = [json.loads(p.read_text()) for p in state.glob("fake_*.json")]
         assert "files" in native["mcpServers"] and "web" not in native["mcpServers"]
+        # The value, kept out of agentd's records, reaches the agent from the thread's secrets file.
+        assert native["mcpEnv"]["files"] == {"TOKEN": "s3cret"}
         assert "takes no http MCP servers: web not passed on" in daemon.log_text()
     finally:
         await editor.stop()

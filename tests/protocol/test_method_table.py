@@ -172,6 +172,9 @@ def test_contract_says_who_may_call_each_method():
     assert create.access_for(create.decode({})) == "control"
     assert create.access_for(create.decode({"createdBy": "system"})) == "control"
     assert create.access_for(create.decode({"createdBy": "agent"})) == "open"
+    # MCP servers are processes its runtimes start: the person's to give (issue 26), as thread.update's.
+    servers = [{"type": "stdio", "name": "files", "command": "/usr/bin/env"}]
+    assert create.access_for(create.decode({"createdBy": "agent", "mcpServers": servers})) == "control"
 
 
 def test_a_method_declared_without_access_is_control():
