@@ -9,8 +9,8 @@ the alternative measured in the same run.
    …/agentd/protocol/mcp_relay.py``); beside the floors, a bare ``python3 -c
    pass`` and ``python3 -I -S -c pass`` from spawn to exit, and beside what
    the old stdio server paid before it could answer: importing the ``mcp``
-   SDK's server. ``--baseline-python`` adds another venv's ``agentd mcp``
-   and ``python -m agentd mcp`` (before/after in the same rounds).
+   SDK's server. ``--other LABEL=PYTHON`` adds another venv's ``agentd
+   mcp`` and ``python -m agentd mcp`` (before/after, or a wheel's, in the same rounds).
    Interleaved, one of each per round; each child's CPU time too (a loaded
    machine inflates it far less than wall time).
 2. The first delta of a fresh Codex and a fresh Claude session (pinned
@@ -30,7 +30,7 @@ handling, the model's first request), to tell the daemon's share from the
 runtime's.
 
     python scripts/bench_mcp.py [--rounds 5] [--sessions 4] [--only relay|codex|claude] [--profile]
-                                [--baseline-python PY] [--json]
+                                [--where direct|namespaced|both] [--other LABEL=PYTHON] [--json]
 
 Needs the pinned runtimes for part 2 (``npm ci --prefix tests/integration/runtimes``);
 a runtime that is missing is reported as skipped. The load average is printed
@@ -111,12 +111,13 @@ def load_average() -> str:
         return "unknown"
 
 
-def relay_commands(baseline: str | None) -> dict[str, list[str]]:
+def relay_commands(others: dict[str, str] | None) -> dict[str, list[str]]:
     """The ways to start the relay, by name: the ``agentd`` console script
     beside this Python (what a person's MCP client runs), ``python -m agentd
     mcp``, and the relay's file in isolated mode without ``site`` (what
-    agentd gives an ACP agent: ``AgentdTool.relay_command``); with
-    ``baseline`` (another venv's Python, e.g. main's), its first two too."""
+    agentd gives an ACP agent: ``AgentdTool.relay_command``); for each of
+    ``others`` (a label and another venv's Python: main's, a wheel's), its
+    first two too."""
     commands = {"pythonMAgentdMcp": [sys.executable, "-m", "agentd", "mcp"]}
     script = Path(sys.executable).with_name("agentd")
     if script.exists():
@@ -128,21 +129,22 @@ def relay_commands(baseline: str | None) -> dict[str, list[str]]:
     else:
         if "-S" in (isolated := relay_command()):
             commands["isolatedRelayFile"] = isolated
-    if baseline:
-        commands["baselinePythonMAgentdMcp"] = [baseline, "-m", "agentd", "mcp"]
-        if (other := Path(baseline).with_name("agentd")).exists():
-            commands["baselineAgentdMcp"] = [str(other), "mcp"]
+    for label, python in (others or {}).items():
+        commands[f"{label}PythonMAgentdMcp"] = [python, "-m", "agentd", "mcp"]
+        if (script := Path(python).with_name("agentd")).exists():
+            commands[f"{label}AgentdMcp"] = [str(script), "mcp"]
     return commands
 
 
-async def bench_relay(rounds: int, root: Path, baseline: str | None = None) -> dict[str, Any]:
+async def bench_relay(rounds: int, root: Path, others: dict[str, str] | None = None) -> dict[str, Any]:
     config = root / "relay.toml"
     config.write_text("")
     daemon = await start_daemon(root / "relay-data", root / "r.sock", config=config)
     floors = {"floorPythonPass": [sys.executable, "-c", "pass"],
               "floorPythonIsolatedNoSite": [sys.executable, "-I", "-S", "-c", "pass"],
-              "oldServerSdkImport": [sys.executable, "-c", "import mcp.server.mcpserver"]}
-    commands = relay_commands(baseline)
+              "oldServerSdkImport": [sys.executable, "-c", "import mcp.server.mcpserver"],
+              **{f"{label}FloorPythonPass": [python, "-c", "pass"] for label, python in (others or {}).items()}}
+    commands = relay_commands(others)
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in [*floors, *commands]}
     try:
         async with Client.connect(daemon.socket) as client:
@@ -221,19 +223,20 @@ async def bench_sessions(kind: str, sessions: int, root: Path, namespace: bool) 
     return out
 
 
-async def run(rounds: int, sessions: int, only: str | None, profile: bool, baseline: str | None) -> dict[str, Any]:
+async def run(rounds: int, sessions: int, only: str | None, profile: bool, others: dict[str, str] | None,
+              where: str = "both") -> dict[str, Any]:
     out: dict[str, Any] = {"rounds": rounds, "sessions": sessions, "loadAverageBefore": load_average()}
     with tempfile.TemporaryDirectory(prefix="agentd-bench-mcp-") as tmp:
         root = Path(tmp)
         if only in (None, "relay") and not profile:
-            out["relay"] = await bench_relay(rounds, root, baseline)
+            out["relay"] = await bench_relay(rounds, root, others)
         for kind in ("codex", "claude"):
             if only not in (None, kind):
                 continue
             # As a person's daemon runs the runtime (on the host's loopback), and as the
             # integration tests do (a loopback-only namespace per runtime: the tool's
             # endpoint is bridged in by a Python process the wrapper starts first).
-            for namespace in (False, True):
+            for namespace in {"direct": (False,), "namespaced": (True,), "both": (False, True)}[where]:
                 key = f"{kind}{'Namespaced' if namespace else 'Direct'}"
                 try:
                     if profile:
@@ -275,13 +278,19 @@ def main() -> None:
     parser.add_argument("--only", choices=("relay", "codex", "claude"))
     parser.add_argument("--profile", action="store_true",
                         help="the sessions' timelines instead (a daemon in this process with taps: bench_mcp_profile.py)")
-    parser.add_argument("--baseline-python", metavar="PYTHON",
-                        help="also start the relay of another venv's agentd (its Python and its agentd script), interleaved")
+    parser.add_argument("--other", action="append", default=[], metavar="LABEL=PYTHON",
+                        help="also start the relay of another venv's agentd (its Python and its agentd script), "
+                             "interleaved: e.g. baseline=/path/to/main-venv/bin/python")
+    parser.add_argument("--where", choices=("direct", "namespaced", "both"), default="both",
+                        help="the sessions on the host's loopback, in the tests' namespace, or both (default)")
     parser.add_argument("--json", action="store_true", help="print the JSON only")
     args = parser.parse_args()
     if args.rounds < 5 or args.sessions < 4:
         parser.error("the medians need at least 5 relay rounds and 4 sessions")
-    out = trio.run(run, args.rounds, args.sessions, args.only, args.profile, args.baseline_python)
+    others = dict(other.split("=", 1) for other in args.other if "=" in other)
+    if len(others) != len(args.other):
+        parser.error("--other takes LABEL=PYTHON")
+    out = trio.run(run, args.rounds, args.sessions, args.only, args.profile, others, args.where)
     if not args.json:
         print("\n".join(summary(out)))
     print(json.dumps(out, indent=2))
