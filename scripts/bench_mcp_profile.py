@@ -65,7 +65,7 @@ def taps(marks: Marks) -> Iterator[None]:
     async def respond(self: Any, conn: Any, stream: Any, head: Any, body: bytes, peer: Any) -> None:
         start = time.time()
         try:
-            method = json.loads(body).get("method", "?")
+            method = json.loads(body).get("method", "?") if head.method == "POST" else head.method
         except (ValueError, AttributeError):
             method = "?"
         try:
