@@ -14,7 +14,9 @@ fake models' clock too):
   arrival (its head and body read) to its answer written (``McpFront._respond``),
   with its JSON-RPC method;
 - the fake model's first request (its own log's ``at``) and the client's
-  first ``message.delta``.
+  first ``message.delta``;
+- how late the event loop wakes a 1 ms sleeper meanwhile (``LoopLag``):
+  what the process ran without yielding, or waited for a core.
 
 Printed per configuration, as medians over the sessions of each mark's
 offset from ``thread.message.send``, beside the MCP requests' own handling
@@ -90,11 +92,29 @@ def taps(marks: Marks) -> Iterator[None]:
         mcp_http.McpFront.handle_connection = original_connection  # type: ignore[method-assign]
 
 
-async def one_session(client: Client, provider: str, marks: Marks, world: Any) -> dict[str, Any]:
+class LoopLag:
+    """How late the event loop wakes a 1 ms sleeper: the longest stretches
+    something in the process (the daemon, or the bench's client) ran without
+    yielding — or the process waited for a core."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self.scope = trio.CancelScope()
+
+    async def run(self) -> None:
+        with self.scope:
+            while True:
+                before = trio.current_time()
+                await trio.sleep(0.001)
+                self.lags.append((trio.current_time() - before - 0.001) * 1000)
+
+
+async def one_session(client: Client, provider: str, marks: Marks, world: Any, lag: LoopLag) -> dict[str, Any]:
     """A fresh thread's first message, and its marks relative to the send."""
     thread_id = (await client.call("thread.create", provider=provider, title="profile"))["threadId"]
     async with client.subscribe(thread_id=thread_id) as events:
         marks.clear()
+        lag.lags.clear()
         start = time.time()
         sent = await client.call("thread.message.send", threadId=thread_id, text="hello")
         first = None
@@ -118,7 +138,10 @@ async def one_session(client: Client, provider: str, marks: Marks, world: Any) -
         timeline[key] = offset if took is None else {"atMs": offset, "tookMs": round(took, 1)}
     timeline["model's first request"] = None if model is None else round((model - start) * 1000, 1)
     timeline["first delta"] = None if first is None else round((first - start) * 1000, 1)
-    return {"timeline": timeline, "mcp": mcp}
+    lags = sorted(lag.lags) or [0.0]
+    return {"timeline": timeline, "mcp": mcp,
+            "loopLagMs": {"max": round(lags[-1], 1), "p99": round(lags[int(len(lags) * 0.99)], 1),
+                          "over5msTotal": round(sum(x for x in lags if x > 5), 1)}}
 
 
 def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -131,6 +154,8 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
                 if isinstance(value, dict):
                     keys.setdefault(f"{key}: took", []).append(value["tookMs"])
     out: dict[str, Any] = {key: round(statistics.median(values), 1) for key, values in keys.items()}
+    for name in ("max", "p99", "over5msTotal"):
+        out[f"loop lag {name}, median ms"] = round(statistics.median(s["loopLagMs"][name] for s in samples), 1)
     handled = [m["tookMs"] for s in samples for m in s["mcp"] if m["tookMs"] is not None]
     if handled:
         spans = [max(m["atMs"] + (m["tookMs"] or 0) for m in s["mcp"]) - min(m["atMs"] for m in s["mcp"])
@@ -168,13 +193,16 @@ async def profile(kind: str, sessions: int, root: Path, namespace: bool | None) 
         with taps(marks):
             async with trio.open_nursery() as nursery:
                 await nursery.start(daemon.serve)
+                lag = LoopLag()
+                nursery.start_soon(lag.run)
                 try:
                     async with Client.connect(paths.socket) as client:
-                        await one_session(client, "off", marks, world)  # warm
+                        await one_session(client, "off", marks, world, lag)  # warm
                         for index in range(sessions):
                             for provider in (("on", "off") if index % 2 == 0 else ("off", "on")):
-                                samples[provider].append(await one_session(client, provider, marks, world))
+                                samples[provider].append(await one_session(client, provider, marks, world, lag))
                 finally:
+                    lag.scope.cancel()
                     daemon.request_shutdown()
     finally:
         world.close()
