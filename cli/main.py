@@ -34,7 +34,7 @@ import sys
 
 from agentd import __version__
 
-TYPE_CHECKING = False  # typing's import: what `agentd mcp` and `--version` need not load
+TYPE_CHECKING = False  # not typing's: `agentd mcp` starts without loading it
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable
