@@ -6,7 +6,8 @@ standard library it needs, so that it runs as a script as well as a module:
 a machine whose site-packages run ``.pth`` files at every start — an
 editable install's finder, a sandbox's certificate hook — that is most of a
 bare Python's start) and wherever the package is installed (an editable
-install's package-dir mapping, a wheel). ``agentd mcp`` (``cli/mcp_server.py``)
+install's package-dir mapping, a wheel); ``command`` spells it so that its
+bytecode is cached. ``agentd mcp`` (``cli/mcp_server.py``)
 and the stdio MCP server agentd gives an ACP agent (``AgentdTool.relay_command``)
 are this relay.
 
@@ -389,6 +390,18 @@ def parse_args(argv: list[str]) -> dict[str, str] | None:
         found[names[name]] = value
         index += 1
     return found
+
+
+def command(python: str, path: str) -> list[str]:
+    """argv that runs the relay in the file at ``path`` with ``python``,
+    isolated and without ``site``: imported from its folder (appended to
+    ``sys.path``, after the standard library, so that nothing beside it
+    shadows a standard module) rather than run as a script, because a
+    script is compiled at every start and a module's bytecode is cached."""
+    folder, name = os.path.split(os.path.abspath(path))
+    module = os.path.splitext(name)[0]
+    return [python, "-I", "-S", "-c",
+            f"import sys; sys.path.append({folder!r}); import {module}; sys.exit({module}.main())"]
 
 
 def main(argv: list[str] | None = None) -> int:

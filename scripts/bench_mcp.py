@@ -5,8 +5,9 @@ the alternative measured in the same run.
 1. The stdio relay from spawn to its answer to ``initialize`` — target ≤ 300
    ms (median of ≥ 5) — started three ways: ``agentd mcp --thread T`` (the
    console script, what a person's MCP client runs), ``python -m agentd mcp``,
-   and the relay's file as agentd gives it to an ACP agent (``python -I -S
-   …/agentd/protocol/mcp_relay.py``); beside the floors, a bare ``python3 -c
+   and the relay's file as agentd gives it to an ACP agent (``python -I -S -c
+   "…; import mcp_relay; …"``, ``mcp_relay.command``) and as a script (``python
+   -I -S …/agentd/protocol/mcp_relay.py``, compiled at each start); beside the floors, a bare ``python3 -c
    pass`` and ``python3 -I -S -c pass`` from spawn to exit, and beside what
    the old stdio server paid before it could answer: importing the ``mcp``
    SDK's server. ``--other LABEL=PYTHON`` adds another venv's ``agentd
@@ -128,7 +129,10 @@ def relay_commands(others: dict[str, str] | None) -> dict[str, list[str]]:
         pass
     else:
         if "-S" in (isolated := relay_command()):
-            commands["isolatedRelayFile"] = isolated
+            commands["isolatedRelayFile"] = isolated  # imported: its bytecode cached
+            from agentd.protocol import mcp_relay
+
+            commands["isolatedRelayScript"] = [sys.executable, "-I", "-S", mcp_relay.__file__]
     for label, python in (others or {}).items():
         commands[f"{label}PythonMAgentdMcp"] = [python, "-m", "agentd", "mcp"]
         if (script := Path(python).with_name("agentd")).exists():

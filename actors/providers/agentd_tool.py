@@ -126,11 +126,12 @@ class AgentdTool:
 
 def relay_command() -> list[str]:
     """argv of agentd's relay as a stdio MCP server (``agentd mcp``): its file
-    run as a script in isolated mode without ``site`` — it imports nothing of
-    agentd, and ``site`` (an editable install's finder, ``.pth`` hooks) is
-    most of a Python start, which the session's first turn may wait for.
+    imported in isolated mode without ``site`` (``mcp_relay.command``) — it
+    imports nothing of agentd, and ``site`` (an editable install's finder,
+    ``.pth`` hooks) is most of a Python start, which the session's first turn
+    may wait for.
     ``python -m agentd mcp`` where the file is not on disk (a zipped install)."""
     path = mcp_relay.__file__
     if path and os.path.isfile(path):
-        return [sys.executable, "-I", "-S", path]
+        return mcp_relay.command(sys.executable, path)
     return [sys.executable, "-m", "agentd", "mcp"]

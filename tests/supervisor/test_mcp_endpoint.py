@@ -202,12 +202,12 @@ def relay_alone(tmp_path) -> list[str]:
     from agentd.actors.providers.agentd_tool import relay_command
     from agentd.protocol import mcp_relay
 
-    command = relay_command()
-    assert command[:-1] == [sys.executable, "-I", "-S"] and command[-1] == mcp_relay.__file__
+    assert relay_command() == mcp_relay.command(sys.executable, mcp_relay.__file__)
+    assert relay_command()[:4] == [sys.executable, "-I", "-S", "-c"]
     alone = tmp_path / "alone" / "mcp_relay.py"
     alone.parent.mkdir(exist_ok=True)
     alone.write_bytes(open(mcp_relay.__file__, "rb").read())
-    return [*command[:-1], str(alone)]
+    return mcp_relay.command(sys.executable, str(alone))
 
 
 async def test_f9_the_relay_file_alone_serves_the_sdks_stdio_client(daemon, client, tmp_path):
