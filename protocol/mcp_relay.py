@@ -1,15 +1,15 @@
 """agentd's MCP tools on stdio: the relay to the daemon's endpoint (SPEC F9).
 
-A file of its own that imports nothing of agentd and only the C cores of the
-standard library it needs, so that it runs as a script as well as a module:
-``python -I -S …/agentd/protocol/mcp_relay.py`` starts without ``site`` (on
-a machine whose site-packages run ``.pth`` files at every start — an
-editable install's finder, a sandbox's certificate hook — that is most of a
-bare Python's start) and wherever the package is installed (an editable
-install's package-dir mapping, a wheel); ``command`` spells it so that its
-bytecode is cached. ``agentd mcp`` (``cli/mcp_server.py``)
-and the stdio MCP server agentd gives an ACP agent (``AgentdTool.relay_command``)
-are this relay.
+``agentd mcp`` (``cli/mcp_server.py``) and the stdio MCP server agentd gives
+an ACP agent (``AgentdTool.relay_command``) are this relay. It is a file of
+its own that imports nothing of agentd, and of the standard library only the
+C cores it needs, so that it also runs without ``site`` wherever the package
+is installed (an editable install's package-dir mapping, a wheel): ``python
+-I -S …/agentd/protocol/mcp_relay.py`` as a script, or as ``command`` spells
+it, imported from its folder so that its bytecode is cached. On a machine
+whose site-packages run ``.pth`` files at every start (an editable install's
+finder, a sandbox's certificate hook) ``site`` is most of a bare Python's
+start.
 
 Who it speaks for, and how it gets its token:
 
