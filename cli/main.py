@@ -29,21 +29,28 @@ its implementation only when it runs (commands_*.py, stream.py for
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from agentd import __version__
 
-from .commands import GROUPS
-from .parser import EXIT_USAGE, CommandParser, Options, Parser, Subcommands
+TYPE_CHECKING = False  # not typing's: `agentd mcp` starts without loading it
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
 
 __all__ = ["build_parser", "main"]
+
+#: the exit code of a usage error (parser.EXIT_USAGE, which loads argparse)
+EXIT_USAGE = 2
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``agentd`` parser: every command of every group, or — ``only``
     — just that command, if there is one of that name (what one run parses)."""
+    from .commands import GROUPS
+    from .parser import CommandParser, Options, Parser, Subcommands
+
     parser = Parser(prog="agentd", description="A local daemon that runs coding agents, and its command line.")
     parser.add_argument("--version", action="version", version=f"agentd {__version__}")
     action = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
@@ -59,6 +66,24 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from .mcp_server import serve
 
     return serve(args.socket, args.session, args.thread)
+
+
+def mcp_relay_args(argv: list[str]) -> Callable[[], int] | None:
+    """``agentd mcp`` with plain arguments, run before argparse and the
+    commands load (the relay's start is what an MCP client waits for); None
+    for any other arguments (``--help``, a mistake), which the parser takes."""
+    from agentd.protocol import mcp_relay
+
+    args = mcp_relay.parse_args(argv)
+    if args is None:
+        return None
+
+    def relay() -> int:
+        from .mcp_server import serve
+
+        return serve(args.get("socket_path"), args.get("session_id"), args.get("thread_id"))
+
+    return relay
 
 
 def check_utf8(argv: list[str]) -> str | None:
@@ -100,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentd: {problem}", file=sys.stderr)
         return EXIT_USAGE
     argv = command_first(argv)
+    if argv[:1] == ["mcp"] and (relay := mcp_relay_args(argv[1:])) is not None:
+        return relay()
     try:
         command = next((arg for arg in argv if not arg.startswith("-")), None)
         args = build_parser(command).parse_args(argv)

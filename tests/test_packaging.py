@@ -46,3 +46,18 @@ def test_layers_and_contract_are_inside(wheel):
         assert module in names, module
     entry_points = next(wheel.read(n).decode() for n in names if n.endswith("entry_points.txt"))
     assert "agentd = agentd.main:main" in entry_points
+
+
+def test_the_wheels_relay_runs_as_a_file_without_site(wheel, tmp_path):
+    """Issue 24: agentd gives ACP agents its MCP relay as ``python -I -S
+    …/agentd/protocol/mcp_relay.py``; the wheel's copy, taken out alone,
+    runs so (it imports nothing of agentd): a usage error, and with no
+    daemon the one-line reason."""
+    relay = tmp_path / "mcp_relay.py"
+    relay.write_bytes(wheel.read("agentd/protocol/mcp_relay.py"))
+    usage = subprocess.run([sys.executable, "-I", "-S", str(relay), "--bogus"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: agentd mcp"), usage.stderr
+    missing = tmp_path / "no.sock"
+    down = subprocess.run([sys.executable, "-I", "-S", str(relay), "--thread", "thr_1", "--socket", str(missing)],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert down.returncode == 1 and down.stderr.startswith(f"agentd mcp: the daemon is not running at {missing}"), down.stderr

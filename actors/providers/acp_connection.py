@@ -13,7 +13,6 @@ return (permissions, questions, files, terminals) is answered by
 from __future__ import annotations
 
 import logging
-import sys
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ import msgspec
 import trio
 
 from . import extra_mcp
+from .agentd_tool import relay_command
 from .acp_client import AgentRequests
 from .acp_rpc import AUTH_REQUIRED, AcpError, AcpPeer
 from .acp_session import AgentInstance, KnownSession, Session, Turn, decode, encode as _encode, turn_usage
@@ -168,7 +168,8 @@ class AcpConnection(ProviderConnection):
         env = [EnvVariable(name=k, value=v) for k, v in tool.scripted_env(self._agentd_session).items()]
         if not env or CREDENTIAL_ENV not in {e.name for e in env}:
             return []
-        return [McpServerStdio(name=SERVER_NAME, command=sys.executable, args=["-m", "agentd", "mcp"], env=env)]
+        command, *args = relay_command()
+        return [McpServerStdio(name=SERVER_NAME, command=command, args=args, env=env)]
 
     def _session(self, session_id: str, cwd: str) -> Session:
         mapper = TurnMapper(self._emit, cwd, self._requests.terminal_output_text)

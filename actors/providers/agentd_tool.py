@@ -16,14 +16,22 @@ in ``/proc``):
   {"Authorization": "Bearer …"}}``), plus ``--allowedTools`` when pre-approved;
 - the scripted agent: ``AGENTD_MCP_URL`` and the path of its credential file
   (``AGENTD_TOOL_CREDENTIAL``), from which its ``delegate`` step makes the
-  token and posts the MCP messages itself.
+  token and posts the MCP messages itself;
+- an ACP agent (which every agent can start: stdio MCP servers only): the
+  relay ``relay_command`` names, with the scripted agent's environment; it
+  makes the session's token as the scripted agent does and relays stdio to
+  the endpoint.
 
 Without a live endpoint (``credentials.mcp_url`` unset) nothing is configured.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
+
+from agentd.protocol import mcp_relay
 
 from .tool_credentials import CREDENTIAL_ENV, SERVER_NAME, ToolCredentials
 
@@ -114,3 +122,16 @@ class AgentdTool:
         if preapproved:
             args += ["--allowedTools", ",".join(f"mcp__{SERVER_NAME}__{tool}" for tool in TOOLS)]
         return args
+
+
+def relay_command() -> list[str]:
+    """argv of agentd's relay as a stdio MCP server (``agentd mcp``): its file
+    imported in isolated mode without ``site`` (``mcp_relay.command``) — it
+    imports nothing of agentd, and ``site`` (an editable install's finder,
+    ``.pth`` hooks) is most of a Python start, which the session's first turn
+    may wait for.
+    ``python -m agentd mcp`` where the file is not on disk (a zipped install)."""
+    path = mcp_relay.__file__
+    if path and os.path.isfile(path):
+        return mcp_relay.command(sys.executable, path)
+    return [sys.executable, "-m", "agentd", "mcp"]

@@ -11,12 +11,15 @@ its connections for that session's processes, and it exits with the runtime.
 
 from __future__ import annotations
 
-import argparse
+import _thread
 import os
 import socket
-import threading
+import sys
 import time
-from urllib.parse import urlsplit
+
+# The wrapper waits for it to listen before it execs the runtime, so it starts
+# with -I -S and loads neither argparse nor urllib nor threading (re and
+# gettext come with those): about a third of its start (issue 24).
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:
@@ -40,7 +43,7 @@ def _serve(client: socket.socket, path: str) -> None:
     except OSError:
         client.close()
         return
-    threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
+    _thread.start_new_thread(_pump, (upstream, client))
     _pump(client, upstream)
 
 
@@ -51,22 +54,38 @@ def _watch_parent() -> None:
     os._exit(0)
 
 
+def _arguments(argv: list[str]) -> dict[str, str | bool]:
+    """``--url URL --socket PATH [--announce] [--exit-with-parent]``."""
+    found: dict[str, str | bool] = {"announce": False, "exit_with_parent": False}
+    index = 0
+    while index < len(argv):
+        name = argv[index].lstrip("-").replace("-", "_")
+        if name in ("url", "socket") and index + 1 < len(argv):
+            found[name] = argv[index + 1]
+            index += 2
+        elif name in ("announce", "exit_with_parent"):
+            found[name] = True
+            index += 1
+        else:
+            raise SystemExit(f"mcp_bridge: unknown argument {argv[index]!r}; {__doc__.splitlines()[-1].strip()}")
+    if "url" not in found or "socket" not in found:
+        raise SystemExit("mcp_bridge: --url and --socket are required")
+    return found
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--socket", required=True)
-    parser.add_argument("--announce", action="store_true", help="print the port on stdout once listening")
-    parser.add_argument("--exit-with-parent", action="store_true")
-    args = parser.parse_args()
-    parts = urlsplit(args.url)
-    listener = socket.create_server((parts.hostname or "127.0.0.1", parts.port or 80))
-    if args.announce:
+    args = _arguments(sys.argv[1:])
+    # http://HOST:PORT/…, as the daemon hands it out
+    authority = str(args["url"]).split("://", 1)[-1].split("/", 1)[0]
+    host, _, port = authority.rpartition(":")
+    listener = socket.create_server((host.strip("[]") or "127.0.0.1", int(port or 80)))
+    if args["announce"]:
         print(listener.getsockname()[1], flush=True)
-    if args.exit_with_parent:
-        threading.Thread(target=_watch_parent, daemon=True).start()
+    if args["exit_with_parent"]:
+        _thread.start_new_thread(_watch_parent, ())
     while True:
         client, _ = listener.accept()
-        threading.Thread(target=_serve, args=(client, args.socket), daemon=True).start()
+        _thread.start_new_thread(_serve, (client, str(args["socket"])))
 
 
 if __name__ == "__main__":

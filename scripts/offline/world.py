@@ -82,7 +82,9 @@ def namespace_wrapper(fake_server: Path, *, port: int, request_log: Path, timing
     """argv to put before the runtime's command: a new network namespace in
     which the fake listens on ``port`` before the runtime starts."""
     command = " ".join(shlex.quote(a) for a in _fake_command(fake_server, port, request_log, timings_log))
-    bridge = shlex.join([sys.executable, str(Path(__file__).with_name("mcp_bridge.py"))])
+    # Isolated and without site (it is stdlib only): the runtime starts after it listens, and
+    # site (.pth hooks, the editable finder) would be most of its start (issue 24).
+    bridge = shlex.join([sys.executable, "-I", "-S", str(Path(__file__).with_name("mcp_bridge.py"))])
     script = (
         "ip link set lo up || exit 97\n"
         'fifo=$(mktemp -u) && mkfifo "$fifo" || exit 96\n'

@@ -177,8 +177,10 @@ async def test_f9_the_relay_answers_initialize_on_stdio_without_trio_or_the_sdk(
     code = ("import sys, runpy\n"
             "sys.argv = ['agentd', 'mcp', '--thread', sys.argv[1]]\n"
             "import atexit\n"
-            "atexit.register(lambda: sys.stderr.write(' '.join(m for m in ('trio', 'mcp', 'pydantic') if m in sys.modules)))\n"
+            "atexit.register(lambda: sys.stderr.write(' '.join(m for m in ('trio', 'mcp', 'pydantic', 'argparse',"
+            " 'agentd.commands') if m in sys.modules)))\n"
             "runpy.run_module('agentd', run_name='__main__')\n")
+    # … nor argparse and the commands: plain arguments take the relay before the parser loads.
     line = json.dumps(INITIALIZE).encode() + b"\n"
 
     def run() -> subprocess.CompletedProcess[bytes]:
@@ -190,6 +192,91 @@ async def test_f9_the_relay_answers_initialize_on_stdio_without_trio_or_the_sdk(
     answer = json.loads(done.stdout.splitlines()[0])
     assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "agentd"
     assert done.stderr.decode().strip() == ""
+
+
+def relay_alone(tmp_path) -> list[str]:
+    """The relay's file copied alone into an empty folder (as a wheel or any
+    install carries it), run as agentd gives it to an ACP agent: isolated,
+    without ``site`` — so nothing of agentd, nor any installed package, is
+    importable beside it."""
+    from agentd.actors.providers.agentd_tool import relay_command
+    from agentd.protocol import mcp_relay
+
+    assert relay_command() == mcp_relay.command(sys.executable, mcp_relay.__file__)
+    assert relay_command()[:4] == [sys.executable, "-I", "-S", "-c"]
+    alone = tmp_path / "alone" / "mcp_relay.py"
+    alone.parent.mkdir(exist_ok=True)
+    alone.write_bytes(open(mcp_relay.__file__, "rb").read())
+    return mcp_relay.command(sys.executable, str(alone))
+
+
+async def test_f9_the_relay_file_alone_serves_the_sdks_stdio_client(daemon, client, tmp_path):
+    """Issue 24: the relay runs as a file without ``site`` and without agentd
+    importable: the official MCP SDK's stdio client initializes, lists the
+    three tools and calls one through it (``--thread``)."""
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    command = relay_alone(tmp_path)
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    server = StdioServerParameters(command=command[0], args=[*command[1:], "--thread", parent],
+                                   env={"AGENTD_SOCKET": str(daemon.socket)})
+    with trio.fail_after(TIMEOUT):
+        async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+            initialized = await session.initialize()
+            tools = (await session.list_tools()).tools
+            answer = await session.call_tool("delegate_task", {
+                "instructions": script({"say": "through the relay"}), "wait": True, "provider": "basic"})
+    assert initialized.server_info.name == "agentd"
+    assert [tool.name for tool in tools] == ["delegate_task", "task_result", "task_cancel"]
+    assert not answer.is_error, answer
+    assert answer.structured_content["finalAnswer"] == "through the relay"
+
+
+async def test_f9_a_sessions_relay_makes_its_token_without_asking_the_daemon(daemon, client, tmp_path):
+    """Issue 24: with the endpoint and the session's credential in its
+    environment (what an ACP agent's relay gets), the relay posts with the
+    session's token and needs no daemon socket; a wrong credential is the
+    endpoint's refusal, answered to the request."""
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    sent = await client.call("thread.message.send", threadId=parent, text="hello")
+    await wait_run_terminal(client, parent, sent["runId"], timeout=TIMEOUT)
+    session = next(s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == parent)
+    endpoint = await client.call("mcp.endpoint", parentThreadId=parent)
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-credential")
+    lines = (json.dumps(INITIALIZE) + "\n" + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}) + "\n").encode()
+
+    command = relay_alone(tmp_path)
+    mine = tmp_path / "data" / "run" / "tool-credentials" / session["id"]
+
+    def run(credential: str) -> subprocess.CompletedProcess[bytes]:
+        env = {"AGENTD_SESSION_ID": session["id"], "AGENTD_TOOL_CREDENTIAL": credential,
+               "AGENTD_MCP_URL": endpoint["url"], "AGENTD_MCP_SOCKET": endpoint["socket"]}
+        return subprocess.run(command, input=lines, capture_output=True, timeout=TIMEOUT, env=env)
+
+    done = await trio.to_thread.run_sync(run, str(mine))
+    assert done.returncode == 0, done.stderr
+    answers = {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines())}
+    assert answers[1]["result"]["serverInfo"]["name"] == "agentd"
+    assert [tool["name"] for tool in answers[2]["result"]["tools"]] == ["delegate_task", "task_result", "task_cancel"]
+    refused = await trio.to_thread.run_sync(run, str(wrong))
+    assert refused.returncode == 0, refused.stderr
+    answers = {answer["id"]: answer for answer in map(json.loads, refused.stdout.splitlines())}
+    assert "401" in answers[1]["error"]["message"] and "401" in answers[2]["error"]["message"]
+
+
+def test_f9_agentd_mcp_takes_plain_arguments_before_its_parser():
+    """``agentd mcp``'s arguments the relay reads itself; anything else is
+    left to the full parser (help, usage errors)."""
+    from agentd.protocol.mcp_relay import parse_args
+
+    assert parse_args(["--thread", "thr_1", "--socket=/s"]) == {"thread_id": "thr_1", "socket_path": "/s"}
+    assert parse_args(["--session", "pss_1"]) == {"session_id": "pss_1"}
+    assert parse_args([]) == {}
+    for argv in (["--help"], ["--thread"], ["--thread", ""], ["--thread", "a", "--thread", "b"], ["--thread", "--socket"],
+                 ["x"], ["--json"]):
+        assert parse_args(argv) is None, argv
 
 
 #: an agent's command that calls a tool on the endpoint with a token it was given (argv: url, token)
