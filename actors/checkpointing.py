@@ -8,9 +8,11 @@ checkpoint engine (``actors/checkpoints``).
 - In the completion barrier the actor captures the run's checkpoint
   (``capture_run``), diffed against that baseline; ``graph.end_run`` commits
   the Checkpoint record with ``run.<status>`` in one transaction. The capture
-  is announced first by a ``checkpoint.capture`` outbox entry, so a daemon
-  killed mid-capture leaves a trace that the next start's reconciliation turns
-  into a ``missing`` checkpoint (``daemon_restart``), never a late capture.
+  is announced by a ``checkpoint.capture`` outbox entry, committed while git
+  reads the workspace and durable before the capture's ref is made, so a
+  daemon killed mid-capture leaves a trace that the next start's
+  reconciliation turns into a ``missing`` checkpoint (``daemon_restart``),
+  never a late capture nor a ref no record names.
 - ``checkpoint.restore`` and the file step of a rollback are in
   ``restoring.py``.
 
@@ -34,7 +36,7 @@ from agentd.store.records import NODE_TERMINAL, Checkpoint, Effect
 
 from .checkpoints.errors import CheckpointError
 from .checkpoints.refs import checkpoint_ref
-from .effects import Capture, Commit, Transition
+from .effects import Capture, Transition
 
 if TYPE_CHECKING:
     from agentd.store.db import Store
@@ -72,11 +74,11 @@ def capture_fields(outcome: Any, ref: str, *, what: str = "capture") -> dict[str
     return {"status": "captured", "commit": outcome.commit, "ref": ref, "summary": _summary(outcome)}
 
 
-def capture(workspace: str, ref: str, base: str | None = None) -> Transition:
-    """Capture ``workspace`` (effect); the engine's result, or the exception
-    it raised as a value."""
+def capture(workspace: str, ref: str, base: str | None = None, *, durable_first: Any = None) -> Transition:
+    """Capture ``workspace`` (effect; ``durable_first``: see ``effects.Capture``);
+    the engine's result, or the exception it raised as a value."""
     try:
-        return (yield Capture(workspace, ref, base))
+        return (yield Capture(workspace, ref, base, durable_first=durable_first))
     except Exception as exc:  # noqa: BLE001 - the caller records it
         return exc
 
@@ -117,7 +119,8 @@ def writes_in_flight(ctx: ThreadContext, active: ActiveRun) -> str | None:
 
 def capture_run(ctx: ThreadContext, active: ActiveRun) -> Transition:
     """The completion barrier's capture: commit the ``checkpoint.capture``
-    outbox entry, capture the workspace as the run's checkpoint and return
+    outbox entry (durable before the capture's ref is made: see
+    ``effects.Capture``), capture the workspace as the run's checkpoint and return
     ``(record, entry)`` — not yet committed — for the caller to commit with
     ``run.<status>``, settling the entry in the same batch. None when
     checkpoints are off or the run never started (the agent never saw the
@@ -144,12 +147,13 @@ def capture_run(ctx: ThreadContext, active: ActiveRun) -> Transition:
                  "workspace": workspace},
     )
     marker.put(effect)
-    yield Commit(marker)
     base = previous_root(ctx.store, thread_id, run.ordinal)
     # A run retried by the person ends again: its second capture needs a ref
     # of its own (refs are create-only).
     ref = checkpoint_ref(thread_id, "root", run.ordinal if run.checkpoint_id is None else f"{run.ordinal}-{active.attempt.id}")
-    outcome = yield from capture(workspace, ref, base.commit if base else None)
+    # The entry is committed while git reads the workspace, and is durable
+    # before the ref exists (not one synced commit before git even starts).
+    outcome = yield from capture(workspace, ref, base.commit if base else None, durable_first=marker)
     fields = capture_fields(outcome, ref, what=f"thread {thread_id}: capturing run {run.id}")
     checkpoint = Checkpoint(
         id=checkpoint_id, thread_id=thread_id, run_id=run.id, node_id=active.root.id, scope="root", kind="run",

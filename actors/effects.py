@@ -420,11 +420,18 @@ class EndRestore:
 @dataclass(frozen=True)
 class Capture:
     """Capture ``workspace`` into ``ref`` (diffed against ``base``);
-    answers with the engine's ``CaptureResult`` or raises its error."""
+    answers with the engine's ``CaptureResult`` or raises its error.
+    ``durable_first`` (the run's ``checkpoint.capture`` outbox entry) is
+    committed while the workspace is read and is durable before the ref is
+    made — so a daemon killed mid-capture leaves the entry, never a ref
+    without it — instead of one synced commit in a row before git starts;
+    if it cannot be written, no ref is made and the capture raises its
+    StoreError."""
 
     workspace: str
     ref: str
     base: str | None = None
+    durable_first: ThreadBatch | None = None
 
 
 @dataclass(frozen=True)

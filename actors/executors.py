@@ -145,7 +145,7 @@ class Executor:
                 return await self._guard_restore(effect)
             # -- checkpoints and files
             case fx.Capture():
-                return await self.engine.capture(effect.workspace, effect.ref, base=effect.base)
+                return await self._capture(effect)
             case fx.Diff():
                 return await self.engine.diff(effect.workspace, effect.commit, effect.base, max_bytes=effect.max_bytes)
             case fx.RestoreFiles():
@@ -278,6 +278,31 @@ class Executor:
         return token
 
     # -- checkpoints ---------------------------------------------------------------------
+
+    async def _capture(self, effect: fx.Capture) -> Any:
+        """The engine's capture; its ``durable_first`` batch committed
+        meanwhile and durable before the ref is made (``fx.Capture``)."""
+        first = effect.durable_first
+        if first is None:
+            return await self.engine.capture(effect.workspace, effect.ref, base=effect.base)
+        written = trio.Event()
+        failure: list[BaseException] = []
+
+        def done(_result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                failure.append(error)
+            written.set()
+
+        # Queued now, ahead of anything the transition commits after the
+        # capture (the writer keeps the order batches are queued in).
+        self.host.store.commit_soon(first, done)
+
+        async def before_ref() -> None:
+            await written.wait()
+            if failure:
+                raise failure[0]
+
+        return await self.engine.capture(effect.workspace, effect.ref, base=effect.base, before_ref=before_ref)
 
     async def _restore(self, effect: fx.RestoreFiles) -> Any:
         async def record_safety(capture: Any) -> None:

@@ -26,7 +26,7 @@ from .state import ActiveRun, OpenMessage
 
 #: How long streamed text may wait in memory before it is durable, and how
 #: much of it. Every delta is published at once (ephemeral); only its synced
-#: write waits, and a synced commit costs ~90 KB of disk writes whatever it
+#: write waits, and a synced commit costs ~85 KB of disk writes whatever it
 #: holds (LMDB's copy-on-write pages and meta page, the file system's own),
 #: so text is written when its message ends, with any other write of the
 #: thread (``pending_text_first``), at TEXT_FLUSH_BYTES, and — for a slow
@@ -34,11 +34,13 @@ from .state import ActiveRun, OpenMessage
 #: crash loses at most that tail: the message ends ``interrupted`` with the
 #: text that was durable (seed 003: an answer cut by a crash is incomplete;
 #: nothing committed is lost). At 200 deltas of 20 bytes a second this is
-#: one text commit per 16 s (at 64 KiB) instead of 20 a second; the bytes
-#: bound also keeps the commit at the message's end — which the run's
-#: completion waits for — small (a synced commit's time grows with its size).
+#: one text commit per 30 s instead of 20 a second. The bytes bound keeps
+#: the commit at the message's end small (a synced commit's time grows with
+#: its size) and a burst's commits few: each one costs ~85 KB of disk writes
+#: besides its text, so a 1 MiB answer streamed at once takes 4 text commits
+#: at 256 KiB (16 at 64 KiB).
 TEXT_FLUSH_INTERVAL = 30.0
-TEXT_FLUSH_BYTES = 64 * 1024
+TEXT_FLUSH_BYTES = 256 * 1024
 
 
 def _active(ctx: ThreadContext) -> ActiveRun:

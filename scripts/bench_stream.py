@@ -18,7 +18,18 @@ pipe, no agentd, parsing every line as agentd does):
   answer byte, from its ``/proc/PID/io`` — ``write_bytes`` (the page-cache
   pages it dirtied: what goes to disk) and ``wchar`` (the bytes it handed to
   write(2)/pwrite(2): LMDB's page writes and the log; trio sends on sockets
-  with send(2), which ``wchar`` does not count);
+  with send(2), which ``wchar`` does not count). Both count a child's
+  writes once it is reaped (git; an agent whose session stopped — the
+  scripted agent saves its thread, its answer included), and on Linux 6.x
+  ``write_bytes`` counts a whole large folio of the page cache for each
+  page dirtied in it, which the disk does not see;
+* ``device_write_bytes_per_byte`` (``--device-bytes``): what reached the
+  block device holding ``--dir`` (its sectors written, after a ``syncfs``
+  at each end of the run), the file system's journal and metadata included
+  — every writer of that device, so put ``--dir`` on a file system of its
+  own; beside it, the direct run's (the agent's own writes);
+* ``synced_commits``: the daemon's write transactions (each one synced)
+  from the send until ``run.<status>`` is seen;
 * ``stored_per_byte``: LMDB's growth per answer byte (pages in use, and the
   high-water page), read by a second reader;
 * ``cpu_us_per_delta``: the daemon's CPU (every thread, ``/proc/PID/task/*/stat``)
@@ -39,6 +50,10 @@ pipe, no agentd, parsing every line as agentd does):
   commit on the same disk (``floor_synced_commit_p50_ms``, as ``bench.py``
   measures it) is printed as the floor of any durable step.
 
+Each run's window ends with a ``thread.search`` of the thread, which waits
+for the search index to take the run in (the index may otherwise write it
+a moment later, in another run's window).
+
 Runs are interleaved (agentd, [the baseline daemon,] direct, … for each shape,
 ``--runs`` times, 3 by default) and each figure is printed as min / median /
 max; ``load_average`` is printed with them. It exits 0 whatever the figures:
@@ -48,6 +63,7 @@ a target not met is a finding.
     python scripts/bench_stream.py --quick            # 10 KiB answers, 1 run (a smoke run)
     python scripts/bench_stream.py --paced-sizes 100,1024   # and the paced 1 MiB answer
     python scripts/bench_stream.py --baseline-python /path/to/main/venv/bin/python  # before/after, interleaved
+    python scripts/bench_stream.py --device-bytes --dir /mnt/own-fs   # and what reached that device
 """
 
 from __future__ import annotations
@@ -137,7 +153,30 @@ async def _rpc(stream: trio.SocketStream, lines: Lines, request_id: int, method:
             return message["result"]
 
 
-async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate: float | None) -> dict[str, Any]:
+def device_written(path: Path) -> int | None:
+    """Bytes written so far to the block device holding ``path``, after its
+    file system's dirty pages were written out (``syncfs``): what reached the
+    device, the file system's metadata and journal included — from every
+    writer of that device, so meaningful only on one of the bench's own
+    (``--dir`` on a dedicated file system, e.g. a loop device). None when the
+    device's counters cannot be read."""
+    import ctypes
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        ctypes.CDLL(None, use_errno=True).syncfs(fd)
+        dev = os.fstat(fd).st_dev
+    finally:
+        os.close(fd)
+    try:
+        fields = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/stat").read_text().split()
+    except OSError:
+        return None
+    return int(fields[6]) * 512  # sectors written, of 512 bytes whatever the device's own
+
+
+async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate: float | None,
+                         device: bool = False) -> dict[str, Any]:
     """One answer through the daemon, seen by a subscriber on a raw socket."""
     text, deltas = script(size, rate)
     stream = await trio.open_unix_socket(str(daemon.socket))
@@ -145,6 +184,8 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
     try:
         thread = (await _rpc(stream, lines, 1, "thread.create", title="bench stream"))["threadId"]
         await _rpc(stream, lines, 2, "events.subscribe", threadId=thread)
+        commits0 = (await _rpc(stream, lines, 9, "daemon.status"))["commits"]["transactions"]
+        device0 = device_written(store_dir) if device else None
         pages0, io0, cpu0 = lmdb_pages(store_dir), process_io(daemon.pid), daemon_cpu_seconds(daemon.pid)
         run_id = (await _rpc(stream, lines, 3, "thread.message.send", threadId=thread, text=text))["runId"]
         arrivals: list[float] = []
@@ -167,7 +208,12 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
                 if params["payload"]["run"]["status"] != "completed":
                     raise BenchError(f"the streamed run ended {params['payload']['run']['status']}")
                 break
+        # What the run wrote includes the search index taking it in (a search
+        # waits for that; the index may otherwise write it a moment later).
+        await _rpc(stream, lines, 4, "thread.search", query="abcdefghijklmnopqrs", threadId=thread)
         pages1, io1, cpu1 = lmdb_pages(store_dir), process_io(daemon.pid), daemon_cpu_seconds(daemon.pid)
+        device1 = device_written(store_dir) if device else None
+        commits1 = (await _rpc(stream, lines, 10, "daemon.status"))["commits"]["transactions"]
     finally:
         await stream.aclose()
     if len(arrivals) != deltas:
@@ -181,6 +227,11 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
         "write_bytes_kb": round((io1["write_bytes"] - io0["write_bytes"]) / 1000, 1),
         "write_bytes_per_byte": round((io1["write_bytes"] - io0["write_bytes"]) / answer, 2),
         "wchar_per_byte": round((io1["wchar"] - io0["wchar"]) / answer, 2),
+        "device_write_bytes_kb": None if device0 is None or device1 is None else round((device1 - device0) / 1000, 1),
+        "device_write_bytes_per_byte": None if device0 is None or device1 is None
+        else round((device1 - device0) / answer, 2),
+        # the daemon's write transactions (each one synced) from the send to run.<status> seen
+        "synced_commits": commits1 - commits0,
         "stored_per_byte": round((pages1["pages_used"] - pages0["pages_used"]) * psize / answer, 2),
         "stored_high_water_per_byte": round((pages1["last_pgno"] - pages0["last_pgno"]) * psize / answer, 2),
         "cpu_us_per_delta": round(cpu / deltas * 1e6, 1),
@@ -200,10 +251,11 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
     }
 
 
-async def direct(home: Path, size: int, rate: float | None) -> dict[str, Any]:
+async def direct(home: Path, size: int, rate: float | None, device: bool = False) -> dict[str, Any]:
     """The same answer from the scripted agent over its stdio, no agentd."""
     text, deltas = script(size, rate)
     home.mkdir(parents=True, exist_ok=True)
+    device0 = device_written(home) if device else None
     process = await trio.lowlevel.open_process(
         [sys.executable, "-m", "agentd.actors.providers.scripted_agent", "--home", str(home)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -236,7 +288,10 @@ async def direct(home: Path, size: int, rate: float | None) -> dict[str, Any]:
     finally:
         process.kill()
         await process.wait()
+    device1 = device_written(home) if device else None
     return {
+        # the agent's own writes (it saves its thread): the floor of what a run writes
+        "device_write_bytes_kb": None if device0 is None or device1 is None else round((device1 - device0) / 1000, 1),
         "cpu_us_per_delta": round(cpu / deltas * 1e6, 1),
         "delta_p99_ms": lateness_p99_ms(arrivals, rate),
         "completion_ms": round((done - arrivals[-1]) * 1000, 2),
@@ -281,8 +336,9 @@ async def bench(base: Path, args: argparse.Namespace) -> dict[str, Any]:
             for name, size, rate in shapes(args):
                 shape = results.setdefault(name, {"direct": [], **{who: [] for who in daemons}})
                 for who, (daemon, _socket_dir) in daemons.items():
-                    shape[who].append(await through_agentd(daemon, base / who / "store", size, rate))
-                shape["direct"].append(await direct(base / f"direct-{run}-{name}", size, rate))
+                    shape[who].append(await through_agentd(daemon, base / who / "store", size, rate,
+                                                           args.device_bytes))
+                shape["direct"].append(await direct(base / f"direct-{run}-{name}", size, rate, args.device_bytes))
     finally:
         codes = {who: await daemon.terminate() for who, (daemon, _socket_dir) in daemons.items()}
         for _daemon, socket_dir in daemons.values():
@@ -325,6 +381,12 @@ def report(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
                     fixed = statistics.median(r["write_bytes_kb"] for r in results[OVERHEAD][who])
                     row["write_bytes_per_byte_beyond_run_overhead" + ("" if who == "agentd" else f"_{who}")] = spread(
                         [round((r["write_bytes_kb"] - fixed) * 1000 / r["answer_bytes"], 2) for r in runs[who]])
+                    if all(r["device_write_bytes_kb"] is not None for r in results[OVERHEAD][who] + runs[who]):
+                        fixed = statistics.median(r["device_write_bytes_kb"] for r in results[OVERHEAD][who])
+                        row["device_write_bytes_per_byte_beyond_run_overhead"
+                            + ("" if who == "agentd" else f"_{who}")] = spread(
+                            [round((r["device_write_bytes_kb"] - fixed) * 1000 / r["answer_bytes"], 2)
+                             for r in runs[who]])
         out[name] = row
     return out
 
@@ -339,6 +401,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dir", default=None, help="where the data dirs go (default: the temp dir)")
     parser.add_argument("--baseline-python", default=None,
                         help="also run a daemon with this interpreter (another checkout's venv), interleaved")
+    parser.add_argument("--device-bytes", action="store_true",
+                        help="also count what reached the block device holding --dir (syncfs, then its sectors "
+                             "written): put --dir on a file system of its own, e.g. a loop device")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.paced_sizes, args.runs = "10", "10", 1

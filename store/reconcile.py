@@ -32,7 +32,7 @@ RESTART_REASON = "daemon_restart"
 TOOL_NOT_RESUMED = "incomplete history: no tool result recorded; execution not resumed"
 BACKGROUND_NOT_OBSERVED = "no current execution observed"
 BACKGROUND_KINDS = frozenset({"subagent", "background_task"})
-#: the outbox entry a run's checkpoint capture commits before it starts
+#: the outbox entry of a run's checkpoint capture, durable before the capture makes its ref
 #: (actors/checkpointing.py): still pending at a start, the capture was cut off
 CHECKPOINT_CAPTURE = "checkpoint.capture"
 #: the outbox entry a rollback commits before it touches files or an agent's

@@ -4,7 +4,11 @@ beside the store, in ``<data-dir>/search.sqlite3``.
 It is derived: every row comes from the LMDB store, so the file can be
 dropped and built again at any time (``rebuild``), and it is never written
 in the commit path. It records the last store ``seq`` it has taken in
-(``indexed_seq``); the indexer (``supervisor/search_indexer.py``) brings it up to
+(``indexed_seq``; written only with a change of the documents and at
+``close``, so the many commits that change no document — a run's bookkeeping
+— cost the file nothing: an index cut off before ``close`` catches up from
+an older seq, taking in again what it already holds, which changes nothing);
+the indexer (``supervisor/search_indexer.py``) brings it up to
 the store from there by reading the event log, and rebuilds it when it is
 missing, unreadable, of another schema or ahead of the store (another data
 dir's). Every method here blocks (SQLite, LMDB reads): call them from a
@@ -151,6 +155,10 @@ class SearchIndex:
         self._writer = self._connect()
         self._reader = self._connect()
         self._watchdog = _Watchdog(self._reader.interrupt)
+        #: the last seq taken in, and the last one written to the file
+        #: (None: not read yet; meta's ``seq`` is read on first use)
+        self._seq: int | None = None
+        self._stored_seq = 0
 
     def _connect(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -189,7 +197,16 @@ class SearchIndex:
             return index, True
 
     def close(self) -> None:
+        """Write the seq taken in (when it is ahead of the file's) and close."""
         self._watchdog.stop()
+        with self._write_lock:
+            if self._seq is not None and self._seq > self._stored_seq:
+                try:
+                    self._writer.execute("BEGIN")
+                    self._set_meta("seq", str(self._seq))
+                    self._writer.execute("COMMIT")
+                except sqlite3.Error as exc:  # derived data: the next start catches up from the older seq
+                    log.warning("search index %s: could not write its seq at close: %s", self.path, exc)
         self._writer.close()
         self._reader.close()
 
@@ -206,8 +223,15 @@ class SearchIndex:
     def indexed_seq(self) -> int:
         """The last store ``seq`` taken in (0: none)."""
         with self._write_lock:
-            value = self._meta("seq")
-        return int(value) if value is not None else 0
+            if self._seq is None:
+                value = self._meta("seq")
+                self._seq = self._stored_seq = int(value) if value is not None else 0
+            return self._seq
+
+    def _took_in(self, seq: int, *, stored: bool) -> None:
+        self._seq = seq
+        if stored:
+            self._stored_seq = seq
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -244,6 +268,7 @@ class SearchIndex:
             self._set_meta("schema", SCHEMA_VERSION)
             self._set_meta("seq", str(seq))
             writer.execute("COMMIT")
+            self._took_in(seq, stored=True)
             return count
 
     def _write_chunk(self, chunk: list[Doc]) -> int:
@@ -253,41 +278,52 @@ class SearchIndex:
         return len(chunk)
 
     def apply(self, store: Store, events: list[Event]) -> None:
-        """Take ``events`` (committed, in ``seq`` order) in, in one transaction."""
+        """Take ``events`` (committed, in ``seq`` order) in: what they change
+        in one transaction with the seq; events that change no document
+        write nothing (the seq is kept in memory until the next write or
+        ``close``)."""
         if not events:
             return
+        changes: list[Doc | str] = []  # a document to (re)put, or a thread id to drop
+        for event in events:
+            if event.type in INDEXED_EVENTS:
+                changes.extend(self._changes(store, event))
         with self._write_lock:
+            if not changes:
+                self._took_in(events[-1].seq, stored=False)
+                return
             self._writer.execute("BEGIN")
             try:
-                for event in events:
-                    if event.type in INDEXED_EVENTS:
-                        self._apply_one(store, event)
+                for change in changes:
+                    if isinstance(change, str):
+                        self._drop_thread(change)
+                    else:
+                        self._put([change])
                 self._set_meta("seq", str(events[-1].seq))
                 self._writer.execute("COMMIT")
             except BaseException:
                 self._writer.execute("ROLLBACK")
                 raise
+            self._took_in(events[-1].seq, stored=True)
 
-    def _apply_one(self, store: Store, event: Event) -> None:
+    def _changes(self, store: Store, event: Event) -> list[Doc | str]:
+        """What ``event`` changes in the index: documents to put, a thread to drop."""
         payload = event.payload
         if event.type == "thread.deleted":
-            self._drop_thread(str(event.thread_id))
-            return
+            return [str(event.thread_id)]
         if event.type in ("thread.created", "thread.updated"):
             thread = store.thread(str(event.thread_id))
-            if thread is not None:
-                self._put([title_doc(thread)])
-        elif event.type in ("message.created", "message.completed"):
+            return [title_doc(thread)] if thread is not None else []
+        if event.type in ("message.created", "message.completed"):
             message_id = payload.get("messageId") or (payload.get("message") or {}).get("id")
             message = store.get(ConversationMessage, str(message_id)) if message_id else None
             doc = message_doc(message) if message is not None else None
-            if doc is not None:
-                self._put([doc])
-        elif event.type == "context_handoff.created":
+            return [doc] if doc is not None else []
+        if event.type == "context_handoff.created":
             handoff_id = (payload.get("handoff") or {}).get("id")
             handoff = store.get(ContextHandoff, str(handoff_id)) if handoff_id else None
-            if handoff is not None:
-                self._put([handoff_doc(handoff, event.run_id)])
+            return [handoff_doc(handoff, event.run_id)] if handoff is not None else []
+        return []
 
     # -- reading ----------------------------------------------------------------------------
 

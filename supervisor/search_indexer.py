@@ -8,6 +8,11 @@ log and writes it, in a worker thread: nothing of it runs in the commit
 path or blocks the event loop. At its start it opens the index, rebuilds it
 when it is missing, unreadable, of another schema or ahead of the store,
 and catches up from the last ``seq`` it had taken in.
+
+Woken by a commit, it lets the next ones gather for up to ``GATHER``
+seconds before it writes (a run's dozen commits become one or two SQLite
+transactions instead of one each); a search does not wait for that — it
+asks the indexer to take in at once what was committed before it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ RETRY_FIRST = 1.0
 RETRY_MAX = 60.0
 #: how long a search waits for the index to take in what was committed before it
 CATCH_UP_WAIT = 5.0
+#: seconds the commits after a wake-up may gather before the index takes them in
+GATHER = 1.0
 
 
 class SearchIndexer:
@@ -50,6 +57,8 @@ class SearchIndexer:
         #: set when the index has caught up with the store once (searches wait for it)
         self.ready = trio.Event()
         self._wake = trio.Event()
+        #: set by a search: take in what is committed now, without gathering
+        self._hurry = trio.Event()
         #: set (and made anew) each time the indexer has caught up a step
         self._progress = trio.Event()
         #: the last seq the store committed, as the hook last heard
@@ -83,13 +92,17 @@ class SearchIndexer:
             self.index = await trio.to_thread.run_sync(self._open)
         while True:
             self._wake = trio.Event()
+            # A search that asks from here on may want more than this catch-up takes in.
+            self._hurry = trio.Event()
             self.indexed_seq = await trio.to_thread.run_sync(self._catch_up, self.index)
             self.ready.set()
             self._progress.set()
             self._progress = trio.Event()
-            if self.committed_seq > self.indexed_seq:
-                continue
-            await self._wake.wait()
+            if self.committed_seq <= self.indexed_seq:
+                await self._wake.wait()
+            # Let the commits that follow this one gather (a search cuts it short).
+            with trio.move_on_after(GATHER):
+                await self._hurry.wait()
 
     def _open(self) -> SearchIndex:
         index, rebuild = SearchIndex.open(self.path)
@@ -118,9 +131,11 @@ class SearchIndexer:
             seq = events[-1].seq
 
     async def caught_up(self, seq: int, *, within: float = CATCH_UP_WAIT) -> None:
-        """Wait until the index has taken in ``seq`` (at most ``within`` seconds)."""
+        """Wait until the index has taken in ``seq`` (at most ``within`` seconds),
+        asking the indexer not to let commits gather meanwhile."""
         with trio.move_on_after(within):
             while self.indexed_seq < seq or not self.ready.is_set():
+                self._hurry.set()
                 await self._progress.wait()
 
     async def search(self, query: str, *, thread_id: str | None, limit: int) -> dict[str, Any]:

@@ -75,6 +75,9 @@ from .shadow import Shadow
 
 T = TypeVar("T")
 
+#: awaited before a capture makes its ref (``capture``'s ``before_ref``)
+BeforeRef = Callable[[], Awaitable[None]]
+
 #: blocking work on at most this many paths (a few dozen ``lstat`` calls) runs
 #: on the event loop: a worker thread's handoff would cost more CPU than it
 BLOCKING_INLINE = 64
@@ -223,7 +226,7 @@ def _under(path: bytes, dirs: list[bytes]) -> bool:
 
 
 async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes: int,
-                  message: str | None = None) -> CaptureResult:
+                  message: str | None = None, before_ref: BeforeRef | None = None) -> CaptureResult:
     """Capture the workspace of ``shadow`` (its locks held) as ``ref``.
 
     Args:
@@ -233,6 +236,10 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
             first baseline (no diff is computed: the summary counts nothing).
         max_file_bytes: files larger than this are skipped and reported.
         message: the commit message (default: the ref).
+        before_ref: awaited after the workspace is read and its objects
+            written, before the ref is made: what must be durable before a
+            checkpoint exists (the run's outbox entry) can be committed
+            meanwhile. If it raises, no ref is made and the error propagates.
 
     Raises:
         CheckpointExistsError: ``ref`` already exists.
@@ -245,7 +252,7 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
         raise CheckpointExistsError(f"checkpoint {ref} already exists")
     staged = await stage(shadow, max_file_bytes)
     tree, files, now_modes = await tree_and_modes(shadow, base, staged)
-    commit = await _commit_capture(shadow, ref, tree, base, files, now_modes, message)
+    commit = await _commit_capture(shadow, ref, tree, base, files, now_modes, message, before_ref)
     return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=base is None or bool(files),
                          summary=_summary(shadow, files, staged.skipped), files=files)
 
@@ -453,11 +460,13 @@ async def tree_and_modes(shadow: Shadow, base: str | None, staged: Staged) -> tu
 
 
 async def _commit_capture(shadow: Shadow, ref: str, tree: str, base: str | None, files: list[FileChange],
-                          now_modes: Modes, message: str | None) -> str:
+                          now_modes: Modes, message: str | None, before_ref: BeforeRef | None = None) -> str:
     """Step 7: the checkpoint's commit (its message ends with the modes) under ``ref``."""
     # Nothing changed, modes included: the base's commit is this checkpoint's.
     unchanged = base is not None and not files and await shadow.commit_modes(base) == now_modes
     body = (message or ref).rstrip("\n") + "\n\n" + now_modes.encode().decode("ascii")
+    if before_ref is not None:
+        await before_ref()
     commit = await _commit_and_ref(shadow, ref, tree, base, body, reuse=base if unchanged else None)
     shadow.modes[commit] = now_modes
     shadow.remember_modes(now_modes)

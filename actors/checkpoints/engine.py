@@ -8,6 +8,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 
+from .capture import BeforeRef
 from .capture import capture as capture_workspace
 from .diff import diff as diff_checkpoints
 from .restore import apply as apply_restore
@@ -98,7 +99,7 @@ class CheckpointEngine:
         return shadow
 
     async def capture(self, workspace: PathLike, ref: str, *, base: str | None = None,
-                      message: str | None = None) -> CaptureResult:
+                      message: str | None = None, before_ref: BeforeRef | None = None) -> CaptureResult:
         """Capture the workspace as the new checkpoint ``ref``.
 
         Args:
@@ -107,6 +108,9 @@ class CheckpointEngine:
             base: the checkpoint commit to diff against (the previous one of
                 the scope); None for a first baseline, whose summary counts nothing.
             message: the shadow commit's message (default: the ref).
+            before_ref: awaited once the workspace is read and stored, before
+                the ref is made (what must be durable before a checkpoint
+                exists is committed meanwhile); if it raises, no ref is made.
 
         Returns:
             The commit (the base's own when nothing changed), the changed files
@@ -117,7 +121,7 @@ class CheckpointEngine:
         """
         check_ref(ref)
         async with self.locked(workspace) as locked:
-            return await locked.capture(ref, base=base, message=message)
+            return await locked.capture(ref, base=base, message=message, before_ref=before_ref)
 
     async def diff(self, workspace: PathLike, target: str, base: str | None = None, *,
                    max_bytes: int = DEFAULT_MAX_PATCH_BYTES) -> DiffResult:
@@ -228,11 +232,13 @@ class LockedWorkspace:
         if self.engine.on_capture is not None and self.real is not None:
             self.engine.on_capture(self.real)
 
-    async def capture(self, ref: str, *, base: str | None = None, message: str | None = None) -> CaptureResult:
+    async def capture(self, ref: str, *, base: str | None = None, message: str | None = None,
+                      before_ref: BeforeRef | None = None) -> CaptureResult:
         """See ``CheckpointEngine.capture``."""
         seeds = self.shadow.state.seeds
         result = await capture_workspace(self.shadow, check_ref(ref), base=base,
-                                        max_file_bytes=self.engine.max_file_bytes, message=message)
+                                        max_file_bytes=self.engine.max_file_bytes, message=message,
+                                        before_ref=before_ref)
         self._captured()
         if self.shadow.state.seeds != seeds and self.engine.on_seed is not None and self.real is not None:
             self.engine.on_seed(self.real)

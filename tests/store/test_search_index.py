@@ -116,3 +116,71 @@ async def test_the_indexer_keeps_trying_and_searches_say_it_is_not_ready(tmp_pat
         nursery.cancel_scope.cancel()
     indexer.close()
     store.close()
+
+
+def _stored_seq(path) -> int | None:
+    """The seq the index file holds, read by a connection of its own."""
+    with sqlite3.connect(path) as other:
+        row = other.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+    return None if row is None else int(row[0])
+
+
+async def test_commits_that_change_no_document_write_nothing_until_close(tmp_path):
+    # Issue 24 §3: most of a run's commits (its session, attempt, outbox and
+    # checkpoint bookkeeping) change no document; each used to be an SQLite
+    # transaction of its own, rewriting the index's seq.
+    store = Store(tmp_path / "store", inline_commits=True)
+    path = tmp_path / "search.sqlite3"
+    first = WriteBatch()
+    _thread(first, 0, "kept words")
+    index, _rebuild = SearchIndex.open(path)
+    index.apply(store, (await store.commit(first)).events)
+    written = _stored_seq(path)
+    assert written == store.last_seq == index.indexed_seq
+
+    bookkeeping = WriteBatch()
+    bookkeeping.event("session.ready", thread_id="thr_0000", sessionId="pss_1")
+    bookkeeping.event("message.created", thread_id="thr_0000",  # a streaming answer: not a document yet
+                      message={"id": "msg_0000a"})
+    wal = path.with_name(path.name + "-wal").stat().st_size
+    index.apply(store, (await store.commit(bookkeeping)).events)
+    assert index.indexed_seq == store.last_seq > written
+    assert _stored_seq(path) == written and path.with_name(path.name + "-wal").stat().st_size == wal
+
+    # Cut off here, the file's older seq is caught up from: taking the same
+    # events in again finds the same documents.
+    again = SearchIndex(path)
+    assert again.indexed_seq == written
+    again.apply(store, store.events_after(written))
+    assert [h.kind for h in again.search("kept")[0]] == ["user"]
+    again.close()
+    # Closed in order, the seq taken in is written.
+    index.close()
+    assert _stored_seq(path) == store.last_seq
+    store.close()
+
+
+async def test_a_search_does_not_wait_for_commits_to_gather(tmp_path, monkeypatch):
+    # The indexer lets the commits after a wake-up gather before it writes;
+    # a search asks it to take in at once what was committed before it.
+    from agentd.supervisor import search_indexer
+    from agentd.supervisor.search_indexer import SearchIndexer
+
+    monkeypatch.setattr(search_indexer, "GATHER", 3600.0)
+    store = Store(tmp_path / "store")
+    indexer = SearchIndexer(store, tmp_path / "search.sqlite3")
+    store.set_on_commit(indexer.notify)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.writer.serve)
+        await nursery.start(indexer.serve)
+        await indexer.ready.wait()
+        for n in range(3):
+            batch = WriteBatch()
+            _thread(batch, n, f"gathered word{n}")
+            await store.commit(batch)
+        # (left to gather, the search would give up after CATCH_UP_WAIT and find nothing)
+        hits = (await indexer.search("gathered", thread_id=None, limit=10))["hits"]
+        assert {h["threadId"] for h in hits} == {"thr_0000", "thr_0001", "thr_0002"}
+        nursery.cancel_scope.cancel()
+    indexer.close()
+    store.close()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import lmdb
 
+from agentd.actors.turns import TEXT_FLUSH_BYTES
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.store.batch import SEP, WriteBatch
@@ -75,15 +76,17 @@ def _stored_text_bytes(data_dir: Path, message_id: str) -> tuple[int, int]:
 
 
 async def test_f2_a_streamed_answer_is_stored_once_and_read_whole(data_dir, socket_path):
-    """Through the socket: a 256 KiB answer in 64 deltas (many flushes) is
-    stored as chunks holding its text exactly once, with a small record;
-    thread.get and the event replay return the whole message."""
-    answer = "".join(f"line {i:05} of the answer\n" for i in range(10_000))[:256 * 1024]
+    """Through the socket: an answer of four flushes' worth (TEXT_FLUSH_BYTES)
+    in 64 deltas is stored as chunks holding its text exactly once, with a
+    small record; thread.get and the event replay return the whole message."""
+    # The agent says a 1/64 part 64 times, so the script (the user's message) stays small.
+    part = "".join(f"line {i:06} of the answer\n" for i in range(TEXT_FLUSH_BYTES))[:4 * TEXT_FLUSH_BYTES // 64]
+    answer = part * 64
     daemon = await start_daemon(data_dir, socket_path)
     try:
         async with Client.connect(socket_path) as client:
             thread_id = (await client.call("thread.create"))["threadId"]
-            run = await send_and_wait(client, thread_id, script({"say": answer, "chunks": 64}))
+            run = await send_and_wait(client, thread_id, script({"say": part, "repeat": 64, "chunks": 64}))
             assert run["status"] == "completed"
             (message,) = [m for m in (await client.call("thread.get", threadId=thread_id))["messages"]
                           if m["role"] == "assistant"]

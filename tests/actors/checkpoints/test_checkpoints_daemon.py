@@ -10,12 +10,17 @@ import signal
 import subprocess
 from pathlib import Path
 
+import lmdb
 import pytest
 import trio
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import InvalidState, NotFound
+from agentd.store.batch import DATABASES
+from agentd.store.db import DEFAULT_MAP_SIZE
+from agentd.store.reconcile import CHECKPOINT_CAPTURE
+from agentd.store.records import decode_record
 from tests.helpers import script, send_and_wait, stored_events, wait_event
 
 
@@ -247,6 +252,30 @@ class StalledGit:
             pass
 
 
+def _capture_entry_stored(data_dir: Path) -> bool:
+    """Whether the daemon's store holds a pending ``checkpoint.capture``
+    outbox entry (read by this process, while the daemon runs)."""
+    env = lmdb.open(str(data_dir / "store"), map_size=DEFAULT_MAP_SIZE, max_dbs=len(DATABASES) + 8, readonly=True)
+    try:
+        with env.begin() as txn:
+            for _key, value in txn.cursor(db=env.open_db(b"effects", txn=txn, create=False)):
+                effect = decode_record("effects", value)
+                if effect.kind == CHECKPOINT_CAPTURE and effect.status == "pending":
+                    return True
+        return False
+    finally:
+        env.close()
+
+
+async def capture_entry_durable(data_dir: Path) -> None:
+    """Wait until the run's capture entry is durable: it is committed while
+    git reads the workspace (issue 24 §3), so a kill during git may come
+    before it — the run then has no checkpoint, as one killed in its turn."""
+    with trio.fail_after(30):
+        while not _capture_entry_stored(data_dir):  # an external process's state: polled
+            await trio.sleep(0.05)
+
+
 async def test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptured(data_dir, socket_path, tmp_path):
     ws = user_repo(tmp_path)
     git = StalledGit(tmp_path)
@@ -260,6 +289,7 @@ async def test_sigkill_during_a_capture_gives_a_missing_checkpoint_never_recaptu
             await wait_event(client, lambda e: e["type"] == "run.started", thread_id=thread_id)
             git.stall()
             await git.stalled()
+            await capture_entry_durable(data_dir)
         await daemon.kill()
     finally:
         git.release()

@@ -507,6 +507,40 @@ async def test_refs_are_create_only_and_an_unchanged_capture_reuses_its_base(tmp
         await engine.capture(ws, "refs/heads/main")
 
 
+async def test_what_must_be_durable_first_is_awaited_after_the_files_before_the_ref(tmp_path):
+    # Issue 24 §3: the run's outbox entry is committed while git reads the
+    # workspace; the ref — the checkpoint's existence — waits for it, and is
+    # never made when it could not be written.
+    ws = tmp_path / "ws"
+    write(ws / "a.txt", "a\n")
+    engine = CheckpointEngine(tmp_path / "checkpoints")
+    kept, refused = ref(), ref()
+    seen: list[bool] = []
+
+    def has_ref(name: str) -> bool:
+        listed = subprocess.run(["git", "--git-dir", str(shadow_git(tmp_path / "checkpoints")), "for-each-ref",
+                                 "--format=%(refname)"], capture_output=True, text=True, check=True).stdout
+        return name in listed.split()
+
+    async def durable() -> None:
+        # Called once the files are in the shadow (the capture holds its locks), with no ref yet.
+        seen.append(has_ref(kept))
+
+    captured = await engine.capture(ws, kept, before_ref=durable)
+    assert seen == [False] and (await engine.refs(ws))[kept] == captured.commit
+
+    async def not_written() -> None:
+        raise OSError("the entry could not be written")
+
+    write(ws / "b.txt", "b\n")
+    with pytest.raises(OSError, match="could not be written"):
+        await engine.capture(ws, refused, base=captured.commit, before_ref=not_written)
+    assert refused not in await engine.refs(ws)
+    # The shadow is left usable: the same ref is made by the next capture.
+    again = await engine.capture(ws, refused, base=captured.commit)
+    assert [f.path for f in again.files] == ["b.txt"]
+
+
 # -- errors -----------------------------------------------------------------------------------------
 
 
