@@ -59,12 +59,18 @@ export async function send(d, again = null) {
   form.elements.mergeBack.value = '';
 }
 
+/** How the picker names a provider instance: an ACP one by the agent its `initialize` named. */
+export function providerLabel(p) {
+  const agent = p.agent ? `${p.agent.title || p.agent.name}${p.agent.version ? ` ${p.agent.version}` : ''}, ` : '';
+  return `${p.name} (${agent}${p.kind})${p.usable ? '' : ' — unusable'}`;
+}
+
 /** Fill `select` (else every provider select of the page) with the providers, keeping its choice. */
 export function fillProviders(select = null, current = null) {
   const selects = select ? [select] : document.querySelectorAll('.provider-select');
   for (const s of selects) {
     const keep = s.value || current || ui.model.details.get(ui.currentThreadId)?.thread?.provider;
-    s.replaceChildren(...ui.providers.map((p) => h('option', { value: p.name, disabled: !p.usable }, `${p.name} (${p.kind})${p.usable ? '' : ' — unusable'}`)));
+    s.replaceChildren(...ui.providers.map((p) => h('option', { value: p.name, disabled: !p.usable }, providerLabel(p))));
     if (keep) s.value = keep;
   }
 }

@@ -13,6 +13,7 @@ import pty
 import re
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -641,11 +642,17 @@ async def test_f20_the_thread_list_draws_its_first_page_and_loads_older_threads_
 @needs_browser
 async def test_f13_f5_view_a_checkpoint_diff_and_switch_provider_to_see_the_handoff(tmp_path, socket_path, page):
     config = tmp_path / "config.toml"
-    config.write_text('[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = false }\n')
+    agent = Path(__file__).resolve().parents[1] / "fixtures" / "acp_agent.py"
+    config.write_text('[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = false }\n\n'
+                      f'[providers.fakeacp]\nkind = "acp"\nbinary = {json.dumps(sys.executable)}\n'
+                      f'args = [{json.dumps(str(agent))}]\nenv = {{ FAKE_ACP_STATE = {json.dumps(str(tmp_path / "acp"))} }}\n')
     web = await start_web(tmp_path / "data", socket_path, config=config)
     try:
         thread_id = await new_thread(web, "diff and handoff")
         page.open(web.thread_url(thread_id))
+        options = page.wait_js("const o = [...document.querySelectorAll('#composer-provider option')].map(e => e.textContent);"
+                               " return o.length >= 3 ? o : null", "the provider picker")
+        assert "fakeacp (Fake ACP agent 1.2.3, acp)" in options, f"an ACP instance by its agent's name (issue 25): {options}"
         type_and_send(page, script({"write": {"path": "notes.txt", "content": "alpha\nbeta\n"}}, {"say": "wrote it"}))
         page.wait_css(".run[data-status='completed'] .checkpoint[data-status='captured']", "the run's checkpoint")
         assert "1 file +2 −0" in page.css(".run .checkpoint").text, "one file, not '1 files' (issue 28 item 7)"
