@@ -227,6 +227,10 @@ async def _next_request(conn: h11.Connection, stream: trio.SocketStream) -> tupl
                 conn.receive_data(await stream.receive_some(65536))
             elif isinstance(event, h11.Request):
                 head = _head(event)
+                declared = head.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > MAX_BODY:
+                    # Refused at once, not after the client has sent (or held back) that much.
+                    raise BodyTooLarge(f"a message may be at most {MAX_BODY} bytes, not {declared}")
             elif isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > MAX_BODY:

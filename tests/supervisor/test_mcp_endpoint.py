@@ -305,3 +305,22 @@ async def test_f9_an_agents_command_cannot_use_another_sessions_token(daemon, cl
     report = json.loads(node["detail"]["aggregatedOutput"])
     assert "is refused" in report["error"] and "not from a process of that session's runtime" in report["error"], report
     assert [t for t in (await client.call("thread.list"))["threads"] if t["parentThreadId"] == victim] == []
+
+
+async def test_f9_a_body_declared_over_the_cap_is_refused_before_it_is_sent(client):
+    """A request whose ``Content-Length`` passes the cap gets ``413`` at once,
+    without the daemon waiting for (or reading) that much."""
+    import socket
+
+    parent = (await client.call("thread.create", title="parent"))["threadId"]
+    endpoint = await client.call("mcp.endpoint", parentThreadId=parent)
+    port = int(endpoint["url"].split(":")[2].split("/")[0])
+
+    def ask() -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
+            s.sendall(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {endpoint['token']}\r\n"
+                      "Content-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n{".encode())
+            return s.recv(200)
+
+    answer = await trio.to_thread.run_sync(ask)
+    assert answer.startswith(b"HTTP/1.1 413"), answer
