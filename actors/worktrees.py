@@ -25,7 +25,6 @@ made; a daemon killed part-way leaves none, and the next run makes it again
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,6 +34,7 @@ import trio
 from agentd.store.records import AppThread, Checkpoint, WorkspaceSource
 
 from .regular_files import open_regular
+from .trees import remove_tree
 from .checkpoints.errors import CheckpointError, GitCommandError
 from .checkpoints import names
 from .checkpoints.gitproc import Git, scrubbed_env
@@ -165,7 +165,7 @@ async def _clear(git: Git, source: WorkspaceSource) -> None:
     assert source.repository is not None
     await git.run([*QUIET, "worktree", "remove", "--force", "--force", source.path], env=scrubbed_env(),
                   cwd=source.repository, ok=(0, 128))
-    await trio.to_thread.run_sync(lambda: shutil.rmtree(source.path, ignore_errors=True))
+    await trio.to_thread.run_sync(remove_tree, source.path)
 
 
 async def _checkout(git: Git, source: WorkspaceSource) -> None:
@@ -200,7 +200,7 @@ async def _add_worktree(git: Git, source: WorkspaceSource) -> None:
 
 def _copy(source: str, target: str) -> None:
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    shutil.rmtree(target, ignore_errors=True)
+    remove_tree(target)
     if os.path.isdir(source):
         subprocess.run(["cp", "-a", "--reflink=auto", "--", source, target], check=True, capture_output=True)
     else:
@@ -283,7 +283,7 @@ async def remove(engine: CheckpointEngine | None, source: WorkspaceSource) -> No
     if source.repository is not None:
         await _git(engine).run([*QUIET, "worktree", "remove", "--force", source.path], env=scrubbed_env(),
                                cwd=source.repository, ok=(0, 128))
-    await trio.to_thread.run_sync(lambda: shutil.rmtree(source.path, ignore_errors=True))
+    await trio.to_thread.run_sync(remove_tree, source.path)
 
 
 async def recreate(engine: CheckpointEngine | None, source: WorkspaceSource, commit: str) -> Overlaid:

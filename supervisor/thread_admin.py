@@ -9,7 +9,6 @@ leaves refs that name no checkpoint; they cost only their objects."""
 from __future__ import annotations
 
 import logging
-import shutil
 from collections import defaultdict
 from typing import Any
 
@@ -17,6 +16,7 @@ import trio
 
 from agentd.actors import thread_admin
 from agentd.actors.providers import images, mcp_secrets
+from agentd.actors.trees import remove_tree
 from agentd.protocol import wire
 from agentd.protocol.server import Connection
 
@@ -34,7 +34,7 @@ async def thread_delete(context: DaemonContext, params: wire.ThreadDeleteParams,
     dropped = await _drop_refs(context, deleted.checkpoint_refs)
     # Its messages' images (issue 26) go with it.
     folder = images.folder_beside(context.registry.workspaces_folder, deleted.thread_id)
-    await trio.to_thread.run_sync(lambda: shutil.rmtree(folder, ignore_errors=True))
+    await trio.to_thread.run_sync(remove_tree, folder)
     # And the secrets of its MCP servers.
     secrets = mcp_secrets.folder_beside(context.registry.workspaces_folder)
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 import trio
 
 from agentd.actors.regular_files import NotRegularFile, open_regular
+from agentd.actors.trees import remove_tree
 from agentd.protocol.errors import InvalidParams, LimitExceeded
 
 #: the config key that bounds a copy, as errors name it
@@ -103,7 +104,7 @@ def _copy_within(source: str, target: Path, limit: int) -> int:
     try:
         shutil.copytree(source, target, symlinks=True, copy_function=copy_file)
     except BaseException:
-        shutil.rmtree(target, ignore_errors=True)
+        remove_tree(target)
         raise
     return copied
 
@@ -127,10 +128,14 @@ async def copy_workspace(source: str, target: Path, *, limit: int) -> int:
         ) from None
     except (OSError, shutil.Error) as exc:
         raise InvalidParams(f"could not copy workspace {source} for the task: {exc}", field="workspace") from None
+    except RecursionError:
+        # Python's copy and walk recurse once per folder level; an agent can nest ~2,000.
+        raise InvalidParams(f"could not copy workspace {source} for the task: its folders nest deeper than agentd "
+                            "copies (about 900 levels); delegate with workspace same or new", field="workspace") from None
 
 
 async def remove_copy(target: Path) -> None:
     """Remove a copy no task uses (in a worker thread; shielded: it runs when
     a call is being cancelled too)."""
     with trio.CancelScope(shield=True):
-        await trio.to_thread.run_sync(lambda: shutil.rmtree(target, ignore_errors=True))
+        await trio.to_thread.run_sync(remove_tree, target)

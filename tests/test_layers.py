@@ -149,7 +149,7 @@ def test_every_actors_module_is_core_or_runs_it():
     """A new module in actors/ is placed on purpose: in the core, or among
     what runs it (the loop, its executors, the starter task, the registry)."""
     runners = {"thread_actor", "registry", "executors", "host", "starter", "reply", "restoring_folders",
-               "failures", "config", "__init__", "worktrees", "regular_files"}
+               "failures", "config", "__init__", "worktrees", "regular_files", "trees"}
     placed = set(CORE) | runners
     unplaced = sorted(p.stem for p in (ROOT / "actors").glob("*.py") if p.stem not in placed)
     assert not unplaced, f"place these in CORE or among the runners in tests/test_layers.py: {unplaced}"

@@ -41,25 +41,33 @@ class PathGuard:
         """The status of ``directory`` (relative to ``root``): the first
         ancestor at or below ``start`` that is nested or blocked, else None.
         A directory that does not exist is fine (it would be created)."""
-        found = self._dirs.get(directory, False)
-        if found is not False:
-            return found  # type: ignore[return-value]
-        parent = os.path.dirname(directory)
-        if parent == directory or not directory:
-            return None
-        result = self.status(parent)
-        if result is None:
-            full = os.path.join(self.root, directory)
-            try:
-                st = os.lstat(full)
-            except (FileNotFoundError, NotADirectoryError):
-                pass
-            else:
-                if not stat.S_ISDIR(st.st_mode):
-                    result = ("blocked", directory)
-                elif directory not in self.allow_nested and os.path.lexists(os.path.join(full, b".git")):
-                    result = ("nested", directory)
-        self._dirs[directory] = result
+        # The ancestors not known yet, nearest first: a loop, not a recursion (an
+        # agent's command can nest folders as deep as PATH_MAX allows, ~2,000).
+        unknown: list[bytes] = []
+        result: Status = None
+        while True:
+            found = self._dirs.get(directory, False)
+            if found is not False:
+                result = found  # type: ignore[assignment]
+                break
+            parent = os.path.dirname(directory)
+            if parent == directory or not directory:
+                break
+            unknown.append(directory)
+            directory = parent
+        for directory in reversed(unknown):
+            if result is None:
+                full = os.path.join(self.root, directory)
+                try:
+                    st = os.lstat(full)
+                except (FileNotFoundError, NotADirectoryError):
+                    pass
+                else:
+                    if not stat.S_ISDIR(st.st_mode):
+                        result = ("blocked", directory)
+                    elif directory not in self.allow_nested and os.path.lexists(os.path.join(full, b".git")):
+                        result = ("nested", directory)
+            self._dirs[directory] = result
         return result
 
     def of(self, path: bytes) -> Status:

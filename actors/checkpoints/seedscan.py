@@ -41,8 +41,12 @@ _REGULAR, _EXECUTABLE, _SYMLINK = 0o100644, 0o100755, 0o120000
 
 class _Folders:
     """Folder descriptors beneath the workspace, opened one component at a
-    time without following symlinks; only the current folder's ancestors
-    stay open."""
+    time without following symlinks; only the current folder and its first
+    ``KEEP`` ancestors stay open (an agent's command can nest folders
+    ~2,000 deep: neither a recursion nor a descriptor per level)."""
+
+    #: ancestors deeper than this are opened on the way down and closed again
+    KEEP = 32
 
     def __init__(self, root_fd: int) -> None:
         self.root_fd = root_fd
@@ -58,16 +62,27 @@ class _Folders:
             return found
         for name in [n for n in self.open if not folder.startswith(n + b"/")]:
             os.close(self.open.pop(name))
-        parent, _, name = folder.rpartition(b"/")
-        parent_fd = self.fd(parent)
-        if parent_fd is None:
-            return None
-        try:
-            found = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-        except OSError:
-            return None
-        self.open[folder] = found
-        return found
+        parts = folder.split(b"/")
+        depth, current, transient = 0, self.root_fd, False
+        for level in range(len(parts) - 1, 0, -1):  # the nearest ancestor still open
+            held = self.open.get(b"/".join(parts[:level]))
+            if held is not None:
+                depth, current = level, held
+                break
+        for level in range(depth, len(parts)):
+            try:
+                child: int | None = os.open(parts[level], _DIR_FLAGS, dir_fd=current)
+            except OSError:
+                child = None
+            if transient:
+                os.close(current)
+            if child is None:
+                return None
+            transient = level >= self.KEEP and level != len(parts) - 1
+            if not transient:
+                self.open[b"/".join(parts[:level + 1])] = child
+            current = child
+        return current
 
     def close(self) -> None:
         for fd in self.open.values():
