@@ -119,6 +119,10 @@ class AgentRequests:
             await self._peer.respond(request_id, result)
         except acp_files.OutsideWorkspace as exc:
             await self._respond_error(request_id, INVALID_PARAMS, str(exc))
+        except (ValueError, UnicodeError) as exc:
+            # What the agent sent cannot be used as asked (a path with a NUL byte, …): its
+            # error, not its session's end.
+            await self._respond_error(request_id, INVALID_PARAMS, f"{method}: {exc}")
         except ProviderRuntimeError as exc:
             await self._respond_error(request_id, INTERNAL_ERROR, str(exc))
 

@@ -57,3 +57,29 @@ async def test_a_write_to_a_hard_link_of_a_file_outside_leaves_that_file_alone(t
     assert (workspace / "x").read_text() == "the agent's\n"
     assert os.stat(workspace / "x").st_mode & 0o777 == 0o640
     assert sorted(p.name for p in workspace.iterdir()) == ["x"], "no temporary file left"
+
+
+async def test_a_path_with_a_nul_byte_is_the_agents_error_not_its_sessions_end(tmp_path):
+    """``fs/read_text_file`` of ``"/ws/a\\u0000b"`` raised ValueError out of the
+    request's task, which ended the agent's whole connection."""
+    from types import SimpleNamespace
+
+    from agentd.actors.providers.acp_client import INVALID_PARAMS, AgentRequests
+
+    answered: list[tuple] = []
+
+    class Peer:
+        async def respond(self, request_id, result):
+            answered.append(("result", request_id, result))
+
+        async def respond_error(self, request_id, code, message):
+            answered.append(("error", request_id, code, message))
+
+    async with trio.open_nursery() as nursery:
+        requests = AgentRequests(None, Peer(), None, nursery, {"s1": SimpleNamespace(cwd=str(tmp_path))})
+        await requests._answer(7, "fs/read_text_file", {"sessionId": "s1", "path": str(tmp_path / "a\x00b")})
+        (tmp_path / "f.txt").write_text("fine")
+        await requests._answer(8, "fs/read_text_file", {"sessionId": "s1", "path": str(tmp_path / "f.txt")})
+        requests.close()
+    assert answered[0] == ("error", 7, INVALID_PARAMS, "fs/read_text_file: embedded null byte")
+    assert answered[1][:2] == ("result", 8), "the same connection answers the next request"
