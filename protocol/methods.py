@@ -91,7 +91,7 @@ class Method:
         try:
             return msgspec.convert(params, self.params)
         except msgspec.ValidationError as exc:
-            text = str(exc)
+            text = str(exc).replace(r"Expected `str` matching regex '^[^\\x00]*\\Z'", "Expected text without a NUL byte")
             match = _FIELD.search(text)
             field = (match.group(1) or match.group(2)) if match else None
             raise InvalidParams(f"invalid params for {self.name}: {text}", field=field) from None

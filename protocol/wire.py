@@ -48,7 +48,10 @@ Relationship = Literal["delegated_task", "subagent", "fork", "side_chat", "plan_
 
 
 Title = Annotated[str, msgspec.Meta(max_length=500)]
-Workspace = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+#: a text that becomes a path, an argument or an environment entry of a process: no NUL byte,
+#: which no file name and no exec can hold (the call is invalid_params, not an internal error)
+NO_NUL = r"^[^\x00]*\Z"
+Workspace = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=NO_NUL)]
 CreatedBy = Literal["user", "agent", "system"]
 
 
@@ -253,10 +256,10 @@ class ThreadIdParams(Params):
 
 #: MCP servers one thread may be given (issue 26)
 MAX_MCP_SERVERS = 32
-McpName = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
-McpText = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
-McpMap = Annotated[dict[Annotated[str, msgspec.Meta(min_length=1, max_length=256)],
-                        Annotated[str, msgspec.Meta(max_length=16384)]], msgspec.Meta(max_length=256)]
+McpName = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=NO_NUL)]
+McpText = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=NO_NUL)]
+McpMap = Annotated[dict[Annotated[str, msgspec.Meta(min_length=1, max_length=256, pattern=NO_NUL)],
+                        Annotated[str, msgspec.Meta(max_length=16384, pattern=NO_NUL)]], msgspec.Meta(max_length=256)]
 
 
 class McpServerStdio(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True, tag_field="type",
@@ -265,7 +268,7 @@ class McpServerStdio(msgspec.Struct, kw_only=True, rename="camel", forbid_unknow
 
     name: McpName
     command: McpText
-    args: Annotated[list[Annotated[str, msgspec.Meta(max_length=16384)]], msgspec.Meta(max_length=256)] = []
+    args: Annotated[list[Annotated[str, msgspec.Meta(max_length=16384, pattern=NO_NUL)]], msgspec.Meta(max_length=256)] = []
     env: McpMap = {}
 
 
@@ -371,7 +374,7 @@ class RunDiffParams(Params):
 
 
 #: a workspace-relative folder a restore is to include although it is a nested repository now
-IncludePath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096)]
+IncludePath = Annotated[str, msgspec.Meta(min_length=1, max_length=4096, pattern=NO_NUL)]
 
 
 class CheckpointRestoreParams(Params):
