@@ -74,3 +74,30 @@ def read_regular(path: Path, *, limit: int | None = None, dir_fd: int | None = N
     fd = open_regular(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
     with os.fdopen(fd, "rb") as f:
         return f.read() if limit is None else f.read(limit + 1)
+
+
+def replace_durably(folder: str | os.PathLike[str], name: str, data: bytes) -> None:
+    """Make ``folder/name`` hold ``data``, durably and atomically: a new file
+    (0600, ``O_EXCL | O_NOFOLLOW``: never through a symlink) beside it is
+    written and synced, renamed over whatever stood at the name (a symlink or
+    a FIFO included), and the folder synced; blocking."""
+    folder = os.fspath(folder)
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    try:
+        os.unlink(temporary)  # a temporary a killed write left
+    except FileNotFoundError:
+        pass
+    fd = open_regular(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, os.path.join(folder, name))
+    directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

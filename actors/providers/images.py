@@ -32,7 +32,7 @@ from agentd.protocol.errors import InvalidParams
 from agentd.protocol.wire import MAX_ATTACHMENT_BYTES, ImageAttachment
 from agentd.store.records import ConversationMessage, MessageAttachment
 
-from ..regular_files import read_regular
+from ..regular_files import read_regular, replace_durably
 
 #: how each image type's bytes begin (a mismatch is refused: a runtime would fail the turn on it)
 MAGIC: dict[str, tuple[bytes, ...]] = {
@@ -123,24 +123,9 @@ def _write_once(folder: Path, digest: str, data: bytes) -> None:
         there = None
     if there is not None and stat.S_ISREG(there.st_mode) and there.st_size == len(data):
         return
-    temporary = folder / f".{digest}.{os.getpid()}.tmp"
-    temporary.unlink(missing_ok=True)
-    # Never through a symlink: a new file, made here (``replace`` then swaps
+    # Never through a symlink: a new file, made here (the rename then swaps
     # whatever stands at ``path``, a symlink included, for it).
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    replace_durably(folder, digest, data)
 
 
 def save(folder: str, attachments: Sequence[ImageAttachment]) -> list[MessageAttachment]:

@@ -38,7 +38,7 @@ from agentd.store.batch import WriteBatch
 from agentd.store.db import Store, struct_copy
 from agentd.store.records import RecordDecodeError, decode_record, encode_record
 
-from ..regular_files import open_regular, read_regular
+from ..regular_files import read_regular, replace_durably
 from .extra_mcp import Secrets
 
 log = logging.getLogger(__name__)
@@ -160,23 +160,8 @@ def _replace(folder: str, thread_id: str, secrets: Secrets) -> None:
         remove(folder, thread_id)
         return
     _checked(folder, create=True)
-    path = path_of(folder, thread_id)
-    temporary = os.path.join(folder, f".{thread_id}.{os.getpid()}.tmp")
-    try:
-        os.unlink(temporary)
-    except FileNotFoundError:
-        pass
     # Never through a symlink: a new file, made here, that only the user reads.
-    fd = open_regular(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        view = memoryview(msgspec.json.encode(_File(servers=secrets)))
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    _sync_folder(folder)
+    replace_durably(folder, os.path.basename(path_of(folder, thread_id)), msgspec.json.encode(_File(servers=secrets)))
 
 
 def keep(folder: str, thread_id: str, secrets: Secrets, *, beside_old: bool = False) -> bool:
