@@ -83,7 +83,17 @@ DISPATCHED_FIRST = (
     "tests/test_types.py",
     "tests/actors/test_wakeup_properties.py",
     "tests/test_packaging.py",
+    "tests/integration/test_acp_runtimes.py",
+    "tests/integration/test_acp_codex.py",
+    "tests/integration/test_delegation_runtimes.py",
     "tests/actors/test_usage_and_stalls.py",
+    "tests/integration/test_lineage_runtimes.py",
+    "tests/cli/test_launcher.py",
+    "tests/store/test_restart.py",
+    "tests/protocol/test_web_manage.py",
+    "tests/integration/test_rollback_runtimes.py",
+    "tests/actors/test_rollback_properties.py",
+    "tests/integration/test_worktree_runtimes.py",
 )
 
 
