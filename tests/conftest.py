@@ -66,6 +66,58 @@ def pytest_configure(config):
     os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / f"agentd-tests-pycache-{os.getuid()}")
 
 
+#: Files of few but long tests (a property test, mypy, a wheel build, a browser, the real
+#: runtimes), dispatched first. ``--dist loadfile`` hands whole files to the workers as they
+#: become free; xdist's own order is by number of tests, which left single-test files of
+#: 10-35 s for the end, where one worker ran them while the other had nothing left to do
+#: (issue 28 item 13). Longest first; the rest keep xdist's order (most tests first).
+DISPATCHED_FIRST = (
+    "tests/integration/test_claude.py",
+    "tests/actors/test_run_control_properties.py",
+    "tests/integration/test_codex.py",
+    "tests/integration/test_acp_claude.py",
+    "tests/protocol/test_web_console.py",
+    "tests/actors/test_fault_isolation.py",
+    "tests/scripts/test_chaos.py",
+    "tests/actors/test_lineage_properties.py",
+    "tests/test_types.py",
+    "tests/actors/test_wakeup_properties.py",
+    "tests/test_packaging.py",
+    "tests/integration/test_acp_runtimes.py",
+    "tests/integration/test_acp_codex.py",
+    "tests/integration/test_delegation_runtimes.py",
+    "tests/actors/test_usage_and_stalls.py",
+    "tests/integration/test_lineage_runtimes.py",
+    "tests/cli/test_launcher.py",
+    "tests/store/test_restart.py",
+    "tests/protocol/test_web_manage.py",
+    "tests/integration/test_rollback_runtimes.py",
+    "tests/actors/test_rollback_properties.py",
+    "tests/integration/test_worktree_runtimes.py",
+)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """In an xdist worker: the files in dispatch order (``DISPATCHED_FIRST``,
+    then by number of tests); pyproject's ``--no-loadscope-reorder`` keeps it.
+    Every worker sorts the same collection the same way, as xdist requires."""
+    if not hasattr(config, "workerinput"):
+        return
+    files = [item.nodeid.split("::", 1)[0] for item in items]
+    count: dict[str, int] = {}
+    first_seen: dict[str, int] = {}
+    for index, name in enumerate(files):
+        count[name] = count.get(name, 0) + 1
+        first_seen.setdefault(name, index)
+    rank = {name: index for index, name in enumerate(DISPATCHED_FIRST)}
+
+    def key(pair):
+        name = pair[0]
+        return (rank.get(name, len(rank)), -count[name] if name not in rank else 0, first_seen[name])
+
+    items[:] = [item for _, item in sorted(zip(files, items), key=key)]
+
+
 #: the pinned Codex, Claude and ACP agents of the real-runtime tests (package.json, package-lock.json)
 RUNTIMES = Path(__file__).resolve().parent / "integration" / "runtimes"
 RUNTIMES_KEY = pytest.StashKey[str | None]()

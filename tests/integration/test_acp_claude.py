@@ -35,6 +35,7 @@ from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline.claude import user_texts
 from tests.helpers import send_and_wait, wait_event, wait_process_gone, wait_run_terminal
+from tests.integration.shared import connect, module_daemon, requests_in
 from tests.integration.acp_worlds import CLAUDE_ACP_VERSION, SKIP_REASON, ClaudeAcpWorld, claude_acp_available, sanitize
 from tests.providers.test_acp_replay import SCENARIOS, TRANSCRIPTS, run_replay, transcript_paths
 from tests.providers.test_claude_replay import Harness
@@ -51,11 +52,11 @@ def world(tmp_path):
     w.close()
 
 
-def carried(world: ClaudeAcpWorld, earlier: str, last: str) -> bool:
+def carried(requests: list[dict[str, Any]], earlier: str, last: str) -> bool:
     """Whether a model request for ``last`` carried ``earlier`` before it (Claude
     makes side calls with tools too — a suggestion after a turn — so not just the last request)."""
     return any(earlier in texts and last in texts and texts.index(earlier) < texts.index(last)
-               for texts in map(user_texts, world.model_requests()))
+               for texts in map(user_texts, requests))
 
 
 # -- adapter scenarios, recorded -------------------------------------------------------------
@@ -76,9 +77,9 @@ async def test_scenario_against_real_claude_agent_acp(name, world, tmp_path):
     if "file" in facts:
         assert (cwd / facts["file"]).exists(), "the agent really did it in the workspace"
     if name == "resume":
-        assert carried(world, "remember pineapple", "which fruit?"), "the resumed session sent the earlier turn"
+        assert carried(world.model_requests(), "remember pineapple", "which fruit?"), "the resumed session sent the earlier turn"
     if name == "fork":
-        assert carried(world, "the color is teal", "in the fork"), "the native fork sent the source's turn"
+        assert carried(world.model_requests(), "the color is teal", "in the fork"), "the native fork sent the source's turn"
 
     sanitized = tmp_path / "sanitized"
     for path in transcript_paths("claude", name, raw):
@@ -94,11 +95,30 @@ async def test_scenario_against_real_claude_agent_acp(name, world, tmp_path):
 # -- end to end through the daemon -----------------------------------------------------------
 
 
+DAEMON = 'default_provider = "claude_acp"\ninterrupt_grace = 30'
+
+
+def providers_config(world: ClaudeAcpWorld) -> str:
+    return world.provider_toml() + "\n" + world.provider_toml("claude_acp_idle", idle_timeout=1)
+
+
+@pytest.fixture(scope="module")
+def acp_daemon(tmp_path_factory, module_paths):
+    """The module's daemon and world (``tests/integration/shared.py``) for the
+    tests through the daemon that need only threads of their own; the daemon
+    SIGKILL test starts its own."""
+    shared_world = ClaudeAcpWorld(tmp_path_factory.mktemp("acp-world") / "claude")
+    try:
+        with module_daemon(module_paths, providers_config(shared_world), daemon=DAEMON, claude_acp=shared_world) as shared:
+            yield shared
+    finally:
+        shared_world.close()
+
+
 @contextlib.asynccontextmanager
 async def agentd(world: ClaudeAcpWorld, tmp_path: Path, socket: Path, *, kill: bool = False):
     config = tmp_path / "config.toml"
-    config.write_text('[daemon]\ndefault_provider = "claude_acp"\ninterrupt_grace = 30\n\n'
-                      + world.provider_toml() + "\n" + world.provider_toml("claude_acp_idle", idle_timeout=1))
+    config.write_text(f"[daemon]\n{DAEMON}\n\n" + providers_config(world))
     daemon = await start_daemon(tmp_path / "data", socket, config=config)
     try:
         async with Client.connect(daemon.socket) as client:
@@ -125,8 +145,8 @@ async def assistant_texts(client: Client, thread_id: str) -> list[str]:
     return [m["text"] for m in (await client.call("thread.get", threadId=thread_id))["messages"] if m["role"] == "assistant"]
 
 
-async def test_a_text_turn_and_the_agent_in_the_listing(world, tmp_path, short_dir):
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+async def test_a_text_turn_and_the_agent_in_the_listing(acp_daemon, tmp_path):
+    async with connect(acp_daemon) as client:
         thread_id = await new_thread(client, tmp_path / "ws")
         run = await send_and_wait(client, thread_id, "hello there")
         assert run["status"] == "completed", run
@@ -136,8 +156,8 @@ async def test_a_text_turn_and_the_agent_in_the_listing(world, tmp_path, short_d
         assert listed["version"] == CLAUDE_ACP_VERSION and listed["agentCapabilities"]["loadSession"] is True
 
 
-async def test_a_bash_permission_is_an_approval_and_a_write_a_file_change(world, tmp_path, short_dir):
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+async def test_a_bash_permission_is_an_approval_and_a_write_a_file_change(acp_daemon, tmp_path):
+    async with connect(acp_daemon) as client:
         workspace = tmp_path / "ws"
         thread_id = await new_thread(client, workspace)
         sent = await client.call("thread.message.send", threadId=thread_id, text="ASK_APPROVAL")
@@ -164,8 +184,8 @@ async def test_a_bash_permission_is_an_approval_and_a_write_a_file_change(world,
         assert any(c.get("runId") == run["id"] for c in checkpoints)
 
 
-async def test_interrupt_then_idle_reap_and_session_load(world, tmp_path, short_dir):
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+async def test_interrupt_then_idle_reap_and_session_load(acp_daemon, tmp_path):
+    async with connect(acp_daemon) as client:
         thread_id = await new_thread(client, tmp_path / "ws", "claude_acp_idle")
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
         await event(client, thread_id, "message.delta")
@@ -180,7 +200,8 @@ async def test_interrupt_then_idle_reap_and_session_load(world, tmp_path, short_
         assert second["status"] == "completed"
         resumed = await event(client, thread_id, "provider_thread.resumed")
         assert resumed["payload"]["nativeTurnCount"] == 2
-        assert carried(world, "remember pineapple", "which fruit?"), "session/resume carried the earlier turns"
+        own = requests_in(acp_daemon.world.model_requests(), str(tmp_path / "ws"))
+        assert carried(own, "remember pineapple", "which fruit?"), "session/resume carried the earlier turns"
         assert (await assistant_texts(client, thread_id))[-1].endswith("which fruit?")
 
 
@@ -219,11 +240,11 @@ async def run_accepting(client: Client, thread_id: str, text: str, *, timeout: f
     raise AssertionError("the event stream ended first")
 
 
-async def test_delegation_to_another_agent_through_agentds_tool(world, tmp_path, short_dir):
+async def test_delegation_to_another_agent_through_agentds_tool(acp_daemon, tmp_path):
     """SPEC F9 from an ACP agent: agentd's tool came in session/new's
     mcpServers; Claude's call of delegate_task is an approval (agentd_tool =
     "ask"), and the scripted agent's answer comes back into the turn."""
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+    async with connect(acp_daemon) as client:
         thread_id = await new_thread(client, tmp_path / "ws")
         run, accepted = await run_accepting(client, thread_id, "DELEGATE_TO:scripted: say hello from the child")
         assert run["status"] == "completed", run

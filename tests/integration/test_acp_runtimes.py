@@ -8,8 +8,11 @@ tests/integration/test_codex.py and test_claude.py); skipped without them.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from agentd.launch import start_daemon
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
 from tests.cli.test_acp_agent import Editor, new_session, prompt
+from tests.integration.shared import module_daemon, requests_in
 
 MCP_ECHO = Path(__file__).resolve().parents[1] / "fixtures" / "mcp_echo.py"
 #: per runtime: its world, and the command its fake model has it run for RUN_COMMAND
@@ -29,16 +33,37 @@ RUNTIMES = {
 }
 
 
+@pytest.fixture(scope="module")
+def runtime_daemons(tmp_path_factory):
+    """Per installed runtime, the module's daemon whose default provider it is
+    (``tests/integration/shared.py``), for the tests whose editor sessions
+    are threads of their own; the one about the data dir's files after the
+    daemon stopped starts its own. (Started before the module's tests, as
+    pytest-trio runs each test in a ``trio.run`` of its own.)"""
+    with contextlib.ExitStack() as stack:
+        started = {}
+        for kind, (offline, _, _) in RUNTIMES.items():
+            if (offline.codex_binary() if kind == "codex" else offline.claude_binary()) is None:
+                continue
+            root = tmp_path_factory.mktemp(f"acp-{kind}")
+            world = offline.make_world(root / kind)
+            stack.callback(world.close)
+            short = Path(tempfile.mkdtemp(prefix="ad-"))
+            stack.callback(shutil.rmtree, short, True)
+            started[kind] = stack.enter_context(module_daemon(
+                (root / "data", short / "agentd.sock"), world.provider_toml(kind),
+                daemon=f'default_provider = "{kind}"\ninterrupt_grace = 30', **{kind: world}))
+        yield started
+
+
 @pytest.mark.parametrize("kind", sorted(RUNTIMES))
-async def test_an_editor_drives_a_real_runtime_through_agentd_acp(kind, tmp_path, short_dir):
+async def test_an_editor_drives_a_real_runtime_through_agentd_acp(kind, tmp_path, runtime_daemons):
     offline, output, approved_file = RUNTIMES[kind]
     binary = offline.codex_binary() if kind == "codex" else offline.claude_binary()
     if binary is None:
         pytest.skip(offline.SKIP_REASON)
-    world = offline.make_world(tmp_path / kind)
-    config = tmp_path / "config.toml"
-    config.write_text(f'[daemon]\ndefault_provider = "{kind}"\ninterrupt_grace = 30\n\n' + world.provider_toml(kind))
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    shared = runtime_daemons[kind]
+    world, daemon = shared.world, shared.process
     workspace = tmp_path / "ws"
     workspace.mkdir()
     editor = Editor(daemon, tmp_path / "acp.stderr")
@@ -55,11 +80,9 @@ async def test_an_editor_drives_a_real_runtime_through_agentd_acp(kind, tmp_path
         assert editor.permissions, "the runtime's approval reached the editor"
         assert [o.kind for o in editor.permissions[0].options] == ["allow_once", "allow_always", "reject_once"]
         assert (workspace / approved_file).exists()
-        assert world.model_requests(), "the fake model answered"
+        assert requests_in(world.model_requests(), str(workspace)), "the fake model answered"
     finally:
         await editor.stop()
-        await daemon.terminate()
-        world.close()
     assert "Traceback" not in editor.stderr()
 
 
@@ -82,7 +105,7 @@ def images_sent(kind: str, body: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", sorted(RUNTIMES))
-async def test_an_editors_image_reaches_the_real_runtimes_model(kind, tmp_path, short_dir):
+async def test_an_editors_image_reaches_the_real_runtimes_model(kind, tmp_path, runtime_daemons):
     """Issue 26: an image block of the editor's prompt goes through agentd to
     the real runtime (Codex: a ``localImage`` input of the file agentd keeps;
     Claude: a base64 ``image`` block) and on to its model's request."""
@@ -90,10 +113,8 @@ async def test_an_editors_image_reaches_the_real_runtimes_model(kind, tmp_path, 
     binary = offline.codex_binary() if kind == "codex" else offline.claude_binary()
     if binary is None:
         pytest.skip(offline.SKIP_REASON)
-    world = offline.make_world(tmp_path / kind)
-    config = tmp_path / "config.toml"
-    config.write_text(f'[daemon]\ndefault_provider = "{kind}"\n\n' + world.provider_toml(kind))
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
+    shared = runtime_daemons[kind]
+    world, daemon = shared.world, shared.process
     workspace = tmp_path / "ws"
     workspace.mkdir()
     editor = Editor(daemon, tmp_path / "acp.stderr")
@@ -104,15 +125,14 @@ async def test_an_editors_image_reaches_the_real_runtimes_model(kind, tmp_path, 
         answer = await editor.run(editor.conn.prompt(session_id=session, prompt=[
             text_block("what is in this picture?"), image_block(PNG_B64, "image/png")]))
         assert answer.stop_reason == "end_turn"
-        sent = [image for body in world.model_requests() for image in images_sent(kind, body)]
-        assert sent, json.dumps(world.model_requests())[:3000]
+        own = requests_in(world.model_requests(), str(workspace))
+        sent = [image for body in own for image in images_sent(kind, body)]
+        assert sent, json.dumps(own)[:3000]
         assert all(PNG_B64 in image or image.startswith("data:image/") for image in sent), sent
         if kind == "claude":
             assert PNG_B64 in sent
     finally:
         await editor.stop()
-        await daemon.terminate()
-        world.close()
     assert "Traceback" not in editor.stderr()
 
 

@@ -38,6 +38,7 @@ from agentd.launch import start_daemon
 from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
 from scripts.offline.claude import SKIP_REASON, ClaudeWorld, claude_binary, make_world, user_texts
 from tests.integration.claude_transcripts import sanitize
+from tests.integration.shared import connect, module_daemon, requests_in, sessions_of, workspace_of
 from tests.providers.test_claude_replay import SCENARIOS, TRANSCRIPTS, Harness, run_replay, transcript_paths
 
 pytestmark = pytest.mark.skipif(claude_binary() is None, reason=SKIP_REASON)
@@ -98,12 +99,28 @@ async def test_scenario_against_real_claude(name, world: ClaudeWorld, tmp_path):
 # -- end to end through the daemon ---------------------------------------------------------------
 
 
+DAEMON = 'default_provider = "claude"\ninterrupt_grace = 30'
+
+
+def providers_config(world: ClaudeWorld) -> str:
+    return world.provider_toml("claude") + "\n" + world.provider_toml("claude_idle", idle_timeout=1)
+
+
 def daemon_config(world: ClaudeWorld) -> str:
-    return (
-        "[daemon]\ndefault_provider = \"claude\"\ninterrupt_grace = 30\n\n"
-        + world.provider_toml("claude") + "\n"
-        + world.provider_toml("claude_idle", idle_timeout=1)
-    )
+    return f"[daemon]\n{DAEMON}\n\n" + providers_config(world)
+
+
+@pytest.fixture(scope="module")
+def claude_daemon(tmp_path_factory, module_paths):
+    """The module's daemon and world, for the tests that need only threads of
+    their own (``tests/integration/shared.py``); the daemon kill and restart
+    tests start their own."""
+    shared_world = make_world(tmp_path_factory.mktemp("claude-world") / "claude")
+    try:
+        with module_daemon(module_paths, providers_config(shared_world), daemon=DAEMON, claude=shared_world) as shared:
+            yield shared
+    finally:
+        shared_world.close()
 
 
 @contextlib.asynccontextmanager
@@ -145,8 +162,8 @@ async def native_session(client: Client, thread_id: str) -> str:
     return created["payload"]["providerThread"]["nativeThreadId"]
 
 
-async def test_a_turn_streams_text_through_the_daemon(world, tmp_path, short_dir):
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+async def test_a_turn_streams_text_through_the_daemon(claude_daemon):
+    async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         deltas = []
         async with client.subscribe(thread_id=thread_id) as events:
@@ -163,8 +180,8 @@ async def test_a_turn_streams_text_through_the_daemon(world, tmp_path, short_dir
         assert all(d["runId"] == sent["runId"] for d in deltas)
         session = await native_session(client, thread_id)
         assert UUID.fullmatch(session)
-        assert list((world.config_dir / "projects").glob(f"*/{session}.jsonl")), "Claude keeps the session natively"
-        (status,) = (await client.call("daemon.status"))["sessions"]
+        assert list((claude_daemon.world.config_dir / "projects").glob(f"*/{session}.jsonl")), "Claude keeps the session natively"
+        (status,) = await sessions_of(client, thread_id)
         assert status["kind"] == "claude" and status["status"] == "ready"
         assert os.path.basename(os.readlink(f"/proc/{status['pid']}/exe")).startswith("claude"), \
             "the recorded pid is claude itself (wrapper and launcher exec)"
@@ -177,8 +194,8 @@ async def test_a_turn_streams_text_through_the_daemon(world, tmp_path, short_dir
         assert run["cost"] is None
 
 
-async def test_a_command_tool_call_becomes_a_node(world, tmp_path, short_dir):
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+async def test_a_command_tool_call_becomes_a_node(claude_daemon):
+    async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         run = await send_and_wait(client, thread_id, "RUN_COMMAND")
         assert run["status"] == "completed"
@@ -191,8 +208,8 @@ async def test_a_command_tool_call_becomes_a_node(world, tmp_path, short_dir):
 
 
 @pytest.mark.parametrize("decision", ["accept", "decline"])
-async def test_an_approval_is_answered_through_the_socket(decision, world, tmp_path, short_dir):
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+async def test_an_approval_is_answered_through_the_socket(decision, claude_daemon):
+    async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         sent = await client.call("thread.message.send", threadId=thread_id, text="ASK_APPROVAL")
         requested = await event(client, thread_id, "approval.requested")
@@ -216,11 +233,11 @@ async def test_an_approval_is_answered_through_the_socket(decision, world, tmp_p
             assert not (workspace / "approved-by-user.txt").exists()
 
 
-async def test_allow_for_the_session_is_claudes_suggested_rule_for_the_session(world, tmp_path, short_dir):
+async def test_allow_for_the_session_is_claudes_suggested_rule_for_the_session(claude_daemon):
     """``acceptForSession`` (offered: Claude made permission suggestions)
     applies them for the session: the same command in the next run is not
     asked (F15), and nothing is saved in the workspace's settings."""
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+    async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         sent = await client.call("thread.message.send", threadId=thread_id, text="ASK_APPROVAL")
         request = (await event(client, thread_id, "approval.requested"))["payload"]["request"]
@@ -236,8 +253,8 @@ async def test_allow_for_the_session_is_claudes_suggested_rule_for_the_session(w
         assert not (settings / "settings.local.json").exists(), "the rule was kept for the session, not saved"
 
 
-async def test_an_interrupt_ends_the_run_only_when_claude_says_so(world, tmp_path, short_dir):
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+async def test_an_interrupt_ends_the_run_only_when_claude_says_so(claude_daemon):
+    async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
         await event(client, thread_id, "message.delta")
@@ -260,11 +277,11 @@ async def test_an_interrupt_ends_the_run_only_when_claude_says_so(world, tmp_pat
         assert len(sessions) == 1, "the same claude process took the next turn"
 
 
-async def test_issue23_a_person_retries_an_interrupted_run_on_claude(world, tmp_path, short_dir):
+async def test_issue23_a_person_retries_an_interrupted_run_on_claude(claude_daemon):
     """Issue 23 item 5 on the real binary: run.retry of the interrupted
     latest run is its attempt 2 (reason retry) on the same message, which
     Claude answers in full."""
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+    async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW:20")
         await event(client, thread_id, "message.delta")
@@ -282,8 +299,8 @@ async def test_issue23_a_person_retries_an_interrupted_run_on_claude(world, tmp_
         assert (await assistant_texts(client, thread_id))[-1] == " ".join(f"w{i}" for i in range(20))
 
 
-async def test_a_steer_takes_the_restart_fallback(world, tmp_path, short_dir):
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+async def test_a_steer_takes_the_restart_fallback(claude_daemon):
+    async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
         await event(client, thread_id, "message.delta")
@@ -299,10 +316,10 @@ async def test_a_steer_takes_the_restart_fallback(world, tmp_path, short_dir):
         assert (await assistant_texts(client, thread_id))[-1].endswith("change of plan")
 
 
-async def test_f3_a_steer_while_a_tool_runs_after_narration_stays_one_run(world, tmp_path, short_dir):
+async def test_f3_a_steer_while_a_tool_runs_after_narration_stays_one_run(claude_daemon):
     """SPEC F3 on Claude (no native steer): the text before the tool call is
     commentary, not an answer, so the steer restarts the same run."""
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+    async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         sent = await client.call("thread.message.send", threadId=thread_id, text="NARRATE RUN_COMMAND: sleep 30")
         await event(client, thread_id, "tool.started")
@@ -317,15 +334,15 @@ async def test_f3_a_steer_while_a_tool_runs_after_narration_stays_one_run(world,
         assert [r["id"] for r in runs] == [run["id"]]
 
 
-async def test_idle_reap_then_the_next_message_resumes_the_same_session(world, tmp_path, short_dir):
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+async def test_idle_reap_then_the_next_message_resumes_the_same_session(claude_daemon):
+    async with connect(claude_daemon) as client:
         thread_id = await new_thread(client, "claude_idle")
         first = await send_and_wait(client, thread_id, "remember the word pineapple")
         assert first["status"] == "completed"
         native = await native_session(client, thread_id)
         stopped = await event(client, thread_id, "session.stopped")
         assert stopped["payload"]["session"]["reason"] == "idle_timeout"
-        assert (await client.call("daemon.status"))["sessions"] == []
+        assert await sessions_of(client, thread_id) == []
         second = await send_and_wait(client, thread_id, "which word?")
         assert second["status"] == "completed"
         resumed = await event(client, thread_id, "provider_thread.resumed")
@@ -334,24 +351,25 @@ async def test_idle_reap_then_the_next_message_resumes_the_same_session(world, t
         a2 = (await client.call("run.get", runId=second["id"]))["attempts"][0]
         assert a1["providerThreadId"] == a2["providerThreadId"]
         assert await native_session(client, thread_id) == native
-        texts = user_texts(world.model_requests()[-1])
+        own = requests_in(claude_daemon.world.model_requests(), await workspace_of(client, thread_id))
+        texts = user_texts(own[-1])
         assert texts[0] == "remember the word pineapple" and texts[-1] == "which word?", \
             "the resumed session carried the earlier turn to the model"
         assert (await assistant_texts(client, thread_id))[-1] == "Reply 2: which word?"
 
 
-async def test_a_provider_crash_is_recovered_on_the_same_session(world, tmp_path, short_dir):
+async def test_a_provider_crash_is_recovered_on_the_same_session(claude_daemon):
     """F11/F19: SIGKILL of claude before any tool ran → attempt 2
     (provider_recovery) on a new process that resumed the session. (Claude
     writes a session file only once its first turn ends, so this crashes the
     second turn; a crash in the first leaves nothing to resume, and the
     recovery starts a replacement session from a handoff instead.)"""
-    async with agentd(world, tmp_path, short_dir / "s.sock") as client:
+    async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         assert (await send_and_wait(client, thread_id, "hello"))["status"] == "completed"
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW:20")
         await event(client, thread_id, "message.delta")
-        (session,) = (await client.call("daemon.status"))["sessions"]
+        (session,) = await sessions_of(client, thread_id)
         os.kill(session["pid"], signal.SIGKILL)
         run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
         assert run["status"] == "completed"
@@ -364,7 +382,7 @@ async def test_a_provider_crash_is_recovered_on_the_same_session(world, tmp_path
         assert (await event(client, thread_id, "provider_thread.resumed"))["payload"]["nativeTurnCount"] in (1, 2)
         crashed = await event(client, thread_id, "session.error")
         assert crashed["payload"]["signal"] == signal.SIGKILL
-        (again,) = (await client.call("daemon.status"))["sessions"]
+        (again,) = await sessions_of(client, thread_id)
         assert again["pid"] != session["pid"]
         assert (await assistant_texts(client, thread_id))[-1] == " ".join(f"w{i}" for i in range(20))
 

@@ -34,6 +34,7 @@ from agentd.protocol.client import Client
 from agentd.launch import start_daemon
 from tests.helpers import send_and_wait, stored_events, wait_event, wait_process_gone, wait_run_terminal
 from scripts.offline.codex import SKIP_REASON, CodexWorld, codex_binary, make_world, user_texts
+from tests.integration.shared import SharedDaemon, connect, module_daemon, requests_in, sessions_of, workspace_of
 from tests.providers.test_codex_replay import SCENARIOS, TRANSCRIPTS, Harness, fast_stop, replay_config
 
 pytestmark = pytest.mark.skipif(codex_binary() is None, reason=SKIP_REASON)
@@ -144,15 +145,21 @@ async def _ignore(event) -> None:
 # -- end to end through the daemon --------------------------------------------------------------------
 
 
-def agentd_config(world: CodexWorld, *, interrupt_grace: float = 20) -> str:
+DAEMON = 'default_provider = "codex"\ninterrupt_grace = 20'
+
+
+def providers_config(world: CodexWorld) -> str:
     return (
-        f'[daemon]\ndefault_provider = "codex"\ninterrupt_grace = {interrupt_grace}\n\n'
-        + world.provider_toml("codex")
+        world.provider_toml("codex")
         + "\n"
         + world.provider_toml("codexidle", idle_timeout=1)
         # Issue 28: the fake model's price, so a run's cost is known end to end.
         + '\n[pricing."fake-model"]\ninput = 1.0\noutput = 2.0\n'
     )
+
+
+def agentd_config(world: CodexWorld) -> str:
+    return f"[daemon]\n{DAEMON}\n\n" + providers_config(world)
 
 
 class Daemon:
@@ -169,16 +176,31 @@ class Daemon:
         return self.process
 
 
-@pytest.fixture
-async def codexd(tmp_path, short_dir, world):
-    daemon = Daemon(tmp_path, short_dir, world)
-    await daemon.start()
+@pytest.fixture(scope="module")
+def codex_daemon(tmp_path_factory, module_paths):
+    """The module's daemon and world (``tests/integration/shared.py``), for
+    the tests through the daemon that need only threads of their own; the
+    daemon kill and restart test and the one with a broken CODEX_HOME start
+    their own."""
+    namespace = False if os.environ.get("AGENTD_CODEX_NAMESPACE") == "0" else None
+    shared_world = make_world(tmp_path_factory.mktemp("codex-world") / "codex", namespace=namespace)
     try:
-        async with Client.connect(daemon.socket) as client:
-            yield client, daemon
+        with module_daemon(module_paths, providers_config(shared_world), daemon=DAEMON, codex=shared_world) as shared:
+            yield shared
     finally:
-        code = await daemon.process.terminate()
-        assert code in (0, -9), daemon.process.log_text()[-3000:]
+        shared_world.close()
+
+
+@pytest.fixture
+async def codexd(codex_daemon):
+    """A client of the module's daemon, and the daemon (its ``world``)."""
+    async with connect(codex_daemon) as client:
+        yield client, codex_daemon
+
+
+async def own_requests(client: Client, daemon: SharedDaemon, thread_id: str) -> list[dict[str, Any]]:
+    """The model requests of the thread's own runtime (its cwd is the thread's workspace)."""
+    return requests_in(daemon.world.model_requests(), await workspace_of(client, thread_id))
 
 
 async def new_thread(client: Client, provider: str = "codex") -> str:
@@ -223,7 +245,7 @@ async def test_a_turn_streams_text_through_the_daemon(codexd):
     assert created["payload"]["providerThread"]["kind"] == "codex"
     providers = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
     assert providers["codex"]["usable"] is True and providers["codex"]["version"].startswith("0.17")
-    assert daemon.world.model_requests(), "the fake model answered"
+    assert await own_requests(client, daemon, thread_id), "the fake model answered"
     # Issue 28: what the model used lands on the run (Codex's thread/tokenUsage/updated), priced.
     usage = run["usage"]
     assert usage["inputTokens"] > 0 and usage["outputTokens"] > 0 and usage["models"] == ["fake-model"], run
@@ -288,7 +310,7 @@ async def test_an_interrupt_ends_the_run_only_when_codex_says_so(codexd):
     thread_id = await new_thread(client)
     sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW please")
     await first_delta(client, thread_id, sent["runId"])
-    (session,) = (await client.call("daemon.status"))["sessions"]
+    (session,) = await sessions_of(client, thread_id)
     reply = await client.call("run.interrupt", runId=sent["runId"])
     assert reply["interruptRequested"] is True
     run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
@@ -299,7 +321,7 @@ async def test_an_interrupt_ends_the_run_only_when_codex_says_so(codexd):
     # Not escalated to a session stop: the run ended because codex's
     # turn/completed said "interrupted", on the same live runtime.
     assert not [e for e in events if e["type"] in ("session.stopped", "session.error")]
-    assert (await client.call("daemon.status"))["sessions"][0]["pid"] == session["pid"]
+    assert (await sessions_of(client, thread_id))[0]["pid"] == session["pid"]
     detail = await client.call("run.get", runId=sent["runId"])
     assert detail["attempts"][0]["status"] == "interrupted"
     messages = (await client.call("thread.get", threadId=thread_id))["messages"]
@@ -320,7 +342,7 @@ async def test_a_native_steer_joins_the_running_turn(codexd):
     run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
     assert run["status"] == "completed" and run["attemptCount"] == 1
     assert any("You said: also mention bananas" in t for t in await assistant_texts(client, thread_id))
-    last = daemon.world.model_requests()[-1]
+    last = (await own_requests(client, daemon, thread_id))[-1]
     assert user_texts(last)[-2:] == ["GO_SLOW please", "also mention bananas"]
 
 
@@ -343,7 +365,7 @@ async def test_idle_reap_then_the_next_message_resumes_the_same_native_thread(co
     events = await stored_events(client, thread_id)
     resumed = [e for e in events if e["type"] == "provider_thread.resumed"]
     assert resumed and resumed[-1]["payload"]["nativeTurnCount"] == 1
-    assert user_texts(daemon.world.model_requests()[-1]) == ["remember the tea", "what did I say?"], (
+    assert user_texts((await own_requests(client, daemon, thread_id))[-1]) == ["remember the tea", "what did I say?"], (
         "the model request of the resumed thread carries the earlier turn"
     )
     assert (await assistant_texts(client, thread_id))[-1] == "You said: what did I say? (turn 2)"
@@ -355,7 +377,7 @@ async def test_a_provider_crash_is_recovered_on_a_new_runtime(codexd):
     await send_and_wait(client, thread_id, "earlier turn")
     sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW please")
     await first_delta(client, thread_id, sent["runId"])
-    (session,) = [s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == thread_id]
+    (session,) = await sessions_of(client, thread_id)
     os.kill(session["pid"], signal.SIGKILL)
     run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=90)
     assert run["status"] == "completed", run
@@ -365,7 +387,7 @@ async def test_a_provider_crash_is_recovered_on_a_new_runtime(codexd):
     assert first["providerThreadId"] == second["providerThreadId"]
     events = await stored_events(client, thread_id)
     assert any(e["type"] == "session.error" and e["payload"].get("signal") == 9 for e in events)
-    assert user_texts(daemon.world.model_requests()[-1])[0] == "earlier turn", "the new runtime resumed the thread"
+    assert user_texts((await own_requests(client, daemon, thread_id))[-1])[0] == "earlier turn", "the new runtime resumed the thread"
 
 
 async def test_daemon_sigkill_and_restart(tmp_path, short_dir, world):

@@ -16,13 +16,12 @@ import json
 
 import pytest
 
-from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
 from scripts.offline import fake_openai
 from tests.helpers import script, wait_event, wait_run_terminal
-from tests.integration.test_lineage_runtimes import agentd
+from tests.integration.shared import connect, requests_in, workspace_of
 
 needs_both = pytest.mark.skipif(
     codex_world.codex_binary() is None or claude_world.claude_binary() is None,
@@ -37,13 +36,14 @@ async def _threads(client: Client) -> list[dict]:
 
 
 @needs_both
-async def test_f9_real_claude_delegates_to_real_codex_and_gets_the_result(tmp_path, short_dir, claude, codex):
+async def test_f9_real_claude_delegates_to_real_codex_and_gets_the_result(runtimes_daemon):
     """F9 + F15: Claude's model calls delegate_task (after ToolSearch loads
     it); Claude's permission prompt is an agentd approval, accepted; a child
     thread on Codex (createdBy agent) runs the task — Codex's model request
     carries the instructions — and the result is the tool's answer in
     Claude's turn: Claude's next model request carries it."""
-    async with agentd(tmp_path, short_dir, claude, codex) as client:
+    claude, codex = runtimes_daemon.worlds["claude"], runtimes_daemon.worlds["codex"]
+    async with connect(runtimes_daemon) as client:
         parent = (await client.call("thread.create", provider="claude", title="lead"))["threadId"]
         sent = await client.call("thread.message.send", threadId=parent, text=f"DELEGATE_TO:codex: {INSTRUCTIONS}")
         asked = await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=parent, timeout=120)
@@ -66,9 +66,11 @@ async def test_f9_real_claude_delegates_to_real_codex_and_gets_the_result(tmp_pa
         nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
         [tool] = [n for n in nodes if n["id"] == spawn["sourcePoint"]["nodeId"]]
         assert "delegate_task" in tool["title"]
+        # The worlds are shared (runtimes_daemon): the requests of these threads' runtimes.
+        parent_workspace, child_workspace = await workspace_of(client, parent), await workspace_of(client, child["id"])
 
     # What Codex's model was sent: the stored task handoff and the instructions.
-    [codex_request] = codex.model_requests()
+    [codex_request] = requests_in(codex.model_requests(), child_workspace)
     # (One user message: the handoff, then the instructions, as two parts.)
     [codex_text] = codex_world.user_texts(codex_request)
     assert codex_text == task_text + "\n" + INSTRUCTIONS
@@ -76,7 +78,7 @@ async def test_f9_real_claude_delegates_to_real_codex_and_gets_the_result(tmp_pa
     assert "mcp__agentd" in fake_openai.tool_names(codex_request)
 
     # What Claude's model was sent after the tool: the task's result.
-    requests = claude.model_requests()
+    requests = requests_in(claude.model_requests(), parent_workspace)
     last = requests[-1]["messages"]
     tool_uses = [block for message in last if message["role"] == "assistant" and isinstance(message["content"], list)
                  for block in message["content"] if block.get("type") == "tool_use"]
@@ -91,86 +93,70 @@ async def test_f9_real_claude_delegates_to_real_codex_and_gets_the_result(tmp_pa
 
 
 @needs_both
-async def test_f9_a_preapproved_agentd_tool_asks_no_permission(tmp_path, short_dir, claude, codex):
+async def test_f9_a_preapproved_agentd_tool_asks_no_permission(runtimes_daemon):
     """F9: ``agentd_tool = "allow"`` pre-approves agentd's own tool
     (``--allowedTools``): the call runs without an approval."""
-    config = tmp_path / "config.toml"
-    config.write_text(claude.provider_toml("claude", agentd_tool="allow") + "\n" + codex.provider_toml("codex"))
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
-    try:
-        async with Client.connect(daemon.socket) as client:
-            parent = (await client.call("thread.create", provider="claude"))["threadId"]
-            sent = await client.call("thread.message.send", threadId=parent, text=f"DELEGATE_TO:codex: {INSTRUCTIONS}")
-            run = await wait_run_terminal(client, parent, sent["runId"], timeout=240)
-            assert run["status"] == "completed", run
-            nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
-            assert [n for n in nodes if n["kind"] == "approval"] == []
-            [child] = [t for t in await _threads(client) if t["parentThreadId"] == parent]
-            assert child["createdBy"] == "agent"
-    finally:
-        assert await daemon.terminate() == 0
+    async with connect(runtimes_daemon) as client:
+        parent = (await client.call("thread.create", provider="claude_allow"))["threadId"]
+        sent = await client.call("thread.message.send", threadId=parent, text=f"DELEGATE_TO:codex: {INSTRUCTIONS}")
+        run = await wait_run_terminal(client, parent, sent["runId"], timeout=240)
+        assert run["status"] == "completed", run
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        assert [n for n in nodes if n["kind"] == "approval"] == []
+        [child] = [t for t in await _threads(client) if t["parentThreadId"] == parent]
+        assert child["createdBy"] == "agent"
 
 
 @pytest.mark.skipif(claude_world.claude_binary() is None, reason=claude_world.SKIP_REASON)
-async def test_issue23_real_claude_cancels_its_task_with_task_cancel(tmp_path, short_dir, claude):
+async def test_issue23_real_claude_cancels_its_task_with_task_cancel(runtimes_daemon):
     """Issue 23 item 3 on the real binary: a Claude thread's delegated task
     (a hanging scripted one) is cancelled by Claude itself through agentd's
     ``task_cancel`` tool, with its session's token; the task ends
     interrupted (task_cancelled) and Claude's turn goes on to its answer."""
-    config = tmp_path / "config.toml"
-    config.write_text(claude.provider_toml("claude", agentd_tool="allow") + '\n[providers.basic]\nkind = "scripted"\n')
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
-    try:
-        async with Client.connect(daemon.socket) as client:
-            parent = (await client.call("thread.create", provider="claude"))["threadId"]
-            task = await client.call("task.delegate", parentThreadId=parent, provider="basic",
-                                     instructions=script({"say": "on it"}, {"hang": True}))
-            await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=task["taskId"], timeout=60)
-            sent = await client.call("thread.message.send", threadId=parent, text=f"CANCEL_TASK:{task['taskId']}")
-            run = await wait_run_terminal(client, parent, sent["runId"], timeout=240)
-            assert run["status"] == "completed", run
-            ended = await wait_run_terminal(client, task["taskId"], task["runId"], timeout=60)
-            assert (ended["status"], ended["reason"]) == ("interrupted", "task_cancelled"), ended
-            answers = [m["text"] for m in (await client.call("thread.get", threadId=parent))["messages"]
-                       if m["role"] == "assistant"]
-            assert any(a.startswith("The cancel answered:") and task["taskId"] in a for a in answers), answers
-    finally:
-        assert await daemon.terminate() == 0
+    async with connect(runtimes_daemon) as client:
+        parent = (await client.call("thread.create", provider="claude_allow"))["threadId"]
+        task = await client.call("task.delegate", parentThreadId=parent, provider="basic",
+                                 instructions=script({"say": "on it"}, {"hang": True}))
+        await wait_event(client, lambda e: e["type"] == "message.completed", thread_id=task["taskId"], timeout=60)
+        sent = await client.call("thread.message.send", threadId=parent, text=f"CANCEL_TASK:{task['taskId']}")
+        run = await wait_run_terminal(client, parent, sent["runId"], timeout=240)
+        assert run["status"] == "completed", run
+        ended = await wait_run_terminal(client, task["taskId"], task["runId"], timeout=60)
+        assert (ended["status"], ended["reason"]) == ("interrupted", "task_cancelled"), ended
+        answers = [m["text"] for m in (await client.call("thread.get", threadId=parent))["messages"]
+                   if m["role"] == "assistant"]
+        assert any(a.startswith("The cancel answered:") and task["taskId"] in a for a in answers), answers
 
 
 @needs_both
 @pytest.mark.parametrize("agentd_tool", ["ask", "allow"])
-async def test_f9_real_codex_delegates_to_a_scripted_agent(tmp_path, short_dir, codex, agentd_tool):
+async def test_f9_real_codex_delegates_to_a_scripted_agent(runtimes_daemon, agentd_tool):
     """F9 + F15: Codex's model calls ``delegate_task`` in the ``mcp__agentd``
     namespace. With ``ask`` Codex asks first — an MCP elicitation, which is
     an agentd approval, accepted here; with ``allow`` (Codex's approval mode
     ``approve``) it does not ask. A scripted child does the task and Codex's
     next model request carries the result as the tool's output."""
-    config = tmp_path / "config.toml"
-    config.write_text(codex.provider_toml("codex", agentd_tool=agentd_tool) + '\n[providers.basic]\nkind = "scripted"\n')
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
-    try:
-        async with Client.connect(daemon.socket) as client:
-            parent = (await client.call("thread.create", provider="codex"))["threadId"]
-            sent = await client.call("thread.message.send", threadId=parent, text="DELEGATE_TO:basic: tango")
-            if agentd_tool == "ask":
-                asked = await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=parent, timeout=120)
-                request = asked["payload"]["request"]
-                assert (request["detail"]["method"], request["detail"]["server"]) == ("mcpServer/elicitation/request", "agentd")
-                await client.call("approval.respond", requestId=request["id"], decision="accept")
-            run = await wait_run_terminal(client, parent, sent["runId"], timeout=240)
-            assert run["status"] == "completed", run
-            [child] = [t for t in await _threads(client) if t["parentThreadId"] == parent]
-            assert (child["createdBy"], child["provider"]) == ("agent", "basic")
-            nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
-            approvals = [n for n in nodes if n["kind"] == "approval"]
-            assert len(approvals) == (1 if agentd_tool == "ask" else 0)
-            [tool] = [n for n in nodes if n["kind"] == "mcp_tool_call"]
-            assert tool["title"] == "agentd.delegate_task" and tool["status"] == "completed"
-            [spawn, result] = (await client.call("thread.transfers", threadId=child["id"]))["transfers"]
-            assert spawn["sourcePoint"]["nodeId"] == tool["id"]
-            assert (result["status"], result["runId"]) == ("consumed", run["id"])
-    finally:
-        assert await daemon.terminate() == 0
-    outputs = [item for item in codex.model_requests()[-1]["input"] if item.get("type") == "function_call_output"]
+    codex = runtimes_daemon.worlds["codex"]
+    async with connect(runtimes_daemon) as client:
+        parent = (await client.call("thread.create", provider="codex" if agentd_tool == "ask" else "codex_allow"))["threadId"]
+        sent = await client.call("thread.message.send", threadId=parent, text="DELEGATE_TO:basic: tango")
+        if agentd_tool == "ask":
+            asked = await wait_event(client, lambda e: e["type"] == "approval.requested", thread_id=parent, timeout=120)
+            request = asked["payload"]["request"]
+            assert (request["detail"]["method"], request["detail"]["server"]) == ("mcpServer/elicitation/request", "agentd")
+            await client.call("approval.respond", requestId=request["id"], decision="accept")
+        run = await wait_run_terminal(client, parent, sent["runId"], timeout=240)
+        assert run["status"] == "completed", run
+        [child] = [t for t in await _threads(client) if t["parentThreadId"] == parent]
+        assert (child["createdBy"], child["provider"]) == ("agent", "basic")
+        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+        approvals = [n for n in nodes if n["kind"] == "approval"]
+        assert len(approvals) == (1 if agentd_tool == "ask" else 0)
+        [tool] = [n for n in nodes if n["kind"] == "mcp_tool_call"]
+        assert tool["title"] == "agentd.delegate_task" and tool["status"] == "completed"
+        [spawn, result] = (await client.call("thread.transfers", threadId=child["id"]))["transfers"]
+        assert spawn["sourcePoint"]["nodeId"] == tool["id"]
+        assert (result["status"], result["runId"]) == ("consumed", run["id"])
+        last = requests_in(codex.model_requests(), await workspace_of(client, parent))[-1]
+    outputs = [item for item in last["input"] if item.get("type") == "function_call_output"]
     assert "You said: tango" in json.dumps(outputs[-1])

@@ -9,16 +9,16 @@ Skipped when a binary is not installed (``npm ci --prefix tests/integration/runt
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
-from tests.integration.test_lineage_runtimes import agentd, needs_claude, needs_codex, send_and_wait, three_runs
+from tests.integration.shared import connect
+from tests.integration.test_lineage_runtimes import last_request, needs_claude, needs_codex, send_and_wait, three_runs
 
 
 @needs_codex
-async def test_codex_rollback_to_run_1_reverts_its_thread_natively(tmp_path: Path, short_dir, codex):
-    async with agentd(tmp_path, short_dir, codex) as client:
+async def test_codex_rollback_to_run_1_reverts_its_thread_natively(runtimes_daemon):
+    codex = runtimes_daemon.worlds["codex"]
+    async with connect(runtimes_daemon) as client:
         thread_id, runs = await three_runs(client, "codex")
         answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
         assert answer["providerRollback"] == "native", answer
@@ -26,15 +26,16 @@ async def test_codex_rollback_to_run_1_reverts_its_thread_natively(tmp_path: Pat
         run = await send_and_wait(client, thread_id, "four delta")
         assert run["status"] == "completed", (run["reason"], run)
         # The same Codex thread continues, holding run 1's turn only.
-        texts = codex_world.user_texts(codex.model_requests()[-1])
+        texts = codex_world.user_texts(await last_request(client, codex, thread_id))
         assert texts == ["one alpha", "four delta"], texts
         attempts = [(await client.call("run.get", runId=r["id"]))["attempts"][-1]["providerThreadId"] for r in (runs[0], run)]
         assert attempts[0] == attempts[1]
 
 
 @needs_claude
-async def test_claude_rollback_to_run_1_rebuilds_its_provider_thread_from_a_stored_handoff(tmp_path: Path, short_dir, claude):
-    async with agentd(tmp_path, short_dir, claude) as client:
+async def test_claude_rollback_to_run_1_rebuilds_its_provider_thread_from_a_stored_handoff(runtimes_daemon):
+    claude = runtimes_daemon.worlds["claude"]
+    async with connect(runtimes_daemon) as client:
         thread_id, runs = await three_runs(client, "claude")
         answer = await client.call("rollback.toRun", threadId=thread_id, targetOrdinal=1)
         assert answer["providerRollback"] == "rebuilt", answer
@@ -45,7 +46,7 @@ async def test_claude_rollback_to_run_1_rebuilds_its_provider_thread_from_a_stor
         handoff = (await client.call("handoff.get", handoffId=attempt["handoffId"]))["handoff"]
         assert handoff["strategy"] == "full_thread_summary" and handoff["coveredRunIds"] == [runs[0]["id"]]
         assert attempt["providerThreadId"] not in answer["retiredProviderThreadIds"]
-        texts = claude_world.user_texts(claude.model_requests()[-1])
+        texts = claude_world.user_texts(await last_request(client, claude, thread_id))
         assert texts == [handoff["text"], "four delta"], texts
         assert "one alpha" in handoff["text"]
         assert not any("two bravo" in t or "three charlie" in t for t in texts)
