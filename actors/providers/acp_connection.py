@@ -63,7 +63,9 @@ from .base import (
     TurnCompleted,
     TurnStarted,
 )
+from .guard import watch_spawned
 from .jsonl import stop_process
+from .procinfo import children_of, process_start_ticks
 from .tool_credentials import CREDENTIAL_ENV, SERVER_NAME
 from .transport import ProcessLike
 
@@ -93,6 +95,8 @@ class AcpConnection(ProviderConnection):
         self._nursery = nursery
         self._agentd_session = agentd_session
         self._sessions: dict[str, Session] = {}
+        #: whether the processes it started before its first prompt are guarded (``_guard_own_children``)
+        self._own_children_guarded = False
         self._exit_status: tuple[int | None, int | None] = (None, None)
         self.initialized: InitializeResponse | None = None
         self._peer = AcpPeer(process.stdin, process.stdout, on_request=self._on_request,
@@ -310,8 +314,25 @@ class AcpConnection(ProviderConnection):
         prompt: list[TextContent | ImageContent] = [TextContent(text=context)] if context else []
         prompt.append(TextContent(text=text))
         prompt += pictures
+        if not self._own_children_guarded:
+            self._guard_own_children()
         self._nursery.start_soon(self._prompt, session, turn, PromptRequest(session_id=native_thread_id, prompt=prompt))
         return turn.native_turn_id
+
+    def _guard_own_children(self) -> None:
+        """Before this process's first prompt, what it has started is its own
+        machinery, never the person's (no turn has run a tool yet): e.g. the
+        ``claude`` that claude-agent-acp starts at ``session/new``. The process
+        guard kills those with the adapter when the daemon dies (F12: the
+        agent's runtime dies with it); what a turn starts later (a dev server,
+        a build) is the person's and is left alone, as for every runtime. Read
+        once: a few hundred small reads of /proc."""
+        self._own_children_guarded = True
+        pid = self._process.pid
+        if pid is None or process_start_ticks(pid) is None:
+            return  # a replayed transport, or gone already
+        for child in children_of(pid):
+            watch_spawned(child)
 
     async def _pictures(self, images: Sequence[ImageInput]) -> list[ImageContent]:
         """The turn's images as ACP image blocks, only where the agent said it

@@ -65,3 +65,18 @@ def process_group_members(pgid: int) -> list[int]:
         if group == pgid and state != b"Z":
             members.append(int(entry.name))
     return sorted(members)
+
+
+def children_of(pid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes whose parent is ``pid``."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        rest = _stat_fields(int(entry.name))
+        try:
+            if rest is not None and rest[0] != b"Z" and int(rest[1]) == pid:
+                found.append(int(entry.name))
+        except (IndexError, ValueError):
+            continue
+    return sorted(found)

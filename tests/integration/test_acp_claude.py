@@ -30,6 +30,7 @@ import pytest
 import trio
 
 from agentd.actors.providers.acp import AcpAdapter
+from agentd.actors.providers.procinfo import children_of
 from agentd.actors.providers.transport import recording
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
@@ -206,13 +207,20 @@ async def test_interrupt_then_idle_reap_and_session_load(acp_daemon, tmp_path):
 
 
 async def test_a_sigkilled_daemon_leaves_no_agent_process(world, tmp_path, short_dir):
+    """F12: the runtime dies with the daemon — claude-agent-acp and the
+    ``claude`` it started for the session (which outlived it by minutes,
+    holding its MCP relay, before the guard knew of it)."""
     async with agentd(world, tmp_path, short_dir / "s.sock", kill=True) as client:
         thread_id = await new_thread(client, tmp_path / "ws")
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
         await event(client, thread_id, "message.delta")
         (session,) = (await client.call("daemon.status"))["sessions"]
         pid = session["pid"]
+        own = children_of(pid)
+        assert any(b"claude" in Path(f"/proc/{child}/cmdline").read_bytes() for child in own), "the adapter's claude"
     await wait_process_gone(pid, timeout=30)
+    for child in own:
+        await wait_process_gone(child, timeout=30)
     daemon = await start_daemon(tmp_path / "data", short_dir / "s2.sock", config=tmp_path / "config.toml")
     try:
         async with Client.connect(daemon.socket) as client:
