@@ -127,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = command_first(argv)
     if argv[:1] == ["mcp"] and (relay := mcp_relay_args(argv[1:])) is not None:
         return relay()
+    if argv[:1] not in (["mcp"], ["acp"], ["serve"]):  # the protocols' stdio, and the daemon's log, stay as they are
+        from .terminal_text import guard_terminal
+
+        guard_terminal()  # an agent's escape codes are shown, not obeyed, at a terminal
     try:
         command = next((arg for arg in argv if not arg.startswith("-")), None)
         args = build_parser(command).parse_args(argv)
