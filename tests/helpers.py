@@ -113,3 +113,21 @@ def daemon_for_module(start: Callable[..., Awaitable[Any]], *args: Any, **kwargs
     finally:
         code = trio.run(process.terminate)
         assert code == 0, f"the module's daemon exited {code}:\n{process.log_text()[-4000:]}"
+
+
+async def run_accepting(client: Client, thread_id: str, text: str, *, timeout: float = 120) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Send ``text``, accept every approval its run asks for; the ended run
+    and the requests accepted (in the order asked)."""
+    accepted: list[dict[str, Any]] = []
+    with trio.fail_after(timeout):
+        async with client.subscribe(thread_id=thread_id) as events:
+            sent = await client.call("thread.message.send", threadId=thread_id, text=text)
+            async for e in events:
+                if e["type"] == "approval.requested" and e.get("runId") == sent["runId"]:
+                    request = e["payload"]["request"]
+                    accepted.append(request)
+                    await client.call("approval.respond", requestId=request["id"], decision="accept")
+                run = e["payload"].get("run")
+                if e.get("runId") == sent["runId"] and run and run["status"] in TERMINAL:
+                    return run, accepted
+    raise AssertionError("the event stream ended first")

@@ -35,7 +35,7 @@ from agentd.actors.providers.transport import recording
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline.claude import user_texts
-from tests.helpers import send_and_wait, wait_event, wait_process_gone, wait_run_terminal
+from tests.helpers import run_accepting, send_and_wait, wait_event, wait_process_gone, wait_run_terminal
 from tests.integration.shared import connect, module_daemon, requests_in
 from tests.integration.acp_worlds import CLAUDE_ACP_VERSION, SKIP_REASON, ClaudeAcpWorld, claude_acp_available, sanitize
 from tests.providers.test_acp_replay import SCENARIOS, TRANSCRIPTS, run_replay, transcript_paths
@@ -228,24 +228,6 @@ async def test_a_sigkilled_daemon_leaves_no_agent_process(world, tmp_path, short
             assert run["status"] in ("failed", "interrupted") and run["reason"], run
     finally:
         assert await daemon.terminate() == 0
-
-
-async def run_accepting(client: Client, thread_id: str, text: str, *, timeout: float = 120) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Send ``text``, accept every approval its run asks for, and return the
-    ended run and the requests accepted."""
-    accepted: list[dict[str, Any]] = []
-    with trio.fail_after(timeout):
-        async with client.subscribe(thread_id=thread_id) as events:
-            sent = await client.call("thread.message.send", threadId=thread_id, text=text)
-            async for e in events:
-                if e["type"] == "approval.requested" and e.get("runId") == sent["runId"]:
-                    request = e["payload"]["request"]
-                    accepted.append(request)
-                    await client.call("approval.respond", requestId=request["id"], decision="accept")
-                run = e["payload"].get("run")
-                if e.get("runId") == sent["runId"] and run and run["status"] in ("completed", "failed", "interrupted", "cancelled"):
-                    return run, accepted
-    raise AssertionError("the event stream ended first")
 
 
 async def test_delegation_to_another_agent_through_agentds_tool(acp_daemon, tmp_path):

@@ -28,7 +28,6 @@ import os
 import shutil
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -38,7 +37,7 @@ from agentd.actors.providers.transport import recording
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline.codex import user_texts
-from tests.helpers import TERMINAL, script, stored_events, wait_event, wait_process_gone, wait_run_terminal
+from tests.helpers import run_accepting, script, stored_events, wait_event, wait_process_gone, wait_run_terminal
 from tests.integration.acp_worlds import CODEX_ACP, CODEX_ACP_VERSION, SKIP_REASON, CodexAcpWorld, codex_acp_available, sanitize
 from tests.providers.test_acp_replay import SCENARIOS, TRANSCRIPTS, run_replay, transcript_paths
 from tests.providers.test_claude_replay import Harness
@@ -139,23 +138,6 @@ def workspaces(codex_agentd):
 
 async def new_thread(client: Client, workspace: Path, provider: str = "codex_acp") -> str:
     return (await client.call("thread.create", provider=provider, workspace=str(workspace)))["threadId"]
-
-
-async def run_accepting(client: Client, thread_id: str, text: str, *, timeout: float = 90) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Send ``text``, accept every approval its run asks for; the ended run and the requests accepted."""
-    accepted: list[dict[str, Any]] = []
-    with trio.fail_after(timeout):
-        async with client.subscribe(thread_id=thread_id) as events:
-            sent = await client.call("thread.message.send", threadId=thread_id, text=text)
-            async for e in events:
-                if e["type"] == "approval.requested" and e.get("runId") == sent["runId"]:
-                    request = e["payload"]["request"]
-                    accepted.append(request)
-                    await client.call("approval.respond", requestId=request["id"], decision="accept")
-                run = e["payload"].get("run")
-                if e.get("runId") == sent["runId"] and run and run["status"] in TERMINAL:
-                    return run, accepted
-    raise AssertionError("the event stream ended first")
 
 
 async def assistant_texts(client: Client, thread_id: str) -> list[str]:

@@ -29,16 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline import claude as claude_world
 from scripts.offline import codex as codex_world
 from scripts.offline.world import toml_value
-from tests.helpers import TERMINAL
+from tests.helpers import run_accepting
 from tests.integration.acp_worlds import (
-    CLAUDE_ACP,
     CODEX_ACP,
     SKIP_REASON,
     ClaudeAcpWorld,
@@ -123,24 +121,6 @@ def worlds(delegation_agentd) -> Worlds:
 @pytest.fixture
 def workspaces(delegation_agentd) -> dict[str, Path]:
     return delegation_agentd[2]
-
-
-async def run_accepting(client: Client, thread_id: str, text: str, *, timeout: float = 120) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Send ``text``, accept every approval its run asks for (its delegation's);
-    the ended run and the requests accepted."""
-    accepted: list[dict[str, Any]] = []
-    with trio.fail_after(timeout):
-        async with client.subscribe(thread_id=thread_id) as events:
-            sent = await client.call("thread.message.send", threadId=thread_id, text=text)
-            async for e in events:
-                if e["type"] == "approval.requested" and e.get("runId") == sent["runId"]:
-                    request = e["payload"]["request"]
-                    accepted.append(request)
-                    await client.call("approval.respond", requestId=request["id"], decision="accept")
-                run = e["payload"].get("run")
-                if e.get("runId") == sent["runId"] and run and run["status"] in TERMINAL:
-                    return run, accepted
-    raise AssertionError("the event stream ended first")
 
 
 async def delegation(client: Client, workspace: Path, provider: str, to: str, instructions: str) -> dict[str, Any]:
