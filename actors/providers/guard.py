@@ -13,23 +13,21 @@ It kills the runtime processes only, never their process groups: what a
 runtime started (a dev server, a build) is the person's, not agentd's to end
 (F12); the next start reports such processes instead.
 
-Run as ``python -m agentd.actors.providers.guard``; the daemon side is
-``ProcessGuard``.
+The guard process is ``guard_process`` (standard library only, started with
+``python -I -S``: no trio, no site); the daemon side is ``ProcessGuard``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import select
-import signal
 import subprocess
-import sys
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 import trio
 
+from . import guard_process
 from .procinfo import process_start_ticks
 
 log = logging.getLogger(__name__)
@@ -47,7 +45,7 @@ class ProcessGuard:
         read_end, write_end = os.pipe()
         try:
             process = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "agentd.actors.providers.guard"],
+                guard_process.command(),
                 stdin=read_end, stdout=subprocess.DEVNULL, start_new_session=True,
             )
         except BaseException:
@@ -106,46 +104,3 @@ async def guarding() -> AsyncIterator[ProcessGuard]:
         _current = None
         with trio.CancelScope(shield=True):
             await guard.close()
-
-
-# -- the guard process ------------------------------------------------------------------
-
-
-def run_guard() -> None:
-    """Read ``PID START_TICKS`` lines until end of file, then kill what lives."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the daemon's
-    poller = select.poll()
-    poller.register(0, select.POLLIN)
-    pidfds: dict[int, int] = {}  # pidfd -> pid
-    pending = b""
-    while True:
-        for fd, _mask in poller.poll():
-            if fd != 0:  # a runtime exited: forget it
-                poller.unregister(fd)
-                os.close(fd)
-                pidfds.pop(fd, None)
-                continue
-            data = os.read(0, 65536)
-            if not data:
-                for pidfd in pidfds:
-                    try:
-                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                return
-            *lines, pending = (pending + data).split(b"\n")
-            for line in lines:
-                try:
-                    pid, ticks = (int(part) for part in line.split())
-                    pidfd = os.pidfd_open(pid)
-                except (ValueError, OSError):
-                    continue
-                if process_start_ticks(pid) != ticks:  # not the process the daemon meant
-                    os.close(pidfd)
-                    continue
-                pidfds[pidfd] = pid
-                poller.register(pidfd, select.POLLIN)
-
-
-if __name__ == "__main__":
-    run_guard()
