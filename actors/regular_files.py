@@ -101,3 +101,21 @@ def replace_durably(folder: str | os.PathLike[str], name: str, data: bytes) -> N
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def write_new(path: str | os.PathLike[str], data: bytes) -> None:
+    """Make ``path`` a new file (0600) holding ``data``: whatever another
+    process put at the name — a symlink, a FIFO, a hard link to a file of the
+    user's — is removed first, never written through (not synced: for files
+    only this daemon's life needs); blocking."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)

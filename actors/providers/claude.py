@@ -104,7 +104,7 @@ from .claude_stream import (
     user_line,
 )
 from ..config import ProviderConfig
-from ..regular_files import open_regular
+from ..regular_files import write_new
 from .agentd_tool import AgentdTool
 from . import extra_mcp
 from .images import ImageInput
@@ -419,14 +419,7 @@ class ClaudeConnection(ProviderConnection):
 
         def write() -> None:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            # A new file: whatever another process put at the name (a symlink, a FIFO, a
-            # hard link to a file of the user's) is removed, never written through.
-            path.unlink(missing_ok=True)
-            fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.write(fd, document)
-            finally:
-                os.close(fd)
+            write_new(path, document)
 
         await trio.to_thread.run_sync(write)
         return ["--mcp-config", str(path)]

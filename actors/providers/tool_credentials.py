@@ -32,7 +32,7 @@ from pathlib import Path
 
 import trio
 
-from ..regular_files import open_regular
+from ..regular_files import write_new
 
 #: the environment variable that names the credential file (the scripted agent's)
 CREDENTIAL_ENV = "AGENTD_TOOL_CREDENTIAL"
@@ -89,14 +89,7 @@ class ToolCredentials:
 
         def write() -> None:
             for path, data in files.items():
-                # A new file: whatever another process put at the name (a symlink, a FIFO, a
-                # hard link to a file of the user's) is removed, never written through.
-                path.unlink(missing_ok=True)
-                fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                try:
-                    os.write(fd, data)
-                finally:
-                    os.close(fd)
+                write_new(path, data)
 
         await trio.to_thread.run_sync(write)
         self._secrets[session_id] = secret
