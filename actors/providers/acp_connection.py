@@ -315,24 +315,25 @@ class AcpConnection(ProviderConnection):
         prompt.append(TextContent(text=text))
         prompt += pictures
         if not self._own_children_guarded:
-            self._guard_own_children()
+            self._own_children_guarded = True
+            # A scan of /proc (hundreds of small reads): off the event loop.
+            for child in await trio.to_thread.run_sync(self._own_children):
+                watch_spawned(child)
         self._nursery.start_soon(self._prompt, session, turn, PromptRequest(session_id=native_thread_id, prompt=prompt))
         return turn.native_turn_id
 
-    def _guard_own_children(self) -> None:
+    def _own_children(self) -> list[int]:
         """Before this process's first prompt, what it has started is its own
         machinery, never the person's (no turn has run a tool yet): e.g. the
         ``claude`` that claude-agent-acp starts at ``session/new``. The process
-        guard kills those with the adapter when the daemon dies (F12: the
-        agent's runtime dies with it); what a turn starts later (a dev server,
-        a build) is the person's and is left alone, as for every runtime. Read
-        once: a few hundred small reads of /proc."""
-        self._own_children_guarded = True
+        guard is told of those, and kills them with the adapter when the
+        daemon dies (F12: the agent's runtime dies with it); what a turn starts
+        later (a dev server, a build) is the person's and is left alone, as
+        for every runtime (blocking)."""
         pid = self._process.pid
         if pid is None or process_start_ticks(pid) is None:
-            return  # a replayed transport, or gone already
-        for child in children_of(pid):
-            watch_spawned(child)
+            return []  # a replayed transport, or gone already
+        return children_of(pid)
 
     async def _pictures(self, images: Sequence[ImageInput]) -> list[ImageContent]:
         """The turn's images as ACP image blocks, only where the agent said it
