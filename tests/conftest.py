@@ -9,6 +9,7 @@ the whole suite exercises the schema."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -203,9 +204,10 @@ def socket_path(short_dir):
     return short_dir / "agentd.sock"
 
 
-@pytest.fixture
-async def daemon(data_dir, socket_path):
-    """A real ``agentd serve`` child process; stopped with SIGTERM after the test."""
+@contextlib.asynccontextmanager
+async def _test_daemon(data_dir, socket_path):
+    """A real ``agentd serve`` child process for one test; SIGTERM after it
+    (its log's tail printed when it did not exit cleanly)."""
     proc = await start_daemon(data_dir, socket_path)
     try:
         yield proc
@@ -213,6 +215,13 @@ async def daemon(data_dir, socket_path):
         code = await proc.terminate()
         if code not in (0, -9):
             print(proc.log_text()[-4000:])
+
+
+@pytest.fixture
+async def daemon(data_dir, socket_path):
+    """A real ``agentd serve`` child process; stopped with SIGTERM after the test."""
+    async with _test_daemon(data_dir, socket_path) as proc:
+        yield proc
 
 
 @pytest.fixture
@@ -242,13 +251,8 @@ def module_daemon(module_paths):
 async def own_daemon(data_dir, socket_path):
     """A daemon of the test's own, where the module's ``daemon`` is shared:
     for a test about everything the daemon holds (every thread, every event)."""
-    proc = await start_daemon(data_dir, socket_path)
-    try:
+    async with _test_daemon(data_dir, socket_path) as proc:
         yield proc
-    finally:
-        code = await proc.terminate()
-        if code not in (0, -9):
-            print(proc.log_text()[-4000:])
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -175,8 +176,9 @@ async def _editor(daemon, tmp_path):
     return editor
 
 
-@pytest.fixture
-async def editor(daemon, tmp_path):
+@contextlib.asynccontextmanager
+async def _started_editor(daemon, tmp_path):
+    """An editor of ``daemon`` for one test; stopped after it, its stderr free of tracebacks."""
     editor = await _editor(daemon, tmp_path)
     try:
         yield editor
@@ -186,13 +188,15 @@ async def editor(daemon, tmp_path):
 
 
 @pytest.fixture
+async def editor(daemon, tmp_path):
+    async with _started_editor(daemon, tmp_path) as started:
+        yield started
+
+
+@pytest.fixture
 async def fresh_editor(own_daemon, tmp_path):
-    editor = await _editor(own_daemon, tmp_path)
-    try:
-        yield editor
-    finally:
-        await editor.stop()
-        assert "Traceback" not in editor.stderr(), editor.stderr()
+    async with _started_editor(own_daemon, tmp_path) as started:
+        yield started
 
 
 @pytest.fixture
