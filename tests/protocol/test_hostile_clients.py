@@ -16,6 +16,7 @@ import trio.testing
 
 from agentd.launch import DaemonStartError, start_daemon
 from agentd.protocol import framing
+from agentd.protocol.client import Client
 from agentd.protocol.limits import ByteBudget, ServerLimits
 from agentd.protocol.methods import Method, MethodTable
 from agentd.protocol.server import Connection, accept_loop, serve_unix
@@ -311,6 +312,11 @@ async def test_past_a_descriptor_limit_lowered_from_outside_clients_are_told_ove
     held: list[trio.SocketStream] = []
     try:
         with trio.fail_after(60):
+            async with Client.connect(daemon.socket) as settle:
+                # The daemon's own files are open first: its search index opens its SQLite files
+                # (and their WAL) in a worker thread after the start, and under load that took the
+                # few descriptors left under the limit, the reserve's too, and the test hung.
+                await settle.call("thread.search", query="settle")
             limit = open_descriptors(daemon.pid) + 3
             resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (limit, hard))
             told: list[dict] = []
