@@ -121,10 +121,17 @@ def start_fake_server(fake_server: Path, *, request_log: Path, timings_log: Path
 
 
 def _read_ndjson(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of an append-only log a fake is writing.
+
+    A line without its newline is still being written (a reader on Linux
+    can see part of a large ``write`` to a regular file), so it is left
+    for the next read rather than parsed half-way."""
     if not path.exists():
         return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    with open(path, "rb") as f:
+        data = f.read()
+    complete = data[: data.rfind(b"\n") + 1]
+    return [json.loads(line) for line in complete.decode("utf-8").splitlines() if line.strip()]
 
 
 @dataclass(kw_only=True)
