@@ -47,12 +47,16 @@ class Decision:
     """What a transition decided: commit ``batch`` (None: nothing to write),
     answer with ``reply`` (a method's result Struct, ``protocol/results.py``;
     with ``seq``, the commit's sequence number goes into it: ``with_seq``),
-    then carry out ``effects``."""
+    then carry out ``effects``. A ``lazy`` batch is bookkeeping that rides
+    with the next commit instead of a synced commit of its own (no ``seq``
+    for the reply; see ``Store.commit_lazy``): only for records a crash may
+    take back without losing what a person or an agent did."""
 
     batch: ThreadBatch | None = None
     reply: Any = None
     effects: list[Any] = field(default_factory=list)
     seq: bool = True
+    lazy: bool = False
 
 
 #: a transition: yields effects (each answered with its result), returns a Decision or a reply

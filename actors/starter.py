@@ -142,7 +142,10 @@ async def ensure_baseline(actor: StarterHandle, active: ActiveRun) -> None:
     )
     batch.put(checkpoint)
     batch.emit(f"checkpoint.{checkpoint.status}", run_id=run.id, node_id=active.root.id, checkpoint=to_wire(checkpoint))
-    await store.commit(batch)
+    # Rides with the run's start, which waits for it: what reads it (the
+    # run's end, a child's checkpoint) comes after that commit. A crash before
+    # it leaves only an unused shadow ref; the next start captures again.
+    store.commit_lazy(batch, f"the baseline checkpoint of run {run.id}")
 
 
 async def _session_beside_baseline(actor: StarterHandle, active: ActiveRun) -> tuple[str, ProviderConnection]:

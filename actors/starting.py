@@ -32,7 +32,11 @@ def on_provider_thread_ready(ctx: ThreadContext, ready: ProviderThreadReady) -> 
         lineage.provider_thread_made(batch, state, pt, native=ready.forked)
     else:
         graph.provider_thread_ready(batch, state, ready, kind="")
-    return Decision(batch)
+    # Rides with the turn's start, which follows at once (the actor knows the
+    # provider thread now, in memory): a crash before that leaves a run
+    # whose turn start is in the outbox, reconciled as interrupted, and at
+    # worst a native thread agentd never used again.
+    return Decision(batch, lazy=True)
 
 
 def on_attempt_start_failed(ctx: ThreadContext, failed: AttemptStartFailed) -> Transition:

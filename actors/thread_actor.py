@@ -445,7 +445,13 @@ class ThreadActor:
 
     async def _decide(self, decision: fx.Decision) -> Any:
         reply = decision.reply
-        if decision.batch is not None:
+        if decision.lazy and decision.batch is not None:
+            batch = decision.batch
+            assert batch.receipt is None, "a command's answer is durable before it is sent"
+            what = ", ".join(event.type for event in batch.events) or "bookkeeping"
+            turns.pending_text_first(self.ctx, batch)  # never ahead of text streamed before it
+            self.store.commit_lazy(batch, f"thread {self.thread_id}'s {what}")
+        elif decision.batch is not None:
             committed = await self.commit(decision.batch)
             if decision.seq:
                 reply = fx.with_seq(reply, committed.seq)

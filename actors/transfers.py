@@ -147,7 +147,9 @@ def _workspace_of(store: Store, thread_id: str) -> str | None:
 
 def on_context_needed(ctx: ThreadContext, item: ContextNeeded) -> Transition:
     """Resolve the attempt's start context (``lineage.resolve_start_context``)
-    and make it durable before any provider work; the ``StartPlan`` the
+    and make it durable before any provider work (a context that gives the
+    provider nothing — no handoff, transfer or inbox text — is the attempt's
+    bookkeeping only and rides with the next commit); the ``StartPlan`` the
     starter is answered with — None when the run ended instead (the actor
     answers with the error if this fails, so the starter never waits for
     nothing)."""
@@ -196,7 +198,8 @@ def on_context_needed(ctx: ThreadContext, item: ContextNeeded) -> Transition:
         context="\n\n".join(texts) if texts else None,
         mcp_servers=tuple(servers),
     )
-    return Decision(batch, plan)
+    given_nothing = resolved.kind == "none" and resolved.retire is None and merged is None and not texts
+    return Decision(batch, plan, lazy=given_nothing and not batch.events)
 
 
 def _mcp_servers(ctx: ThreadContext) -> Transition:

@@ -81,7 +81,17 @@ def on_item_completed(ctx: ThreadContext, event: ItemCompleted) -> Transition:
         # The child ended: its scope's checkpoint, committed with its end.
         assert node is not None
         yield from child_checkpoints.capture_child(ctx, _active(ctx), node, batch)
+    if event.item_type == "agent_message" and all(e.type in _MESSAGE_CLOSE for e in batch.events):
+        # An answer's close rides with the next commit (the next item's
+        # start, the run's end): a crash before it ends the message
+        # ``interrupted`` with its durable text, as for a streaming tail
+        # (seed 003), and no client saw the close before it was written.
+        return Decision(batch if batch else None, lazy=True)
     return Decision(batch if batch else None)
+
+
+#: the events of a message's close alone
+_MESSAGE_CLOSE = frozenset({"message.appended", "message.completed"})
 
 
 def on_runtime_warning(ctx: ThreadContext, event: RuntimeWarning_) -> Decision:

@@ -110,6 +110,19 @@ class Store:
         """Queue ``batch`` with no task waiting; see GroupCommitWriter.commit_soon."""
         self.writer.commit_soon(batch, done)
 
+    def commit_lazy(self, batch: WriteBatch, what: str) -> None:
+        """Queue bookkeeping ``batch`` to ride with the next commit (see
+        GroupCommitWriter.commit_lazy); a failure is logged, naming ``what``.
+
+        Raises:
+            StoreError: the store is shutting down (nothing was queued).
+        """
+        def done(_result: CommitResult | None, error: BaseException | None) -> None:
+            if error is not None:
+                log.warning("could not record %s: %s", what, error)
+
+        self.writer.commit_lazy(batch, done)
+
     @property
     def last_seq(self) -> int:
         return self.writer.last_seq

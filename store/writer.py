@@ -12,6 +12,12 @@ the receipt's) into the bytes, since seqs are given in commit order there.
 Commits made in one pass of the trio scheduler reach the thread in one
 hand-off (one queue put, one wake-up), not one per batch.
 
+A batch given to ``commit_lazy`` is bookkeeping that may wait: it is not
+handed to the thread until some other batch is (it rides in that batch's
+transaction, ahead of it) or ``LAZY_DELAY`` has passed, so the records and
+events that only say how work is going (a session is ready, the provider
+thread a turn runs on, a message's close) cost no synced commit of their own.
+
 ``inline=True`` commits on the event loop instead. It exists for tests under
 ``MockClock(autojump_threshold=0)``: there a wait on a worker thread looks like
 idleness and would let virtual time jump past timeouts.
@@ -107,6 +113,12 @@ def _event_seq_offset() -> int:
 
 _EVENT_SEQ_AT = _event_seq_offset()
 
+#: the longest a ``commit_lazy`` batch waits for another commit to ride with
+#: (seconds): long enough for a provider's next step (a turn starting after
+#: its thread, a run's end after its message) to come, short enough that a
+#: client sees the events soon whatever follows
+LAZY_DELAY = 0.5
+
 #: called on the loop when a batch is durable: (result, None) or (None, error)
 Done = Callable[["CommitResult | None", "BaseException | None"], None]
 
@@ -181,6 +193,10 @@ class GroupCommitWriter:
         self._outbox: list[_Pending] = []
         self._handoff_task: trio.lowlevel.Task | None = None
         self._handoff_parked = False
+        #: ``commit_lazy`` batches waiting for another commit (or LAZY_DELAY)
+        self._lazy: list[_Pending] = []
+        self._lazy_deadline: float | None = None
+        self._lazy_armed = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -203,10 +219,16 @@ class GroupCommitWriter:
             self._thread.start()
         task_status.started()
         try:
-            await self._hand_off_loop()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._lazy_timer)
+                await self._hand_off_loop()
         finally:
             self._closed = True
             self._handoff_parked = False
+            # What waits is written before the writer stops (it is newer
+            # than anything in the outbox: every submit takes it along).
+            self._outbox.extend(self._lazy)
+            self._lazy.clear()
             if self._thread is not None:
                 if self._outbox:
                     self._queue.put(self._outbox)
@@ -253,6 +275,49 @@ class GroupCommitWriter:
         else:
             self._submit(pending)
 
+    def commit_lazy(self, batch: WriteBatch, done: Done) -> None:
+        """Make ``batch`` durable with the next batch anyone commits, and
+        ``LAZY_DELAY`` from now at the latest, without a synced commit of
+        its own: for records a crash may take back without losing anything a
+        person or an agent did (the caller says why in its own words). Its
+        events are published when it is written, in ``seq`` order with the
+        rest; ``done`` is called then (or with the StoreError). Synchronous.
+
+        Raises:
+            StoreError: the store is shutting down (nothing was queued).
+        """
+        if self._closed:
+            raise StoreError("the store is shutting down; nothing was written")
+        pending = self._prepare(batch)
+        pending.done = done
+        if self._inline:
+            self._deliver([pending], self._apply_group([pending]))
+            return
+        self._lazy.append(pending)
+        if self._lazy_deadline is None:
+            self._lazy_deadline = trio.current_time() + LAZY_DELAY
+            self._lazy_armed.set()
+
+    async def _lazy_timer(self) -> None:
+        """Hand the lazy batches over once their LAZY_DELAY is up (when no
+        other commit took them along before)."""
+        while True:
+            deadline = self._lazy_deadline
+            if deadline is None:
+                self._lazy_armed = trio.Event()
+                await self._lazy_armed.wait()
+                continue
+            await trio.sleep_until(deadline)
+            if self._lazy_deadline is not None and trio.current_time() >= self._lazy_deadline:
+                self._release_lazy()
+                self._wake_hand_off()
+
+    def _release_lazy(self) -> None:
+        if self._lazy:
+            self._outbox.extend(self._lazy)
+            self._lazy.clear()
+        self._lazy_deadline = None
+
     def _prepare(self, batch: WriteBatch) -> _Pending:
         try:
             return _Pending(batch, self._dbs)
@@ -260,7 +325,12 @@ class GroupCommitWriter:
             raise StoreError(f"cannot write this batch: {exc!r}; nothing of it was written") from exc
 
     def _submit(self, pending: _Pending) -> None:
+        if self._lazy:
+            self._release_lazy()  # what waited rides ahead, in this transaction
         self._outbox.append(pending)
+        self._wake_hand_off()
+
+    def _wake_hand_off(self) -> None:
         if self._handoff_parked and self._handoff_task is not None:
             # Runs after every task of this scheduler pass: one hand-off for all.
             self._handoff_parked = False

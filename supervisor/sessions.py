@@ -358,7 +358,12 @@ class ProviderSessionManager(SessionHost):
                         process_start_ticks=process_start_ticks(pid) if pid else None,
                         last_active_at=self.now(),
                     )
-                    await self._save(live.record, "session.ready")
+                    # Bookkeeping that rides with the next commit (the
+                    # attempt's turn starting, just after): the pid is for
+                    # orphan cleanup after a crash, and a runtime a crash
+                    # leaves before it is written is the process guard's,
+                    # which kills it with the daemon.
+                    self._save_lazy(live.record, "session.ready")
                     started = True
                     self._touch()
                     task_status.started(conn)
@@ -436,6 +441,12 @@ class ProviderSessionManager(SessionHost):
         batch.put(record)
         batch.event(event_type, thread_id=record.thread_id, at=self.now(), session=to_wire(record), **payload)
         await self.store.commit(batch)
+
+    def _save_lazy(self, record: ProviderSession, event_type: str) -> None:
+        batch = WriteBatch()
+        batch.put(record)
+        batch.event(event_type, thread_id=record.thread_id, at=self.now(), session=to_wire(record))
+        self.store.commit_lazy(batch, f"{event_type} of session {record.id}")
 
     def runtime_processes(self) -> list[tuple[str, int, int]]:
         """``(session id, pid, start ticks)`` of every live runtime process:

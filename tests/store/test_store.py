@@ -310,3 +310,95 @@ async def test_a_delta_no_one_subscribes_to_is_not_even_built():
     hub.publish_ephemeral("message.delta", thread_id="thr_1", text="a")
     assert not sub._buffer
     sub.close()
+
+
+# -- lazy batches: bookkeeping that rides with the next commit (issue 24 §3) ------------
+
+
+def _recorder():
+    done = []
+
+    def record(result, error):
+        done.append((trio.current_time(), result, error))
+
+    return done, record
+
+
+async def test_a_lazy_batch_rides_in_the_next_commit_ahead_of_it(store, nursery):
+    """A lazy batch costs no synced transaction of its own: the next batch
+    anyone commits takes it along, ahead of itself (its events first)."""
+    await nursery.start(store.writer.serve)
+    done, record = _recorder()
+    store.writer.commit_lazy(thread_batch(1), record)
+    store.writer.commit_lazy(thread_batch(2), record)
+    await trio.testing.wait_all_tasks_blocked()
+    assert store.writer.transactions == 0 and store.thread(f"thr_{1:022d}") is None
+    result = await store.commit(thread_batch(3))
+    assert store.writer.transactions == 1 and store.writer.batches_committed == 3
+    assert [r.events[0].seq for _at, r, _e in done] == [1, 2] and result.events[0].seq == 3
+    assert all(error is None for *_, error in done)
+    assert store.thread(f"thr_{1:022d}") is not None
+
+
+async def test_a_lazy_batch_alone_is_written_after_the_delay_and_not_before(tmp_path, autojump_clock):
+    """With nothing else to ride with, a lazy batch is written LAZY_DELAY
+    after it was queued (virtual time), in a transaction of its own."""
+    hub = EventHub()
+    store = Store(tmp_path / "store", on_commit=hub.publish, map_size=1 << 28)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.writer.serve)
+            written = trio.Event()
+            done = []
+
+            def record(result, error):
+                done.append((trio.current_time(), result, error))
+                written.set()
+
+            queued = trio.current_time()
+            store.writer.commit_lazy(thread_batch(1), record)
+            await written.wait()
+            (at, result, error), = done
+            assert error is None and result.events[0].type == "thread.created"
+            assert at - queued >= writer_module.LAZY_DELAY
+            assert store.writer.transactions == 1
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+async def test_lazy_batches_are_written_when_the_writer_stops(tmp_path):
+    """A daemon that stops writes what waited (it is not dropped)."""
+    path = tmp_path / "store"
+    store = Store(path, on_commit=lambda events: None, map_size=1 << 28)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.writer.serve)
+        store.writer.commit_lazy(thread_batch(7), lambda result, error: None)
+        nursery.cancel_scope.cancel()
+    with pytest.raises(StoreError, match="shutting down"):
+        store.writer.commit_lazy(thread_batch(8), lambda result, error: None)
+    store.close()
+    reopened = Store(path, on_commit=lambda events: None, map_size=1 << 28)
+    try:
+        assert reopened.thread(f"thr_{7:022d}") is not None
+    finally:
+        reopened.close()
+
+
+async def test_a_lazy_batch_that_cannot_be_written_is_reported_to_its_caller(store, nursery):
+    """A lazy batch that fails (here: the disk) fails alone, and says so."""
+    await nursery.start(store.writer.serve)
+    done, record = _recorder()
+    original = store.writer._write
+
+    def refuse_thread_1(group):
+        if any(p.batch.events and p.batch.events[0].payload.get("n") == 1 for p in group):
+            raise lmdb.DiskError("no space left")
+        return original(group)
+
+    store.writer._write = refuse_thread_1
+    store.writer.commit_lazy(thread_batch(1), record)
+    result = await store.commit(thread_batch(2))
+    assert result.events[0].type == "thread.created"
+    (_at, failed, error), = done
+    assert failed is None and isinstance(error, StoreError)
