@@ -18,6 +18,13 @@ Documents (``search_docs.py``): a thread's title, its user messages and its
 answers (assistant messages, once complete or interrupted), and its
 handoffs' text. One row per document, keyed by ``ref`` (the message's,
 handoff's or ``title:<thread>``), so indexing one again replaces it.
+
+The text is written once more here, not twice: ``docs`` keeps each body
+zlib-compressed (for the snippet, and for FTS5's ``delete``, which needs the
+words it indexed), and the FTS5 table is contentless (``content=''``), so
+it holds only its index. With the body in both (schema 1) a 100 KiB answer
+cost the file ~1.9× its size in the WAL and ~1.6× again when SQLite moved
+the WAL into the file (issue 24 §3).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import logging
 import sqlite3
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +46,8 @@ from .search_snippet import query_terms, snippet
 
 log = logging.getLogger(__name__)
 
-#: bumped when the tables change: an index of another version is rebuilt
-SCHEMA_VERSION = "1"
+#: bumped when the tables change: an index of another version is made anew
+SCHEMA_VERSION = "2"
 #: rows written per transaction while rebuilding
 REBUILD_CHUNK = 5_000
 #: seconds a search may spend ranking every match before it ranks only the newest ones
@@ -54,23 +62,32 @@ CREATE TABLE IF NOT EXISTS docs (
     run_id TEXT,
     message_id TEXT,
     kind TEXT NOT NULL,
-    body TEXT NOT NULL
+    body BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS docs_thread ON docs (thread_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-    body, content='docs', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+    body, content='', tokenize='unicode61 remove_diacritics 2'
 );
-CREATE TRIGGER IF NOT EXISTS docs_ai AFTER INSERT ON docs BEGIN
-    INSERT INTO fts (rowid, body) VALUES (new.id, new.body);
-END;
-CREATE TRIGGER IF NOT EXISTS docs_ad AFTER DELETE ON docs BEGIN
-    INSERT INTO fts (fts, rowid, body) VALUES ('delete', old.id, old.body);
-END;
 """
+
+#: zlib's level for a body: 1 takes ~a third of 6's CPU for a few % more bytes
+_BODY_LEVEL = 1
+
+
+def _pack(text: str) -> bytes:
+    return zlib.compress(text.encode("utf-8"), _BODY_LEVEL)
+
+
+def _unpack(body: bytes) -> str:
+    return zlib.decompress(body).decode("utf-8")
 
 #: the events that change what is indexed
 INDEXED_EVENTS = frozenset({"thread.created", "thread.updated", "message.created", "message.completed",
                             "context_handoff.created", "thread.deleted"})
+
+
+class _OtherSchema(sqlite3.DatabaseError):
+    """The file's tables are another version's: it is made anew."""
 
 
 class SearchSyntaxError(ValueError):
@@ -175,9 +192,13 @@ class SearchIndex:
         try:
             index = cls(path)
             with index._write_lock:
-                index._writer.executescript(_SCHEMA)
+                index._writer.executescript("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);")
                 version = index._meta("schema")
-                if version is None or version != SCHEMA_VERSION:
+                if version is not None and version != SCHEMA_VERSION:
+                    # Tables of another shape: the file is made anew, then rebuilt.
+                    raise _OtherSchema(f"its tables are of schema {version}, this agentd's are {SCHEMA_VERSION}")
+                index._writer.executescript(_SCHEMA)
+                if version is None:
                     return index, True
                 index._writer.execute("SELECT count(*) FROM fts WHERE fts MATCH 'agentd'").fetchone()
             return index, False
@@ -187,7 +208,8 @@ class SearchIndex:
                 if index is not None:
                     index.close()
                 raise
-            log.warning("search index %s is unreadable (%s); building it again", path, exc)
+            log.warning("search index %s is %s (%s); building it again", path,
+                        "of another version" if isinstance(exc, _OtherSchema) else "unreadable", exc)
             if index is not None:
                 index.close()
             for suffix in ("", "-wal", "-shm"):
@@ -238,12 +260,23 @@ class SearchIndex:
     def _put(self, docs: Iterable[Doc]) -> None:
         execute = self._writer.execute
         for doc in docs:
-            execute("DELETE FROM docs WHERE ref = ?", (doc.ref,))
-            execute("INSERT INTO docs (ref, thread_id, run_id, message_id, kind, body) VALUES (?, ?, ?, ?, ?, ?)",
-                    (doc.ref, doc.thread_id, doc.run_id, doc.message_id, doc.kind, doc.body))
+            for row in execute("SELECT id, body FROM docs WHERE ref = ?", (doc.ref,)).fetchall():
+                self._unindex(row)
+            cursor = execute(
+                "INSERT INTO docs (ref, thread_id, run_id, message_id, kind, body) VALUES (?, ?, ?, ?, ?, ?)",
+                (doc.ref, doc.thread_id, doc.run_id, doc.message_id, doc.kind, _pack(doc.body)))
+            execute("INSERT INTO fts (rowid, body) VALUES (?, ?)", (cursor.lastrowid, doc.body))
+
+    def _unindex(self, row: tuple[int, bytes]) -> None:
+        """Take one document out (a contentless FTS5 table is told the words
+        it indexed, from the kept body)."""
+        rowid, body = row
+        self._writer.execute("INSERT INTO fts (fts, rowid, body) VALUES ('delete', ?, ?)", (rowid, _unpack(body)))
+        self._writer.execute("DELETE FROM docs WHERE id = ?", (rowid,))
 
     def _drop_thread(self, thread_id: str) -> None:
-        self._writer.execute("DELETE FROM docs WHERE thread_id = ?", (thread_id,))
+        for row in self._writer.execute("SELECT id, body FROM docs WHERE thread_id = ?", (thread_id,)).fetchall():
+            self._unindex(row)
 
     def rebuild(self, store: Store) -> int:
         """Index every thread of ``store`` from scratch; the number of documents."""
@@ -388,7 +421,8 @@ class SearchIndex:
         for rowid, score in scored:
             if rowid in docs:
                 thread_id, run_id, message_id, kind, body = docs[rowid]
-                hits.append(Hit(thread_id, run_id, message_id, kind, snippet(body, terms), round(-float(score), 6)))
+                hits.append(Hit(thread_id, run_id, message_id, kind, snippet(_unpack(body), terms),
+                                round(-float(score), 6)))
         return hits
 
     def count(self) -> int:
