@@ -436,17 +436,17 @@ class ProviderSessionManager(SessionHost):
             for thread_id in list(self._live):
                 nursery.start_soon(self.stop_session, thread_id, reason)
 
-    async def _save(self, record: ProviderSession, event_type: str, **payload: Any) -> None:
+    def _batch(self, record: ProviderSession, event_type: str, **payload: Any) -> WriteBatch:
         batch = WriteBatch()
         batch.put(record)
         batch.event(event_type, thread_id=record.thread_id, at=self.now(), session=to_wire(record), **payload)
-        await self.store.commit(batch)
+        return batch
+
+    async def _save(self, record: ProviderSession, event_type: str, **payload: Any) -> None:
+        await self.store.commit(self._batch(record, event_type, **payload))
 
     def _save_lazy(self, record: ProviderSession, event_type: str) -> None:
-        batch = WriteBatch()
-        batch.put(record)
-        batch.event(event_type, thread_id=record.thread_id, at=self.now(), session=to_wire(record))
-        self.store.commit_lazy(batch, f"{event_type} of session {record.id}")
+        self.store.commit_lazy(self._batch(record, event_type), f"{event_type} of session {record.id}")
 
     def runtime_processes(self) -> list[tuple[str, int, int]]:
         """``(session id, pid, start ticks)`` of every live runtime process:
