@@ -16,7 +16,7 @@ import pytest
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError
-from tests.helpers import script, send_and_wait, stored_events, wait_run_terminal
+from tests.helpers import daemon_for_module, script, send_and_wait, stored_events, wait_run_terminal
 
 CONFIG = """
 [providers.old]
@@ -25,16 +25,21 @@ args = ["--history-mode", "legacy"]
 """
 
 
-@pytest.fixture
-async def client(tmp_path: Path, short_dir: Path):
-    config = tmp_path / "config.toml"
+@pytest.fixture(scope="module")
+def shared_daemon(module_paths):
+    """One daemon for the module (issue 28 item 13): each test works on
+    threads of its own."""
+    data_dir, socket = module_paths
+    config = data_dir.parent / "config.toml"
     config.write_text(CONFIG)
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
-    try:
-        async with Client.connect(daemon.socket) as c:
-            yield c
-    finally:
-        assert await daemon.terminate() == 0, daemon.log_text()[-4000:]
+    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+        yield daemon
+
+
+@pytest.fixture
+async def client(shared_daemon):
+    async with Client.connect(shared_daemon.socket) as c:
+        yield c
 
 
 async def _thread_with_two_runs(client: Client, provider: str, tmp_path: Path) -> tuple[str, list[dict]]:

@@ -31,6 +31,14 @@ GIVEN = [f"mcp value files env TOKEN sha256={hashlib.sha256(SECRET.encode()).hex
          f"mcp value web header Authorization sha256={hashlib.sha256(f'Bearer {SECRET}'.encode()).hexdigest()}"]
 
 
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (issue 28 item 13) for the tests of one thread's
+    servers; a test about every secrets file, the whole store or the
+    daemon's secrets folder takes a daemon of its own (``own_client``)."""
+    return module_daemon
+
+
 def secrets_file(data_dir, thread_id):
     return data_dir / "mcp-secrets" / f"{thread_id}.json"
 
@@ -54,12 +62,13 @@ def assert_names_only(thread) -> None:
     assert SECRET not in json.dumps(thread)
 
 
-async def test_the_values_are_in_no_record_event_or_store_file_but_reach_the_provider(client, daemon, data_dir):
+async def test_the_values_are_in_no_record_event_or_store_file_but_reach_the_provider(own_client, own_daemon, data_dir):
+    client = own_client  # every event, the whole store file and every secrets file: a daemon of its own
     thread_id = (await client.call("thread.create"))["threadId"]
     # Every event as a subscriber gets it live (ephemeral ones too), on a connection of its own.
     live: list[str] = []
     async with trio.open_nursery() as nursery:
-        await nursery.start(follow, daemon.socket, thread_id, live)
+        await nursery.start(follow, own_daemon.socket, thread_id, live)
         await _use_the_servers(client, data_dir, thread_id)
     assert any('"envNames": ["TOKEN"]' in line for line in live), "the servers' updates were followed"
     assert [line for line in live if SECRET in line] == [], "no event a subscriber got holds a value"
@@ -107,7 +116,8 @@ async def _use_the_servers(client, data_dir, thread_id):
     assert not path.exists()
 
 
-async def test_thread_create_takes_the_servers_and_thread_delete_removes_their_secrets(client, data_dir):
+async def test_thread_create_takes_the_servers_and_thread_delete_removes_their_secrets(client, daemon):
+    data_dir = daemon.data_dir
     created = await client.call("thread.create", mcpServers=[*SERVERS, {"type": "stdio", "name": "agentd",
                                                                          "command": "/bin/true"}])
     thread_id = created["threadId"]
@@ -125,7 +135,8 @@ async def test_thread_create_takes_the_servers_and_thread_delete_removes_their_s
     assert not secrets_file(data_dir, thread_id).exists()
 
 
-async def test_a_fork_inherits_the_servers_and_a_copy_of_their_secrets(client, data_dir):
+async def test_a_fork_inherits_the_servers_and_a_copy_of_their_secrets(client, daemon):
+    data_dir = daemon.data_dir
     source = (await client.call("thread.create"))["threadId"]
     await client.call("thread.update", threadId=source, mcpServers=SERVERS)
     assert (await send_and_wait(client, source, "first"))["status"] == "completed"
@@ -138,7 +149,8 @@ async def test_a_fork_inherits_the_servers_and_a_copy_of_their_secrets(client, d
     assert await values_seen(client, fork) == GIVEN
 
 
-async def test_a_symlinked_secrets_folder_is_refused_and_the_thread_stays_usable(client, data_dir, tmp_path):
+async def test_a_symlinked_secrets_folder_is_refused_and_the_thread_stays_usable(own_client, data_dir, tmp_path):
+    client = own_client  # its secrets folder replaced, every thread listed: a daemon of its own
     thread_id = (await client.call("thread.create"))["threadId"]
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -155,14 +167,16 @@ async def test_a_symlinked_secrets_folder_is_refused_and_the_thread_stays_usable
     assert (await send_and_wait(client, thread_id, "still here"))["status"] == "completed"
 
 
-async def test_a_missing_secrets_file_fails_the_run_naming_the_server(client, daemon, data_dir):
+async def test_a_missing_secrets_file_fails_the_run_naming_the_server(client, daemon):
+    data_dir = daemon.data_dir
     thread_id = (await client.call("thread.create"))["threadId"]
     await client.call("thread.update", threadId=thread_id, mcpServers=SERVERS)
     secrets_file(data_dir, thread_id).unlink()
+    logged_before = len(daemon.log_text())  # the module's daemon: what it logs from here on
     run = await send_and_wait(client, thread_id, "hello")
     assert run["status"] == "failed" and run["reason"].startswith("context_failed: the MCP server 'files'"), run
     assert "TOKEN" in run["reason"]
-    assert "Traceback" not in daemon.log_text(), "a refusal, said in one line"
+    assert "Traceback" not in daemon.log_text()[logged_before:], "a refusal, said in one line"
     # Given again, the thread works.
     await client.call("thread.update", threadId=thread_id, mcpServers=SERVERS)
     assert await values_seen(client, thread_id) == GIVEN

@@ -30,13 +30,14 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
-from tests.helpers import script, send_and_wait
+from tests.helpers import daemon_for_module, script, send_and_wait
 from tests.actors.checkpoints.test_checkpoints_daemon import files_of
 
 CONFIG = """
@@ -163,43 +164,47 @@ async def check_graph(client: Client, model: Model) -> None:
         assert model.expected == model.baseline
 
 
-async def scenario(provider: str, sequence: list, root: Path) -> None:
-    config = root / "config.toml"
+@pytest.fixture(scope="module")
+def shared_daemon(module_paths):
+    """One daemon for every example (issue 28 item 13): each example works
+    on a thread and a workspace of its own, and reads only those."""
+    data_dir, socket = module_paths
+    config = data_dir.parent / "config.toml"
     config.write_text(CONFIG)
+    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+        yield daemon
+
+
+async def scenario(socket: Path, provider: str, sequence: list, root: Path) -> None:
     ws = root / "ws"
     ws.mkdir()
     (ws / "a.txt").write_text("before any run\n")
-    daemon = await start_daemon(root / "data", root / "s.sock", config=config)
-    try:
-        async with Client.connect(daemon.socket) as client:
-            thread_id = (await client.call("thread.create", workspace=str(ws), provider=provider))["threadId"]
-            baseline = files_of(ws)
-            model = Model(thread_id=thread_id, ws=ws, expected=baseline, baseline=baseline)
-            for op in sequence:
-                await apply(client, model, op)
-            # The agent's memory: kept runs' words in its history, rolled-back ones nowhere.
-            words = [model.words[o] for o in sorted(model.words)]
-            run = await send_and_wait(client, thread_id, script({"recall": words}))
-            messages = (await client.call("thread.get", threadId=thread_id))["messages"]
-            answer = next(m["text"] for m in reversed(messages) if m["role"] == "assistant" and m["runId"] == run["id"])
-            seen = dict(pair.split("=") for pair in answer[len("recall: "):].split())
-            for ordinal, word in model.words.items():
-                if ordinal in model.rolled_back:
-                    assert seen[word] == "absent", (ordinal, seen)
-                else:
-                    assert seen[word] in ("native", "context"), (ordinal, seen)
-    finally:
-        code = await daemon.terminate()
-    assert code == 0, daemon.log_text()[-4000:]
+    async with Client.connect(socket) as client:
+        thread_id = (await client.call("thread.create", workspace=str(ws), provider=provider))["threadId"]
+        baseline = files_of(ws)
+        model = Model(thread_id=thread_id, ws=ws, expected=baseline, baseline=baseline)
+        for op in sequence:
+            await apply(client, model, op)
+        # The agent's memory: kept runs' words in its history, rolled-back ones nowhere.
+        words = [model.words[o] for o in sorted(model.words)]
+        run = await send_and_wait(client, thread_id, script({"recall": words}))
+        messages = (await client.call("thread.get", threadId=thread_id))["messages"]
+        answer = next(m["text"] for m in reversed(messages) if m["role"] == "assistant" and m["runId"] == run["id"])
+        seen = dict(pair.split("=") for pair in answer[len("recall: "):].split())
+        for ordinal, word in model.words.items():
+            if ordinal in model.rolled_back:
+                assert seen[word] == "absent", (ordinal, seen)
+            else:
+                assert seen[word] in ("native", "context"), (ordinal, seen)
 
 
 @settings(max_examples=EXAMPLES, deadline=None, print_blob=True, derandomize=os.environ.get("AGENTD_ROLLBACK_RANDOM") is None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(sequences)
-def test_workspace_and_memory_always_match_what_the_graph_says_is_current(case):
+def test_workspace_and_memory_always_match_what_the_graph_says_is_current(shared_daemon, case):
     provider, sequence = case
     root = Path(tempfile.mkdtemp(prefix="ad-rb-"))
     try:
-        trio.run(scenario, provider, sequence, root)
+        trio.run(scenario, shared_daemon.socket, provider, sequence, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)

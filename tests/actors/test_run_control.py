@@ -1,8 +1,10 @@
 """Run control over the socket, native and fallback (SPEC F3, F10, F15, F16, F17).
 
-One daemon per test with three scripted provider instances: ``scripted``
-(every capability), ``nosteer`` (no native steer: the restart fallback) and
-``basic`` (no steer, interrupt, structured questions or empty threads).
+One daemon per module (issue 28 item 13: each test works in threads of its
+own and reads only their sessions and events) with the scripted provider
+instances ``scripted`` (every capability), ``nosteer`` (no native steer: the
+restart fallback), ``basic`` (no steer, interrupt, structured questions or
+empty threads) and ``gone`` (a Codex whose binary is missing: unusable).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 
 from agentd.protocol.client import Client
 from agentd.launch import start_daemon
-from tests.helpers import script, stored_events, wait_event, wait_run_terminal
+from tests.helpers import daemon_for_module, script, stored_events, wait_event, wait_run_terminal
 
 CONFIG = """
 [daemon]
@@ -27,22 +29,33 @@ capabilities = { steer = false }
 [providers.basic]
 kind = "scripted"
 capabilities = { steer = false, nativeFork = false, interrupt = false, rollback = false, structuredQuestions = false, emptyThreads = false }
+
+[providers.gone]
+kind = "codex"
+binary = "/nonexistent/codex"
 """
 
 HANG_TOOL = script({"tool": {"name": "long job", "hang": True}})
 
 
-@pytest.fixture
-async def rc(tmp_path, short_dir):
-    config = tmp_path / "config.toml"
+@pytest.fixture(scope="module")
+def shared_daemon(module_paths):
+    data_dir, socket = module_paths
+    config = data_dir.parent / "config.toml"
     config.write_text(CONFIG)
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
-    try:
-        async with Client.connect(daemon.socket) as client:
-            yield client
-    finally:
-        code = await daemon.terminate()
-        assert code == 0, daemon.log_text()[-3000:]
+    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+        yield daemon
+
+
+@pytest.fixture
+async def rc(shared_daemon):
+    async with Client.connect(shared_daemon.socket) as client:
+        yield client
+
+
+async def session_of(client: Client, thread_id: str) -> dict:
+    """The live session of ``thread_id`` (the module's daemon runs other tests' too)."""
+    return next(s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == thread_id)
 
 
 async def new_thread(client: Client, provider: str = "scripted", **params) -> str:
@@ -189,7 +202,7 @@ async def test_interrupt_ends_the_run_only_when_the_provider_says_so(rc):
     with pytest.raises(Exception) as info:
         await rc.call("run.interrupt", runId=sent["runId"])
     assert info.value.kind == "invalid_state"
-    session = (await rc.call("daemon.status"))["sessions"][0]
+    session = await session_of(rc, thread_id)
     assert session["status"] == "ready", "a native interrupt keeps the runtime"
 
 
@@ -230,7 +243,7 @@ async def test_stop_holds_the_queue_and_stops_delegated_children_depth_first(rc)
     async with rc.subscribe() as events:
         target = (await rc.call("daemon.status"))["lastSeq"]
         async for event in events:
-            if event["type"] == "run.interrupt_requested":
+            if event["type"] == "run.interrupt_requested" and event["threadId"] in runs:
                 order.append(event["threadId"])
             if event["seq"] >= target:
                 break
@@ -313,7 +326,7 @@ async def test_an_approval_whose_session_died_is_not_resumable(rc):
     sent = await rc.call("thread.message.send", threadId=thread_id,
                          text=script({"tool": {"name": "t", "seconds": 0}}, {"approval": {"kind": "command", "command": "x"}}))
     request = (await started(rc, thread_id, "approval.requested"))["payload"]["request"]
-    pid = (await rc.call("daemon.status"))["sessions"][0]["pid"]
+    pid = (await session_of(rc, thread_id))["pid"]
     os.kill(pid, signal.SIGKILL)
     run = await wait_run_terminal(rc, thread_id, sent["runId"])
     assert run["status"] == "failed"
@@ -496,26 +509,19 @@ async def test_only_the_latest_ended_run_that_failed_or_was_interrupted_is_retri
     await wait_run_terminal(rc, thread_id, busy["runId"])
 
 
-async def test_a_switch_to_a_provider_that_cannot_run_here_is_refused_up_front(tmp_path, short_dir):
+async def test_a_switch_to_a_provider_that_cannot_run_here_is_refused_up_front(rc):
     """Issue 28 item 2: ``thread.message.send {provider}`` naming an instance
-    that ``providers.list`` reports unusable is ``invalid_params`` with its
-    why; nothing is stored and the thread stays on its provider."""
-    config = tmp_path / "config.toml"
-    config.write_text('[providers.gone]\nkind = "codex"\nbinary = "/nonexistent/codex"\n')
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
-    try:
-        async with Client.connect(daemon.socket) as client:
-            listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
-            assert listed["gone"]["usable"] is False
-            thread_id = await new_thread(client)
-            with pytest.raises(Exception) as refused:
-                await client.call("thread.message.send", threadId=thread_id, text="hi", provider="gone")
-            assert refused.value.kind == "invalid_params" and refused.value.data["field"] == "provider"
-            assert "cannot be used here" in str(refused.value) and listed["gone"]["why"] in str(refused.value)
-            got = await client.call("thread.get", threadId=thread_id)
-            assert got["runs"] == [] and got["thread"]["provider"] == "scripted"
-    finally:
-        assert await daemon.terminate() == 0
+    that ``providers.list`` reports unusable (``gone``) is ``invalid_params``
+    with its why; nothing is stored and the thread stays on its provider."""
+    listed = {p["name"]: p for p in (await rc.call("providers.list"))["providers"]}
+    assert listed["gone"]["usable"] is False
+    thread_id = await new_thread(rc)
+    with pytest.raises(Exception) as refused:
+        await rc.call("thread.message.send", threadId=thread_id, text="hi", provider="gone")
+    assert refused.value.kind == "invalid_params" and refused.value.data["field"] == "provider"
+    assert "cannot be used here" in str(refused.value) and listed["gone"]["why"] in str(refused.value)
+    got = await rc.call("thread.get", threadId=thread_id)
+    assert got["runs"] == [] and got["thread"]["provider"] == "scripted"
 
 
 async def test_a_queued_runs_root_node_is_titled_with_the_run_it_became(rc):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import script, send_and_wait, wait_event, wait_run_terminal
-from tests.actors.test_run_control import new_thread, rc  # noqa: F401 - the daemon fixture
+from tests.actors.test_run_control import new_thread, rc, shared_daemon  # noqa: F401 - the daemon fixtures (one daemon for the module)
 
 
 @pytest.mark.parametrize(("phase", "strategy"), [

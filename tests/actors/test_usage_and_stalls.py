@@ -14,7 +14,7 @@ import pytest
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from tests.cli_helpers import run as agentd
-from tests.helpers import script, stored_events, wait_event, wait_run_terminal
+from tests.helpers import daemon_for_module, script, stored_events, wait_event, wait_run_terminal
 
 CONFIG = """
 [daemon]
@@ -27,16 +27,21 @@ cached_input = 0.5
 """
 
 
-@pytest.fixture
-async def priced(tmp_path, short_dir):
-    config = tmp_path / "config.toml"
+@pytest.fixture(scope="module")
+def shared_daemon(module_paths):
+    """One daemon for the module (issue 28 item 13): each test reads the usage,
+    stalls and rows of threads of its own."""
+    data_dir, socket = module_paths
+    config = data_dir.parent / "config.toml"
     config.write_text(CONFIG)
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
-    try:
-        async with Client.connect(daemon.socket) as connected:
-            yield daemon, connected
-    finally:
-        assert await daemon.terminate() == 0, daemon.log_text()[-3000:]
+    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+        yield daemon
+
+
+@pytest.fixture
+async def priced(shared_daemon):
+    async with Client.connect(shared_daemon.socket) as connected:
+        yield shared_daemon, connected
 
 
 @pytest.fixture

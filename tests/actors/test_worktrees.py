@@ -18,7 +18,19 @@ import pytest
 
 
 @pytest.fixture
-async def repo_client(tmp_path, short_dir):
+async def repo_client(module_daemon, tmp_path):
+    """A client of the module's daemon (issue 28 item 13), a git repository
+    of the test's own and the daemon's data dir: each test's threads work in
+    its own repository and their worktrees are named by their thread."""
+    repo = make_repo(tmp_path / "repo")
+    async with Client.connect(module_daemon.socket) as c:
+        yield c, repo, module_daemon.data_dir
+
+
+@pytest.fixture
+async def own_repo_client(tmp_path, short_dir):
+    """``repo_client`` with a daemon of the test's own, for a test that
+    changes the daemon's data dir (its worktrees folder)."""
     repo = make_repo(tmp_path / "repo")
     daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock")
     try:
@@ -172,14 +184,14 @@ async def test_a_fork_of_a_subfolder_workspace_with_no_run_yet_carries_its_files
     assert (sub.parent / "a.txt").read_text() == "a1\n", "outside the workspace: the commit's files"
 
 
-async def test_a_worktree_git_cannot_make_fails_the_run_with_why_and_the_fork_stays_usable(repo_client):
+async def test_a_worktree_git_cannot_make_fails_the_run_with_why_and_the_fork_stays_usable(own_repo_client):
     """Issue 27: ``git worktree add`` refused — here the data dir's
     ``worktrees`` folder cannot be made (a file is in its way) — fails the
     fork's run with reason ``workspace_failed: …`` naming the path and git's
     own words; nothing of the user's changes but the fork's branch, the fork
     is idle and readable, and once the cause is gone its next message makes
     the worktree and runs."""
-    client, repo, data = repo_client
+    client, repo, data = own_repo_client  # its worktrees folder is blocked: a daemon of its own
     source = (await client.call("thread.create", title="main", workspace=str(repo)))["threadId"]
     assert (await send_and_wait(client, source, write("agent.txt", "source\n")))["status"] == "completed"
     user_git = fingerprint(repo)

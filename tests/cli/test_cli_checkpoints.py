@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from agentd.checkpoint_cmds import colour_patch
 from agentd.protocol.client import Client
 from tests.helpers import script, send_and_wait
 from tests.cli.test_cli import run
+
+
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (issue 28 item 13): each test's thread works in a
+    folder of its own."""
+    return module_daemon
 
 
 async def test_checkpoints_diff_and_restore_commands(daemon, tmp_path):

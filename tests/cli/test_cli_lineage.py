@@ -4,8 +4,25 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers import script, send_and_wait
+import pytest
+
+from agentd.launch import start_daemon
+from agentd.protocol.client import Client
+from tests.helpers import daemon_for_module, script, send_and_wait
 from tests.cli.test_cli import run
+
+CONFIG = '[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = false }\n'
+
+
+@pytest.fixture(scope="module")
+def daemon(module_paths):
+    """One daemon for the module (issue 28 item 13), with a second scripted
+    instance (``basic``) to switch to: each test works on threads of its own."""
+    data_dir, socket = module_paths
+    config = data_dir.parent / "config.toml"
+    config.write_text(CONFIG)
+    with daemon_for_module(start_daemon, data_dir, socket, config=config) as process:
+        yield process
 
 
 async def test_fork_lineage_and_handoff(daemon, client):
@@ -44,31 +61,19 @@ async def test_fork_lineage_and_handoff(daemon, client):
     assert missing.returncode == 1 and "no handoff hof_missing" in missing.stderr.decode()
 
 
-async def test_send_switches_provider_and_cleans_context(tmp_path, short_dir):
+async def test_send_switches_provider_and_cleans_context(daemon):
     """``agentd send --provider`` moves the thread to another instance with a
     handoff; ``--clean-context`` starts a fresh provider thread (SPEC F5)."""
-    from types import SimpleNamespace
-
-    from agentd.launch import start_daemon
-    from agentd.protocol.client import Client
-
-    config = tmp_path / "config.toml"
-    config.write_text('[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = false }\n')
-    proc = await start_daemon(tmp_path / "d", short_dir / "l.sock", config=config)
-    daemon = SimpleNamespace(data_dir=proc.data_dir, socket=proc.socket)
-    try:
-        thread_id = (await run(daemon, "new")).stdout.decode().strip()
-        await run(daemon, "send", thread_id, script({"say": "the word is alpha"}))
-        switched = await run(daemon, "send", thread_id, script({"recall": ["alpha"]}), "--provider", "basic")
-        assert "recall: alpha=context" in switched.stdout.decode()
-        cleaned = await run(daemon, "send", thread_id, script({"recall": ["alpha"]}), "--clean-context")
-        assert "recall: alpha=context" in cleaned.stdout.decode()
-        async with Client.connect(proc.socket) as client:
-            runs = (await client.call("thread.get", threadId=thread_id))["runs"]
-        assert [r["provider"] for r in runs] == ["scripted", "basic", "basic"]
-        assert runs[-1]["cleanContext"] is True
-    finally:
-        await proc.terminate()
+    thread_id = (await run(daemon, "new")).stdout.decode().strip()
+    await run(daemon, "send", thread_id, script({"say": "the word is alpha"}))
+    switched = await run(daemon, "send", thread_id, script({"recall": ["alpha"]}), "--provider", "basic")
+    assert "recall: alpha=context" in switched.stdout.decode()
+    cleaned = await run(daemon, "send", thread_id, script({"recall": ["alpha"]}), "--clean-context")
+    assert "recall: alpha=context" in cleaned.stdout.decode()
+    async with Client.connect(daemon.socket) as client:
+        runs = (await client.call("thread.get", threadId=thread_id))["runs"]
+    assert [r["provider"] for r in runs] == ["scripted", "basic", "basic"]
+    assert runs[-1]["cleanContext"] is True
 
 
 async def test_show_draws_delegated_and_subagent_children(daemon, client):

@@ -8,9 +8,18 @@ import json
 import os
 import pty
 
+import pytest
+
 from agentd.protocol.client import Client
 from tests.cli_helpers import run, spawn
 from tests.helpers import script, send_and_wait
+
+
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (issue 28 item 13): each test's thread works in a
+    folder of its own."""
+    return module_daemon
 
 
 async def _two_runs(daemon, tmp_path):

@@ -7,9 +7,18 @@ import json
 import os
 import pty
 
+import pytest
+
 from agentd.protocol.client import Client
 from tests.cli_helpers import run, spawn
 from tests.helpers import send_and_wait
+
+
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (issue 28 item 13): each test works on threads of
+    its own and searches for words only they hold."""
+    return module_daemon
 
 
 async def _thread(daemon, title: str, text: str) -> str:

@@ -10,6 +10,13 @@ import pytest
 from agentd.protocol.errors import InvalidParams
 
 
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (issue 28 item 13): each case refuses a request of its own
+    (on a thread of its own)."""
+    return module_daemon
+
+
 @pytest.mark.parametrize(("method", "params", "field"), [
     ("thread.create", {"workspace": "/tmp/a\x00b"}, "workspace"),
     ("thread.update", {"mcpServers": [{"type": "stdio", "name": "x", "command": "/bin/\x00sh"}]}, "mcpServers[0].command"),

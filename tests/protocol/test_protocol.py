@@ -143,13 +143,19 @@ async def thread_count(conn: RawConnection) -> int:
 
 @pytest.fixture(scope="module")
 def served(module_paths):
-    """One daemon for the module's tests of framing and errors, which store
-    nothing another test counts (issue 28 item 13: a start and stop is about
-    2 s here). Tests that count threads, events or runs, or stop the daemon,
-    use conftest's ``daemon`` of their own."""
+    """One daemon for the module's tests of framing and errors, and of
+    commandIds and threads of their own (issue 28 item 13: a start and stop
+    is about 2 s here). Tests that count every thread, event or run, or stop
+    the daemon, use conftest's ``daemon`` of their own."""
     with daemon_for_module(start_daemon, *module_paths) as daemon:
         yield daemon
 
+
+@pytest.fixture
+async def served_client(served):
+    """A client of the module's daemon (``served``)."""
+    async with Client.connect(served.socket) as client:
+        yield client
 
 
 async def test_unparsable_line_is_a_parse_error_and_the_connection_survives(served):
@@ -430,20 +436,25 @@ def _open_gate(gate) -> None:
 # -- commandId receipts (F1, F2) --------------------------------------------------------
 
 
-async def test_repeated_command_id_on_thread_create_returns_the_first_receipt(client):
+# The module's daemon serves these: each test's commandIds and thread titles are its own.
+
+
+async def test_repeated_command_id_on_thread_create_returns_the_first_receipt(served_client):
+    client = served_client
     first = await client.call("thread.create", title="once", commandId="cmd-create-1")
     again = await client.call("thread.create", title="once", commandId="cmd-create-1")
     assert again == first
     assert set(first) == {"threadId", "seq"}
-    threads = (await client.call("thread.list"))["threads"]
+    threads = [t for t in (await client.call("thread.list"))["threads"] if t["title"] == "once"]
     assert [t["id"] for t in threads] == [first["threadId"]]
 
 
-async def test_same_command_id_from_two_connections_at_once_makes_one_thread(daemon, client):
+async def test_same_command_id_from_two_connections_at_once_makes_one_thread(served, served_client):
+    client = served_client
     results: list[dict[str, Any]] = []
 
     async def create() -> None:
-        async with Client.connect(daemon.socket) as other:  # swallows errors: len(results) tells
+        async with Client.connect(served.socket) as other:  # swallows errors: len(results) tells
             results.append(await other.call("thread.create", title="race", commandId="cmd-race"))
 
     with trio.fail_after(TIMEOUT):
@@ -451,13 +462,14 @@ async def test_same_command_id_from_two_connections_at_once_makes_one_thread(dae
             for _ in range(2):
                 nursery.start_soon(create)
     assert len(results) == 2 and results[0] == results[1]
-    threads = (await client.call("thread.list"))["threads"]
+    threads = [t for t in (await client.call("thread.list"))["threads"] if t["title"] == "race"]
     assert [t["id"] for t in threads] == [results[0]["threadId"]]
 
 
-async def test_a_thread_create_command_id_reused_for_message_send_is_a_conflict(daemon, client, socket_path):
+async def test_a_thread_create_command_id_reused_for_message_send_is_a_conflict(served, served_client):
+    client = served_client
     thread_id = (await client.call("thread.create", commandId="cmd-shared"))["threadId"]
-    async with raw_connection(socket_path) as conn:
+    async with raw_connection(served.socket) as conn:
         reply = await conn.call("thread.message.send", {"threadId": thread_id, "text": "hi", "commandId": "cmd-shared"})
         error = assert_error(reply, wire_code("conflict"), "conflict", request_id=1)
         assert "cmd-shared" in error["message"]
@@ -465,13 +477,13 @@ async def test_a_thread_create_command_id_reused_for_message_send_is_a_conflict(
     assert detail["runs"] == [] and detail["messages"] == []
 
 
-async def test_a_command_id_is_any_1_to_128_printable_ascii_characters(daemon, socket_path):
+async def test_a_command_id_is_any_1_to_128_printable_ascii_characters(served):
     """Hostile round item 12c (F1): the contract says printable ASCII, so a
     space (0x20) and ``~`` (0x7e) are accepted, 0x1f, 0x7f and a trailing
     newline are not, and the length is 1 to 128."""
     accepted = ["a b", " ", "~", "".join(chr(c) for c in range(0x20, 0x7f)), "x" * 128]
     refused = ["a\x1fb", "a\x7fb", "", "x" * 129, "caf\u00e9", "a\n"]
-    async with raw_connection(socket_path) as conn:
+    async with raw_connection(served.socket) as conn:
         for n, command_id in enumerate(accepted):
             reply = await conn.call("thread.create", {"title": f"ok {n}", "commandId": command_id})
             assert "threadId" in reply.get("result", {}), (command_id, reply)
@@ -483,7 +495,8 @@ async def test_a_command_id_is_any_1_to_128_printable_ascii_characters(daemon, s
             assert error["data"]["field"] == "commandId", (command_id, error)
 
 
-async def test_repeated_command_id_on_message_send_makes_one_run(client):
+async def test_repeated_command_id_on_message_send_makes_one_run(served_client):
+    client = served_client
     thread_id = (await client.call("thread.create"))["threadId"]
     text = script({"say": "once"})
     first = await client.call("thread.message.send", threadId=thread_id, text=text, commandId="cmd-send-1")
@@ -496,10 +509,11 @@ async def test_repeated_command_id_on_message_send_makes_one_run(client):
     assert [m["id"] for m in detail["messages"] if m["role"] == "user"] == [first["messageId"]]
 
 
-async def test_a_fork_made_by_thread_create_with_a_command_id_is_made_once(client):
+async def test_a_fork_made_by_thread_create_with_a_command_id_is_made_once(served_client):
     """SPEC F6, F8: ``thread.create {relationship: fork}`` is ``thread.fork``
     in the parent's actor under the create's commandId; repeating it returns
     the first receipt (and does not wait on its own reservation)."""
+    client = served_client
     parent = (await client.call("thread.create", title="parent"))["threadId"]
     params = {"parentThreadId": parent, "relationship": "fork", "commandId": "cmd-fork-create"}
     with trio.fail_after(TIMEOUT):
@@ -510,17 +524,18 @@ async def test_a_fork_made_by_thread_create_with_a_command_id_is_made_once(clien
     assert [t["id"] for t in forks] == [first["threadId"]]
 
 
-async def test_one_command_id_sent_at_once_to_two_threads_runs_once(daemon, client, socket_path):
+async def test_one_command_id_sent_at_once_to_two_threads_runs_once(served, served_client):
     """Hostile-round issue, item 6 (SPEC F2, F20 — "Safe retries: commandId"):
     the same commandId sent at the same moment to two threads used to run on
     both. Each pair goes out in one write, so the daemon reads both requests
     in the same wake-up: exactly one of them may run, and both answers are its
     receipt."""
+    client = served_client
     pairs = 25
     first = (await client.call("thread.create", title="a"))["threadId"]
     second = (await client.call("thread.create", title="b"))["threadId"]
     answers: list[tuple[dict[str, Any], dict[str, Any]]] = []
-    async with raw_connection(socket_path) as conn:
+    async with raw_connection(served.socket) as conn:
         for pair in range(pairs):
             command_id = f"cmd-pair-{pair}"
             lines = b"".join(

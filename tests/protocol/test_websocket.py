@@ -12,20 +12,26 @@ import trio_websocket
 
 from agentd.launch import start_daemon
 from agentd.protocol.websocket import check_loopback
+from tests.helpers import daemon_for_module
+
+
+@pytest.fixture(scope="module")
+def shared_ws_daemon(module_paths):
+    """One daemon with a WebSocket for the module (issue 28 item 13): no test
+    changes its token or listener."""
+    with daemon_for_module(start_daemon, *module_paths, extra_args=["--websocket-port", "0"]) as daemon:
+        yield daemon
 
 
 @pytest.fixture
-async def ws_daemon(tmp_path, short_dir):
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", extra_args=["--websocket-port", "0"])
-    try:
-        from agentd.protocol.client import Client
+async def ws_daemon(shared_ws_daemon):
+    from agentd.protocol.client import Client
 
-        async with Client.connect(daemon.socket) as client:
-            url = (await client.call("daemon.status"))["websocket"]
-        token = (tmp_path / "data" / "websocket.token").read_text().strip()
-        yield daemon, url, token
-    finally:
-        assert await daemon.terminate() == 0
+    daemon = shared_ws_daemon
+    async with Client.connect(daemon.socket) as client:
+        url = (await client.call("daemon.status"))["websocket"]
+    token = (daemon.data_dir / "websocket.token").read_text().strip()
+    return daemon, url, token
 
 
 def port_of(url: str) -> int:
@@ -40,9 +46,9 @@ async def call(ws, request_id: int, method: str, **params) -> dict:
             return message
 
 
-async def test_token_file_is_private_and_methods_work(ws_daemon, tmp_path):
+async def test_token_file_is_private_and_methods_work(ws_daemon):
     daemon, url, token = ws_daemon
-    mode = stat.S_IMODE(os.stat(tmp_path / "data" / "websocket.token").st_mode)
+    mode = stat.S_IMODE(os.stat(daemon.data_dir / "websocket.token").st_mode)
     assert mode == 0o600
     with trio.fail_after(30):
         async with trio_websocket.open_websocket("127.0.0.1", port_of(url), "/", use_ssl=False,

@@ -24,7 +24,7 @@ import trio
 from agentd.launch import start_daemon
 from agentd.protocol.errors import InvalidParams, NotResumable
 from agentd.protocol.client import Client
-from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
+from tests.helpers import daemon_for_module, send_and_wait, stored_events, wait_event, wait_run_terminal
 
 AGENT = Path(__file__).resolve().parents[1] / "fixtures" / "acp_agent.py"
 
@@ -36,13 +36,35 @@ def provider_toml(name: str, state: Path, **extra: Any) -> str:
     return f"[providers.{name}]\n" + "\n".join(lines) + "\n"
 
 
-@contextlib.asynccontextmanager
-async def agentd(tmp_path: Path, socket: Path):
+def agentd_config(tmp_path: Path) -> Path:
+    """The config of the ``fake`` and ``fake_idle`` instances, their agent's state in ``tmp_path``."""
     state = tmp_path / "agent-state"
     config = tmp_path / "config.toml"
     config.write_text('[daemon]\ndefault_provider = "fake"\ninterrupt_grace = 2\n\n'
                       + provider_toml("fake", state) + "\n" + provider_toml("fake_idle", state, idle_timeout=1))
-    daemon = await start_daemon(tmp_path / "data", socket, config=config)
+    return config
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(module_paths):
+    """One daemon for the module's tests of one thread each (issue 28 item
+    13): they read only their own threads. The tests that read the fake
+    agent's log of every prompt (``prompts``) start their own (``agentd``)."""
+    data_dir, socket = module_paths
+    with daemon_for_module(start_daemon, data_dir, socket, config=agentd_config(data_dir.parent)) as daemon:
+        yield daemon
+
+
+@pytest.fixture
+async def client(shared_daemon):
+    async with Client.connect(shared_daemon.socket) as c:
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def agentd(tmp_path: Path, socket: Path):
+    """A daemon of the test's own, its fake agent's log in ``tmp_path``."""
+    daemon = await start_daemon(tmp_path / "data", socket, config=agentd_config(tmp_path))
     try:
         async with Client.connect(daemon.socket) as client:
             yield client
@@ -68,72 +90,69 @@ def prompts(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (tmp_path / "agent-state" / "prompts.ndjson").read_text().splitlines()]
 
 
-async def test_a_text_turn_and_the_provider_listing(tmp_path, short_dir):
-    async with agentd(tmp_path, short_dir / "s.sock") as client:
-        thread_id = await new_thread(client, tmp_path / "ws")
-        run = await send_and_wait(client, thread_id, "hello THINK")
-        assert run["status"] == "completed"
-        assert await assistant_texts(client, thread_id) == ["Echo: hello THINK"]
-        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
-        (thought,) = [n for n in nodes if n["kind"] == "reasoning"]
-        assert thought["detail"]["text"] == "let me think" and thought["status"] == "completed"
-        # The prompt answer's usage (the turn's tokens) lands on the run and the thread;
-        # usage_update (the context window's fill) is not counted (issue 28).
-        usage = (await client.call("run.get", runId=run["id"]))["run"]["usage"]
-        assert (usage["inputTokens"], usage["outputTokens"]) == (20, 10), usage
-        assert (await client.call("thread.get", threadId=thread_id))["thread"]["usage"]["inputTokens"] == 20
-        listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
-        fake = listed["fake"]
-        assert fake["kind"] == "acp" and fake["usable"] is True and fake["version"] == "1.2.3"
-        assert fake["agent"]["name"] == "fake-acp-agent" and fake["agentCapabilities"]["loadSession"] is True
-        assert fake["capabilities"]["steer"] is False and fake["capabilities"]["emptyThreads"] is True
+async def test_a_text_turn_and_the_provider_listing(client, tmp_path):
+    thread_id = await new_thread(client, tmp_path / "ws")
+    run = await send_and_wait(client, thread_id, "hello THINK")
+    assert run["status"] == "completed"
+    assert await assistant_texts(client, thread_id) == ["Echo: hello THINK"]
+    nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+    (thought,) = [n for n in nodes if n["kind"] == "reasoning"]
+    assert thought["detail"]["text"] == "let me think" and thought["status"] == "completed"
+    # The prompt answer's usage (the turn's tokens) lands on the run and the thread;
+    # usage_update (the context window's fill) is not counted (issue 28).
+    usage = (await client.call("run.get", runId=run["id"]))["run"]["usage"]
+    assert (usage["inputTokens"], usage["outputTokens"]) == (20, 10), usage
+    assert (await client.call("thread.get", threadId=thread_id))["thread"]["usage"]["inputTokens"] == 20
+    listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
+    fake = listed["fake"]
+    assert fake["kind"] == "acp" and fake["usable"] is True and fake["version"] == "1.2.3"
+    assert fake["agent"]["name"] == "fake-acp-agent" and fake["agentCapabilities"]["loadSession"] is True
+    assert fake["capabilities"]["steer"] is False and fake["capabilities"]["emptyThreads"] is True
 
 
-async def test_a_command_permission_is_an_approval_and_an_edit_a_file_change(tmp_path, short_dir):
-    async with agentd(tmp_path, short_dir / "s.sock") as client:
-        workspace = tmp_path / "ws"
-        thread_id = await new_thread(client, workspace)
-        sent = await client.call("thread.message.send", threadId=thread_id, text="RUN echo from-the-terminal")
-        requested = await event(client, thread_id, "approval.requested")
-        request = requested["payload"]["request"]
-        assert request["detail"]["command"] == "echo from-the-terminal"
-        await client.call("approval.respond", requestId=request["id"], decision="accept")
-        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
-        assert run["status"] == "completed"
-        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
-        (command,) = [n for n in nodes if n["kind"] == "command_execution"]
-        (approval,) = [n for n in nodes if n["kind"] == "approval"]
-        assert approval["parentNodeId"] == command["id"] and approval["status"] == "completed"
-        assert command["detail"]["output"] == "from-the-terminal\n"
+async def test_a_command_permission_is_an_approval_and_an_edit_a_file_change(client, tmp_path):
+    workspace = tmp_path / "ws"
+    thread_id = await new_thread(client, workspace)
+    sent = await client.call("thread.message.send", threadId=thread_id, text="RUN echo from-the-terminal")
+    requested = await event(client, thread_id, "approval.requested")
+    request = requested["payload"]["request"]
+    assert request["detail"]["command"] == "echo from-the-terminal"
+    await client.call("approval.respond", requestId=request["id"], decision="accept")
+    run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    assert run["status"] == "completed"
+    nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+    (command,) = [n for n in nodes if n["kind"] == "command_execution"]
+    (approval,) = [n for n in nodes if n["kind"] == "approval"]
+    assert approval["parentNodeId"] == command["id"] and approval["status"] == "completed"
+    assert command["detail"]["output"] == "from-the-terminal\n"
 
-        run = await send_and_wait(client, thread_id, "EDIT notes/a.txt")
-        assert run["status"] == "completed" and (workspace / "notes" / "a.txt").read_text() == "edited by the fake\n"
-        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
-        (change,) = [n for n in nodes if n["kind"] == "file_change"]
-        assert change["status"] == "completed" and "+edited by the fake" in change["detail"]["changes"][0]["diff"]
-        checkpoints = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
-        assert any(c.get("runId") == run["id"] for c in checkpoints), "the run that changed a file has its checkpoint"
+    run = await send_and_wait(client, thread_id, "EDIT notes/a.txt")
+    assert run["status"] == "completed" and (workspace / "notes" / "a.txt").read_text() == "edited by the fake\n"
+    nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+    (change,) = [n for n in nodes if n["kind"] == "file_change"]
+    assert change["status"] == "completed" and "+edited by the fake" in change["detail"]["changes"][0]["diff"]
+    checkpoints = (await client.call("checkpoint.list", threadId=thread_id))["checkpoints"]
+    assert any(c.get("runId") == run["id"] for c in checkpoints), "the run that changed a file has its checkpoint"
 
 
-async def test_interrupt_and_a_steer_by_restart(tmp_path, short_dir):
-    async with agentd(tmp_path, short_dir / "s.sock") as client:
-        thread_id = await new_thread(client, tmp_path / "ws")
-        sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW")
-        await event(client, thread_id, "message.delta")
-        await client.call("run.interrupt", runId=sent["runId"])
-        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
-        assert (run["status"], run["reason"]) == ("interrupted", "interrupted")
-        types = [e["type"] for e in await stored_events(client, thread_id)]
-        assert "session.stopped" not in types, "the agent ended the turn itself on session/cancel"
+async def test_interrupt_and_a_steer_by_restart(client, tmp_path):
+    thread_id = await new_thread(client, tmp_path / "ws")
+    sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW")
+    await event(client, thread_id, "message.delta")
+    await client.call("run.interrupt", runId=sent["runId"])
+    run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    assert (run["status"], run["reason"]) == ("interrupted", "interrupted")
+    types = [e["type"] for e in await stored_events(client, thread_id)]
+    assert "session.stopped" not in types, "the agent ended the turn itself on session/cancel"
 
-        sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW again")
-        await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"], thread_id=thread_id)
-        steer = await client.call("thread.message.send", threadId=thread_id, text="change of plan",
-                                  dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
-        assert steer["strategy"] == "steering_restart"
-        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
-        assert (run["status"], run["attemptCount"]) == ("completed", 2)
-        assert (await assistant_texts(client, thread_id))[-1].endswith("change of plan")
+    sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW again")
+    await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"], thread_id=thread_id)
+    steer = await client.call("thread.message.send", threadId=thread_id, text="change of plan",
+                              dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
+    assert steer["strategy"] == "steering_restart"
+    run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    assert (run["status"], run["attemptCount"]) == ("completed", 2)
+    assert (await assistant_texts(client, thread_id))[-1].endswith("change of plan")
 
 
 async def test_idle_reap_then_session_load_resumes_the_same_session(tmp_path, short_dir):
@@ -152,26 +171,24 @@ async def test_idle_reap_then_session_load_resumes_the_same_session(tmp_path, sh
             "the replayed history made no new messages"
 
 
-async def test_an_agent_that_breaks_the_protocol_fails_the_run_and_the_thread_goes_on(tmp_path, short_dir):
-    async with agentd(tmp_path, short_dir / "s.sock") as client:
-        thread_id = await new_thread(client, tmp_path / "ws")
-        run = await send_and_wait(client, thread_id, "GARBAGE")
-        assert run["status"] == "failed" and "not JSON" in run["reason"], run
-        nxt = await send_and_wait(client, thread_id, "still there?")
-        assert nxt["status"] == "completed"
-        assert (await assistant_texts(client, thread_id))[-1] == "Echo: still there?"
+async def test_an_agent_that_breaks_the_protocol_fails_the_run_and_the_thread_goes_on(client, tmp_path):
+    thread_id = await new_thread(client, tmp_path / "ws")
+    run = await send_and_wait(client, thread_id, "GARBAGE")
+    assert run["status"] == "failed" and "not JSON" in run["reason"], run
+    nxt = await send_and_wait(client, thread_id, "still there?")
+    assert nxt["status"] == "completed"
+    assert (await assistant_texts(client, thread_id))[-1] == "Echo: still there?"
 
 
-async def test_a_prompt_that_never_answers_a_cancel_is_stopped_after_the_grace(tmp_path, short_dir):
-    async with agentd(tmp_path, short_dir / "s.sock") as client:
-        thread_id = await new_thread(client, tmp_path / "ws")
-        sent = await client.call("thread.message.send", threadId=thread_id, text="STUCK")
-        await event(client, thread_id, "message.delta")
-        await client.call("run.interrupt", runId=sent["runId"])
-        with trio.fail_after(60):
-            run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
-        assert run["status"] == "interrupted"
-        assert (await send_and_wait(client, thread_id, "next"))["status"] == "completed"
+async def test_a_prompt_that_never_answers_a_cancel_is_stopped_after_the_grace(client, tmp_path):
+    thread_id = await new_thread(client, tmp_path / "ws")
+    sent = await client.call("thread.message.send", threadId=thread_id, text="STUCK")
+    await event(client, thread_id, "message.delta")
+    await client.call("run.interrupt", runId=sent["runId"])
+    with trio.fail_after(60):
+        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    assert run["status"] == "interrupted"
+    assert (await send_and_wait(client, thread_id, "next"))["status"] == "completed"
 
 
 async def test_a_fork_is_portable_and_a_rollback_rebuilt(tmp_path, short_dir):
@@ -200,75 +217,73 @@ async def test_a_fork_is_portable_and_a_rollback_rebuilt(tmp_path, short_dir):
         assert len(set(sessions)) == 3, "the source, the fork and the rebuilt thread are three ACP sessions"
 
 
-async def test_allow_always_is_accept_for_session_and_the_agent_asks_no_more(tmp_path, short_dir):
+async def test_allow_always_is_accept_for_session_and_the_agent_asks_no_more(client, tmp_path):
     """The permission's ``allow_always`` option is the decision
     ``acceptForSession`` the request offers (SPEC F15): chosen over the
     socket, the agent runs the same command again without asking."""
-    async with agentd(tmp_path, short_dir / "s.sock") as client:
-        thread_id = await new_thread(client, tmp_path / "ws")
-        sent = await client.call("thread.message.send", threadId=thread_id, text="RUN echo again")
-        request = (await event(client, thread_id, "approval.requested"))["payload"]["request"]
-        assert request["decisions"] == ["accept", "acceptForSession", "decline"]
-        await client.call("approval.respond", requestId=request["id"], decision="acceptForSession")
-        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
-        assert run["status"] == "completed"
-        (approval,) = [n for n in (await client.call("run.get", runId=run["id"]))["nodes"] if n["kind"] == "approval"]
-        assert approval["status"] == "completed" and approval["detail"]["decision"] == "acceptForSession"
+    thread_id = await new_thread(client, tmp_path / "ws")
+    sent = await client.call("thread.message.send", threadId=thread_id, text="RUN echo again")
+    request = (await event(client, thread_id, "approval.requested"))["payload"]["request"]
+    assert request["decisions"] == ["accept", "acceptForSession", "decline"]
+    await client.call("approval.respond", requestId=request["id"], decision="acceptForSession")
+    run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    assert run["status"] == "completed"
+    (approval,) = [n for n in (await client.call("run.get", runId=run["id"]))["nodes"] if n["kind"] == "approval"]
+    assert approval["status"] == "completed" and approval["detail"]["decision"] == "acceptForSession"
 
-        run = await send_and_wait(client, thread_id, "RUN echo again")
-        assert run["status"] == "completed"
-        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
-        assert not [n for n in nodes if n["kind"] == "approval"], "the agent remembered: no approval this time"
-        assert [n["detail"]["output"] for n in nodes if n["kind"] == "command_execution"] == ["again\n"]
+    run = await send_and_wait(client, thread_id, "RUN echo again")
+    assert run["status"] == "completed"
+    nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+    assert not [n for n in nodes if n["kind"] == "approval"], "the agent remembered: no approval this time"
+    assert [n["detail"]["output"] for n in nodes if n["kind"] == "command_execution"] == ["again\n"]
 
 
-async def test_an_elicitation_is_a_question_and_the_answers_go_back(tmp_path, short_dir):
+async def test_an_elicitation_is_a_question_and_the_answers_go_back(client, tmp_path):
     """``elicitation/create`` (a form) is a ``user_input`` request (SPEC F15):
     its fields are the questions, the answers the form's content, typed as
     the form says; an optional field may be left out. A URL elicitation or a
     field agentd cannot ask is the agent's error, and an interrupt cancels a
     waiting form: the agent is never left waiting."""
-    async with agentd(tmp_path, short_dir / "s.sock") as client:
-        thread_id = await new_thread(client, tmp_path / "ws")
-        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK")
-        requested = (await event(client, thread_id, "user_input.requested"))["payload"]
-        request = requested["request"]
-        assert request["detail"]["message"] == "Which color, and how many?"
-        assert [(q["id"], q.get("options"), q.get("optional", False)) for q in request["detail"]["questions"]] == [
-            ("color", ["red", "blue"], False), ("count", None, False), ("notes", None, True)]
-        assert requested["artifact"]["kind"] == "questions"
-        with pytest.raises(InvalidParams) as wrong:
-            await client.call("user-input.respond", requestId=request["id"], answers={"color": "green", "count": "2"})
-        assert wrong.value.data["field"] == "answers.color", "an answer that is not an option is refused first"
-        await client.call("user-input.respond", requestId=request["id"], answers={"color": "blue", "count": "2"})
-        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    thread_id = await new_thread(client, tmp_path / "ws")
+    sent = await client.call("thread.message.send", threadId=thread_id, text="ASK")
+    requested = (await event(client, thread_id, "user_input.requested"))["payload"]
+    request = requested["request"]
+    assert request["detail"]["message"] == "Which color, and how many?"
+    assert [(q["id"], q.get("options"), q.get("optional", False)) for q in request["detail"]["questions"]] == [
+        ("color", ["red", "blue"], False), ("count", None, False), ("notes", None, True)]
+    assert requested["artifact"]["kind"] == "questions"
+    with pytest.raises(InvalidParams) as wrong:
+        await client.call("user-input.respond", requestId=request["id"], answers={"color": "green", "count": "2"})
+    assert wrong.value.data["field"] == "answers.color", "an answer that is not an option is refused first"
+    await client.call("user-input.respond", requestId=request["id"], answers={"color": "blue", "count": "2"})
+    run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    assert run["status"] == "completed"
+    assert (await assistant_texts(client, thread_id))[-1] == 'accept: {"color": "blue", "count": 2}'
+    nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
+    assert [n["status"] for n in nodes if n["kind"] == "user_input_request"] == ["completed"]
+
+    for word, told in (("ASK_URL", "agentd answers form elicitations only"), ("ASK_ODD", "'_colour_wheel'")):
+        run = await send_and_wait(client, thread_id, word)
         assert run["status"] == "completed"
-        assert (await assistant_texts(client, thread_id))[-1] == 'accept: {"color": "blue", "count": 2}'
-        nodes = (await client.call("run.get", runId=run["id"]))["nodes"]
-        assert [n["status"] for n in nodes if n["kind"] == "user_input_request"] == ["completed"]
-
-        for word, told in (("ASK_URL", "agentd answers form elicitations only"), ("ASK_ODD", "'_colour_wheel'")):
-            run = await send_and_wait(client, thread_id, word)
-            assert run["status"] == "completed"
-            said = (await assistant_texts(client, thread_id))[-1]
-            assert said.startswith("refused: ") and told in said, said
-
-        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK for a number")
-        request = (await wait_event(client, lambda e: e["type"] == "user_input.requested" and e.get("runId") == sent["runId"],
-                                    thread_id=thread_id, timeout=60))["payload"]["request"]
-        with pytest.raises(NotResumable, match="not an integer"):
-            await client.call("user-input.respond", requestId=request["id"], answers={"color": "red", "count": "two"})
-        assert (await wait_run_terminal(client, thread_id, sent["runId"], timeout=60))["status"] == "completed"
         said = (await assistant_texts(client, thread_id))[-1]
-        assert said.startswith("refused: ") and "'two' to 'count' is not an integer" in said, "the agent was told, not left waiting"
+        assert said.startswith("refused: ") and told in said, said
 
-        sent = await client.call("thread.message.send", threadId=thread_id, text="ASK again")
-        await wait_event(client, lambda e: e["type"] == "user_input.requested" and e.get("runId") == sent["runId"],
-                         thread_id=thread_id, timeout=60)
-        await client.call("run.interrupt", runId=sent["runId"])
-        run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
-        assert run["status"] == "interrupted"
-        assert (await assistant_texts(client, thread_id))[-1] == "cancel: null", "the form was answered cancel"
+    sent = await client.call("thread.message.send", threadId=thread_id, text="ASK for a number")
+    request = (await wait_event(client, lambda e: e["type"] == "user_input.requested" and e.get("runId") == sent["runId"],
+                                thread_id=thread_id, timeout=60))["payload"]["request"]
+    with pytest.raises(NotResumable, match="not an integer"):
+        await client.call("user-input.respond", requestId=request["id"], answers={"color": "red", "count": "two"})
+    assert (await wait_run_terminal(client, thread_id, sent["runId"], timeout=60))["status"] == "completed"
+    said = (await assistant_texts(client, thread_id))[-1]
+    assert said.startswith("refused: ") and "'two' to 'count' is not an integer" in said, "the agent was told, not left waiting"
+
+    sent = await client.call("thread.message.send", threadId=thread_id, text="ASK again")
+    await wait_event(client, lambda e: e["type"] == "user_input.requested" and e.get("runId") == sent["runId"],
+                     thread_id=thread_id, timeout=60)
+    await client.call("run.interrupt", runId=sent["runId"])
+    run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+    assert run["status"] == "interrupted"
+    assert (await assistant_texts(client, thread_id))[-1] == "cancel: null", "the form was answered cancel"
 
 
 @contextlib.asynccontextmanager

@@ -20,22 +20,21 @@ import trio
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import NotFound
-from tests.helpers import script, wait_event, wait_run_terminal
+from tests.helpers import daemon_for_module, script, wait_event, wait_run_terminal
 
 TIMEOUT = 60
 CONFIG = '[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = false }\n'
 
 
-@pytest.fixture
-async def daemon(tmp_path, short_dir):
-    config = tmp_path / "config.toml"
+@pytest.fixture(scope="module")
+def daemon(module_paths):
+    """One daemon for the module (issue 28 item 13): each test asks for the
+    endpoint of threads of its own; the idle-timeout test starts its own."""
+    data_dir, socket = module_paths
+    config = data_dir.parent / "config.toml"
     config.write_text(CONFIG)
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
-    try:
-        yield daemon
-    finally:
-        code = await daemon.terminate()
-        assert code == 0, daemon.log_text()[-4000:]
+    with daemon_for_module(start_daemon, data_dir, socket, config=config) as process:
+        yield process
 
 
 @pytest.fixture
@@ -248,7 +247,7 @@ async def test_f9_a_sessions_relay_makes_its_token_without_asking_the_daemon(dae
     lines = (json.dumps(INITIALIZE) + "\n" + json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}) + "\n").encode()
 
     command = relay_alone(tmp_path)
-    mine = tmp_path / "data" / "run" / "tool-credentials" / session["id"]
+    mine = daemon.data_dir / "run" / "tool-credentials" / session["id"]
 
     def run(credential: str) -> subprocess.CompletedProcess[bytes]:
         env = {"AGENTD_SESSION_ID": session["id"], "AGENTD_TOOL_CREDENTIAL": credential,
@@ -295,7 +294,7 @@ async def test_f9_an_agents_command_cannot_use_another_sessions_token(daemon, cl
     sent = await client.call("thread.message.send", threadId=victim, text="hello")
     await wait_run_terminal(client, victim, sent["runId"], timeout=TIMEOUT)
     session = next(s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == victim)
-    token = f"{session['id']}.{(tmp_path / 'data' / 'run' / 'tool-credentials' / session['id']).read_text()}"
+    token = f"{session['id']}.{(daemon.data_dir / 'run' / 'tool-credentials' / session['id']).read_text()}"
     url = (await client.call("mcp.endpoint", parentThreadId=victim))["url"]
     thief = (await client.call("thread.create", title="thief"))["threadId"]
     attack = await client.call("thread.message.send", threadId=thief, text=script(

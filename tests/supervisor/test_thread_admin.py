@@ -14,6 +14,13 @@ from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
 from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
 
 
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (issue 28 item 13): each test works on threads of its own,
+    and searches for words only its own threads hold."""
+    return module_daemon
+
+
 async def search(client: Client, query: str, **params) -> list[dict]:
     return (await client.call("thread.search", query=query, **params))["hits"]
 

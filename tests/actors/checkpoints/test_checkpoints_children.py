@@ -13,8 +13,28 @@ import pytest
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
-from tests.helpers import script, send_and_wait, stored_events, wait_event, wait_run_terminal
+from tests.helpers import daemon_for_module, script, send_and_wait, stored_events, wait_event, wait_run_terminal
 from tests.actors.checkpoints.test_checkpoints_daemon import StalledGit
+
+
+CONFIG = '[providers.nosteer]\nkind = "scripted"\ncapabilities = { steer = false }\n'
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(module_paths):
+    """One daemon for the module (issue 28 item 13): each test's thread works
+    in a folder of its own; the tests that stall git or SIGKILL the daemon
+    start their own."""
+    data_dir, socket = module_paths
+    config = data_dir.parent / "config.toml"
+    config.write_text(CONFIG)
+    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+        yield daemon
+
+
+@pytest.fixture
+def daemon(shared_daemon):
+    return shared_daemon
 
 
 def write(path: str, content: str) -> dict:
@@ -148,33 +168,26 @@ async def test_f13_sigkill_during_a_child_capture_records_a_missing_child_not_th
 
 
 @pytest.mark.parametrize("change", ["child_checkpoint", "file_change"])
-async def test_f3_changed_files_make_a_steer_supersede(tmp_path, short_dir, change):
+async def test_f3_changed_files_make_a_steer_supersede(client, tmp_path, change):
     """SPEC F3: once an attempt produced a checkpoint with changes (a child's)
     or a completed file change (what its run checkpoint will hold), a steer
     by restart starts a new run that supersedes it — even though all it said
     was commentary."""
-    config = tmp_path / "config.toml"
-    config.write_text('[providers.nosteer]\nkind = "scripted"\ncapabilities = { steer = false }\n')
-    daemon = await start_daemon(tmp_path / "data", short_dir / "s.sock", config=config)
     ws = tmp_path / "ws"
     ws.mkdir()
-    try:
-        async with Client.connect(daemon.socket) as client:
-            thread_id = (await client.call("thread.create", workspace=str(ws), provider="nosteer"))["threadId"]
-            edit = {"subagent": {"steps": [write("x.txt", "x\n")]}} if change == "child_checkpoint" else write("x.txt", "x\n")
-            sent = await client.call("thread.message.send", threadId=thread_id, text=script(
-                {"say": "let me look", "phase": "commentary"}, edit, {"tool": {"name": "more", "hang": True}}))
-            await wait_event(client, lambda e: e["type"] == "tool.started", thread_id=thread_id)
-            steer = await client.call("thread.message.send", threadId=thread_id, text="now this",
-                                      dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
-            assert steer["strategy"] == "superseding_run" and steer["runId"] != sent["runId"]
-            old = await wait_run_terminal(client, thread_id, sent["runId"])
-            new = await wait_run_terminal(client, thread_id, steer["runId"])
-            assert old["status"] == "interrupted" and new["supersedesRunId"] == old["id"]
-            diff = await client.call("checkpoint.diff", checkpointId=old["checkpointId"])
-            assert [(f["path"], f["change"]) for f in diff["files"]] == [("x.txt", "added")]
-    finally:
-        assert await daemon.terminate() == 0
+    thread_id = (await client.call("thread.create", workspace=str(ws), provider="nosteer"))["threadId"]
+    edit = {"subagent": {"steps": [write("x.txt", "x\n")]}} if change == "child_checkpoint" else write("x.txt", "x\n")
+    sent = await client.call("thread.message.send", threadId=thread_id, text=script(
+        {"say": "let me look", "phase": "commentary"}, edit, {"tool": {"name": "more", "hang": True}}))
+    await wait_event(client, lambda e: e["type"] == "tool.started", thread_id=thread_id)
+    steer = await client.call("thread.message.send", threadId=thread_id, text="now this",
+                              dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
+    assert steer["strategy"] == "superseding_run" and steer["runId"] != sent["runId"]
+    old = await wait_run_terminal(client, thread_id, sent["runId"])
+    new = await wait_run_terminal(client, thread_id, steer["runId"])
+    assert old["status"] == "interrupted" and new["supersedesRunId"] == old["id"]
+    diff = await client.call("checkpoint.diff", checkpointId=old["checkpointId"])
+    assert [(f["path"], f["change"]) for f in diff["files"]] == [("x.txt", "added")]
 
 
 async def test_f13_a_write_of_the_parent_while_a_child_is_captured_is_named_not_given_to_the_child(

@@ -82,6 +82,13 @@ RUN3 = script({"write": {"path": "docs/guide.md", "content": "# guide\n"}},
               {"delete": {"path": "plain/notes.txt"}}, {"say": "run three"})
 
 
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (issue 28 item 13): each test's thread works in a
+    folder of its own; the git-missing and SIGKILL tests start their own."""
+    return module_daemon
+
+
 def checkpoint_events(events):
     return [e for e in events if e["type"].startswith("checkpoint.")]
 

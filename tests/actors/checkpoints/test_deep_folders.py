@@ -15,6 +15,13 @@ import trio
 
 from tests.helpers import script, send_and_wait
 
+
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (issue 28 item 13): each test's thread works in a
+    folder of its own."""
+    return module_daemon
+
 DEPTH = 1100  # past Python's recursion limit (1,000), as deep as an agent needs to go
 
 

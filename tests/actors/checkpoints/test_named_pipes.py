@@ -9,10 +9,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 import trio
 
 from agentd.actors.checkpoints.fifowatch import fifo_wait
 from tests.helpers import script, send_and_wait
+
+
+@pytest.fixture
+def daemon(module_daemon):
+    """The module's daemon (issue 28 item 13): each test's thread works in a folder of
+    its own."""
+    return module_daemon
 
 
 def mkfifos(*paths: str) -> dict:
