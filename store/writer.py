@@ -266,10 +266,7 @@ class GroupCommitWriter:
         Raises:
             StoreError: the store is shutting down (nothing was queued).
         """
-        if self._closed:
-            raise StoreError("the store is shutting down; nothing was written")
-        pending = self._prepare(batch)
-        pending.done = done
+        pending = self._called_back(batch, done)
         if self._inline:
             self._deliver([pending], self._apply_group([pending]))
         else:
@@ -286,10 +283,7 @@ class GroupCommitWriter:
         Raises:
             StoreError: the store is shutting down (nothing was queued).
         """
-        if self._closed:
-            raise StoreError("the store is shutting down; nothing was written")
-        pending = self._prepare(batch)
-        pending.done = done
+        pending = self._called_back(batch, done)
         if self._inline:
             self._deliver([pending], self._apply_group([pending]))
             return
@@ -317,6 +311,14 @@ class GroupCommitWriter:
             self._outbox.extend(self._lazy)
             self._lazy.clear()
         self._lazy_deadline = None
+
+    def _called_back(self, batch: WriteBatch, done: Done) -> _Pending:
+        """``batch`` encoded, to call ``done`` once written (no task waits)."""
+        if self._closed:
+            raise StoreError("the store is shutting down; nothing was written")
+        pending = self._prepare(batch)
+        pending.done = done
+        return pending
 
     def _prepare(self, batch: WriteBatch) -> _Pending:
         try:

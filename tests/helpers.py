@@ -115,6 +115,19 @@ def daemon_for_module(start: Callable[..., Awaitable[Any]], *args: Any, **kwargs
         assert code == 0, f"the module's daemon exited {code}:\n{process.log_text()[-4000:]}"
 
 
+@contextlib.contextmanager
+def configured_module_daemon(module_paths: tuple[Any, Any], config_text: str) -> Iterator[Any]:
+    """``daemon_for_module`` of agentd's own daemon started with
+    ``config_text`` as its config file (written beside the module's data dir)."""
+    from agentd.launch import start_daemon
+
+    data_dir, socket = module_paths
+    config = data_dir.parent / "config.toml"
+    config.write_text(config_text)
+    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+        yield daemon
+
+
 async def run_accepting(client: Client, thread_id: str, text: str, *, timeout: float = 120) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Send ``text``, accept every approval its run asks for; the ended run
     and the requests accepted (in the order asked)."""

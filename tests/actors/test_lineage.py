@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import AgentdError
-from tests.helpers import daemon_for_module, script, send_and_wait, stored_events, wait_event
+from tests.helpers import configured_module_daemon, script, send_and_wait, stored_events, wait_event
 
 CONFIG = """
 [providers.basic]
@@ -30,10 +29,7 @@ def shared_daemon(module_paths):
     """One daemon for the module: every test works on threads of its own
     (issue 28 item 13: a start and stop is about 2 s here). Its exit status
     is checked after the module."""
-    data_dir, socket = module_paths
-    config = data_dir.parent / "config.toml"
-    config.write_text(CONFIG)
-    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+    with configured_module_daemon(module_paths, CONFIG) as daemon:
         yield daemon
 
 

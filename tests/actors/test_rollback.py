@@ -20,7 +20,7 @@ import trio
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import InvalidParams, InvalidState, NotFound
-from tests.helpers import daemon_for_module, script, send_and_wait, stored_events, wait_event, wait_run_terminal
+from tests.helpers import configured_module_daemon, script, send_and_wait, stored_events, wait_event, wait_run_terminal
 from tests.actors.checkpoints.test_checkpoints_daemon import RUN1, RUN2, RUN3, StalledGit, dot_git_state, files_of, user_repo
 from tests.actors.test_lineage import recall
 
@@ -46,10 +46,7 @@ def shared_daemon(module_paths):
     """One daemon for the module's tests that need only threads (and
     workspaces) of their own (issue 28 item 13: a start and stop is about 2 s
     here); those that restart or kill a daemon start their own."""
-    data_dir, socket = module_paths
-    config = data_dir.parent / "config.toml"
-    config.write_text(CONFIG)
-    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+    with configured_module_daemon(module_paths, CONFIG) as daemon:
         yield daemon
 
 

@@ -35,9 +35,8 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentd.launch import start_daemon
 from agentd.protocol.client import Client
-from tests.helpers import daemon_for_module, script, send_and_wait
+from tests.helpers import configured_module_daemon, script, send_and_wait
 from tests.actors.checkpoints.test_checkpoints_daemon import files_of
 
 CONFIG = """
@@ -168,10 +167,7 @@ async def check_graph(client: Client, model: Model) -> None:
 def shared_daemon(module_paths):
     """One daemon for every example (issue 28 item 13): each example works
     on a thread and a workspace of its own, and reads only those."""
-    data_dir, socket = module_paths
-    config = data_dir.parent / "config.toml"
-    config.write_text(CONFIG)
-    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+    with configured_module_daemon(module_paths, CONFIG) as daemon:
         yield daemon
 
 

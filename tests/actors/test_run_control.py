@@ -15,8 +15,7 @@ import signal
 import pytest
 
 from agentd.protocol.client import Client
-from agentd.launch import start_daemon
-from tests.helpers import daemon_for_module, script, stored_events, wait_event, wait_run_terminal
+from tests.helpers import configured_module_daemon, script, stored_events, wait_event, wait_run_terminal
 
 CONFIG = """
 [daemon]
@@ -40,10 +39,7 @@ HANG_TOOL = script({"tool": {"name": "long job", "hang": True}})
 
 @pytest.fixture(scope="module")
 def shared_daemon(module_paths):
-    data_dir, socket = module_paths
-    config = data_dir.parent / "config.toml"
-    config.write_text(CONFIG)
-    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+    with configured_module_daemon(module_paths, CONFIG) as daemon:
         yield daemon
 
 

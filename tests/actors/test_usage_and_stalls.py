@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from tests.cli_helpers import run as agentd
-from tests.helpers import daemon_for_module, script, stored_events, wait_event, wait_run_terminal
+from tests.helpers import configured_module_daemon, script, stored_events, wait_event, wait_run_terminal
 
 CONFIG = """
 [daemon]
@@ -31,10 +30,7 @@ cached_input = 0.5
 def shared_daemon(module_paths):
     """One daemon for the module (issue 28 item 13): each test reads the usage,
     stalls and rows of threads of its own."""
-    data_dir, socket = module_paths
-    config = data_dir.parent / "config.toml"
-    config.write_text(CONFIG)
-    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+    with configured_module_daemon(module_paths, CONFIG) as daemon:
         yield daemon
 
 

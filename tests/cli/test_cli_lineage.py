@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from agentd.launch import start_daemon
 from agentd.protocol.client import Client
-from tests.helpers import daemon_for_module, script, send_and_wait
+from tests.helpers import configured_module_daemon, script, send_and_wait
 from tests.cli.test_cli import run
 
 CONFIG = '[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = false }\n'
@@ -18,10 +17,7 @@ CONFIG = '[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = fa
 def daemon(module_paths):
     """One daemon for the module (issue 28 item 13), with a second scripted
     instance (``basic``) to switch to: each test works on threads of its own."""
-    data_dir, socket = module_paths
-    config = data_dir.parent / "config.toml"
-    config.write_text(CONFIG)
-    with daemon_for_module(start_daemon, data_dir, socket, config=config) as process:
+    with configured_module_daemon(module_paths, CONFIG) as process:
         yield process
 
 

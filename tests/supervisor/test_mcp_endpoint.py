@@ -20,7 +20,7 @@ import trio
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from agentd.protocol.errors import NotFound
-from tests.helpers import daemon_for_module, script, wait_event, wait_run_terminal
+from tests.helpers import configured_module_daemon, script, wait_event, wait_run_terminal
 
 TIMEOUT = 60
 CONFIG = '[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = false }\n'
@@ -30,10 +30,7 @@ CONFIG = '[providers.basic]\nkind = "scripted"\ncapabilities = { nativeFork = fa
 def daemon(module_paths):
     """One daemon for the module (issue 28 item 13): each test asks for the
     endpoint of threads of its own; the idle-timeout test starts its own."""
-    data_dir, socket = module_paths
-    config = data_dir.parent / "config.toml"
-    config.write_text(CONFIG)
-    with daemon_for_module(start_daemon, data_dir, socket, config=config) as process:
+    with configured_module_daemon(module_paths, CONFIG) as process:
         yield process
 
 

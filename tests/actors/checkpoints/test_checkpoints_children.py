@@ -13,7 +13,7 @@ import pytest
 
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
-from tests.helpers import daemon_for_module, script, send_and_wait, stored_events, wait_event, wait_run_terminal
+from tests.helpers import configured_module_daemon, script, send_and_wait, stored_events, wait_event, wait_run_terminal
 from tests.actors.checkpoints.test_checkpoints_daemon import StalledGit
 
 
@@ -25,10 +25,7 @@ def shared_daemon(module_paths):
     """One daemon for the module (issue 28 item 13): each test's thread works
     in a folder of its own; the tests that stall git or SIGKILL the daemon
     start their own."""
-    data_dir, socket = module_paths
-    config = data_dir.parent / "config.toml"
-    config.write_text(CONFIG)
-    with daemon_for_module(start_daemon, data_dir, socket, config=config) as daemon:
+    with configured_module_daemon(module_paths, CONFIG) as daemon:
         yield daemon
 
 
