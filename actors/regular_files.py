@@ -82,19 +82,8 @@ def replace_durably(folder: str | os.PathLike[str], name: str, data: bytes) -> N
     written and synced, renamed over whatever stood at the name (a symlink or
     a FIFO included), and the folder synced; blocking."""
     folder = os.fspath(folder)
-    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    try:
-        os.unlink(temporary)  # a temporary a killed write left
-    except FileNotFoundError:
-        pass
-    fd = open_regular(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")  # one a killed write left is replaced
+    _write_new(temporary, data, sync=True)
     os.replace(temporary, os.path.join(folder, name))
     directory = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -108,6 +97,12 @@ def write_new(path: str | os.PathLike[str], data: bytes) -> None:
     process put at the name — a symlink, a FIFO, a hard link to a file of the
     user's — is removed first, never written through (not synced: for files
     only this daemon's life needs); blocking."""
+    _write_new(path, data, sync=False)
+
+
+def _write_new(path: str | os.PathLike[str], data: bytes, *, sync: bool) -> None:
+    """Remove what is at ``path``, then write ``data`` to a new 0600 file
+    there (``O_EXCL | O_NOFOLLOW``), the whole buffer, synced if asked."""
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -117,5 +112,7 @@ def write_new(path: str | os.PathLike[str], data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
