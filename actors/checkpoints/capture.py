@@ -7,8 +7,11 @@ ref (CHECKPOINTS.md recipe b8).
    repository) list what differs from the shadow's persistent index. A
    small workspace (``SMALL_TREE``) is listed by one ``ls-files -c -m -d
    -o`` and a Python read of every tracked file's mode
-   (``_small_listing``); a seeded first capture by ``ls-files -o`` and one
-   Python ``lstat`` of every seeded file (``_seeded``, ``seedscan``).
+   (``_small_listing``) — or, when its last capture left a ``quiet``
+   snapshot and every folder still reads as it did, by an ``lstat`` of its
+   stored files alone, without git (``_quiet_listing``); a seeded first
+   capture by ``ls-files -o`` and one Python ``lstat`` of every seeded file
+   (``_seeded``, ``seedscan``).
 2. Python sorts it (``classify``): nested repositories are excluded and
    reported; files over the size cap, unreadable or special files are skipped
    and reported (and dropped from the index if they were in it); tracked paths
@@ -31,7 +34,8 @@ ref (CHECKPOINTS.md recipe b8).
 
 At a run end with changes that is five git spawns, three in a row
 (``diff-files`` beside ``ls-files``, ``update-index``, then ``write-tree``
-beside ``diff``); four in a small workspace (one ``ls-files`` first).
+beside ``diff``); four in a small workspace (one ``ls-files`` first), three
+when its snapshot holds; none when nothing changed and the snapshot holds.
 
 Nested repositories are never modified: git runs with optional locks off and
 never looks inside them (their ``.git/index`` keeps its mtime).
@@ -43,11 +47,13 @@ import os
 import stat
 import time
 from collections.abc import Awaitable, Callable, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import trio
 
+from . import quiet
 from .errors import CheckpointExistsError, GitCommandError, UnknownCheckpointError
 from .modes import Modes
 from .modes import scan as scan_modes
@@ -135,14 +141,26 @@ async def list_changes(shadow: Shadow) -> dict[bytes, bool]:
     return parse_listing(out["others"], out["tracked"])
 
 
-async def _small_listing(shadow: Shadow, since: float) -> tuple[dict[bytes, bool], tuple[Modes, set[bytes]]]:
+@dataclass
+class Looked:
+    """What a small workspace's listing saw besides the listing (for ``quiet``)."""
+
+    #: the ``lstat`` of every file the index held (workspace-relative), read before ``update-index``
+    files: dict[bytes, os.stat_result]
+    #: the status of every folder, when the listing read them (``quiet.folders_now``)
+    folders: dict[bytes, quiet.Status] | None = None
+
+
+async def _small_listing(shadow: Shadow, since: float
+                         ) -> tuple[dict[bytes, bool], tuple[Modes, set[bytes]], Looked]:
     """Step 1 of a small workspace (``SMALL_TREE``) in one git spawn
     instead of two: ``ls-files -c -m -d -o`` lists the tracked files, those
     whose content or exec bit changed, the deleted and the untracked ones;
     Python reads every tracked file's mode (``seedscan.scan_tracked``: a
     ``chmod`` that leaves git's 644/755 alone shows in no ``ls-files``) and
     lists the files behind a folder that is no longer one. Returns the
-    listing ({path: tracked}) and the tracked files' modes and recent files."""
+    listing ({path: tracked}), the tracked files' modes and recent files,
+    and their ``lstat``."""
     layout = shadow.layout
     out = (await shadow.run(["ls-files", "-z", "-t", "-c", "-m", "-d", "-o", "--exclude-standard", "--",
                              *layout.pathspec()])).stdout
@@ -157,11 +175,61 @@ async def _small_listing(shadow: Shadow, since: float) -> tuple[dict[bytes, bool
         elif token:
             tracked.append(path)
     paths = [layout.from_top(p) for p in tracked] if layout.prefix else tracked
-    modes, fresh, unreachable = await blocking(len(paths), scan_tracked, layout.workspace, paths, since)
+    looked = Looked({})
+    modes, fresh, unreachable = await blocking(len(paths), scan_tracked, layout.workspace, paths, since, looked.files)
     for position in unreachable:
         entries[tracked[position]] = True
     shadow.tracked_count = len(tracked) + sum(1 for known in entries.values() if not known)
-    return entries, (modes, fresh)
+    return entries, (modes, fresh), looked
+
+
+async def _quiet_listing(shadow: Shadow, snapshot: quiet.Snapshot | None, excludes: str, since: float
+                         ) -> tuple[dict[bytes, bool], tuple[Modes, set[bytes]], Looked] | None:
+    """Step 1 of a small workspace without git, when its last capture's
+    ``snapshot`` still holds: every folder reads as it did, so the stored
+    files are the only candidates; those whose status changed are listed (as
+    ``_small_listing`` would list them). None: list with git."""
+    layout = shadow.layout
+    if (snapshot is None or snapshot.index_stat != shadow.index_stat() or snapshot.excludes != excludes
+            or snapshot.nested != tuple(shadow.state.nested)):
+        return None
+    folders = await blocking(len(snapshot.folders), quiet.folders_now, layout.workspace, snapshot.folders)
+    if folders != snapshot.folders:
+        return None
+    paths = sorted(snapshot.files)
+    looked = Looked({}, folders)
+    modes, fresh, unreachable = await blocking(len(paths), scan_tracked, layout.workspace, paths, since, looked.files)
+    if unreachable or len(looked.files) != len(paths):
+        return None
+    changed = [p for p in paths if quiet.status(looked.files[p]) != snapshot.files[p]]
+    if any(os.path.basename(p) == IGNORE_FILE for p in changed):
+        return None  # the rules changed: what they ignored may be the workspace's now
+    return {layout.to_top(p): True for p in changed}, (modes, fresh), looked
+
+
+def _snapshot(shadow: Shadow, entries: dict[bytes, bool], found: Sorted, looked: Looked,
+              excludes: str) -> quiet.Snapshot | None:
+    """The ``quiet.Snapshot`` this capture leaves (its ``index_stat`` is set
+    once the capture is done), if it may: a small workspace where no file was
+    added, removed, skipped or dropped and no ignore file changed, whose
+    folders (read now if the listing did not) and files were all last changed
+    ``quiet.MARGIN`` before the capture began (blocking)."""
+    if found.gone or found.drop or found.skipped or found.nested or found.ignore_rules_touched or not all(entries.values()):
+        return None
+    layout = shadow.layout
+    folders = looked.folders
+    if folders is None:
+        nested = {layout.from_top(p) for p in shadow.state.nested if not layout.prefix or p.startswith(layout.prefix + b"/")}
+        walked = quiet.walk(layout.workspace, nested)
+        if walked is None or not all(rule in looked.files for rule in walked[1]):
+            return None  # too many folders, or an ignore file that is not stored
+        folders = walked[0]
+    files = {path: quiet.status(st) for path, st in looked.files.items()}
+    before = found.started - quiet.MARGIN
+    if not (quiet.settled(folders, before) and quiet.settled(files, before)):
+        return None
+    return quiet.Snapshot(folders=folders, files=files, index_stat=None, excludes=excludes,
+                          nested=tuple(shadow.state.nested))
 
 
 def classify(top: bytes, prefix: bytes, entries: dict[bytes, bool], max_file_bytes: int, started: float = 0.0) -> Sorted:
@@ -253,6 +321,8 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
     staged = await stage(shadow, max_file_bytes)
     tree, files, now_modes = await tree_and_modes(shadow, base, staged)
     commit = await _commit_capture(shadow, ref, tree, base, files, now_modes, message, before_ref)
+    if staged.snapshot is not None:
+        shadow.quiet = dataclasses.replace(staged.snapshot, index_stat=shadow.index_stat())
     return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=base is None or bool(files),
                          summary=_summary(shadow, files, staged.skipped), files=files)
 
@@ -269,6 +339,8 @@ class Staged:
     index_before: tuple[int, int, int] | None
     #: the modes of a seeded index's files and the recent ones (``_seeded_listing``), None without a seed
     seed_modes: tuple[Modes, set[bytes]] | None = None
+    #: the workspace as the next capture may trust it (``quiet``), once this one is done
+    snapshot: quiet.Snapshot | None = None
 
 
 async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
@@ -284,11 +356,14 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
     forced: list[bytes] = []
     ignored: bytes | None = None
     seed_modes: tuple[Modes, set[bytes]] | None = None
+    looked: Looked | None = None
+    snapshot, shadow.quiet = shadow.quiet, None  # a capture that fails leaves no snapshot behind
     if seeded is not None:
         _, entries, ignored, seed_modes, forced = seeded
         shadow.tracked_count = len(seeded[0].paths)
     elif shadow.tracked_count is not None and shadow.tracked_count <= SMALL_TREE:
-        entries, seed_modes = await _small_listing(shadow, started - 1.0)
+        entries, seed_modes, looked = (await _quiet_listing(shadow, snapshot, fingerprint, started - 1.0)
+                                       or await _small_listing(shadow, started - 1.0))
     else:
         entries = await list_changes(shadow)
     found = await blocking(len(entries), classify, layout.top, layout.prefix, entries, max_file_bytes, started)
@@ -309,7 +384,10 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
         shadow.save_state()
     elif new_nested:
         shadow.save_state()
-    return Staged(found, drop, skipped, index_before, seed_modes)
+    after = None
+    if looked is not None and not (drop or skipped or new_nested):
+        after = await blocking(len(looked.files), _snapshot, shadow, entries, found, looked, fingerprint)
+    return Staged(found, drop, skipped, index_before, seed_modes, after)
 
 
 async def _seeded(shadow: Shadow, max_file_bytes: int, since: float

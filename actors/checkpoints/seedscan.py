@@ -160,13 +160,15 @@ def scan(workspace: bytes, paths: Sequence[bytes], index: bytes, starts: Sequenc
     return _modes(workspace, files, executables), fresh, changed, forced
 
 
-def scan_tracked(workspace: bytes, paths: Sequence[bytes], since: float) -> tuple[Modes, set[bytes], list[int]]:
+def scan_tracked(workspace: bytes, paths: Sequence[bytes], since: float,
+                 found: dict[bytes, os.stat_result] | None = None) -> tuple[Modes, set[bytes], list[int]]:
     """A small workspace's tracked files (workspace-relative, sorted), read
     as ``scan`` reads them but with nothing to compare: the modes, the files
     whose status changed at or after ``since``, and the positions of the
     paths behind a folder that is now a symlink or a file, or gone
     (``ls-files`` follows such a folder; ``diff-files`` would list them)
-    (blocking)."""
+    (blocking). ``found``, when given, gets each file's ``lstat`` (for
+    ``quiet``)."""
     files: dict[bytes, int] = {}
     executables: set[bytes] = set()
     fresh: set[bytes] = set()
@@ -186,6 +188,8 @@ def scan_tracked(workspace: bytes, paths: Sequence[bytes], since: float) -> tupl
                 st = os.lstat(name, dir_fd=folder_fd)
             except OSError:
                 continue  # gone: ``ls-files -d`` lists it
+            if found is not None:
+                found[path] = st
             if st.st_mode >> 12 == 0o10:
                 files[path] = st.st_mode & PERMISSIONS
                 if st.st_mode & 0o100:

@@ -22,12 +22,16 @@ import secrets
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..regular_files import NotRegularFile, read_regular
 from .errors import ShadowMismatchError, WorkspaceError
 from .gitproc import Arg, Git, GitResult, scrubbed_env, shadow_env
 from .layout import Layout
 from .modes import Modes
+
+if TYPE_CHECKING:
+    from .quiet import Snapshot
 
 #: settings of every shadow, appended to the config ``git init`` writes
 SHADOW_CONFIG = b"""\
@@ -157,6 +161,8 @@ class Shadow:
         self.modes_recent: set[bytes] = set()
         #: about how many files the index holds, once a capture counted them (``capture.SMALL_TREE``)
         self.tracked_count: int | None = None
+        #: a small workspace as its last capture left it (``quiet``), None when the next one must list it with git
+        self.quiet: Snapshot | None = None
 
     @staticmethod
     def folder(root: bytes, real: bytes) -> bytes:
