@@ -12,7 +12,9 @@ stash entry and a staged change):
    engine's restore includes its safety capture, so it is also shown split,
    and compared with plain ``add -A && commit`` + ``checkout``;
 3. the added latency of a run end on a 100-file workspace: capture (with its
-   ``diff --raw --numstat`` summary) and capture + ``diff`` (patch).
+   ``diff --raw --numstat`` summary) and capture + ``diff`` (patch); then a
+   run end where nothing changed (a chat turn: the ``quiet`` snapshot's
+   case) vs ``git status --porcelain``.
 
 Targets (issue 24 §4): capture <= 1.0x plain git, restore <= 1.5x ``git
 checkout`` alone, a run end on 100 files <= 1.0x plain git (issue 10: a run end
@@ -41,6 +43,7 @@ from typing import Any
 import trio
 
 from agentd.actors.checkpoints import CheckpointEngine, checkpoint_ref
+from agentd.actors.checkpoints import quiet
 from agentd.actors.checkpoints import restore as restore_module
 
 TARGET_CAPTURE_MS = 300.0
@@ -291,11 +294,52 @@ async def bench_run_end(root: Path, args: argparse.Namespace) -> dict[str, Any]:
             plain_ms.append(plain_time)
             spawn_ms.append(spawn_time)
             spawns.append(counted[0])
-    return {"git_spawns_per_capture": max(spawns),"capture_with_summary": stats(capture_ms), "capture_cpu": stats(capture_cpu),
+    quiet_end = await bench_quiet_run_end(engine, ws, plain, base, args, counting_run_process, counted)
+    return {"quiet": quiet_end, "git_spawns_per_capture": max(spawns),"capture_with_summary": stats(capture_ms), "capture_cpu": stats(capture_cpu),
             "capture_then_patch": stats(with_patch_ms), "plain": stats(plain_ms), "git_spawn": stats(spawn_ms),
             "plain_cpu": stats(plain_cpu),
             "ratio": round(statistics.median(capture_ms) / statistics.median(plain_ms), 2),
             "ratio_cpu": round(statistics.median(capture_cpu) / statistics.median(plain_cpu), 2)}
+
+
+async def bench_quiet_run_end(engine: CheckpointEngine, ws: Path, plain: Path, base: str, args: argparse.Namespace,
+                              counting_run_process: Any, counted: list[int]) -> dict[str, Any]:
+    """A run end where nothing changed (a chat turn) in the same workspace,
+    its last change older than the capture's trust margin (``quiet.MARGIN``),
+    beside plain git's cheapest look at the same tree (``git status
+    --porcelain``) and its ``add -A && commit`` finding nothing to commit."""
+    await trio.sleep(quiet.MARGIN)  # the setting, not a wait for state: a person's project is older than this
+    real_run_process = trio.run_process
+    base = (await engine.capture(ws, checkpoint_ref("small", "root", 10_000), base=base)).commit
+    ours_ms, ours_cpu, status_ms, status_cpu, commit_ms, spawns = [], [], [], [], [], []
+    for n in range(10_001, 10_001 + args.warmup + args.rounds):
+        cpu, started = cpu_ms(), time.perf_counter()
+        subprocess.run(["git", "status", "--porcelain"], cwd=plain, env=plain_env(), check=True, capture_output=True)
+        took_status, took_status_cpu = (time.perf_counter() - started) * 1000, cpu_ms() - cpu
+        started = time.perf_counter()
+        subprocess.run(["git", "add", "-A"], cwd=plain, env=plain_env(), check=True)
+        subprocess.run(["git", "commit", "-q", "-m", f"q{n}"], cwd=plain, env=plain_env(), capture_output=True)
+        took_commit = (time.perf_counter() - started) * 1000
+        cpu, started = cpu_ms(), time.perf_counter()
+        counted[0], trio.run_process = 0, counting_run_process
+        try:
+            result = await engine.capture(ws, checkpoint_ref("small", "root", n), base=base)
+        finally:
+            trio.run_process = real_run_process
+        took, took_cpu = (time.perf_counter() - started) * 1000, cpu_ms() - cpu
+        if result.changed:
+            raise RuntimeError("the quiet workspace changed")
+        if n >= 10_001 + args.warmup:
+            ours_ms.append(took)
+            ours_cpu.append(took_cpu)
+            status_ms.append(took_status)
+            status_cpu.append(took_status_cpu)
+            commit_ms.append(took_commit)
+            spawns.append(counted[0])
+    return {"capture": stats(ours_ms), "capture_cpu": stats(ours_cpu), "git_spawns": max(spawns),
+            "plain_status": stats(status_ms), "plain_status_cpu": stats(status_cpu), "plain_commit": stats(commit_ms),
+            "ratio_vs_status": round(statistics.median(ours_ms) / statistics.median(status_ms), 2),
+            "ratio_cpu_vs_status": round(statistics.median(ours_cpu) / statistics.median(status_cpu), 2)}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -364,6 +408,14 @@ def report_run_end(e: dict[str, Any]) -> None:
     print(f"  target <= {TARGET_RUN_END_MS:.0f} ms: {'met' if e['capture_with_summary']['median'] <= TARGET_RUN_END_MS else 'NOT met'}"
           f" (capture), {'met' if e['capture_then_patch']['median'] <= TARGET_RUN_END_MS else 'NOT met'} (capture + patch);"
           f" capture is {e['ratio']:.2f}x plain git (CPU {e['ratio_cpu']:.2f}x), target <= 1.0x")
+    q = e["quiet"]
+    print("\nrun end on the same workspace, nothing changed (a chat turn; its last change older than quiet.MARGIN)")
+    print(show("  plain git status --porcelain", q["plain_status"]))
+    print(show("    its CPU time", q["plain_status_cpu"]))
+    print(show("  plain git add -A && git commit -q (nothing to commit)", q["plain_commit"]))
+    print(show(f"  capture ({q['git_spawns']} git spawns)", q["capture"]))
+    print(show("    its CPU time, agentd + git", q["capture_cpu"]))
+    print(f"  capture is {q['ratio_vs_status']:.2f}x git status (CPU {q['ratio_cpu_vs_status']:.2f}x)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -64,6 +64,7 @@ a target not met is a finding.
     python scripts/bench_stream.py --paced-sizes 100,1024   # and the paced 1 MiB answer
     python scripts/bench_stream.py --baseline-python /path/to/main/venv/bin/python  # before/after, interleaved
     python scripts/bench_stream.py --device-bytes --dir /mnt/own-fs   # and what reached that device
+    python scripts/bench_stream.py --steady           # a live session's next message, not a new thread's first
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ import msgspec  # noqa: E402
 import trio  # noqa: E402
 
 from agentd.launch import DaemonProcess, start_daemon  # noqa: E402
+from agentd.actors.checkpoints import quiet  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import BenchError, daemon_cpu_seconds, lmdb_pages, measure_floor, process_io  # noqa: E402
@@ -176,13 +178,15 @@ def device_written(path: Path) -> int | None:
 
 
 async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate: float | None,
-                         device: bool = False) -> dict[str, Any]:
-    """One answer through the daemon, seen by a subscriber on a raw socket."""
+                         device: bool = False, thread: str | None = None) -> dict[str, Any]:
+    """One answer through the daemon, seen by a subscriber on a raw socket:
+    in a new thread, or as the next message of ``thread``."""
     text, deltas = script(size, rate)
     stream = await trio.open_unix_socket(str(daemon.socket))
     lines = Lines(stream)
     try:
-        thread = (await _rpc(stream, lines, 1, "thread.create", title="bench stream"))["threadId"]
+        if thread is None:
+            thread = (await _rpc(stream, lines, 1, "thread.create", title="bench stream"))["threadId"]
         await _rpc(stream, lines, 2, "events.subscribe", threadId=thread)
         commits0 = (await _rpc(stream, lines, 9, "daemon.status"))["commits"]["transactions"]
         device0 = device_written(store_dir) if device else None
@@ -248,55 +252,90 @@ async def through_agentd(daemon: DaemonProcess, store_dir: Path, size: int, rate
         "completion_turn_to_capture_ms": round((captured_at - turn_at) * 1000, 2) if captured_at else None,
         "completion_capture_to_seen_ms": round((done_wall - captured_at) * 1000, 2) if captured_at else None,
         "stream_ms": round((arrivals[-1] - arrivals[0]) * 1000, 1),
+        "thread_id": thread,
     }
 
 
-async def direct(home: Path, size: int, rate: float | None, device: bool = False) -> dict[str, Any]:
-    """The same answer from the scripted agent over its stdio, no agentd."""
-    text, deltas = script(size, rate)
-    home.mkdir(parents=True, exist_ok=True)
-    device0 = device_written(home) if device else None
-    process = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "agentd.actors.providers.scripted_agent", "--home", str(home)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    lines = Lines(process.stdout)
+class DirectAgent:
+    """The scripted agent over its stdio, no agentd: one process and one
+    native thread, for one answer or (``--steady``) for every run."""
 
-    async def call(request_id: int, method: str, params: dict[str, Any]) -> Any:
-        assert process.stdin is not None
-        await process.stdin.send_all(json.dumps({"id": request_id, "method": method, "params": params}).encode() + b"\n")
-        while (message := await lines.next()).get("id") != request_id:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.process: trio.Process | None = None
+        self.lines: Lines | None = None
+        self.native = ""
+        self.next_id = 0
+
+    async def start(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "agentd.actors.providers.scripted_agent", "--home", str(self.home)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )
+        assert self.process.stdout is not None
+        self.lines = Lines(self.process.stdout)
+        await self.call("initialize", {})
+        self.native = (await self.call("thread/start", {"cwd": str(self.home)}))["threadId"]
+
+    async def send(self, method: str, params: dict[str, Any]) -> int:
+        assert self.process is not None and self.process.stdin is not None
+        self.next_id += 1
+        await self.process.stdin.send_all(
+            json.dumps({"id": self.next_id, "method": method, "params": params}).encode() + b"\n")
+        return self.next_id
+
+    async def call(self, method: str, params: dict[str, Any]) -> Any:
+        request_id = await self.send(method, params)
+        assert self.lines is not None
+        while (message := await self.lines.next()).get("id") != request_id:
             pass
         return message["result"]
 
-    try:
-        await call(1, "initialize", {})
-        native = (await call(2, "thread/start", {"cwd": str(home)}))["threadId"]
+    async def answer(self, size: int, rate: float | None, device: bool = False) -> dict[str, Any]:
+        """One answer: the floor's figures."""
+        assert self.lines is not None
+        text, deltas = script(size, rate)
+        device0 = device_written(self.home) if device else None
         cpu0 = time.process_time()
-        await process.stdin.send_all(json.dumps({"id": 3, "method": "turn/start", "params": {
-            "threadId": native, "input": text}}).encode() + b"\n")
+        await self.send("turn/start", {"threadId": self.native, "input": text})
         arrivals: list[float] = []
         while True:
-            method = (await lines.next()).get("method")
+            method = (await self.lines.next()).get("method")
             if method == "item/agentMessage/delta":
                 arrivals.append(time.perf_counter())
             elif method == "turn/completed":
                 done = time.perf_counter()
                 break
         cpu = time.process_time() - cpu0
+        device1 = device_written(self.home) if device else None
+        return {
+            # the agent's own writes (it saves its thread): the floor of what a run writes
+            "device_write_bytes_kb": None if device0 is None or device1 is None else round((device1 - device0) / 1000, 1),
+            "cpu_us_per_delta": round(cpu / deltas * 1e6, 1),
+            "delta_p99_ms": lateness_p99_ms(arrivals, rate),
+            "completion_ms": round((done - arrivals[-1]) * 1000, 2),
+            "stream_ms": round((arrivals[-1] - arrivals[0]) * 1000, 1),
+        }
+
+    async def close(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            await self.process.wait()
+
+
+async def direct(home: Path, size: int, rate: float | None, device: bool = False,
+                 agent: DirectAgent | None = None) -> dict[str, Any]:
+    """The same answer from the scripted agent over its stdio, no agentd: a
+    new process and thread, or the next turn of ``agent``'s."""
+    if agent is not None:
+        return await agent.answer(size, rate, device)
+    fresh = DirectAgent(home)
+    try:
+        await fresh.start()
+        return await fresh.answer(size, rate, device)
     finally:
-        process.kill()
-        await process.wait()
-    device1 = device_written(home) if device else None
-    return {
-        # the agent's own writes (it saves its thread): the floor of what a run writes
-        "device_write_bytes_kb": None if device0 is None or device1 is None else round((device1 - device0) / 1000, 1),
-        "cpu_us_per_delta": round(cpu / deltas * 1e6, 1),
-        "delta_p99_ms": lateness_p99_ms(arrivals, rate),
-        "completion_ms": round((done - arrivals[-1]) * 1000, 2),
-        "stream_ms": round((arrivals[-1] - arrivals[0]) * 1000, 1),
-    }
+        await fresh.close()
 
 
 def shapes(args: argparse.Namespace) -> list[tuple[str, int, float | None]]:
@@ -310,9 +349,12 @@ def shapes(args: argparse.Namespace) -> list[tuple[str, int, float | None]]:
     return out
 
 
-async def _start(base: Path, name: str, python: str) -> tuple[DaemonProcess, Path]:
+async def _start(base: Path, name: str, python: str, steady: bool = False) -> tuple[DaemonProcess, Path, str | None]:
     """A daemon child run by ``python`` (another checkout's venv, for the
-    baseline), with its own data dir and socket."""
+    baseline), with its own data dir and socket; with ``steady``, the thread
+    every run's message goes to, in a workspace of its own older than the
+    capture's trust margin (``checkpoints.quiet.MARGIN``), as a person's
+    project is."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}  # no stray config
     socket_dir = Path(tempfile.mkdtemp(prefix="abs-"))  # short: sun_path holds 107 bytes
     own, sys.executable = sys.executable, python  # start_daemon runs sys.executable
@@ -321,27 +363,52 @@ async def _start(base: Path, name: str, python: str) -> tuple[DaemonProcess, Pat
     finally:
         sys.executable = own
     # The first answer makes the store's pages and the agent's imports warm.
-    await through_agentd(daemon, base / name / "store", 10 * 1024, None)
-    return daemon, socket_dir
+    warm = await through_agentd(daemon, base / name / "store", 10 * 1024, None)
+    if not steady:
+        return daemon, socket_dir, None
+    workspace = base / f"{name}-workspace"
+    (workspace / "src").mkdir(parents=True)
+    for i in range(20):
+        (workspace / "src" / f"m{i}.py").write_text(f"module {i}\n")
+    stream = await trio.open_unix_socket(str(daemon.socket))
+    try:
+        thread = (await _rpc(stream, Lines(stream), 1, "thread.create", title="bench steady",
+                             workspace=str(workspace)))["threadId"]
+    finally:
+        await stream.aclose()
+    await trio.sleep(quiet.MARGIN)  # the setting, not a wait for state: a real project is older than this
+    for _ in range(2):  # the session's start, then a live session's turn
+        await through_agentd(daemon, base / name / "store", 10 * 1024, None, thread=thread)
+    del warm
+    return daemon, socket_dir, thread
 
 
 async def bench(base: Path, args: argparse.Namespace) -> dict[str, Any]:
     pythons = {"agentd": sys.executable}
     if args.baseline_python:
         pythons["baseline"] = args.baseline_python
-    daemons = {name: await _start(base, name, python) for name, python in pythons.items()}
+    daemons = {name: await _start(base, name, python, args.steady) for name, python in pythons.items()}
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    steady: DirectAgent | None = None
+    if args.steady:  # the floor's thread has the same history as the daemons' (two warm answers)
+        steady = DirectAgent(base / "direct-steady")
+        await steady.start()
+        for _ in range(2):
+            await steady.answer(10 * 1024, None)
     try:
         for run in range(args.runs):
             for name, size, rate in shapes(args):
                 shape = results.setdefault(name, {"direct": [], **{who: [] for who in daemons}})
-                for who, (daemon, _socket_dir) in daemons.items():
+                for who, (daemon, _socket_dir, thread) in daemons.items():
                     shape[who].append(await through_agentd(daemon, base / who / "store", size, rate,
-                                                           args.device_bytes))
-                shape["direct"].append(await direct(base / f"direct-{run}-{name}", size, rate, args.device_bytes))
+                                                           args.device_bytes, thread))
+                shape["direct"].append(await direct(base / f"direct-{run}-{name}", size, rate, args.device_bytes,
+                                                    steady))
     finally:
-        codes = {who: await daemon.terminate() for who, (daemon, _socket_dir) in daemons.items()}
-        for _daemon, socket_dir in daemons.values():
+        if steady is not None:
+            await steady.close()
+        codes = {who: await daemon.terminate() for who, (daemon, _socket_dir, _thread) in daemons.items()}
+        for _daemon, socket_dir, _thread in daemons.values():
             shutil.rmtree(socket_dir, ignore_errors=True)
     for who, code in codes.items():
         if code != 0:
@@ -363,7 +430,7 @@ def report(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any
         floor = runs["direct"]
         row: dict[str, Any] = {}
         for key in runs["agentd"][0]:
-            if key == "answer_bytes":
+            if key in ("answer_bytes", "thread_id"):
                 continue
             for who in runs:
                 if who != "direct":
@@ -404,6 +471,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device-bytes", action="store_true",
                         help="also count what reached the block device holding --dir (syncfs, then its sectors "
                              "written): put --dir on a file system of its own, e.g. a loop device")
+    parser.add_argument("--steady", action="store_true",
+                        help="every run is the next message of one thread per daemon (a live session, in an old "
+                             "workspace of 20 files), not the first message of a new thread")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.paced_sizes, args.runs = "10", "10", 1
