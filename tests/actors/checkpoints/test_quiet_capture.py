@@ -4,8 +4,9 @@ SPEC F13, issue 24 §3/§4).
 
 The property: after any sequence of the changes an agent or a person makes —
 edits that keep a file's size, edits that keep its mtime, modes, new and
-deleted files and folders, renames, ignored files, ignore rules that change,
-a folder swapped for a symlink, a nested repository — a capture that may use
+deleted files and folders, renames, names that are not UTF-8, ignored files,
+ignore rules that change, a folder swapped for a symlink, a nested
+repository — a capture that may use
 the snapshot gives the same tree, modes and summary as one that lists the
 workspace with git every time; and when nothing changed it runs no git at
 all. ``quiet.MARGIN`` is 0 here and each change waits until the file clock
@@ -80,7 +81,7 @@ def change(rng: random.Random, ws: Path, step: int) -> str:
                    and name != ".gitignore" and not os.path.islink(os.path.join(top, name)))
     kind = rng.choice(["nothing", "nothing", "same_size", "other_size", "keep_mtime", "chmod", "exec", "new",
                        "new_folder", "delete", "rename", "ignored", "in_ignored", "rules", "symlink_swap",
-                       "nested", "folder_mode", "into_empty"])
+                       "nested", "folder_mode", "into_empty", "bytes_name"])
     target = rng.choice(files) if files else None
     if kind == "same_size" and target:
         target.write_bytes(b"Z" * len(target.read_bytes()))
@@ -116,6 +117,9 @@ def change(rng: random.Random, ws: Path, step: int) -> str:
         subprocess.run(["git", "init", "-q", str(ws / "src" / "deep")], check=True)
     elif kind == "folder_mode":
         (ws / "src").chmod(0o700 if (ws / "src").stat().st_mode & 0o777 != 0o700 else 0o755)
+    elif kind == "bytes_name":  # a name that is not UTF-8, new or edited in place
+        with open(os.path.join(os.fsencode(ws / "src"), b"caf\xe9-\xff.txt"), "ab") as odd:
+            odd.write(b"bytes\n")
     elif kind == "into_empty":
         write(ws / "empty" / f"e{step}.txt", "e\n")
     else:
