@@ -43,6 +43,7 @@ from typing import Any
 import trio
 
 from agentd.actors.checkpoints import CheckpointEngine, checkpoint_ref
+from agentd.actors.checkpoints import capture as capture_module
 from agentd.actors.checkpoints import quiet
 from agentd.actors.checkpoints import restore as restore_module
 
@@ -344,6 +345,11 @@ async def bench_quiet_run_end(engine: CheckpointEngine, ws: Path, plain: Path, b
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     load_at_start = os.getloadavg()[0]
+    if args.no_snapshot:
+        async def listed_with_git(*_args: Any) -> None:
+            return None
+
+        capture_module._quiet_listing = listed_with_git
     root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-ckpt-"))
     root.mkdir(parents=True, exist_ok=True)
     capture: dict[str, Any] = {}
@@ -428,6 +434,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2, help="unmeasured rounds first (default 2)")
     parser.add_argument("--dir", help="work here and keep it (default: a temp dir, removed)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
+    parser.add_argument("--no-snapshot", action="store_true",
+                        help="list every capture with git, as before the quiet snapshot (capture._quiet_listing off)")
     parser.add_argument("--only", choices=["run_end"], help="measure only this part (the run end: seconds, not minutes)")
     return parser.parse_args(argv)
 
