@@ -24,7 +24,8 @@ granularity of the recorded one: the status would read the same. So a
 snapshot is kept only if everything it records was last changed at least
 ``MARGIN`` before the capture that records it started (git's own "racy" rule,
 with the capture's one-second margin for clocks that tick apart): a later
-change then gets a ctime no recorded one can equal. A workspace with more
+change then gets a ctime no recorded one can equal. A file system whose times
+are whole seconds gets no snapshot: there the margin is not enough. A workspace with more
 than ``MAX_FOLDERS`` folders (an ignored ``node_modules``, say: its folders
 are watched like the others, nothing inside them is read) gets no snapshot.
 
@@ -79,9 +80,13 @@ class Snapshot:
 
 
 def settled(statuses: Mapping[bytes, Status], before: float) -> bool:
-    """Whether every status in ``statuses`` was last changed before ``before`` (``time.time()``)."""
+    """Whether every status in ``statuses`` was last changed before
+    ``before`` (``time.time()``), on a file system that keeps sub-second
+    times: one that keeps whole seconds (FAT's two, some network and FUSE
+    file systems') could give a later change the very ctime recorded, and
+    its clock may not be this one."""
     limit = int(before * 1_000_000_000)
-    return all(entry[5] < limit for entry in statuses.values())
+    return all(entry[5] < limit and entry[5] % 1_000_000_000 for entry in statuses.values())
 
 
 def walk(workspace: bytes, nested: Collection[bytes]) -> tuple[dict[bytes, Status], list[bytes]] | None:

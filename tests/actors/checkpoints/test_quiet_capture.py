@@ -277,3 +277,14 @@ async def test_an_ignore_file_that_is_not_stored_keeps_the_workspace_listed_with
         rules.write("#.tmp\n")
     third = await engine.capture(ws, checkpoint_ref("thr_i", "root", 2), base=second.commit)
     assert [f.path for f in third.files] == ["sub/a.tmp"]
+
+
+def test_times_of_whole_seconds_are_not_trusted():
+    """F13: a file system that keeps whole seconds (FAT keeps two) could give
+    a later change the recorded ctime: no snapshot there, however old."""
+    old = 1_700_000_000
+    fine = {b"a": (0o100644, 1, 1, 1, old * 10**9 + 123, old * 10**9 + 456, 0, 0)}
+    whole = {b"a": (0o100644, 1, 1, 1, old * 10**9, old * 10**9, 0, 0)}
+    assert quiet.settled(fine, old + 10)
+    assert not quiet.settled(whole, old + 10)
+    assert not quiet.settled(fine, old)  # changed after the capture began
