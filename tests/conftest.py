@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -59,12 +60,21 @@ def pytest_configure(config):
     the spirit of that setting (nothing is written beside the sources): their
     bytecode goes to a cache of this user's in the temporary directory
     (``PYTHONPYCACHEPREFIX``), which Python validates against the sources'
-    mtime and size like any ``__pycache__``.
+    mtime and size like any ``__pycache__`` — only a folder of this user's
+    that nobody else may write: bytecode found there runs in every child.
     """
     if not sys.flags.dont_write_bytecode or os.environ.get("PYTHONPYCACHEPREFIX"):
         return
+    cache = Path(tempfile.gettempdir()) / f"agentd-tests-pycache-{os.getuid()}"
+    try:
+        cache.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(cache)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        return  # another user's (or a symlink): its bytecode would run in every child
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / f"agentd-tests-pycache-{os.getuid()}")
+    os.environ["PYTHONPYCACHEPREFIX"] = str(cache)
 
 
 #: Files of few but long tests (a property test, mypy, a wheel build, a browser, the real

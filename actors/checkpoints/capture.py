@@ -53,7 +53,6 @@ from typing import Any, TypeVar, cast
 
 import trio
 
-from . import quiet
 from .errors import CheckpointExistsError, GitCommandError, UnknownCheckpointError
 from .modes import Modes
 from .modes import scan as scan_modes
@@ -62,6 +61,8 @@ from .objects import commit_and_ref
 from .objects import supported as objects_supported
 from .names import exact, exact_map, shown
 from .paths import PathGuard
+from .quiet import Snapshot, Status, folders_now, settled, walk
+from .quiet import status as status_of
 from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
 from .results import CaptureResult, CheckpointSummary, FileChange, SkippedFile, SkipReason
@@ -147,8 +148,8 @@ class Looked:
 
     #: the ``lstat`` of every file the index held (workspace-relative), read before ``update-index``
     files: dict[bytes, os.stat_result]
-    #: the status of every folder, when the listing read them (``quiet.folders_now``)
-    folders: dict[bytes, quiet.Status] | None = None
+    #: the status of every folder, when the listing read them (``folders_now``)
+    folders: dict[bytes, Status] | None = None
 
 
 async def _small_listing(shadow: Shadow, since: float
@@ -183,7 +184,7 @@ async def _small_listing(shadow: Shadow, since: float
     return entries, (modes, fresh), looked
 
 
-async def _quiet_listing(shadow: Shadow, snapshot: quiet.Snapshot | None, excludes: str, since: float
+async def _quiet_listing(shadow: Shadow, snapshot: Snapshot | None, excludes: str, since: float
                          ) -> tuple[dict[bytes, bool], tuple[Modes, set[bytes]], Looked] | None:
     """Step 1 of a small workspace without git, when its last capture's
     ``snapshot`` still holds: every folder reads as it did, so the stored
@@ -193,7 +194,7 @@ async def _quiet_listing(shadow: Shadow, snapshot: quiet.Snapshot | None, exclud
     if (snapshot is None or snapshot.index_stat != shadow.index_stat() or snapshot.excludes != excludes
             or snapshot.nested != tuple(shadow.state.nested)):
         return None
-    folders = await blocking(len(snapshot.folders), quiet.folders_now, layout.workspace, snapshot.folders)
+    folders = await blocking(len(snapshot.folders), folders_now, layout.workspace, snapshot.folders)
     if folders != snapshot.folders:
         return None
     paths = sorted(snapshot.files)
@@ -201,15 +202,15 @@ async def _quiet_listing(shadow: Shadow, snapshot: quiet.Snapshot | None, exclud
     modes, fresh, unreachable = await blocking(len(paths), scan_tracked, layout.workspace, paths, since, looked.files)
     if unreachable or len(looked.files) != len(paths):
         return None
-    changed = [p for p in paths if quiet.status(looked.files[p]) != snapshot.files[p]]
+    changed = [p for p in paths if status_of(looked.files[p]) != snapshot.files[p]]
     if any(os.path.basename(p) == IGNORE_FILE for p in changed):
         return None  # the rules changed: what they ignored may be the workspace's now
     return {layout.to_top(p): True for p in changed}, (modes, fresh), looked
 
 
 def _snapshot(shadow: Shadow, entries: dict[bytes, bool], found: Sorted, looked: Looked,
-              excludes: str) -> quiet.Snapshot | None:
-    """The ``quiet.Snapshot`` this capture leaves (its ``index_stat`` is set
+              excludes: str) -> Snapshot | None:
+    """The ``Snapshot`` this capture leaves (its ``index_stat`` is set
     once the capture is done), if it may: a small workspace where no file was
     added, removed, skipped or dropped and no ignore file changed, whose
     folders (read now if the listing did not) and files were all last changed
@@ -220,15 +221,14 @@ def _snapshot(shadow: Shadow, entries: dict[bytes, bool], found: Sorted, looked:
     folders = looked.folders
     if folders is None:
         nested = {layout.from_top(p) for p in shadow.state.nested if not layout.prefix or p.startswith(layout.prefix + b"/")}
-        walked = quiet.walk(layout.workspace, nested)
+        walked = walk(layout.workspace, nested)
         if walked is None or not all(rule in looked.files for rule in walked[1]):
             return None  # too many folders, or an ignore file that is not stored
         folders = walked[0]
-    files = {path: quiet.status(st) for path, st in looked.files.items()}
-    before = found.started - quiet.MARGIN
-    if not (quiet.settled(folders, before) and quiet.settled(files, before)):
+    files = {path: status_of(st) for path, st in looked.files.items()}
+    if not (settled(folders, found.started) and settled(files, found.started)):
         return None
-    return quiet.Snapshot(folders=folders, files=files, index_stat=None, excludes=excludes,
+    return Snapshot(folders=folders, files=files, index_stat=None, excludes=excludes,
                           nested=tuple(shadow.state.nested))
 
 
@@ -340,7 +340,7 @@ class Staged:
     #: the modes of a seeded index's files and the recent ones (``_seeded_listing``), None without a seed
     seed_modes: tuple[Modes, set[bytes]] | None = None
     #: the workspace as the next capture may trust it (``quiet``), once this one is done
-    snapshot: quiet.Snapshot | None = None
+    snapshot: Snapshot | None = None
 
 
 async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:

@@ -79,13 +79,13 @@ class Snapshot:
     nested: tuple[bytes, ...]
 
 
-def settled(statuses: Mapping[bytes, Status], before: float) -> bool:
-    """Whether every status in ``statuses`` was last changed before
-    ``before`` (``time.time()``), on a file system that keeps sub-second
-    times: one that keeps whole seconds (FAT's two, some network and FUSE
-    file systems') could give a later change the very ctime recorded, and
-    its clock may not be this one."""
-    limit = int(before * 1_000_000_000)
+def settled(statuses: Mapping[bytes, Status], began: float) -> bool:
+    """Whether every status in ``statuses`` was last changed ``MARGIN``
+    before ``began`` (the capture's start, ``time.time()``), on a file
+    system that keeps sub-second times: one that keeps whole seconds (FAT's
+    two, some network and FUSE file systems') could give a later change the
+    very ctime recorded, and its clock may not be this one."""
+    limit = int((began - MARGIN) * 1_000_000_000)
     return all(entry[5] < limit and entry[5] % 1_000_000_000 for entry in statuses.values())
 
 
