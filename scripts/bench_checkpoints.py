@@ -247,6 +247,19 @@ def cpu_ms() -> float:
     return (own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime) * 1000
 
 
+async def counted_capture(engine: CheckpointEngine, ws: Path, ref: str, base: str, counting_run_process: Any,
+                          counted: list[int]) -> tuple[Any, float, float]:
+    """One capture with its git spawns counted (in ``counted[0]``): the result, its ms and its CPU ms."""
+    real_run_process = trio.run_process
+    cpu, started = cpu_ms(), time.perf_counter()
+    counted[0], trio.run_process = 0, counting_run_process
+    try:
+        result = await engine.capture(ws, ref, base=base)
+    finally:
+        trio.run_process = real_run_process
+    return result, (time.perf_counter() - started) * 1000, cpu_ms() - cpu
+
+
 async def bench_run_end(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     ws, plain = root / "small", root / "small-plain"
     rng = random.Random(4)
@@ -277,13 +290,9 @@ async def bench_run_end(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         subprocess.run(["git", "--version"], env=plain_env(), check=True, capture_output=True)
         spawn_time = (time.perf_counter() - started) * 1000
-        cpu, started = cpu_ms(), time.perf_counter()
-        counted[0], trio.run_process = 0, counting_run_process
-        try:
-            result = await engine.capture(ws, checkpoint_ref("small", "root", n), base=base)
-        finally:
-            trio.run_process = real_run_process
-        captured, cpu = (time.perf_counter() - started) * 1000, cpu_ms() - cpu
+        started = time.perf_counter()
+        result, captured, cpu = await counted_capture(engine, ws, checkpoint_ref("small", "root", n), base,
+                                                      counting_run_process, counted)
         await engine.diff(ws, result.commit, base, max_bytes=64 * 1024)
         both = (time.perf_counter() - started) * 1000
         base = result.commit
@@ -310,7 +319,6 @@ async def bench_quiet_run_end(engine: CheckpointEngine, ws: Path, plain: Path, b
     beside plain git's cheapest look at the same tree (``git status
     --porcelain``) and its ``add -A && commit`` finding nothing to commit."""
     await trio.sleep(quiet.MARGIN)  # the setting, not a wait for state: a person's project is older than this
-    real_run_process = trio.run_process
     base = (await engine.capture(ws, checkpoint_ref("small", "root", 10_000), base=base)).commit
     ours_ms, ours_cpu, status_ms, status_cpu, commit_ms, spawns = [], [], [], [], [], []
     for n in range(10_001, 10_001 + args.warmup + args.rounds):
@@ -321,13 +329,8 @@ async def bench_quiet_run_end(engine: CheckpointEngine, ws: Path, plain: Path, b
         subprocess.run(["git", "add", "-A"], cwd=plain, env=plain_env(), check=True)
         subprocess.run(["git", "commit", "-q", "-m", f"q{n}"], cwd=plain, env=plain_env(), capture_output=True)
         took_commit = (time.perf_counter() - started) * 1000
-        cpu, started = cpu_ms(), time.perf_counter()
-        counted[0], trio.run_process = 0, counting_run_process
-        try:
-            result = await engine.capture(ws, checkpoint_ref("small", "root", n), base=base)
-        finally:
-            trio.run_process = real_run_process
-        took, took_cpu = (time.perf_counter() - started) * 1000, cpu_ms() - cpu
+        result, took, took_cpu = await counted_capture(engine, ws, checkpoint_ref("small", "root", n), base,
+                                                       counting_run_process, counted)
         if result.changed:
             raise RuntimeError("the quiet workspace changed")
         if n >= 10_001 + args.warmup:

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .seedscan import _Folders
@@ -89,6 +90,19 @@ def settled(statuses: Mapping[bytes, Status], began: float) -> bool:
     return all(entry[5] < limit and entry[5] % 1_000_000_000 for entry in statuses.values())
 
 
+@contextmanager
+def _beneath(workspace: bytes) -> Iterator[tuple[int, _Folders]]:
+    """The workspace's descriptor and its folders' (``seedscan._Folders``),
+    closed after the block (``OSError`` if it cannot be opened)."""
+    root_fd = os.open(workspace, _DIR_FLAGS)
+    folders = _Folders(root_fd)
+    try:
+        yield root_fd, folders
+    finally:
+        folders.close()
+        os.close(root_fd)
+
+
 def walk(workspace: bytes, nested: Collection[bytes]) -> tuple[dict[bytes, Status], list[bytes]] | None:
     """The status of every folder beneath ``workspace`` (blocking), not
     entering ``.git`` or the nested repositories (``nested``,
@@ -96,13 +110,15 @@ def walk(workspace: bytes, nested: Collection[bytes]) -> tuple[dict[bytes, Statu
     (``.gitignore``) found in them. None when there are more than
     ``MAX_FOLDERS`` folders or one cannot be read."""
     try:
-        root_fd = os.open(workspace, _DIR_FLAGS)
+        return _walk(workspace, nested)
     except OSError:
         return None
-    folders = _Folders(root_fd)
+
+
+def _walk(workspace: bytes, nested: Collection[bytes]) -> tuple[dict[bytes, Status], list[bytes]] | None:
     found: dict[bytes, Status] = {}
     rules: list[bytes] = []
-    try:
+    with _beneath(workspace) as (root_fd, folders):
         found[b""] = status(os.fstat(root_fd))
         pending = [b""]
         while pending:
@@ -123,11 +139,6 @@ def walk(workspace: bytes, nested: Collection[bytes]) -> tuple[dict[bytes, Statu
                         return None
                     if path not in nested:
                         pending.append(path)
-    except OSError:
-        return None
-    finally:
-        folders.close()
-        os.close(root_fd)
     return found, rules
 
 
@@ -135,12 +146,14 @@ def folders_now(workspace: bytes, recorded: Collection[bytes]) -> dict[bytes, St
     """The status now of the ``recorded`` folders (workspace-relative;
     blocking). None when one of them is gone or no longer a folder."""
     try:
-        root_fd = os.open(workspace, _DIR_FLAGS)
+        return _folders_now(workspace, recorded)
     except OSError:
         return None
-    folders = _Folders(root_fd)
+
+
+def _folders_now(workspace: bytes, recorded: Collection[bytes]) -> dict[bytes, Status] | None:
     found: dict[bytes, Status] = {}
-    try:
+    with _beneath(workspace) as (root_fd, folders):
         for path in sorted(recorded):
             if not path:
                 found[path] = status(os.fstat(root_fd))
@@ -153,9 +166,4 @@ def folders_now(workspace: bytes, recorded: Collection[bytes]) -> dict[bytes, St
             if not stat.S_ISDIR(st.st_mode):
                 return None
             found[path] = status(st)
-    except OSError:
-        return None
-    finally:
-        folders.close()
-        os.close(root_fd)
     return found
