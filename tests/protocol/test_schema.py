@@ -42,6 +42,7 @@ from agentd.protocol.wire import NoParams
 from agentd.store import records
 from agentd.store.reconcile import ReconcileReport
 
+from tests import schema_check
 from tests.protocol.test_hostile_clients import read_line
 
 # -- the document ------------------------------------------------------------------------------------
@@ -182,6 +183,28 @@ def test_a_record_as_to_wire_sends_it_is_its_wire_shape():
     assert msgspec.convert(records.to_wire(thread), wire_records.AppThread).held_run_ids == ["run_1"]
     with pytest.raises(msgspec.ValidationError, match="unknown field"):
         msgspec.convert({**records.to_wire(thread), "extra": 1}, wire_records.AppThread)
+
+
+# -- the suite's client holds what it receives to the document ------------------------------------------
+
+
+def test_the_clients_check_refuses_every_answer_off_the_schema_even_after_an_equal_looking_one_matched():
+    """``tests/schema_check.py`` remembers answers that matched (the suite's
+    clients receive the same ones again and again); an answer that differs
+    from them in any way, down to a type, is validated and refused, each time."""
+    good = {"threadId": "thr_1", "seq": 3, "transferId": None}
+    for _ in range(2):  # the second time from what the check remembers
+        schema_check.check_result("thread.create", dict(good))
+    for bad in ({**good, "seq": "3"}, {**good, "seq": 3.5}, {**good, "seq": True}, {**good, "transferId": 7},
+                {"threadId": "thr_1"}, {**good, "runId": "run_1"}, {**good, "seq": float("nan")}):
+        for _ in range(2):
+            with pytest.raises(schema_check.SchemaMismatch, match="ThreadCreateResult|thread.create"):
+                schema_check.check_result("thread.create", bad)
+    event = {"seq": 1, "type": "thread.created", "threadId": "thr_1", "payload": {}}
+    with pytest.raises(schema_check.SchemaMismatch):
+        schema_check.check_event(event)
+    with pytest.raises(schema_check.SchemaMismatch, match="no such method"):
+        schema_check.check_result("no.such.method", good)
 
 
 # -- the server holds answers to their Structs -------------------------------------------------------
