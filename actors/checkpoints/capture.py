@@ -46,7 +46,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -60,9 +60,11 @@ from .modes import update as update_modes
 from .objects import commit_and_ref
 from .objects import supported as objects_supported
 from .names import exact, exact_map, shown
+from .layout import Layout
 from .paths import PathGuard
 from .quiet import Snapshot, Status, folders_now, settled, walk
 from .quiet import status as status_of
+from .quiet import unseen_by_git
 from .rawdiff import file_changes
 from .refs import ZERO_OID, check_commitish, check_ref
 from .results import CaptureResult, CheckpointSummary, FileChange, SkippedFile, SkipReason
@@ -150,6 +152,16 @@ class Looked:
     files: dict[bytes, os.stat_result]
     #: the status of every folder, when the listing read them (``folders_now``)
     folders: dict[bytes, Status] | None = None
+    #: listed files git would take as unchanged (``quiet.unseen_by_git``; work-tree-relative)
+    forced: list[bytes] = field(default_factory=list)
+
+    def force_unseen(self, layout: Layout, before: Mapping[bytes, Status], entries: dict[bytes, bool]) -> None:
+        """List and force the files whose status changed since ``before`` in a way git misses."""
+        for path, st in self.files.items():
+            old = before.get(path)
+            if old is not None and unseen_by_git(old, status_of(st)):
+                entries[layout.to_top(path)] = True
+                self.forced.append(layout.to_top(path))
 
 
 async def _small_listing(shadow: Shadow, since: float
@@ -180,6 +192,8 @@ async def _small_listing(shadow: Shadow, since: float
     modes, fresh, unreachable = await blocking(len(paths), scan_tracked, layout.workspace, paths, since, looked.files)
     for position in unreachable:
         entries[tracked[position]] = True
+    if shadow.seen is not None and shadow.seen[0] == shadow.index_stat():
+        looked.force_unseen(layout, shadow.seen[1], entries)
     shadow.tracked_count = len(tracked) + sum(1 for known in entries.values() if not known)
     return entries, (modes, fresh), looked
 
@@ -205,7 +219,9 @@ async def _quiet_listing(shadow: Shadow, snapshot: Snapshot | None, excludes: st
     changed = [p for p in paths if status_of(looked.files[p]) != snapshot.files[p]]
     if any(os.path.basename(p) == IGNORE_FILE for p in changed):
         return None  # the rules changed: what they ignored may be the workspace's now
-    return {layout.to_top(p): True for p in changed}, (modes, fresh), looked
+    entries = {layout.to_top(p): True for p in changed}
+    looked.force_unseen(layout, snapshot.files, entries)
+    return entries, (modes, fresh), looked
 
 
 def _snapshot(shadow: Shadow, entries: dict[bytes, bool], found: Sorted, looked: Looked,
@@ -323,6 +339,8 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
     commit = await _commit_capture(shadow, ref, tree, base, files, now_modes, message, before_ref)
     if staged.snapshot is not None:
         shadow.quiet = dataclasses.replace(staged.snapshot, index_stat=shadow.index_stat())
+    if staged.looked is not None:
+        shadow.seen = shadow.index_stat(), {path: status_of(st) for path, st in staged.looked.files.items()}
     return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=base is None or bool(files),
                          summary=_summary(shadow, files, staged.skipped), files=files)
 
@@ -341,6 +359,8 @@ class Staged:
     seed_modes: tuple[Modes, set[bytes]] | None = None
     #: the workspace as the next capture may trust it (``quiet``), once this one is done
     snapshot: Snapshot | None = None
+    #: what a small workspace's listing saw (its files' status becomes ``Shadow.seen``)
+    looked: Looked | None = None
 
 
 async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
@@ -364,6 +384,7 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
     elif shadow.tracked_count is not None and shadow.tracked_count <= SMALL_TREE:
         entries, seed_modes, looked = (await _quiet_listing(shadow, snapshot, fingerprint, started - 1.0)
                                        or await _small_listing(shadow, started - 1.0))
+        forced = looked.forced
     else:
         entries = await list_changes(shadow)
     found = await blocking(len(entries), classify, layout.top, layout.prefix, entries, max_file_bytes, started)
@@ -387,7 +408,7 @@ async def stage(shadow: Shadow, max_file_bytes: int) -> Staged:
     after = None
     if looked is not None and not (drop or skipped or new_nested):
         after = await blocking(len(looked.files), _snapshot, shadow, entries, found, looked, fingerprint)
-    return Staged(found, drop, skipped, index_before, seed_modes, after)
+    return Staged(found, drop, skipped, index_before, seed_modes, after, looked)
 
 
 async def _seeded(shadow: Shadow, max_file_bytes: int, since: float

@@ -80,6 +80,22 @@ class Snapshot:
     nested: tuple[bytes, ...]
 
 
+def unseen_by_git(old: Status, new: Status) -> bool:
+    """Whether a file whose status went from ``old`` to ``new`` changed in a
+    way git's own stat check misses: git 2.39 compares ctime and mtime in whole
+    seconds, so an edit of the same size that puts the mtime back (``touch
+    -r``, ``cp -p``, an extracted archive) within the second of the last
+    recorded ctime reads as unchanged to ``ls-files -m``, ``diff-files`` and
+    ``update-index`` alike. Such a file must be taken out of the index
+    before ``update-index`` so that git reads it again."""
+    if new == old:
+        return False
+    same = (new[0] == old[0] and new[1:4] == old[1:4] and new[6:] == old[6:]
+            and new[4] // 1_000_000_000 == old[4] // 1_000_000_000
+            and new[5] // 1_000_000_000 == old[5] // 1_000_000_000)
+    return same
+
+
 def settled(statuses: Mapping[bytes, Status], began: float) -> bool:
     """Whether every status in ``statuses`` was last changed ``MARGIN``
     before ``began`` (the capture's start, ``time.time()``), on a file

@@ -31,7 +31,7 @@ from .layout import Layout
 from .modes import Modes
 
 if TYPE_CHECKING:
-    from .quiet import Snapshot
+    from .quiet import Snapshot, Status
 
 #: settings of every shadow, appended to the config ``git init`` writes
 SHADOW_CONFIG = b"""\
@@ -163,6 +163,9 @@ class Shadow:
         self.tracked_count: int | None = None
         #: a small workspace as its last capture left it (``quiet``), None when the next one must list it with git
         self.quiet: Snapshot | None = None
+        #: the index file's stat after a small workspace's last capture, and the status of the files
+        #: that capture listed, read before git hashed them (``quiet.unseen_by_git``)
+        self.seen: tuple[tuple[int, int, int] | None, dict[bytes, Status]] | None = None
 
     @staticmethod
     def folder(root: bytes, real: bytes) -> bytes:

@@ -288,3 +288,46 @@ def test_times_of_whole_seconds_are_not_trusted():
     assert quiet.settled(fine, old + 10)
     assert not quiet.settled(whole, old + 10)
     assert not quiet.settled(fine, old)  # changed after the capture began
+
+
+def _second_starts(after: int = 0) -> None:
+    """Until a second later than ``after`` has begun, by the file clock too
+    (it lags ``time.time()`` by up to a tick), with half of it left."""
+    while int(time.time()) <= after or not 0.05 < time.time() % 1 < 0.5:
+        pass
+
+
+@pytest.mark.parametrize("snapshot", [True, False])
+async def test_an_edit_that_keeps_size_and_mtime_in_the_second_of_a_mode_change_is_seen(tmp_path, monkeypatch, snapshot):
+    """F13: git compares whole seconds of ctime and mtime; after an exec bit
+    changed and a capture within one second (git records the file's stat), an edit of the same size that puts the
+    old mtime back (``touch -r``, ``cp -p``, an extracted archive) reads as
+    unchanged to ``ls-files -m`` and to ``update-index``. The capture compares
+    the file's own status to the nanosecond with what the last capture saw,
+    and has git read such a file again — with and without the snapshot."""
+    monkeypatch.setattr(quiet, "MARGIN", 0.0 if snapshot else 1000.0)
+    ws = tmp_path / "ws"
+    seed_workspace(ws)
+    engine = CheckpointEngine(tmp_path / "store")
+    first = await engine.capture(ws, checkpoint_ref("thr_k", "root", 0))
+    target = ws / "src" / "m3.py"
+    written = int(target.stat().st_mtime)
+    for attempt in range(20):
+        _second_starts(after=written)  # git's racy check is off: the mtime is of an earlier second than the index
+        began = int(time.time())
+        target.chmod(target.stat().st_mode ^ 0o100)  # git keeps the exec bit: it records the file's stat anew
+        base = await engine.capture(ws, checkpoint_ref("thr_k", "root", 2 * attempt + 1), base=first.commit)
+        after_the_clock(tmp_path / "clock")
+        st = target.stat()
+        target.write_bytes(b"Z" * st.st_size)
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+        if int(time.time()) != began:
+            target.write_text("module 3\n")  # the second ran out: put it back and try again
+            os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+            continue
+        (shadow,) = engine._shadows.values()
+        assert (shadow.quiet is not None) == snapshot
+        edited = await engine.capture(ws, checkpoint_ref("thr_k", "root", 2 * attempt + 2), base=base.commit)
+        assert [f.path for f in edited.files] == ["src/m3.py"]
+        return
+    pytest.fail("no second was long enough for a chmod, a capture and an edit")
