@@ -245,7 +245,7 @@ def _snapshot(shadow: Shadow, entries: dict[bytes, bool], found: Sorted, looked:
     if not (settled(folders, found.started) and settled(files, found.started)):
         return None
     return Snapshot(folders=folders, files=files, index_stat=None, excludes=excludes,
-                          nested=tuple(shadow.state.nested))
+                    nested=tuple(shadow.state.nested))
 
 
 def classify(top: bytes, prefix: bytes, entries: dict[bytes, bool], max_file_bytes: int, started: float = 0.0) -> Sorted:
