@@ -155,9 +155,16 @@ class _TeeSend(trio.abc.SendStream):
 class _TeeReceive(trio.abc.ReceiveStream):
     def __init__(self, inner: trio.abc.ReceiveStream, recorder: _Recorder) -> None:
         self.inner, self.recorder, self.buffer = inner, recorder, b""
+        #: the runtime's output was read to its end
+        self.at_end = False
+        #: called at that end, and when the stream is closed
+        self.on_end: Callable[[], None] = lambda: None
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         data = await self.inner.receive_some(max_bytes)
+        if not data:
+            self.at_end = True
+            self.on_end()
         self.buffer += data
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
@@ -170,6 +177,8 @@ class _TeeReceive(trio.abc.ReceiveStream):
         return data
 
     async def aclose(self) -> None:
+        self.at_end = True
+        self.on_end()
         await self.inner.aclose()
 
 
@@ -178,7 +187,9 @@ class _RecordedProcess:
         self._process, self._recorder = process, recorder
         self.stdin = _TeeSend(process.stdin, recorder)
         self.stdout = _TeeReceive(process.stdout, recorder)
+        self.stdout.on_end = self._finish
         self.pid = process.pid
+        self._exit_code: int | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -186,10 +197,17 @@ class _RecordedProcess:
 
     async def wait(self) -> int:
         code = await self._process.wait()
-        if not self._recorder.file.closed:
-            self._recorder.write({"type": "runtime_exit", "afterMs": self._recorder.since(), "code": code})
-            self._recorder.file.close()
+        self._exit_code = code
+        self._finish()
         return code
+
+    def _finish(self) -> None:
+        # The transcript ends with the exit once the runtime exited and what it
+        # wrote before was read: an exit is often seen before its last lines.
+        if self._exit_code is None or not self.stdout.at_end or self._recorder.file.closed:
+            return
+        self._recorder.write({"type": "runtime_exit", "afterMs": self._recorder.since(), "code": self._exit_code})
+        self._recorder.file.close()
 
     def send_signal(self, sig: int) -> None:
         self._process.send_signal(sig)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 import trio
+import trio.testing
 
 from agentd.actors.providers.base import TurnCompleted
 from agentd.actors.providers.scripted import ScriptedAdapter
@@ -66,3 +68,52 @@ def test_subset_matching():
     assert matches({"method": "turn/start", "params": {"threadId": "*"}}, {"id": 3, "method": "turn/start", "params": {"threadId": "x", "input": "y"}})
     assert not matches({"method": "turn/start"}, {"method": "turn/steer"})
     assert not matches([1, 2], [1])
+
+
+class _ExitedEarly:
+    """A runtime that has exited while its last lines still wait in the pipe."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self.stdin_send, _ = trio.testing.memory_stream_pair()
+        self.stdout_send, self.stdout = trio.testing.memory_stream_pair()
+        self.stdin = self.stdin_send
+        self.lines = lines
+        self.pid = None
+        self.returncode = 0
+
+    async def wait(self) -> int:
+        return 0
+
+
+async def test_lines_read_after_the_runtime_exited_are_recorded_before_its_exit(tmp_path):
+    """The reader often sees a runtime's exit before its last lines; the
+    transcript keeps them, in order, and ends with the exit (it used to be
+    closed at the exit, and the next line failed with ``write to closed file``)."""
+    runtime = _ExitedEarly([b'{"method": "last/words", "params": {}}\n'])
+
+    async def spawn(args, **kwargs):
+        return runtime
+
+    path = tmp_path / "early.ndjson"
+    process = await recording(path, {"provider": "test"}, spawn)([])
+    assert await process.wait() == 0
+    await runtime.stdout_send.send_all(runtime.lines[0])
+    assert await process.stdout.receive_some(1024)
+    await runtime.stdout_send.aclose()
+    assert await process.stdout.receive_some(1024) == b""
+    kinds = [entry["type"] for entry in map(json.loads, path.read_text().splitlines())]
+    assert kinds == ["header", "emit_inbound", "runtime_exit"]
+
+
+async def test_a_transcript_whose_output_is_closed_unread_still_ends_with_the_exit(tmp_path):
+    """An adapter that stops reading closes the stream: the transcript ends then."""
+    runtime = _ExitedEarly([])
+
+    async def spawn(args, **kwargs):
+        return runtime
+
+    path = tmp_path / "closed.ndjson"
+    process = await recording(path, {"provider": "test"}, spawn)([])
+    await process.wait()
+    await process.stdout.aclose()
+    assert path.read_text().splitlines()[-1].startswith('{"type":"runtime_exit"')
