@@ -363,7 +363,7 @@ async def _start(base: Path, name: str, python: str, steady: bool = False) -> tu
     finally:
         sys.executable = own
     # The first answer makes the store's pages and the agent's imports warm.
-    warm = await through_agentd(daemon, base / name / "store", 10 * 1024, None)
+    await through_agentd(daemon, base / name / "store", 10 * 1024, None)
     if not steady:
         return daemon, socket_dir, None
     workspace = base / f"{name}-workspace"
@@ -379,7 +379,6 @@ async def _start(base: Path, name: str, python: str, steady: bool = False) -> tu
     await trio.sleep(quiet.MARGIN)  # the setting, not a wait for state: a real project is older than this
     for _ in range(2):  # the session's start, then a live session's turn
         await through_agentd(daemon, base / name / "store", 10 * 1024, None, thread=thread)
-    del warm
     return daemon, socket_dir, thread
 
 

@@ -164,6 +164,11 @@ class Looked:
                 self.forced.append(layout.to_top(path))
 
 
+def statuses(looked: Looked) -> dict[bytes, Status]:
+    """The ``quiet.status`` of each file ``looked`` read."""
+    return {path: status_of(st) for path, st in looked.files.items()}
+
+
 async def _small_listing(shadow: Shadow, since: float
                          ) -> tuple[dict[bytes, bool], tuple[Modes, set[bytes]], Looked]:
     """Step 1 of a small workspace (``SMALL_TREE``) in one git spawn
@@ -241,7 +246,7 @@ def _snapshot(shadow: Shadow, entries: dict[bytes, bool], found: Sorted, looked:
         if walked is None or not all(rule in looked.files for rule in walked[1]):
             return None  # too many folders, or an ignore file that is not stored
         folders = walked[0]
-    files = {path: status_of(st) for path, st in looked.files.items()}
+    files = statuses(looked)
     if not (settled(folders, found.started) and settled(files, found.started)):
         return None
     return Snapshot(folders=folders, files=files, index_stat=None, excludes=excludes,
@@ -340,7 +345,8 @@ async def capture(shadow: Shadow, ref: str, *, base: str | None, max_file_bytes:
     if staged.snapshot is not None:
         shadow.quiet = dataclasses.replace(staged.snapshot, index_stat=shadow.index_stat())
     if staged.looked is not None:
-        shadow.seen = shadow.index_stat(), {path: status_of(st) for path, st in staged.looked.files.items()}
+        seen = staged.snapshot.files if staged.snapshot is not None else statuses(staged.looked)
+        shadow.seen = shadow.index_stat(), dict(seen)
     return CaptureResult(ref=ref, commit=commit, tree=tree, base=base, changed=base is None or bool(files),
                          summary=_summary(shadow, files, staged.skipped), files=files)
 
