@@ -49,19 +49,23 @@ import base64
 import functools
 import hashlib
 import itertools
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
+import threading
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Iterator, Callable
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import msgspec
-import trio
+# The standard library's json, not msgspec, and threads, not trio: this process starts once per
+# provider session, and those imports were half of its start (see cooperative.py).
+from agentd.actors.providers import cooperative as coop
 
 # The session's tool credential (its file named in the environment): the delegate step's only.
 from agentd.actors.providers.tool_credentials import CREDENTIAL_ENV as TOOL_CREDENTIAL_ENV, read_credential
@@ -116,19 +120,82 @@ class TurnFailed(Exception):
     """Ends the running turn with status ``failed`` and this message."""
 
 
-class TurnRecord(msgspec.Struct):
-    turnId: str
-    input: str
-    status: str
-    output: str
-    #: context the client injected before the input (an agentd handoff)
-    context: str = ""
+class TurnRecord:
+    __slots__ = ("turnId", "input", "status", "output", "context")
+
+    def __init__(self, turnId: str, input: str, status: str, output: str, context: str = "") -> None:
+        self.turnId = turnId
+        self.input = input
+        self.status = status
+        self.output = output
+        #: context the client injected before the input (an agentd handoff)
+        self.context = context
 
 
-class ThreadRecord(msgspec.Struct):
-    threadId: str
-    cwd: str
-    turns: list[TurnRecord]
+class ThreadRecord:
+    __slots__ = ("threadId", "cwd", "turns")
+
+    def __init__(self, threadId: str, cwd: str, turns: list[TurnRecord]) -> None:
+        self.threadId = threadId
+        self.cwd = cwd
+        self.turns = turns
+
+    def to_json(self) -> bytes:
+        return _encode({"threadId": self.threadId, "cwd": self.cwd, "turns": [
+            {name: getattr(turn, name) for name in TurnRecord.__slots__} for turn in self.turns]})
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ThreadRecord:
+        """Read a stored thread; ``ValueError`` saying what is wrong with it."""
+        value = json.loads(data)
+        if not isinstance(value, dict):
+            raise ValueError("expected an object")
+        fields = [_field(value, name, str, "") for name in ("threadId", "cwd")]
+        turns = _field(value, "turns", list, "")
+        records = []
+        for index, turn in enumerate(turns):
+            where = f"turns[{index}]"
+            if not isinstance(turn, dict):
+                raise ValueError(f"expected an object at $.{where}")
+            turn_id, text, status, output = (_field(turn, name, str, where) for name in TurnRecord.__slots__[:4])
+            context = _field(turn, "context", str, where) if "context" in turn else ""
+            records.append(TurnRecord(turn_id, text, status, output, context))
+        return cls(fields[0], fields[1], records)
+
+
+def _field(value: dict[str, Any], name: str, kind: type, where: str) -> Any:
+    path = f"$.{where}.{name}" if where else f"$.{name}"
+    if name not in value:
+        raise ValueError(f"object missing required field `{name}`" + (f" at $.{where}" if where else ""))
+    if not isinstance(value[name], kind):
+        raise ValueError(f"expected `{kind.__name__}` at `{path}`")
+    return value[name]
+
+
+def _decode(data: bytes | str) -> Any:
+    """JSON as msgspec read it: ``NaN``, ``Infinity`` and numbers too large for a float are
+    not JSON (``ValueError``), so nothing this agent reads can make it write invalid JSON."""
+    return json.loads(data, parse_constant=_not_json, parse_float=_finite)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text} is out of range")
+    return value
+
+
+def _encode(value: Any) -> bytes:
+    """Compact JSON, text as UTF-8 (as msgspec wrote it); a lone surrogate, which UTF-8 cannot
+    carry, is written escaped instead."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 
 class NativeStore:
@@ -155,8 +222,8 @@ class NativeStore:
         except FileNotFoundError:
             raise RpcError(THREAD_NOT_FOUND, f"native thread {thread_id} not found") from None
         try:
-            return msgspec.json.decode(data, type=ThreadRecord)
-        except msgspec.DecodeError as exc:
+            return ThreadRecord.from_json(data)
+        except ValueError as exc:
             raise RpcError(THREAD_CORRUPT, f"native thread {thread_id} is corrupt: {exc}") from None
 
     def save(self, thread: ThreadRecord) -> None:
@@ -166,7 +233,7 @@ class NativeStore:
         temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         # Conversations are private: 0600 whatever the umask.
         with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
-            file.write(msgspec.json.encode(thread))
+            file.write(thread.to_json())
             file.flush()
             os.fsync(file.fileno())
         os.replace(temp, path)
@@ -182,7 +249,7 @@ def _param(params: dict[str, Any], name: str, kind: type, method: str) -> Any:
 class Agent:
     """Answers client requests, owns the loaded threads and the output stream."""
 
-    def __init__(self, home: Path, stdout: trio.abc.SendStream, nursery: trio.Nursery, *,
+    def __init__(self, home: Path, stdout: int, loop: coop.Loop, *,
                  history_mode: str = "paginated", images: bool = True) -> None:
         self.store = NativeStore(home)
         #: whether turns may come with images (``--no-images``: refused)
@@ -199,10 +266,10 @@ class Agent:
         #: kept in this process only, as a runtime's session-scoped approval cache
         self.allowed_for_session: set[tuple[str, str, str]] = set()
         self._stdout = stdout
-        self._write_lock = trio.Lock()
-        self._nursery = nursery
+        self._loop = loop
         self._request_ids = itertools.count(1)
-        self._pending: dict[str, trio.MemorySendChannel[dict[str, Any]]] = {}
+        #: server requests waiting for the client: id -> the task waiting and its answer, once it came
+        self._pending: dict[str, tuple[coop.Task, list[dict[str, Any]]]] = {}
         self._after_reply: list[Callable[[], None]] = []
         self._stopping = False
         self._methods = {
@@ -221,29 +288,34 @@ class Agent:
 
     # -- Output --------------------------------------------------------------
 
-    async def send(self, message: dict[str, Any]) -> None:
-        line = msgspec.json.encode(message) + b"\n"
-        # Shielded: an interrupted turn must never leave half a line behind.
-        with trio.CancelScope(shield=True):
-            async with self._write_lock:
-                try:
-                    await self._stdout.send_all(line)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    # Nobody is listening any more; wind down as on EOF.
-                    self._stopping = True
-                    self._nursery.cancel_scope.cancel()
+    def send(self, message: dict[str, Any]) -> None:
+        line = memoryview(_encode(message) + b"\n")
+        # Written whole while this task holds the loop's lock (a cancel lands
+        # only where a task waits): an interrupted turn never leaves half a
+        # line behind, and lines go out in the order they were sent.
+        try:
+            while line:
+                line = line[os.write(self._stdout, line):]
+        except OSError:
+            # Nobody is listening any more; wind down as on EOF.
+            self._stopping = True
+            self._loop.root.cancel()
+            return
+        # Lets the reader of stdin, or another turn, go between two lines of a long answer.
+        coop.yield_to_others()
 
-    async def notify(self, method: str, params: dict[str, Any]) -> None:
-        await self.send({"method": method, "params": params})
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.send({"method": method, "params": params})
 
-    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Send a server request and wait for the client's result."""
         request_id = f"srv-{next(self._request_ids)}"
-        answers, answer = trio.open_memory_channel(1)
-        self._pending[request_id] = answers
+        answer: list[dict[str, Any]] = []
+        self._pending[request_id] = (coop.current_task(), answer)
         try:
-            await self.send({"id": request_id, "method": method, "params": params})
-            reply = await answer.receive()
+            self.send({"id": request_id, "method": method, "params": params})
+            coop.wait_until(lambda: bool(answer))
+            reply = answer[0]
         finally:
             del self._pending[request_id]
         if "error" in reply:
@@ -257,45 +329,47 @@ class Agent:
 
     # -- Input ---------------------------------------------------------------
 
-    async def serve(self, stdin: trio.abc.ReceiveStream) -> None:
+    def serve(self, stdin: Callable[[], bytes]) -> None:
         """Handle input lines until stdin closes or ``shutdown``."""
         buffer = bytearray()
         while not self._stopping:
-            data = await stdin.receive_some()
+            data = stdin()
             if not data:
                 if buffer.strip():
-                    await self._dispatch(bytes(buffer))
+                    self._dispatch(bytes(buffer))
                 return
             buffer += data
             while not self._stopping and (end := buffer.find(b"\n")) >= 0:
                 line = bytes(buffer[:end])
                 del buffer[: end + 1]
                 if line.strip():
-                    await self._dispatch(line)
+                    self._dispatch(line)
 
-    async def _dispatch(self, line: bytes) -> None:
+    def _dispatch(self, line: bytes) -> None:
         try:
-            message = msgspec.json.decode(line)
-        except msgspec.DecodeError as exc:
-            await self._warn(f"ignored a line that is not valid JSON: {exc}")
+            message = _decode(line)
+        except ValueError as exc:
+            self._warn(f"ignored a line that is not valid JSON: {exc}")
             return
         if not isinstance(message, dict):
-            await self._warn("ignored a line that is not a JSON object")
+            self._warn("ignored a line that is not a JSON object")
         elif "method" in message:
             if "id" in message:
-                await self._answer(message)
+                self._answer(message)
             # Client notifications (such as "initialized") need no action.
         elif "id" in message:
             request_id = message["id"]
-            answers = self._pending.get(request_id) if isinstance(request_id, str) else None
-            if answers is None:
-                await self._warn(f"no server request {request_id} is waiting for an answer")
+            waiting = self._pending.get(request_id) if isinstance(request_id, str) else None
+            if waiting is None or waiting[1]:
+                self._warn(f"no server request {request_id} is waiting for an answer")
             else:
-                answers.send_nowait(message)
+                task, answer = waiting
+                answer.append(message)
+                task.wake()
         else:
-            await self._warn("ignored a message with neither 'method' nor 'id'")
+            self._warn("ignored a message with neither 'method' nor 'id'")
 
-    async def _answer(self, message: dict[str, Any]) -> None:
+    def _answer(self, message: dict[str, Any]) -> None:
         method, params = message["method"], message.get("params")
         if params is None:
             params = {}
@@ -309,15 +383,15 @@ class Agent:
             reply = {"id": message["id"], "result": handler(params)}
         except RpcError as exc:
             reply = {"id": message["id"], "error": {"code": exc.code, "message": str(exc)}}
-        await self.send(reply)
+        self.send(reply)
         # Work that must follow the reply, such as starting a turn: clients
         # learn a turnId before they see any notification about it.
         for action in self._after_reply:
             action()
         self._after_reply.clear()
 
-    async def _warn(self, message: str) -> None:
-        await self.notify("warning", {"message": message})
+    def _warn(self, message: str) -> None:
+        self.notify("warning", {"message": message})
 
     # -- Methods -------------------------------------------------------------
 
@@ -451,7 +525,7 @@ class Agent:
         turn.images = images
         if "context" in params:
             turn.context = _param(params, "context", str, "turn/start")
-        self._after_reply.append(functools.partial(self._nursery.start_soon, turn.run))
+        self._after_reply.append(functools.partial(self._loop.spawn, turn.run))
         result["turnId"] = turn.id
         return result
 
@@ -522,7 +596,7 @@ def _chunks(text: str, count: int) -> list[str]:
 def _expect(value: Any, kind: type | tuple[type, ...], what: str) -> Any:
     # bool is an int to Python but never a sensible number in a script.
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise TurnFailed(f"{what}, got {msgspec.json.encode(value).decode()}")
+        raise TurnFailed(f"{what}, got {_encode(value).decode()}")
     return value
 
 
@@ -534,7 +608,7 @@ def _number(value: Any, what: str) -> float:
 
 
 def _as_text(value: Any) -> str:
-    return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    return value if isinstance(value, str) else _encode(value).decode()
 
 
 class Turn:
@@ -624,23 +698,23 @@ class Turn:
         self.input = text
         self.id = _new_id("stu_")
         # Created now so turn/interrupt works even before run() begins.
-        self.scope = trio.CancelScope()
+        self.scope = coop.CancelScope()
         self.steers: list[str] = []
         self._open_items: list[dict[str, Any]] = []
         #: running items ``item/interrupt`` may end, by id
-        self.interruptible: dict[str, trio.CancelScope] = {}
+        self.interruptible: dict[str, coop.CancelScope] = {}
         self._output: list[str] = []
         self.context = ""
         #: the images that came with the turn (and its steers): ``{type, mimeType, path}``
         self.images: list[dict[str, Any]] = []
 
-    async def run(self) -> None:
-        await self._notify("turn/started")
+    def run(self) -> None:
+        self._notify("turn/started")
         status, error = "completed", None
         with self.scope:
             try:
-                await self._run_steps(self._steps(), parent=None)
-                await self._say_steers()
+                self._run_steps(self._steps(), parent=None)
+                self._say_steers()
             except TurnFailed as exc:
                 status, error = "failed", str(exc)
         del self.agent.active[self.thread.threadId]
@@ -650,38 +724,38 @@ class Turn:
         # clients never hold an item open forever.
         for item in reversed(self._open_items):
             item["status"] = status
-            await self._notify("item/completed", item=item)
+            self._notify("item/completed", item=item)
         self.thread.turns.append(TurnRecord(self.id, self.input, status, "\n".join(self._output), self.context))
         # Durable before it is announced: a client that saw turn/completed
         # may kill us and resume.
         self.agent.store.save(self.thread)
         ending = {"status": status} if error is None else {"status": status, "error": error}
-        await self._notify("turn/completed", **ending)
+        self._notify("turn/completed", **ending)
 
     def _steps(self) -> list[Any]:
         first, _, rest = self.input.partition("\n")
         if first.strip() != "@script":
             return [{"say": f"You said: {self.input}", "chunks": 3}]
         try:
-            steps = msgspec.json.decode(rest)
-        except msgspec.DecodeError as exc:
+            steps = _decode(rest)
+        except ValueError as exc:
             raise TurnFailed(f"the @script body is not valid JSON: {exc}") from None
         checked: list[Any] = _expect(steps, list, "the @script body must be a JSON array of steps")
         return checked
 
-    async def _notify(self, method: str, **params: Any) -> None:
-        await self.agent.notify(
+    def _notify(self, method: str, **params: Any) -> None:
+        self.agent.notify(
             method, {"threadId": self.thread.threadId, "turnId": self.id, **params}
         )
 
-    async def _server_request(self, method: str, item: dict[str, Any], **params: Any) -> dict[str, Any]:
-        return await self.agent.request(
+    def _server_request(self, method: str, item: dict[str, Any], **params: Any) -> dict[str, Any]:
+        return self.agent.request(
             method,
             {"threadId": self.thread.threadId, "turnId": self.id, "itemId": item["id"], **params},
         )
 
-    @asynccontextmanager
-    async def _item(self, parent: str | None, kind: str, /, **fields: Any) -> AsyncIterator[dict[str, Any]]:
+    @contextmanager
+    def _item(self, parent: str | None, kind: str, /, **fields: Any) -> Iterator[dict[str, Any]]:
         """Report an item as started, then as completed when the block ends.
 
         If the block raises, the item stays open and run() completes it with
@@ -690,10 +764,10 @@ class Turn:
         item = {"id": _new_id("sit_"), "type": kind, **fields}
         if parent is not None:
             item["parentItemId"] = parent
-        await self._notify("item/started", item=item)
+        self._notify("item/started", item=item)
         self._open_items.append(item)
         if kind in INTERRUPTIBLE:
-            with trio.CancelScope() as scope:
+            with coop.CancelScope() as scope:
                 self.interruptible[item["id"]] = scope
                 try:
                     yield item
@@ -706,40 +780,40 @@ class Turn:
         self._open_items.remove(item)
         if item.get("status") == "inProgress":
             item["status"] = "completed"
-        await self._notify("item/completed", item=item)
+        self._notify("item/completed", item=item)
 
-    async def _message(self, text: str, parent: str | None, chunks: int = 1, phase: str | None = None,
-                       per_second: float | None = None) -> None:
+    def _message(self, text: str, parent: str | None, chunks: int = 1, phase: str | None = None,
+                 per_second: float | None = None) -> None:
         fields = {"text": ""} if phase is None else {"text": "", "phase": phase}
-        async with self._item(parent, "agentMessage", **fields) as item:
-            start = trio.current_time()
+        with self._item(parent, "agentMessage", **fields) as item:
+            start = time.monotonic()
             for index, delta in enumerate(_chunks(text, chunks)):
                 if per_second is not None and index:
                     # A fixed schedule from the first delta: a late wake-up
                     # does not slow the whole answer down.
-                    await trio.sleep_until(start + index / per_second)
-                await self._notify("item/agentMessage/delta", itemId=item["id"], delta=delta)
+                    coop.sleep_until(start + index / per_second)
+                self._notify("item/agentMessage/delta", itemId=item["id"], delta=delta)
             item["text"] = text
         self._output.append(text)
 
-    async def _say_steers(self) -> None:
+    def _say_steers(self) -> None:
         while self.steers:
-            await self._message(f"steered: {self.steers.pop(0)}", parent=None)
+            self._message(f"steered: {self.steers.pop(0)}", parent=None)
 
-    async def _run_steps(self, steps: list[Any], parent: str | None) -> None:
+    def _run_steps(self, steps: list[Any], parent: str | None) -> None:
         for step in steps:
-            await self._say_steers()
+            self._say_steers()
             # Lets an interrupt land between steps that never block.
-            await trio.lowlevel.checkpoint()
+            coop.checkpoint()
             step = _expect(step, dict, "each script step must be an object")
             kind = next((key for key in step if key in self._STEPS), None)
             if kind is None:
-                raise TurnFailed(f"unknown script step {msgspec.json.encode(step).decode()}")
-            await self._STEPS[kind](self, step, parent)
+                raise TurnFailed(f"unknown script step {_encode(step).decode()}")
+            self._STEPS[kind](self, step, parent)
 
     # -- Steps ---------------------------------------------------------------
 
-    async def _say(self, step: dict[str, Any], parent: str | None) -> None:
+    def _say(self, step: dict[str, Any], parent: str | None) -> None:
         text = _expect(step["say"], str, "say needs text")
         chunks = _expect(step.get("chunks", 1), int, "say chunks must be a whole number")
         repeat = _expect(step.get("repeat", 1), int, "say repeat must be a whole number")
@@ -751,9 +825,9 @@ class Turn:
         per_second = step.get("perSecond")
         if per_second is not None and _expect(per_second, (int, float), "say perSecond must be a number") <= 0:
             raise TurnFailed("say perSecond must be more than 0")
-        await self._message(text * repeat, parent, chunks, phase, per_second)
+        self._message(text * repeat, parent, chunks, phase, per_second)
 
-    async def _write(self, step: dict[str, Any], parent: str | None) -> None:
+    def _write(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["write"], dict, "write needs an object with path and content")
         path = _expect(spec.get("path"), str, "write needs a string path")
         content = _expect(spec.get("content"), str, "write needs string content")
@@ -767,14 +841,14 @@ class Turn:
             raise TurnFailed(f"write path {path} is absolute; it must be relative to the thread's cwd")
         if "\0" in path:
             # Not a path any system takes: this step fails, the turn goes on.
-            async with self._item(parent, "fileChange", path=path, status="inProgress") as item:
+            with self._item(parent, "fileChange", path=path, status="inProgress") as item:
                 item.update(status="failed", error="the path contains a NUL character")
             return
         cwd = os.path.realpath(self.thread.cwd)
         target = os.path.realpath(os.path.join(cwd, path))
         if os.path.commonpath([cwd, target]) != cwd:
             raise TurnFailed(f"write path {path} escapes the thread's cwd")
-        async with self._item(parent, "fileChange", path=path, status="inProgress") as item:
+        with self._item(parent, "fileChange", path=path, status="inProgress") as item:
             try:
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 if data is not None:
@@ -787,7 +861,7 @@ class Turn:
                 # A full disk or a read-only file: this step fails, the turn goes on.
                 item.update(status="failed", error=f"could not write {path}: {exc.strerror or exc}")
 
-    async def _delete(self, step: dict[str, Any], parent: str | None) -> None:
+    def _delete(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["delete"], dict, "delete needs an object with a path")
         path = _expect(spec.get("path"), str, "delete needs a string path")
         if os.path.isabs(path) or "\0" in path:
@@ -796,13 +870,13 @@ class Turn:
         target = os.path.join(cwd, path)
         if os.path.commonpath([cwd, os.path.realpath(os.path.dirname(target))]) != cwd:
             raise TurnFailed(f"delete path {path} escapes the thread's cwd")
-        async with self._item(parent, "fileChange", path=path, kind="delete", status="inProgress") as item:
+        with self._item(parent, "fileChange", path=path, kind="delete", status="inProgress") as item:
             try:
                 os.unlink(target)
             except OSError as exc:
                 item.update(status="failed", error=f"could not delete {path}: {exc.strerror or exc}")
 
-    async def _usage(self, step: dict[str, Any], parent: str | None) -> None:
+    def _usage(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["usage"], dict, "usage needs an object of token counts")
         counts = {}
         for key in ("inputTokens", "outputTokens", "cachedInputTokens", "reasoningTokens"):
@@ -813,19 +887,19 @@ class Turn:
         model = spec.get("model")
         if model is not None:
             counts["model"] = _expect(model, str, "usage model must be a string")
-        await self._notify("thread/tokenUsage/updated", usage=counts)
+        self._notify("thread/tokenUsage/updated", usage=counts)
 
-    async def _sleep(self, step: dict[str, Any], parent: str | None) -> None:
-        await trio.sleep(_number(step["sleep"], "sleep"))
+    def _sleep(self, step: dict[str, Any], parent: str | None) -> None:
+        coop.sleep(_number(step["sleep"], "sleep"))
 
-    async def _hang(self, step: dict[str, Any], parent: str | None) -> None:
+    def _hang(self, step: dict[str, Any], parent: str | None) -> None:
         if step.get("ignoreInterrupt"):
             # A runtime that never honours an interrupt: agentd must escalate.
-            with trio.CancelScope(shield=True):
-                await trio.sleep_forever()
-        await trio.sleep_forever()
+            with coop.CancelScope(shield=True):
+                coop.sleep_forever()
+        coop.sleep_forever()
 
-    async def _crash(self, step: dict[str, Any], parent: str | None) -> None:
+    def _crash(self, step: dict[str, Any], parent: str | None) -> None:
         code = _expect(step["crash"], int, "crash needs an exit code")
         if step.get("once") and not self._first_time("crashed-once"):
             return
@@ -843,18 +917,18 @@ class Turn:
         marker.touch()
         return True
 
-    async def _fail(self, step: dict[str, Any], parent: str | None) -> None:
+    def _fail(self, step: dict[str, Any], parent: str | None) -> None:
         # ``"once": true``: only the first time this thread runs this input
         # (a person's retry then goes on).
         if step.get("once") and not self._first_time("failed-once"):
             return
         raise TurnFailed(_as_text(step["fail"]))
 
-    async def _tool(self, step: dict[str, Any], parent: str | None) -> None:
+    def _tool(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["tool"], dict, "tool needs an object with a name")
         name = _expect(spec.get("name"), str, "tool needs a string name")
         seconds = None if spec.get("hang") else _number(spec.get("seconds", 0), "tool seconds")
-        async with self._item(parent, "tool", name=name, status="inProgress") as item:
+        with self._item(parent, "tool", name=name, status="inProgress") as item:
             if spec.get("background"):
                 # A process the tool leaves running (a dev server): in this
                 # runtime's process group, and the person's, not agentd's.
@@ -864,10 +938,11 @@ class Turn:
                 )
                 item["pid"] = child.pid
             if seconds is None:
-                await trio.sleep_forever()
-            await trio.sleep(seconds)
+                coop.sleep_forever()
+            else:
+                coop.sleep(seconds)
 
-    async def _command(self, step: dict[str, Any], parent: str | None) -> None:
+    def _command(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["command"], dict, "command needs an object with argv")
         argv = spec.get("argv")
         if not isinstance(argv, list) or not argv or not all(isinstance(arg, str) for arg in argv):
@@ -883,27 +958,26 @@ class Turn:
         # but not its tool credential, which is the delegate step's alone.
         env = {name: value for name, value in os.environ.items() if name != TOOL_CREDENTIAL_ENV}
         fields = {"command": shlex.join(argv), "cwd": cwd}
-        async with self._item(parent, "commandExecution", **fields, status="inProgress") as item:
+        with self._item(parent, "commandExecution", **fields, status="inProgress") as item:
             try:
-                done = await trio.run_process(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_stdout=True,
-                                              stderr=subprocess.STDOUT, check=False)
+                returncode, stdout = _run_process(argv, cwd=cwd, env=env)
             except OSError as exc:
                 item.update(status="failed", error=f"{argv[0]}: {exc.strerror or exc}")
                 return
-            output = done.stdout.decode("utf-8", errors="replace")
+            output = stdout.decode("utf-8", errors="replace")
             if len(output) > MAX_COMMAND_OUTPUT:
                 output = output[:MAX_COMMAND_OUTPUT] + f"… [{len(output) - MAX_COMMAND_OUTPUT} more characters]"
-            item.update(exitCode=done.returncode, aggregatedOutput=output,
-                        status="completed" if done.returncode == 0 else "failed")
+            item.update(exitCode=returncode, aggregatedOutput=output,
+                        status="completed" if returncode == 0 else "failed")
 
-    async def _report_history(self, step: dict[str, Any], parent: str | None) -> None:
+    def _report_history(self, step: dict[str, Any], parent: str | None) -> None:
         count = len(self.thread.turns)
         text = f"history: {count} turn{'' if count == 1 else 's'}"
         if self.context:
             text += f" + {len(self.context)} chars of context"
-        await self._message(text, parent)
+        self._message(text, parent)
 
-    async def _report_images(self, step: dict[str, Any], parent: str | None) -> None:
+    def _report_images(self, step: dict[str, Any], parent: str | None) -> None:
         lines = []
         for image in self.images:
             try:
@@ -912,23 +986,23 @@ class Turn:
                 lines.append(f"image {image['mimeType']} unreadable: {exc.strerror}")
                 continue
             lines.append(f"image {image['mimeType']} {len(data)} bytes sha256={hashlib.sha256(data).hexdigest()}")
-        await self._message("\n".join(lines) or "no images", parent)
+        self._message("\n".join(lines) or "no images", parent)
 
-    async def _report_mcp(self, step: dict[str, Any], parent: str | None) -> None:
+    def _report_mcp(self, step: dict[str, Any], parent: str | None) -> None:
         servers = self.agent.mcp_servers.get(self.thread.threadId) or []
         said = [f"{s['name']} ({s.get('type', 'stdio')} {s.get('url') or s.get('command')})" for s in servers]
-        await self._message("mcp: " + (", ".join(said) or "none"), parent)
+        self._message("mcp: " + (", ".join(said) or "none"), parent)
 
-    async def _report_mcp_values(self, step: dict[str, Any], parent: str | None) -> None:
+    def _report_mcp_values(self, step: dict[str, Any], parent: str | None) -> None:
         lines = []
         for server in self.agent.mcp_servers.get(self.thread.threadId) or []:
             for kind, key in (("env", "env"), ("header", "headers")):
                 for name, value in (server.get(key) or {}).items():
                     lines.append(f"mcp value {server['name']} {kind} {name} "
                                  f"sha256={hashlib.sha256(str(value).encode()).hexdigest()}")
-        await self._message("\n".join(lines) or "mcp values: none", parent)
+        self._message("\n".join(lines) or "mcp values: none", parent)
 
-    async def _recall(self, step: dict[str, Any], parent: str | None) -> None:
+    def _recall(self, step: dict[str, Any], parent: str | None) -> None:
         words = _expect(step["recall"], list, "recall needs a list of words")
         for word in words:
             _expect(word, str, "each recall word must be a string")
@@ -945,29 +1019,29 @@ class Turn:
             else:
                 where = "absent"
             answers.append(f"{word}={where}")
-        await self._message("recall: " + " ".join(answers), parent)
+        self._message("recall: " + " ".join(answers), parent)
 
-    async def _approval(self, step: dict[str, Any], parent: str | None) -> None:
+    def _approval(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["approval"], dict, "approval needs an object with kind and command")
         kind = _expect(spec.get("kind"), str, "approval needs a string kind")
         command = _expect(spec.get("command"), str, "approval needs a string command")
         offered = _expect(spec.get("decisions", list(APPROVAL_DECISIONS)), list, "approval decisions must be a list")
         key = (self.thread.threadId, kind, command)
         if key in self.agent.allowed_for_session:
-            await self._message("approval: acceptForSession (remembered)", parent)
+            self._message("approval: acceptForSession (remembered)", parent)
             return
         fields = {"kind": kind, "command": command}
-        async with self._item(parent, "approval", **fields, status="inProgress") as item:
-            answer = await self._server_request("item/approval/request", item, **fields, decisions=offered)
+        with self._item(parent, "approval", **fields, status="inProgress") as item:
+            answer = self._server_request("item/approval/request", item, **fields, decisions=offered)
             decision = answer.get("decision")
             if decision not in offered:
                 raise TurnFailed(f"approval decision must be one of {', '.join(map(str, offered))}, got {decision}")
             item["decision"] = decision
         if decision == "acceptForSession":
             self.agent.allowed_for_session.add(key)
-        await self._message(f"approval: {decision}", parent)
+        self._message(f"approval: {decision}", parent)
 
-    async def _ask(self, step: dict[str, Any], parent: str | None) -> None:
+    def _ask(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["ask"], dict, "ask needs an object with questions")
         questions = _expect(spec.get("questions"), list, "ask needs a list of questions")
         for question in questions:
@@ -977,29 +1051,29 @@ class Turn:
         if not self.agent.capabilities["structuredQuestions"]:
             # The fallback for agents that can only talk: ask in prose and
             # let the user's next message carry the answers.
-            await self._message("\n".join(f"? {q['question']}" for q in questions), parent)
+            self._message("\n".join(f"? {q['question']}" for q in questions), parent)
             return
-        async with self._item(parent, "userInput", questions=questions, status="inProgress") as item:
-            answer = await self._server_request("item/userInput/request", item, questions=questions)
+        with self._item(parent, "userInput", questions=questions, status="inProgress") as item:
+            answer = self._server_request("item/userInput/request", item, questions=questions)
             answers = _expect(answer.get("answers"), dict, "userInput answers must be an object")
             for question in questions:
                 if question["id"] not in answers:
                     raise TurnFailed(f"no answer to question {question['id']}")
             item["answers"] = answers
         pairs = (f"{q['id']}={_as_text(answers[q['id']])}" for q in questions)
-        await self._message("answers: " + ", ".join(pairs), parent)
+        self._message("answers: " + ", ".join(pairs), parent)
 
-    async def _plan(self, step: dict[str, Any], parent: str | None) -> None:
+    def _plan(self, step: dict[str, Any], parent: str | None) -> None:
         plan = _expect(step["plan"], list, "plan needs a list of steps")
         extra = {} if parent is None else {"itemId": parent}
-        await self._notify("turn/plan/updated", **extra, plan=plan)
+        self._notify("turn/plan/updated", **extra, plan=plan)
 
-    async def _propose_plan(self, step: dict[str, Any], parent: str | None) -> None:
+    def _propose_plan(self, step: dict[str, Any], parent: str | None) -> None:
         text = _expect(step["proposePlan"], str, "proposePlan needs markdown text")
-        async with self._item(parent, "plan", text=text):
+        with self._item(parent, "plan", text=text):
             pass
 
-    async def _subagent(self, step: dict[str, Any], parent: str | None) -> None:
+    def _subagent(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["subagent"], dict, "subagent needs an object with steps")
         steps = _expect(spec.get("steps"), list, "subagent needs a list of steps")
         own = _expect(spec.get("thread", False), bool, "subagent thread must be true or false")
@@ -1009,15 +1083,15 @@ class Turn:
             # the item (``receiverThreadIds``), saved when the subagent ends.
             sub_thread = self.agent._new_thread(self.thread.cwd, [])
             fields = {"tool": "spawnAgent", "receiverThreadIds": [sub_thread.threadId]}
-        async with self._item(parent, "subagent", status="inProgress", **fields) as item:
+        with self._item(parent, "subagent", status="inProgress", **fields) as item:
             said = len(self._output)
-            await self._run_steps(steps, parent=item["id"])
+            self._run_steps(steps, parent=item["id"])
             if own:
-                sub_thread.turns.append(TurnRecord(_new_id("stu_"), msgspec.json.encode(steps).decode(), "completed",
+                sub_thread.turns.append(TurnRecord(_new_id("stu_"), _encode(steps).decode(), "completed",
                                                    "\n".join(self._output[said:])))
                 self.agent.store.save(sub_thread)
 
-    async def _delegate(self, step: dict[str, Any], parent: str | None) -> None:
+    def _delegate(self, step: dict[str, Any], parent: str | None) -> None:
         spec = _expect(step["delegate"], dict, "delegate needs an object with instructions")
         arguments = {
             "instructions": _expect(spec.get("instructions"), str, "delegate needs string instructions"),
@@ -1028,19 +1102,19 @@ class Turn:
             arguments["provider"] = _expect(spec["provider"], str, "delegate provider must be a string")
         if spec.get("wake") is not None:
             arguments["wake"] = _expect(spec["wake"], bool, "delegate wake must be true or false")
-        async with self._item(parent, "tool", name="delegate_task", status="inProgress") as item:
-            error, answer = await call_agentd_tool("delegate_task", arguments)
+        with self._item(parent, "tool", name="delegate_task", status="inProgress") as item:
+            error, answer = call_agentd_tool("delegate_task", arguments)
             if error is not None:
                 item.update(status="failed", error=error)
             else:
                 item["result"] = answer
         if error is not None:
-            await self._message(f"delegate failed: {error}", parent)
+            self._message(f"delegate failed: {error}", parent)
         elif arguments["wait"]:
             final = answer.get("finalAnswer") or "(no answer)"
-            await self._message(f"delegated task {answer.get('outcome', answer.get('status'))}: {final}", parent)
+            self._message(f"delegated task {answer.get('outcome', answer.get('status'))}: {final}", parent)
         else:
-            await self._message(f"delegated task {answer.get('taskId')}", parent)
+            self._message(f"delegated task {answer.get('taskId')}", parent)
 
     _STEPS = {
         "say": _say,
@@ -1067,7 +1141,7 @@ class Turn:
     }
 
 
-async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """Call one of agentd's MCP tools on the daemon's MCP endpoint, as a
     runtime agentd configured would (``AGENTD_MCP_URL``, through its Unix
     socket ``AGENTD_MCP_SOCKET`` when there is one; the bearer token is
@@ -1083,26 +1157,76 @@ async def call_agentd_tool(tool: str, arguments: dict[str, Any]) -> tuple[str | 
         return "agentd's tool is not configured for this agent (its provider has agentd_tool = \"off\")", {}
     opened: list[Any] = []
     try:
-        return await trio.to_thread.run_sync(
+        return coop.in_worker(
             functools.partial(call_tool, url, f"{session}.{credential}", tool, arguments,
-                              unix=os.environ.get("AGENTD_MCP_SOCKET") or None, opened=opened),
-            abandon_on_cancel=True)
+                              unix=os.environ.get("AGENTD_MCP_SOCKET") or None, opened=opened))
     except (OSError, ValueError, McpHttpError) as exc:
         return str(exc), {}
     finally:
         shut(opened)
 
 
-async def _serve(home: Path, history_mode: str = "paginated", images: bool = True) -> None:
-    stdin = trio.lowlevel.FdStream(os.dup(0))
-    stdout = trio.lowlevel.FdStream(os.dup(1))
-    async with stdin, stdout:
-        async with trio.open_nursery() as nursery:
-            agent = Agent(home, stdout, nursery, history_mode=history_mode, images=images)
-            await agent.serve(stdin)
-            # EOF or shutdown: running turns simply stop; their native state
-            # is whatever was saved when earlier turns ended.
-            nursery.cancel_scope.cancel()
+def _run_process(argv: list[str], *, cwd: str, env: dict[str, str]) -> tuple[int, bytes]:
+    """Run a command to its end: its exit code and its output (stdout and stderr).
+    Cancelled, the command is sent SIGTERM, and SIGKILL if it is still there 5 s
+    later (as ``trio.run_process`` does), and the cancel goes on once it is gone."""
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+    try:
+        stdout, _ = coop.in_worker(process.communicate)
+    except coop.Cancelled:
+        process.terminate()
+        try:
+            coop.blocking(process.wait, 5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            coop.blocking(process.wait)
+        raise
+    return process.returncode, stdout
+
+
+def _serve(home: Path, history_mode: str = "paginated", images: bool = True) -> None:
+    loop = coop.Loop()
+    agent = Agent(home, 1, loop, history_mode=history_mode, images=images)
+    # stdin is read by a thread of its own, so that a turn runs while no line comes.
+    reader = _Reader(0)
+    # EOF or shutdown: running turns simply stop (the loop cancels them); their
+    # native state is whatever was saved when earlier turns ended.
+    loop.run(functools.partial(agent.serve, reader.receive))
+
+
+class _Reader:
+    """Reads a file descriptor in a thread of its own, for the task that calls :meth:`receive`."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._chunks: list[bytes] = []
+        self._waiting: coop.Task | None = None
+        self._wanted = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def receive(self) -> bytes:
+        """The next bytes read (``b""`` at EOF); cancellable while it waits."""
+        self._waiting = coop.current_task()
+        self._wanted.set()
+        coop.wait_until(lambda: bool(self._chunks))
+        return self._chunks.pop(0)
+
+    def _read(self) -> None:
+        while True:
+            # One read at a time, when the task asks: what comes after a
+            # `shutdown` is never read, as before.
+            self._wanted.wait()
+            self._wanted.clear()
+            try:
+                data = os.read(self._fd, 65536)
+            except OSError:
+                data = b""
+            self._chunks.append(data)
+            if self._waiting is not None:
+                self._waiting.wake()
+            if not data:
+                return
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -1112,7 +1236,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="the history contract its threads report (legacy: no rollback or fork, as Codex's)")
     parser.add_argument("--no-images", action="store_true", help="refuse turns that come with images")
     args = parser.parse_args(argv)
-    trio.run(_serve, args.home, args.history_mode, not args.no_images)
+    _serve(args.home, args.history_mode, not args.no_images)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,10 @@ import secrets
 import shutil
 from pathlib import Path
 
-import trio
-
 from ..regular_files import write_new
+
+# trio is imported where the daemon's methods use it, not here: the scripted agent imports
+# this module for ``read_credential`` and starts without trio (see cooperative.py).
 
 #: the environment variable that names the credential file (the scripted agent's)
 CREDENTIAL_ENV = "AGENTD_TOOL_CREDENTIAL"
@@ -91,6 +92,8 @@ class ToolCredentials:
             for path, data in files.items():
                 write_new(path, data)
 
+        import trio
+
         await trio.to_thread.run_sync(write)
         self._secrets[session_id] = secret
 
@@ -102,6 +105,8 @@ class ToolCredentials:
         def remove() -> None:
             self.path(session_id).unlink(missing_ok=True)
             self.client_config(session_id).unlink(missing_ok=True)
+
+        import trio
 
         await trio.to_thread.run_sync(remove)
 
