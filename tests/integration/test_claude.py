@@ -321,7 +321,11 @@ async def test_f3_a_steer_while_a_tool_runs_after_narration_stays_one_run(claude
     commentary, not an answer, so the steer restarts the same run."""
     async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
-        sent = await client.call("thread.message.send", threadId=thread_id, text="NARRATE RUN_COMMAND: sleep 30")
+        # Not a bare `sleep 30`: Claude Code 2.1.332 refuses a command that starts with a sleep
+        # of a few seconds or more ("Blocked: standalone sleep 30") at once, and the steer then
+        # raced the refusal and the model's next answer (lost under load).
+        sent = await client.call("thread.message.send", threadId=thread_id,
+                                 text="NARRATE RUN_COMMAND: echo waiting && sleep 30")
         await event(client, thread_id, "tool.started")
         texts = await assistant_texts(client, thread_id)
         assert texts == ["Let me run that command first."], "the narration completed before the tool started"
