@@ -147,7 +147,7 @@ class ThreadRecord:
     @classmethod
     def from_json(cls, data: bytes) -> ThreadRecord:
         """Read a stored thread; ``ValueError`` saying what is wrong with it."""
-        value = json.loads(data)
+        value = _decode(data)
         if not isinstance(value, dict):
             raise ValueError("expected an object")
         fields = [_field(value, name, str, "") for name in ("threadId", "cwd")]
@@ -174,8 +174,13 @@ def _field(value: dict[str, Any], name: str, kind: type, where: str) -> Any:
 
 def _decode(data: bytes | str) -> Any:
     """JSON as msgspec read it: ``NaN``, ``Infinity`` and numbers too large for a float are
-    not JSON (``ValueError``), so nothing this agent reads can make it write invalid JSON."""
-    return json.loads(data, parse_constant=_not_json, parse_float=_finite)
+    not JSON (``ValueError``), so nothing this agent reads can make it write invalid JSON. Nesting
+    deeper than Python's recursion limit is refused too (a ``ValueError``, not a crash of the
+    agent: an ``@script`` body comes from whoever typed the message)."""
+    try:
+        return json.loads(data, parse_constant=_not_json, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def _not_json(name: str) -> Any:

@@ -293,6 +293,12 @@ async def test_unknown_step_and_malformed_script_fail_the_turn(agent, workdir): 
     ending = completion(await agent.run_turn(thread, "@script\n[{\"say\": "))
     assert ending["status"] == "failed"
     assert "not valid JSON" in ending["error"]
+    # Nested past the recursion limit: the turn fails, the agent does not crash.
+    ending = completion(await agent.run_turn(thread, "@script\n" + "[" * 100_000))
+    assert ending["status"] == "failed" and "nested too deeply" in ending["error"]
+    await agent.process.stdin.send_all(b"[" * 100_000 + b"\n")
+    assert "not valid JSON" in (await agent.notification("warning"))["params"]["message"]
+    assert (await agent.result("initialize"))["agent"] == "scripted"
 
 
 async def test_crash_step_kills_the_process_with_its_code(agent, workdir):  # SPEC F2
