@@ -117,6 +117,13 @@ class AttemptStartFailed:
     error: AgentdError | Exception | str
 
 
+@dataclass(frozen=True)
+class StarterDone:
+    """The starter of an attempt has ended; every report it made is ahead of this."""
+
+    attempt_id: str
+
+
 # -- timers: posted by the actor's own loop when their deadline passes --------------
 
 
@@ -177,6 +184,6 @@ class CascadeDone:
 
 #: everything a ThreadActor's mailbox carries
 MailboxItem: TypeAlias = (
-    Command | ProviderEvent | ContextNeeded | ProviderThreadReady | AttemptStartFailed | FlushTimer | InterruptOverdue
-    | StallTimer | SteerDelivered | SteerFailed | InterruptRefused | CascadeDone
+    Command | ProviderEvent | ContextNeeded | ProviderThreadReady | AttemptStartFailed | StarterDone | FlushTimer
+    | InterruptOverdue    | StallTimer | SteerDelivered | SteerFailed | InterruptRefused | CascadeDone
 )

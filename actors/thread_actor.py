@@ -64,6 +64,7 @@ from .messages import (
     MailboxItem,
     ProviderThreadReady,
     StallTimer,
+    StarterDone,
     SteerDelivered,
     SteerFailed,
     Timer,
@@ -140,6 +141,11 @@ class ThreadActor:
         self._nursery: trio.Nursery | None = None
         #: cancels the active attempt's starter when the attempt is closed first
         self._starter_scope: trio.CancelScope | None = None
+        #: the attempt whose starter's reports are not all handled yet (until its ``StarterDone``)
+        self._starting: str | None = None
+        #: that attempt's turn end, come before the provider thread it ran on
+        #: was known: handled after the starter's reports
+        self._early_end: TurnCompleted | None = None
         #: the mailbox item being handled (answered by the registry if the actor fails)
         self.handling: MailboxItem | None = None
         #: items a transition looked at (``PeekMailbox``): handled next, before the channel's
@@ -313,6 +319,16 @@ class ThreadActor:
                 await self._handle_command(item)
             case ContextNeeded():
                 await self._answer_context(item)
+            case TurnCompleted() if self._before_its_provider_thread(item):
+                # A runtime that names a new thread only with (or after) its
+                # first turn's events (the starter learns it from the turn's
+                # answer, which the reader may have passed long before this
+                # is handled): ending the run now would leave the attempt tied
+                # to no provider thread, and the next run would start a new
+                # one without the history.
+                self._early_end = item
+            case StarterDone(attempt_id=attempt_id):
+                await self._after_starter(attempt_id)
             case ProviderEvent() if self.state.is_current(item.attempt_id):
                 # A sign of life first: the attempt's silence starts over.
                 await self.run_transition(stalls.on_heard(self.ctx, item.attempt_id or ""))
@@ -567,13 +583,39 @@ class ThreadActor:
         self.sessions.mark_busy(self.thread_id, True)
         assert self._nursery is not None
         self._starter_scope = scope = trio.CancelScope()
+        self._starting = active.attempt.id
         self._nursery.start_soon(self._run_starter, active, scope)
 
     async def _run_starter(self, active: ActiveRun, scope: trio.CancelScope) -> None:
         # Cancelled if the attempt is closed first: a crash recovery must not
         # race a starter of the old attempt.
-        with scope:
-            await starter.start_attempt(starter.StarterHandle(self.registry, self.state, self.post), active)
+        try:
+            with scope:
+                await starter.start_attempt(starter.StarterHandle(self.registry, self.state, self.post), active)
+        finally:
+            # Behind every report of the starter's in the mailbox.
+            await self.post(StarterDone(active.attempt.id))
+
+    async def _after_starter(self, attempt_id: str) -> None:
+        """Every report of ``attempt_id``'s starter is handled: a turn end
+        that came before its provider thread was known is handled now
+        (ignored if the attempt was closed meanwhile)."""
+        if self._starting == attempt_id:
+            self._starting = None
+        early = self._early_end
+        if early is not None and early.attempt_id == attempt_id:
+            self._early_end = None
+            await self._dispatch(early)
+
+    def _before_its_provider_thread(self, event: TurnCompleted) -> bool:
+        """True for the current attempt's turn end while its starter's
+        reports are not all handled and the attempt is tied to no provider
+        thread yet."""
+        active = self.state.active
+        return (
+            active is not None and active.attempt.id == event.attempt_id == self._starting
+            and not active.attempt.provider_thread_id
+        )
 
     def _stop_attempt_tasks(self, attempt_id: str) -> None:
         if self._starter_scope is not None:

@@ -27,7 +27,9 @@ item ends ``interrupted``; the turn goes on), ``turn/steer`` and ``shutdown``.  
 switch off the capabilities listed in :data:`CAPABILITIES`; the matching
 method then fails with :data:`NOT_SUPPORTED`.  With ``emptyThreads`` off,
 ``thread/start`` is refused and ``turn/start {cwd, input}`` (no
-``threadId``) creates the thread together with its first turn; ``cwd`` on
+``threadId``) creates the thread together with its first turn
+(``--late-thread-id``: answered only after that turn's ``turn/completed``, as
+a runtime that reports a new session's id with its result); ``cwd`` on
 the turn of an existing thread moves it there (as codex takes a cwd per turn).
 ``turn/start`` and ``turn/steer`` may carry ``images: [{type: localImage,
 mimeType, path}]`` (as Codex's ``localImage`` input), which the
@@ -255,8 +257,12 @@ class Agent:
     """Answers client requests, owns the loaded threads and the output stream."""
 
     def __init__(self, home: Path, stdout: int, loop: coop.Loop, *,
-                 history_mode: str = "paginated", images: bool = True) -> None:
+                 history_mode: str = "paginated", images: bool = True, late_thread_id: bool = False) -> None:
         self.store = NativeStore(home)
+        #: a turn/start that makes a thread is answered only after its turn
+        #: ended (``--late-thread-id``), as a runtime that reports a new
+        #: session's id only with its result (Claude Code may)
+        self.late_thread_id = late_thread_id
         #: whether turns may come with images (``--no-images``: refused)
         self.images = images
         #: the MCP servers each loaded thread was given (``mcpServers``), as a runtime holds its connections
@@ -379,16 +385,23 @@ class Agent:
         if params is None:
             params = {}
         self._after_reply.clear()
+        reply: dict[str, Any] | None
         try:
             handler = self._methods.get(method)
             if handler is None:
                 raise RpcError(METHOD_NOT_FOUND, f"unknown method {method!r}")
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, f"{method} params must be an object")
-            reply = {"id": message["id"], "result": handler(params)}
+            result = handler(params)
+            reply = {"id": message["id"], "result": result}
         except RpcError as exc:
             reply = {"id": message["id"], "error": {"code": exc.code, "message": str(exc)}}
-        self.send(reply)
+        else:
+            if isinstance(result, _LateReply):
+                result.send = functools.partial(self.send, {"id": message["id"], "result": result.value})
+                reply = None
+        if reply is not None:
+            self.send(reply)
         # Work that must follow the reply, such as starting a turn: clients
         # learn a turnId before they see any notification about it.
         for action in self._after_reply:
@@ -504,7 +517,7 @@ class Agent:
         self.store.save(thread)
         return {"turnCount": len(thread.turns)}
 
-    def _turn_start(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _turn_start(self, params: dict[str, Any]) -> dict[str, Any] | _LateReply:
         text = _param(params, "input", str, "turn/start")
         result = {}
         if "threadId" in params:
@@ -532,6 +545,9 @@ class Agent:
             turn.context = _param(params, "context", str, "turn/start")
         self._after_reply.append(functools.partial(self._loop.spawn, turn.run))
         result["turnId"] = turn.id
+        if self.late_thread_id and "threadId" not in params:
+            turn.late_reply = _LateReply(result)
+            return turn.late_reply
         return result
 
     def _turn_interrupt(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -614,6 +630,17 @@ def _number(value: Any, what: str) -> float:
 
 def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else _encode(value).decode()
+
+
+class _LateReply:
+    """A request's result that is sent later than its handler returned."""
+
+    __slots__ = ("value", "send")
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        self.value = value
+        #: sends it (set by the dispatcher, which knows the request's id)
+        self.send: Callable[[], None] | None = None
 
 
 class Turn:
@@ -712,6 +739,8 @@ class Turn:
         self.context = ""
         #: the images that came with the turn (and its steers): ``{type, mimeType, path}``
         self.images: list[dict[str, Any]] = []
+        #: the answer to the turn/start that made this turn's thread, sent at its end (``--late-thread-id``)
+        self.late_reply: _LateReply | None = None
 
     def run(self) -> None:
         self._notify("turn/started")
@@ -736,6 +765,8 @@ class Turn:
         self.agent.store.save(self.thread)
         ending = {"status": status} if error is None else {"status": status, "error": error}
         self._notify("turn/completed", **ending)
+        if self.late_reply is not None and self.late_reply.send is not None:
+            self.late_reply.send()
 
     def _steps(self) -> list[Any]:
         first, _, rest = self.input.partition("\n")
@@ -1190,9 +1221,9 @@ def _run_process(argv: list[str], *, cwd: str, env: dict[str, str]) -> tuple[int
     return process.returncode, stdout
 
 
-def _serve(home: Path, history_mode: str = "paginated", images: bool = True) -> None:
+def _serve(home: Path, history_mode: str = "paginated", images: bool = True, late_thread_id: bool = False) -> None:
     loop = coop.Loop()
-    agent = Agent(home, 1, loop, history_mode=history_mode, images=images)
+    agent = Agent(home, 1, loop, history_mode=history_mode, images=images, late_thread_id=late_thread_id)
     # stdin is read by a thread of its own, so that a turn runs while no line comes.
     reader = _Reader(0)
     # EOF or shutdown: running turns simply stop (the loop cancels them); their
@@ -1240,8 +1271,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--history-mode", choices=HISTORY_MODES, default="paginated",
                         help="the history contract its threads report (legacy: no rollback or fork, as Codex's)")
     parser.add_argument("--no-images", action="store_true", help="refuse turns that come with images")
+    parser.add_argument("--late-thread-id", action="store_true",
+                        help="answer a turn/start that makes a thread only after its turn ended")
     args = parser.parse_args(argv)
-    _serve(args.home, args.history_mode, not args.no_images)
+    _serve(args.home, args.history_mode, not args.no_images, args.late_thread_id)
 
 
 if __name__ == "__main__":

@@ -337,10 +337,16 @@ async def test_a_second_daemon_on_the_same_data_dir_is_refused(daemon, short_dir
         await start_daemon(daemon.data_dir, short_dir / "other.sock", timeout=30)
 
 
-async def test_capability_switches_reach_the_agent(tmp_path, short_dir):
-    """A provider instance without empty threads still runs: the first turn creates the thread."""
+@pytest.mark.parametrize("late", [False, True], ids=["id-with-the-reply", "id-after-the-turn"])
+async def test_capability_switches_reach_the_agent(tmp_path, short_dir, late):
+    """A provider instance without empty threads still runs: the first turn
+    creates the thread (SPEC F5, F6). A runtime may report the new thread's id
+    only after that turn's events (``--late-thread-id``, as Claude Code with
+    its session id in the result): the turn's end waits for it, the attempt is
+    tied to the thread and the next run resumes it with its history."""
     config = tmp_path / "config.toml"
-    config.write_text('[providers.basic]\nkind = "scripted"\ncapabilities = { emptyThreads = false }\n')
+    args = 'args = ["--late-thread-id"]\n' if late else ""
+    config.write_text(f'[providers.basic]\nkind = "scripted"\n{args}capabilities = {{ emptyThreads = false }}\n')
     daemon = await start_daemon(tmp_path / "d", short_dir / "s.sock", config=config)
     try:
         async with Client.connect(daemon.socket) as client:
@@ -351,6 +357,9 @@ async def test_capability_switches_reach_the_agent(tmp_path, short_dir):
             assert run2["status"] == "completed"
             a1 = (await client.call("run.get", runId=run["id"]))["attempts"][0]
             a2 = (await client.call("run.get", runId=run2["id"]))["attempts"][0]
+            assert a1["providerThreadId"] is not None
             assert a1["providerThreadId"] == a2["providerThreadId"]
+            messages = (await client.call("thread.get", threadId=thread_id))["messages"]
+            assert messages[-1]["text"] == "history: 1 turn"
     finally:
         assert await daemon.terminate() == 0
