@@ -48,6 +48,21 @@ async def wait_event(client: Client, predicate, *, thread_id: str | None = None,
     raise AssertionError("event stream ended before the expected event")
 
 
+async def answer_begun(client: Client, thread_id: str, run_id: str | None = None, *, timeout: float = 30) -> dict[str, Any]:
+    """The ``message.created`` of an assistant message (of ``run_id``): the
+    agent has begun to answer. Its first ``message.delta`` would say the
+    same, but deltas are ephemeral and never replayed — a subscription
+    opened after an agent's only delta (a fake that says "working" and
+    waits) would wait for it forever — while the message's start is durable
+    before its first delta is sent."""
+    return await wait_event(
+        client,
+        lambda e: e["type"] == "message.created" and e["payload"]["message"]["role"] == "assistant"
+        and (run_id is None or e.get("runId") == run_id),
+        thread_id=thread_id, timeout=timeout,
+    )
+
+
 async def send_and_wait(client: Client, thread_id: str, text: str, **params: Any) -> dict[str, Any]:
     """Send a message and wait for its run to end; return the final run."""
     sent = await client.call("thread.message.send", threadId=thread_id, text=text, **params)

@@ -35,7 +35,7 @@ from agentd.actors.providers.transport import recording
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline.claude import user_texts
-from tests.helpers import run_accepting, send_and_wait, wait_event, wait_process_gone, wait_run_terminal
+from tests.helpers import answer_begun, run_accepting, send_and_wait, wait_event, wait_process_gone, wait_run_terminal
 from tests.integration.shared import connect, module_daemon, requests_in
 from tests.integration.acp_worlds import CLAUDE_ACP_VERSION, SKIP_REASON, ClaudeAcpWorld, claude_acp_available, sanitize
 from tests.providers.test_acp_replay import SCENARIOS, TRANSCRIPTS, run_replay, transcript_paths
@@ -189,7 +189,7 @@ async def test_interrupt_then_idle_reap_and_session_load(acp_daemon, tmp_path):
     async with connect(acp_daemon) as client:
         thread_id = await new_thread(client, tmp_path / "ws", "claude_acp_idle")
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
-        await event(client, thread_id, "message.delta")
+        await answer_begun(client, thread_id, sent["runId"], timeout=60)
         await client.call("run.interrupt", runId=sent["runId"])
         run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=90)
         assert (run["status"], run["reason"]) == ("interrupted", "interrupted")
@@ -213,7 +213,7 @@ async def test_a_sigkilled_daemon_leaves_no_agent_process(world, tmp_path, short
     async with agentd(world, tmp_path, short_dir / "s.sock", kill=True) as client:
         thread_id = await new_thread(client, tmp_path / "ws")
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
-        await event(client, thread_id, "message.delta")
+        await answer_begun(client, thread_id, sent["runId"], timeout=60)
         (session,) = (await client.call("daemon.status"))["sessions"]
         pid = session["pid"]
         own = children_of(pid)

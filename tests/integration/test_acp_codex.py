@@ -37,7 +37,7 @@ from agentd.actors.providers.transport import recording
 from agentd.launch import start_daemon
 from agentd.protocol.client import Client
 from scripts.offline.codex import user_texts
-from tests.helpers import run_accepting, script, stored_events, wait_event, wait_process_gone, wait_run_terminal
+from tests.helpers import answer_begun, run_accepting, script, stored_events, wait_event, wait_process_gone, wait_run_terminal
 from tests.integration.acp_worlds import CODEX_ACP, CODEX_ACP_VERSION, SKIP_REASON, CodexAcpWorld, codex_acp_available, sanitize
 from tests.providers.test_acp_replay import SCENARIOS, TRANSCRIPTS, run_replay, transcript_paths
 from tests.providers.test_claude_replay import Harness
@@ -198,7 +198,7 @@ async def test_a_sigkilled_codex_acp_mid_turn_is_recovered_and_the_thread_goes_o
     first, _ = await run_accepting(client, thread_id, "remember pineapple")
     assert first["status"] == "completed", first
     sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
-    await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"], thread_id=thread_id, timeout=60)
+    await answer_begun(client, thread_id, sent["runId"], timeout=60)
     (session,) = [s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == thread_id]
     os.kill(session["pid"], signal.SIGKILL)
     run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=90)
@@ -386,8 +386,7 @@ async def test_a_sigkilled_daemon_leaves_no_codex_acp_and_the_thread_resumes_aft
             first, _ = await run_accepting(client, thread_id, "remember mango")
             assert first["status"] == "completed", first
             sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
-            await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"],
-                             thread_id=thread_id, timeout=60)
+            await answer_begun(client, thread_id, sent["runId"], timeout=60)
             (session,) = [s for s in (await client.call("daemon.status"))["sessions"] if s["threadId"] == thread_id]
     finally:
         await daemon.kill()

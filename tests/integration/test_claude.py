@@ -35,7 +35,7 @@ from agentd.actors.providers.claude import ClaudeAdapter
 from agentd.actors.providers.transport import recording
 from agentd.protocol.client import Client
 from agentd.launch import start_daemon
-from tests.helpers import send_and_wait, stored_events, wait_event, wait_run_terminal
+from tests.helpers import answer_begun, send_and_wait, stored_events, wait_event, wait_run_terminal
 from scripts.offline.claude import SKIP_REASON, ClaudeWorld, claude_binary, make_world, user_texts
 from tests.integration.claude_transcripts import sanitize
 from tests.integration.shared import connect, module_daemon, requests_in, sessions_of, workspace_of
@@ -257,7 +257,7 @@ async def test_an_interrupt_ends_the_run_only_when_claude_says_so(claude_daemon)
     async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
-        await event(client, thread_id, "message.delta")
+        await answer_begun(client, thread_id, sent["runId"], timeout=60)
         asked = await client.call("run.interrupt", runId=sent["runId"])
         assert asked["interruptRequested"] is True
         run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
@@ -284,7 +284,7 @@ async def test_issue23_a_person_retries_an_interrupted_run_on_claude(claude_daem
     async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW:20")
-        await event(client, thread_id, "message.delta")
+        await answer_begun(client, thread_id, sent["runId"], timeout=60)
         await client.call("run.interrupt", runId=sent["runId"])
         assert (await wait_run_terminal(client, thread_id, sent["runId"], timeout=60))["status"] == "interrupted"
         retried = await client.call("run.retry", runId=sent["runId"])
@@ -303,7 +303,7 @@ async def test_a_steer_takes_the_restart_fallback(claude_daemon):
     async with connect(claude_daemon) as client:
         thread_id = await new_thread(client)
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW")
-        await event(client, thread_id, "message.delta")
+        await answer_begun(client, thread_id, sent["runId"], timeout=60)
         steer = await client.call("thread.message.send", threadId=thread_id, text="change of plan",
                                   dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
         assert (steer["runId"], steer["strategy"]) == (sent["runId"], "steering_restart")
@@ -372,7 +372,7 @@ async def test_a_provider_crash_is_recovered_on_the_same_session(claude_daemon):
         thread_id = await new_thread(client)
         assert (await send_and_wait(client, thread_id, "hello"))["status"] == "completed"
         sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW:20")
-        await event(client, thread_id, "message.delta")
+        await answer_begun(client, thread_id, sent["runId"], timeout=60)
         (session,) = await sessions_of(client, thread_id)
         os.kill(session["pid"], signal.SIGKILL)
         run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
@@ -400,8 +400,7 @@ async def test_daemon_sigkill_and_restart_give_the_f12_states(world, tmp_path, s
         # Streaming (issue 24 §3: streamed text is made durable in larger
         # pieces, so the kill may cut all of it; seed 003 accepts an answer cut
         # by a crash being incomplete — never one that is wrong).
-        await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"],
-                         thread_id=thread_id, timeout=60)
+        await answer_begun(client, thread_id, sent["runId"], timeout=60)
         (session,) = (await client.call("daemon.status"))["sessions"]
         native = await native_session(client, thread_id)
     pid = session["pid"]

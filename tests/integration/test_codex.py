@@ -32,7 +32,7 @@ from agentd.actors.providers.codex import CodexAdapter
 from agentd.actors.providers.transport import recording, replaying
 from agentd.protocol.client import Client
 from agentd.launch import start_daemon
-from tests.helpers import send_and_wait, stored_events, wait_event, wait_process_gone, wait_run_terminal
+from tests.helpers import answer_begun, send_and_wait, stored_events, wait_event, wait_process_gone, wait_run_terminal
 from scripts.offline.codex import SKIP_REASON, CodexWorld, codex_binary, make_world, user_texts
 from tests.integration.shared import SharedDaemon, connect, module_daemon, requests_in, sessions_of, workspace_of
 from tests.providers.test_codex_replay import SCENARIOS, TRANSCRIPTS, Harness, fast_stop, replay_config
@@ -213,7 +213,8 @@ async def assistant_texts(client: Client, thread_id: str) -> list[str]:
 
 
 async def first_delta(client: Client, thread_id: str, run_id: str) -> dict[str, Any]:
-    return await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == run_id, thread_id=thread_id)
+    """The run's answer has begun (durable, unlike its deltas: tests/helpers.answer_begun)."""
+    return await answer_begun(client, thread_id, run_id)
 
 
 def _alive(pid: int) -> bool:

@@ -24,7 +24,7 @@ import trio
 from agentd.launch import start_daemon
 from agentd.protocol.errors import InvalidParams, NotResumable
 from agentd.protocol.client import Client
-from tests.helpers import daemon_for_module, send_and_wait, stored_events, wait_event, wait_run_terminal
+from tests.helpers import answer_begun, daemon_for_module, send_and_wait, stored_events, wait_event, wait_run_terminal
 
 AGENT = Path(__file__).resolve().parents[1] / "fixtures" / "acp_agent.py"
 
@@ -138,7 +138,7 @@ async def test_a_command_permission_is_an_approval_and_an_edit_a_file_change(cli
 async def test_interrupt_and_a_steer_by_restart(client, tmp_path):
     thread_id = await new_thread(client, tmp_path / "ws")
     sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW")
-    await event(client, thread_id, "message.delta")
+    await answer_begun(client, thread_id, sent["runId"], timeout=60)
     await client.call("run.interrupt", runId=sent["runId"])
     run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
     assert (run["status"], run["reason"]) == ("interrupted", "interrupted")
@@ -146,7 +146,7 @@ async def test_interrupt_and_a_steer_by_restart(client, tmp_path):
     assert "session.stopped" not in types, "the agent ended the turn itself on session/cancel"
 
     sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW again")
-    await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"], thread_id=thread_id)
+    await answer_begun(client, thread_id, sent["runId"])
     steer = await client.call("thread.message.send", threadId=thread_id, text="change of plan",
                               dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
     assert steer["strategy"] == "steering_restart"
@@ -183,7 +183,7 @@ async def test_an_agent_that_breaks_the_protocol_fails_the_run_and_the_thread_go
 async def test_a_prompt_that_never_answers_a_cancel_is_stopped_after_the_grace(client, tmp_path):
     thread_id = await new_thread(client, tmp_path / "ws")
     sent = await client.call("thread.message.send", threadId=thread_id, text="STUCK")
-    await event(client, thread_id, "message.delta")
+    await answer_begun(client, thread_id, sent["runId"], timeout=60)
     await client.call("run.interrupt", runId=sent["runId"])
     with trio.fail_after(60):
         run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
@@ -381,7 +381,7 @@ async def test_a_native_steer_where_the_agent_takes_one(tmp_path, short_dir, how
             listed = {p["name"]: p for p in (await client.call("providers.list"))["providers"]}
             assert listed["fake"]["capabilities"]["steer"] is True
             sent = await client.call("thread.message.send", threadId=thread_id, text="SLOW")
-            await wait_event(client, lambda e: e["type"] == "message.delta" and e.get("runId") == sent["runId"], thread_id=thread_id)
+            await answer_begun(client, thread_id, sent["runId"])
             steer = await client.call("thread.message.send", threadId=thread_id, text="change of plan",
                                       dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
             assert steer["strategy"] == "native_steer"
