@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from . import acp_sdk  # noqa: F401 - first: the SDK without its docstring pass
 from acp.schema import (
     AgentMessageChunk,
     AgentPlanUpdate,
