@@ -24,7 +24,6 @@ checkpoint engine, other threads).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
@@ -42,8 +41,7 @@ if TYPE_CHECKING:
 # -- the end of a transition ----------------------------------------------------------------
 
 
-@dataclass
-class Decision:
+class Decision(msgspec.Struct):
     """What a transition decided: commit ``batch`` (None: nothing to write),
     answer with ``reply`` (a method's result Struct, ``protocol/results.py``;
     with ``seq``, the commit's sequence number goes into it: ``with_seq``),
@@ -54,7 +52,7 @@ class Decision:
 
     batch: ThreadBatch | None = None
     reply: Any = None
-    effects: list[Any] = field(default_factory=list)
+    effects: list[Any] = []
     seq: bool = True
     lazy: bool = False
 
@@ -79,43 +77,37 @@ def with_seq(reply: Any, seq: int) -> Any:
 # -- effects the actor carries out itself (its loop, timers and tasks) ----------------------
 
 
-@dataclass(frozen=True)
-class Commit:
+class Commit(msgspec.Struct, frozen=True):
     """Make ``batch`` durable now (its events are published first); answers
     with the store's ``CommitResult``."""
 
     batch: ThreadBatch
 
 
-@dataclass(frozen=True)
-class StartNext:
+class StartNext(msgspec.Struct, frozen=True):
     """Start the first queued run no hold keeps, if nothing runs."""
 
 
-@dataclass(frozen=True)
-class Activate:
+class Activate(msgspec.Struct, frozen=True):
     """Make ``active`` the running attempt and start its starter task."""
 
     active: ActiveRun
 
 
-@dataclass(frozen=True)
-class StopAttemptTasks:
+class StopAttemptTasks(msgspec.Struct, frozen=True):
     """Cancel the attempt's starter and its timers (the attempt is closing)."""
 
     attempt_id: str
 
 
-@dataclass(frozen=True)
-class StartTimer:
+class StartTimer(msgspec.Struct, frozen=True):
     """Handle ``timer`` in ``delay`` seconds, unless it is already pending."""
 
     timer: Timer
     delay: float
 
 
-@dataclass(frozen=True)
-class RestartTimer:
+class RestartTimer(msgspec.Struct, frozen=True):
     """Handle ``timer`` in ``delay`` seconds from now, pending or not (a
     deadline that moves with every sign of life: ``stalls.py``)."""
 
@@ -123,15 +115,13 @@ class RestartTimer:
     delay: float
 
 
-@dataclass(frozen=True)
-class CancelTimer:
+class CancelTimer(msgspec.Struct, frozen=True):
     """Forget ``timer`` if it is pending."""
 
     timer: Timer
 
 
-@dataclass(frozen=True)
-class PublishDelta:
+class PublishDelta(msgspec.Struct, frozen=True):
     """Publish a streamed ``message.delta`` at once (ephemeral: the text is
     made durable by a later flush)."""
 
@@ -142,15 +132,13 @@ class PublishDelta:
     text: str
 
 
-@dataclass(frozen=True)
-class MarkBusy:
+class MarkBusy(msgspec.Struct, frozen=True):
     """Tell the session host whether the thread's session is in use."""
 
     busy: bool
 
 
-@dataclass(frozen=True)
-class PeekMailbox:
+class PeekMailbox(msgspec.Struct, frozen=True):
     """The items waiting in the thread's mailbox now, oldest first, without
     taking them (they are handled next, in order): what the provider said
     while the transition waited."""
@@ -159,15 +147,13 @@ class PeekMailbox:
 # -- the provider session -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StopSession:
+class StopSession(msgspec.Struct, frozen=True):
     """Stop the thread's provider session (in a task of its own), with ``reason``."""
 
     reason: str
 
 
-@dataclass(frozen=True)
-class SendSteer:
+class SendSteer(msgspec.Struct, frozen=True):
     """Give ``message`` to the running native turn (in a task); the outcome
     comes back as ``SteerDelivered`` or ``SteerFailed``."""
 
@@ -176,8 +162,7 @@ class SendSteer:
     native_turn_id: str | None
 
 
-@dataclass(frozen=True)
-class InterruptTurn:
+class InterruptTurn(msgspec.Struct, frozen=True):
     """Ask the provider to interrupt the native turn (in a task); a refusal
     comes back as ``InterruptRefused``."""
 
@@ -186,8 +171,7 @@ class InterruptTurn:
     native_turn_id: str | None
 
 
-@dataclass(frozen=True)
-class AnswerRequest:
+class AnswerRequest(msgspec.Struct, frozen=True):
     """Answer a provider's request through the live session ``session_id``;
     raises ``ProviderRuntimeError`` when it cannot (no such session: the error
     says so)."""
@@ -197,21 +181,18 @@ class AnswerRequest:
     response: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class ClaimSession:
+class ClaimSession(msgspec.Struct, frozen=True):
     """Hold a place among ``[daemon] max_sessions`` for the thread's next
     run; answers with the ``SessionClaim`` (raises ``overloaded``)."""
 
 
-@dataclass(frozen=True)
-class ReleaseClaim:
+class ReleaseClaim(msgspec.Struct, frozen=True):
     """Give back a ``ClaimSession``'s place."""
 
     claim: SessionClaim
 
 
-@dataclass(frozen=True)
-class ProbeProvider:
+class ProbeProvider(msgspec.Struct, frozen=True):
     """Whether provider instance ``provider`` can run here (its adapter's
     probe, as ``providers.list`` shows it): ``{"usable": bool, "why"?: str}``;
     a probe that does not answer at once counts as usable."""
@@ -219,8 +200,7 @@ class ProbeProvider:
     provider: str
 
 
-@dataclass(frozen=True)
-class SaveAttachments:
+class SaveAttachments(msgspec.Struct, frozen=True):
     """Decode and store a message's images as files (``providers/images.py``),
     durably, before the message is committed; answers with the
     ``MessageAttachment``s its record keeps (raises ``invalid_params`` for
@@ -229,8 +209,7 @@ class SaveAttachments:
     attachments: tuple[Any, ...]
 
 
-@dataclass(frozen=True)
-class SaveMcpSecrets:
+class SaveMcpSecrets(msgspec.Struct, frozen=True):
     """Keep the values of the thread's MCP servers' environment variables
     and headers in its secrets file (``providers/mcp_secrets.py``), durably,
     before the record naming them is committed; answers whether that changed
@@ -242,38 +221,33 @@ class SaveMcpSecrets:
     beside_old: bool = False
 
 
-@dataclass(frozen=True)
-class PruneMcpSecrets:
+class PruneMcpSecrets(msgspec.Struct, frozen=True):
     """After the commit of the record naming ``secrets``: the thread's
     secrets file holds them only (a failure is logged, never raised)."""
 
     secrets: dict[str, dict[str, dict[str, str]]]
 
 
-@dataclass(frozen=True)
-class ReadMcpSecrets:
+class ReadMcpSecrets(msgspec.Struct, frozen=True):
     """The values the thread's secrets file keeps (``providers/mcp_secrets.py``);
     raises ``OSError`` for a folder or file it will not read."""
 
 
-@dataclass(frozen=True)
-class CopyMcpSecrets:
+class CopyMcpSecrets(msgspec.Struct, frozen=True):
     """Give thread ``target_thread_id`` (a fork being made) a copy of this
     thread's secrets file, durably, before its record is committed."""
 
     target_thread_id: str
 
 
-@dataclass(frozen=True)
-class AllowRecovery:
+class AllowRecovery(msgspec.Struct, frozen=True):
     """Ask the session host whether a crashed session may be restarted for
     a new attempt (its crash budget); answers with its ``RecoveryDecision``."""
 
     crash: str
 
 
-@dataclass(frozen=True)
-class ListNativeTurns:
+class ListNativeTurns(msgspec.Struct, frozen=True):
     """The native turns of ``native_thread_id`` on ``provider`` (the session
     is opened and the thread resumed as needed), as the adapter lists them."""
 
@@ -282,8 +256,7 @@ class ListNativeTurns:
     cwd: str
 
 
-@dataclass(frozen=True)
-class RollbackNative:
+class RollbackNative(msgspec.Struct, frozen=True):
     """Cut the native thread's history before ``before_turn_id``."""
 
     provider: str
@@ -294,23 +267,20 @@ class RollbackNative:
 # -- other threads --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Wake:
+class Wake(msgspec.Struct, frozen=True):
     """Load thread ``thread_id``'s actor, which starts its queued runs."""
 
     thread_id: str
 
 
-@dataclass(frozen=True)
-class SendInternal:
+class SendInternal(msgspec.Struct, frozen=True):
     """Send ``text`` to thread ``thread_id`` as the daemon's own message (in a task)."""
 
     thread_id: str
     text: str
 
 
-@dataclass(frozen=True)
-class InterruptItem:
+class InterruptItem(msgspec.Struct, frozen=True):
     """Ask the provider to interrupt one running item of the turn (awaited:
     a refusal is the transition's error; ``node_interrupt.py``)."""
 
@@ -319,15 +289,13 @@ class InterruptItem:
     native_item_id: str
 
 
-@dataclass(frozen=True)
-class CancelTasks:
+class CancelTasks(msgspec.Struct, frozen=True):
     """``task.cancel`` to each of ``task_ids`` (in a task), each in its own actor."""
 
     task_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class RollbackChildMemory:
+class RollbackChildMemory(msgspec.Struct, frozen=True):
     """Roll a child thread's agent memory back in its own actor (awaited;
     ``rollback.child_memory_rollback``): answers with its outcome (a dict), or
     why it could not (a string: the child is busy, gone, failed)."""
@@ -335,8 +303,7 @@ class RollbackChildMemory:
     command: Any
 
 
-@dataclass(frozen=True)
-class WakeParent:
+class WakeParent(msgspec.Struct, frozen=True):
     """Send ``task.wake`` to the parent ``thread_id`` (in a task): the task
     ``task_id`` ended and committed its result ``transfer_id`` (wakeups.py)."""
 
@@ -345,29 +312,25 @@ class WakeParent:
     transfer_id: str
 
 
-@dataclass(frozen=True)
-class StopChildren:
+class StopChildren(msgspec.Struct, frozen=True):
     """Stop every delegated descendant, depth-first (in a task); then
     ``CascadeDone(effect_id)`` comes back."""
 
     effect_id: str
 
 
-@dataclass(frozen=True)
-class TaskEnded:
+class TaskEnded(msgspec.Struct, frozen=True):
     """Wake the ``task.result`` callers waiting on this thread's task."""
 
 
-@dataclass(frozen=True)
-class CheckWorkspace:
+class CheckWorkspace(msgspec.Struct, frozen=True):
     """A client's workspace as the daemon accepts it (``invalid_params`` when
     it cannot be used; None when none was given)."""
 
     workspace: str | None
 
 
-@dataclass(frozen=True)
-class PlanWorkspace:
+class PlanWorkspace(msgspec.Struct, frozen=True):
     """Where a fork of ``source_workspace`` will work (issue 27): a git
     worktree of its repository (``kind: worktree``; a copy outside one) or a
     copy; answers with the ``WorkspaceSource`` (read-only: nothing is made)."""
@@ -379,30 +342,26 @@ class PlanWorkspace:
     checkpoint_id: str | None
 
 
-@dataclass(frozen=True)
-class WorktreeMade:
+class WorktreeMade(msgspec.Struct, frozen=True):
     """Whether the fork's own worktree (or copy) exists and was made; answers a bool."""
 
     source: WorkspaceSource
 
 
-@dataclass(frozen=True)
-class RemoveWorktree:
+class RemoveWorktree(msgspec.Struct, frozen=True):
     """``git worktree remove --force`` the fork's worktree (its branch stays)."""
 
     source: WorkspaceSource
 
 
-@dataclass(frozen=True)
-class RecreateWorktree:
+class RecreateWorktree(msgspec.Struct, frozen=True):
     """Make the fork's worktree again on its branch, with the files of its own checkpoint ``commit``."""
 
     source: WorkspaceSource
     commit: str
 
 
-@dataclass(frozen=True)
-class GuardRestore:
+class GuardRestore(msgspec.Struct, frozen=True):
     """Mark ``workspace`` as being restored and refuse (``invalid_state``)
     while a run of another thread is active in it; answers with the token
     that ``EndRestore`` ends."""
@@ -411,8 +370,7 @@ class GuardRestore:
     workspace: str
 
 
-@dataclass(frozen=True)
-class EndRestore:
+class EndRestore(msgspec.Struct, frozen=True):
     """The restore marked by ``GuardRestore`` ended."""
 
     token: int
@@ -421,8 +379,7 @@ class EndRestore:
 # -- the checkpoint engine and the files ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Capture:
+class Capture(msgspec.Struct, frozen=True):
     """Capture ``workspace`` into ``ref`` (diffed against ``base``);
     answers with the engine's ``CaptureResult`` or raises its error.
     ``durable_first`` (the run's ``checkpoint.capture`` outbox entry) is
@@ -438,8 +395,7 @@ class Capture:
     durable_first: ThreadBatch | None = None
 
 
-@dataclass(frozen=True)
-class Diff:
+class Diff(msgspec.Struct, frozen=True):
     """The engine's diff of two commits in ``workspace``'s shadow repository."""
 
     workspace: str
@@ -448,8 +404,7 @@ class Diff:
     max_bytes: int = 0
 
 
-@dataclass(frozen=True)
-class RestoreFiles:
+class RestoreFiles(msgspec.Struct, frozen=True):
     """Put ``commit``'s files back in ``workspace`` after a safety capture
     into ``safety_ref``; before any file is touched, the batch that
     ``record_safety`` builds from that capture is committed."""
@@ -461,8 +416,7 @@ class RestoreFiles:
     record_safety: Callable[[CaptureResult], ThreadBatch]
 
 
-@dataclass(frozen=True)
-class MergeForkFiles:
+class MergeForkFiles(msgspec.Struct, frozen=True):
     """Merge the fork's changes from checkpoint ref ``fork_base`` to
     ``fork_theirs`` (in the shadow repository of ``fork_workspace``) into
     ``workspace``, whose base is ``base_here`` (None: fetched into
@@ -483,8 +437,7 @@ class MergeForkFiles:
     record_safety: Callable[[CaptureResult], ThreadBatch]
 
 
-@dataclass(frozen=True)
-class CompareFiles:
+class CompareFiles(msgspec.Struct, frozen=True):
     """Which of ``paths`` differ between folders ``theirs`` and ``ours``
     (read in a worker thread); None when both are the same folder."""
 

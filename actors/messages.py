@@ -14,8 +14,9 @@ handled in mailbox order, one at a time, with ``match`` (thread_actor.py):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeAlias
+
+import msgspec
 
 from agentd.protocol.errors import AgentdError
 from agentd.store.records import ConversationMessage, ProviderThread
@@ -43,8 +44,7 @@ class Reply(Protocol):
 Handler: TypeAlias = Callable[[Any, "Command"], Any]
 
 
-@dataclass(frozen=True, eq=False)
-class Command:
+class Command(msgspec.Struct, frozen=True, eq=False):
     """A client (or internal) command for one thread.
 
     ``method`` names it in receipts and errors; ``handler`` does it.
@@ -61,8 +61,7 @@ class Command:
 # -- the attempt starter's reports ------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
-class ContextNeeded:
+class ContextNeeded(msgspec.Struct, frozen=True, eq=False):
     """The starter asks how its attempt gets its context (lineage.py) before
     any provider work, and again when the provider thread it was told to
     resume turns out ``lost`` (``(provider thread id, why)``). The actor
@@ -74,8 +73,7 @@ class ContextNeeded:
     lost: tuple[str, str] | None = None
 
 
-@dataclass(frozen=True)
-class StartPlan:
+class StartPlan(msgspec.Struct, frozen=True):
     """How the starter brings up the attempt's native thread."""
 
     #: resume this provider thread (None: make a new native thread)
@@ -89,8 +87,7 @@ class StartPlan:
     mcp_servers: tuple[McpServerSpec, ...] = ()
 
 
-@dataclass(frozen=True)
-class ProviderThreadReady:
+class ProviderThreadReady(msgspec.Struct, frozen=True):
     """The starter opened, resumed or natively forked the native thread for an attempt."""
 
     attempt_id: str
@@ -108,8 +105,7 @@ class ProviderThreadReady:
     history_mode: str | None = None
 
 
-@dataclass(frozen=True)
-class AttemptStartFailed:
+class AttemptStartFailed(msgspec.Struct, frozen=True):
     """The starter could not get an attempt's turn running."""
 
     attempt_id: str
@@ -117,8 +113,7 @@ class AttemptStartFailed:
     error: AgentdError | Exception | str
 
 
-@dataclass(frozen=True)
-class StarterDone:
+class StarterDone(msgspec.Struct, frozen=True):
     """The starter of an attempt has ended; every report it made is ahead of this."""
 
     attempt_id: str
@@ -127,20 +122,17 @@ class StarterDone:
 # -- timers: posted by the actor's own loop when their deadline passes --------------
 
 
-@dataclass(frozen=True)
-class FlushTimer:
+class FlushTimer(msgspec.Struct, frozen=True):
     """Buffered assistant text is due to be written."""
 
 
-@dataclass(frozen=True)
-class InterruptOverdue:
+class InterruptOverdue(msgspec.Struct, frozen=True):
     """The provider did not end an interrupted attempt within the grace period."""
 
     attempt_id: str
 
 
-@dataclass(frozen=True)
-class StallTimer:
+class StallTimer(msgspec.Struct, frozen=True):
     """The attempt's provider has said nothing for ``[daemon] stall_after`` seconds."""
 
     attempt_id: str
@@ -152,31 +144,27 @@ Timer: TypeAlias = FlushTimer | InterruptOverdue | StallTimer
 # -- effect outcomes ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SteerDelivered:
+class SteerDelivered(msgspec.Struct, frozen=True):
     """The provider took a native steer."""
 
     message: ConversationMessage
 
 
-@dataclass(frozen=True)
-class SteerFailed:
+class SteerFailed(msgspec.Struct, frozen=True):
     """The provider refused a native steer (e.g. the turn had just ended)."""
 
     message: ConversationMessage
     why: str
 
 
-@dataclass(frozen=True)
-class InterruptRefused:
+class InterruptRefused(msgspec.Struct, frozen=True):
     """The provider refused to interrupt an attempt's turn."""
 
     attempt_id: str
     why: str
 
 
-@dataclass(frozen=True)
-class CascadeDone:
+class CascadeDone(msgspec.Struct, frozen=True):
     """A Stop's delegated children were all stopped; ``effect_id`` is its outbox entry."""
 
     effect_id: str
