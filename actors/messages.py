@@ -173,5 +173,5 @@ class CascadeDone(msgspec.Struct, frozen=True):
 #: everything a ThreadActor's mailbox carries
 MailboxItem: TypeAlias = (
     Command | ProviderEvent | ContextNeeded | ProviderThreadReady | AttemptStartFailed | StarterDone | FlushTimer
-    | InterruptOverdue    | StallTimer | SteerDelivered | SteerFailed | InterruptRefused | CascadeDone
+    | InterruptOverdue | StallTimer | SteerDelivered | SteerFailed | InterruptRefused | CascadeDone
 )
