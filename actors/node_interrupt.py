@@ -78,7 +78,7 @@ def node_interrupt(ctx: ThreadContext, command: Command) -> Transition:
     if tasks:
         via = "task_cancel"
     elif (node.kind in adapter.interruptible_items and node.provider_item_id and turn is not None
-          and turn.native_turn_id is not None):
+          and turn.native_turn_id is not None and active.attempt.provider_thread_id):
         provider_thread = ctx.state.provider_thread
         assert provider_thread is not None, "a turn started without a provider thread"
         # Asked before anything is recorded: a refusal is the caller's error.
@@ -86,7 +86,9 @@ def node_interrupt(ctx: ThreadContext, command: Command) -> Transition:
         via = "provider"
     else:
         why = (adapter.item_interrupt_why if node.kind not in adapter.interruptible_items
-               else "the provider has not named this item yet")
+               else "the provider has not named this item yet"
+               if not (node.provider_item_id and turn is not None and turn.native_turn_id is not None)
+               else "the provider has not named this turn's thread yet")
         raise Unsupported(f"node {node.id} ({node.kind} {node.title}) cannot be interrupted on {active.run.provider}: "
                           f"{why}; interrupt the run instead", nodeId=node.id, provider=active.run.provider)
     batch = ctx.batch()

@@ -192,16 +192,21 @@ def send_interrupt(ctx: ThreadContext, active: ActiveRun) -> list[Any]:
     session stop when it has none."""
     if active.interrupt_sent or active.provider_turn is None:
         return []
-    active.interrupt_sent = True
     capabilities = ctx.adapter(active.run.provider).capabilities
     live = ctx.live_session_id()
+    overdue = StartTimer(InterruptOverdue(active.attempt.id), ctx.config.interrupt_grace)
+    if capabilities.interrupt and live is not None and not active.attempt.provider_thread_id:
+        # A first turn whose runtime has not named its new thread yet (it
+        # may only with the turn's end): asked again once it has
+        # (starting.on_provider_thread_ready); the grace runs from now.
+        return [overdue]
+    active.interrupt_sent = True
     if not capabilities.interrupt or live is None:
         reason = "interrupt_unsupported" if not capabilities.interrupt else "interrupt_no_session"
         return [StopSession(reason)]
     provider_thread = ctx.state.provider_thread
     assert provider_thread is not None, "a turn started without a provider thread"
-    return [StartTimer(InterruptOverdue(active.attempt.id), ctx.config.interrupt_grace),
-            InterruptTurn(active.attempt.id, provider_thread.native_thread_id, active.provider_turn.native_turn_id)]
+    return [overdue, InterruptTurn(active.attempt.id, provider_thread.native_thread_id, active.provider_turn.native_turn_id)]
 
 
 def on_interrupt_overdue(ctx: ThreadContext, attempt_id: str) -> Decision | None:

@@ -7,7 +7,7 @@ the provider thread the attempt runs on, or that the turn could not start.
 
 from __future__ import annotations
 
-from . import graph, lineage
+from . import graph, lineage, run_control
 from .context import ThreadContext
 from .effects import Decision, Transition
 from .ending import end_run
@@ -32,11 +32,13 @@ def on_provider_thread_ready(ctx: ThreadContext, ready: ProviderThreadReady) -> 
         lineage.provider_thread_made(batch, state, pt, native=ready.forked)
     else:
         graph.provider_thread_ready(batch, state, ready, kind="")
+    # An interrupt asked for before the runtime named the thread goes now.
+    after = run_control.send_interrupt(ctx, active) if active.interrupt_requested else []
     # Rides with the turn's start, which follows at once (the actor knows the
     # provider thread now, in memory): a crash before that leaves a run
     # whose turn start is in the outbox, reconciled as interrupted, and at
     # worst a native thread agentd never used again.
-    return Decision(batch, lazy=True)
+    return Decision(batch, effects=after, lazy=True)
 
 
 def on_attempt_start_failed(ctx: ThreadContext, failed: AttemptStartFailed) -> Transition:

@@ -363,3 +363,30 @@ async def test_capability_switches_reach_the_agent(tmp_path, short_dir, late):
             assert messages[-1]["text"] == "history: 1 turn"
     finally:
         assert await daemon.terminate() == 0
+
+
+async def test_an_interrupt_before_the_runtime_names_its_new_thread_is_sent_or_escalated(tmp_path, short_dir):
+    """SPEC F10: a first turn on a runtime that names its new thread only
+    at the turn's end (``--late-thread-id``) cannot be interrupted natively
+    before then. The interrupt waits for the thread; the grace passing first
+    stops the session, as for any turn that ignores an interrupt: the run
+    ends ``interrupted``, the thread does not fail and takes the next message."""
+    config = tmp_path / "config.toml"
+    config.write_text('[daemon]\ninterrupt_grace = 1\n\n[providers.late]\nkind = "scripted"\n'
+                      'args = ["--late-thread-id"]\ncapabilities = { emptyThreads = false }\n')
+    daemon = await start_daemon(tmp_path / "d", short_dir / "s.sock", config=config)
+    try:
+        async with Client.connect(daemon.socket) as client:
+            thread_id = (await client.call("thread.create", provider="late"))["threadId"]
+            sent = await client.call("thread.message.send", threadId=thread_id, text=script({"hang": True}))
+            await wait_event(client, lambda e: e["type"] == "run.started" and e.get("runId") == sent["runId"],
+                             thread_id=thread_id)
+            asked = await client.call("run.interrupt", runId=sent["runId"])
+            assert asked["interruptRequested"] is True
+            run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=60)
+            assert run["status"] == "interrupted", run
+            types = [e["type"] for e in await stored_events(client, thread_id)]
+            assert "thread.failed" not in types
+            assert (await send_and_wait(client, thread_id, "hi"))["status"] == "completed"
+    finally:
+        assert await daemon.terminate() == 0
