@@ -40,8 +40,3 @@ def test_agentd_acp_imports_the_sdk_without_field_docstrings_and_its_models_work
     assert seen["dumped"] == {"stopReason": "end_turn"}
     assert seen["validated"] == [1, True]
 
-
-def test_the_sdk_imported_first_elsewhere_is_left_as_it_was():
-    seen = probe("import acp.schema\n" + PROBE)
-    assert seen["description"] == "Indicates why the agent stopped processing the turn."
-    assert seen["hook_restored"]
