@@ -212,11 +212,6 @@ async def assistant_texts(client: Client, thread_id: str) -> list[str]:
     return [m["text"] for m in messages if m["role"] == "assistant"]
 
 
-async def first_delta(client: Client, thread_id: str, run_id: str) -> dict[str, Any]:
-    """The run's answer has begun (durable, unlike its deltas: tests/helpers.answer_begun)."""
-    return await answer_begun(client, thread_id, run_id)
-
-
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -310,7 +305,7 @@ async def test_an_interrupt_ends_the_run_only_when_codex_says_so(codexd):
     client, _ = codexd
     thread_id = await new_thread(client)
     sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW please")
-    await first_delta(client, thread_id, sent["runId"])
+    await answer_begun(client, thread_id, sent["runId"])
     (session,) = await sessions_of(client, thread_id)
     reply = await client.call("run.interrupt", runId=sent["runId"])
     assert reply["interruptRequested"] is True
@@ -335,7 +330,7 @@ async def test_a_native_steer_joins_the_running_turn(codexd):
     client, daemon = codexd
     thread_id = await new_thread(client)
     sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW please")
-    await first_delta(client, thread_id, sent["runId"])
+    await answer_begun(client, thread_id, sent["runId"])
     steer = await client.call("thread.message.send", threadId=thread_id, text="also mention bananas",
                               dispatchMode={"type": "steer_active", "targetRunId": sent["runId"]})
     assert steer["strategy"] == "native_steer" and steer["runId"] == sent["runId"]
@@ -377,7 +372,7 @@ async def test_a_provider_crash_is_recovered_on_a_new_runtime(codexd):
     thread_id = await new_thread(client)
     await send_and_wait(client, thread_id, "earlier turn")
     sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW please")
-    await first_delta(client, thread_id, sent["runId"])
+    await answer_begun(client, thread_id, sent["runId"])
     (session,) = await sessions_of(client, thread_id)
     os.kill(session["pid"], signal.SIGKILL)
     run = await wait_run_terminal(client, thread_id, sent["runId"], timeout=90)
@@ -402,7 +397,7 @@ async def test_daemon_sigkill_and_restart(tmp_path, short_dir, world):
             thread_id = await new_thread(client)
             await send_and_wait(client, thread_id, "first words")
             sent = await client.call("thread.message.send", threadId=thread_id, text="GO_SLOW please")
-            await first_delta(client, thread_id, sent["runId"])
+            await answer_begun(client, thread_id, sent["runId"])
             before = await stored_events(client)
             (session,) = (await client.call("daemon.status"))["sessions"]
     finally:
