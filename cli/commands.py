@@ -8,7 +8,7 @@ command runs (parser.Command); this module imports nothing but argparse.
 
 from __future__ import annotations
 
-from .parser import Options, Subcommands, add_command, counting_number, non_empty
+from .parser import MAX_QUERY, MAX_TITLE, Options, Subcommands, add_command, bounded_text, counting_number, non_empty
 
 
 def add_daemon_commands(sub: Subcommands, o: Options) -> None:
@@ -50,7 +50,7 @@ def add_daemon_commands(sub: Subcommands, o: Options) -> None:
 def add_thread_commands(sub: Subcommands, o: Options) -> None:
     """``new``, ``threads``, ``show``, ``events``, ``doctor``, ``unquarantine``, ``archive``, ``unarchive``, then the admin commands."""
     p = add_command(sub, "new", "commands_threads:cmd_new", "create a thread; prints its id", [o.results])
-    p.add_argument("--title", help="the thread's title")
+    p.add_argument("--title", type=bounded_text("title", MAX_TITLE, blank=True), help="the thread's title")
     p.add_argument("--workspace", metavar="DIR", help="the directory the agent works in (default: a new one under the data dir)")
     p.add_argument("--provider", help="the provider instance to use (see `agentd providers`)")
 
@@ -84,7 +84,7 @@ def add_thread_admin_commands(sub: Subcommands, o: Options) -> None:
     """``search``, ``export``, ``rename``, ``rm`` (issue 28)."""
     p = add_command(sub, "search", "thread_admin_cmds:cmd_search",
                     "full-text search of titles, messages, answers and handoffs", [o.results])
-    p.add_argument("query", help='words (all must match), "a phrase", prefix*, OR, NOT')
+    p.add_argument("query", type=bounded_text("search query", MAX_QUERY), help='words (all must match), "a phrase", prefix*, OR, NOT')
     p.add_argument("--thread", type=o.thread_id, help="only this thread")
     p.add_argument("--limit", type=counting_number, default=20, help="at most this many hits (default 20)")
     p = add_command(sub, "export", "thread_admin_cmds:cmd_export", "a thread as Markdown or one JSON document",
@@ -94,7 +94,7 @@ def add_thread_admin_commands(sub: Subcommands, o: Options) -> None:
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
     p = add_command(sub, "rename", "thread_admin_cmds:cmd_rename", "give a thread a new title", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
-    p.add_argument("title", type=non_empty("title"), help="the new title")
+    p.add_argument("title", type=bounded_text("title", MAX_TITLE), help="the new title")
     p = add_command(sub, "rm", "thread_admin_cmds:cmd_rm",
                     "delete a thread and its runs, messages and checkpoints (forks keep theirs)", [o.results])
     p.add_argument("thread", type=o.thread_id, help="the thread's id")
@@ -204,7 +204,8 @@ def add_lineage_commands(sub: Subcommands, o: Options) -> None:
     p.add_argument("--from", dest="source", metavar="RUN|latest", default="latest",
                    help="the run to fork after (default: the latest completed one)")
     p.add_argument("--side", action="store_true", help="a side chat: a fork shown only inside its parent")
-    p.add_argument("--title", help="the fork's title (default: fork of THREAD)")
+    p.add_argument("--title", type=bounded_text("title", MAX_TITLE, blank=True),
+                   help="the fork's title (default: fork of THREAD)")
     own = p.add_mutually_exclusive_group()
     own.add_argument("--worktree", dest="own", action="store_const", const="worktree",
                      help="work in a git worktree of its own on a branch agentd/… (a copy outside git)")

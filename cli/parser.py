@@ -104,6 +104,27 @@ def non_empty(what: str) -> Any:
     return check
 
 
+#: the longest title and search query the protocol takes (``Title`` and ``MAX_QUERY`` in protocol/wire.py)
+MAX_TITLE = 500
+MAX_QUERY = 1_000
+
+
+def bounded_text(what: str, max_length: int, *, blank: bool = False) -> Any:
+    """An argument type: text of at most ``max_length`` characters (a title,
+    a search query), refused before it reaches the daemon with words a person
+    reads rather than the protocol's; blank only where ``blank``."""
+
+    def check(value: str) -> str:
+        if not blank and not value.strip():
+            raise argparse.ArgumentTypeError(f"the {what} is empty")
+        if len(value) > max_length:
+            raise argparse.ArgumentTypeError(f"the {what} is {len(value):,} characters; it may have at most {max_length:,}")
+        return value
+
+    check.__name__ = what
+    return check
+
+
 def counting_number(value: str) -> int:
     """An argument type: 0, 1, 2, … (a sequence number, a run's ordinal)."""
     try:

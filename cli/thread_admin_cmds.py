@@ -49,7 +49,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         else:
             text = result["markdown"]
         if args.output:
-            Path(args.output).write_text(text, encoding="utf-8")
+            try:
+                Path(args.output).write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise CliError(f"cannot write {args.output}: {exc.strerror or exc}") from None
             print(f"wrote {args.output}", file=sys.stderr)
         else:
             sys.stdout.write(text)

@@ -52,7 +52,8 @@ ERRORS = [
     (["implement", "art_missing"], 1, "agentd: no plan art_missing; `agentd show THREAD` lists a thread's proposed plans"),
     (["restore", "ckp_missing"], 1, "agentd: no checkpoint ckp_missing; `agentd checkpoints THREAD` lists a thread's checkpoints"),
     (["handoff", "hof_missing"], 1, "agentd: no handoff hof_missing; `agentd lineage THREAD` shows a thread's handoffs"),
-    (["new", "--title", "t" * 600], 1, "agentd: --title: expected `str` of length <= 500"),
+    (["new", "--title", "t" * 600], 2, "agentd: argument --title: the title is 600 characters; it may have at most 500; "
+                                      "see `agentd new --help`"),
     (["show", ""], 2, "agentd: argument thread: the thread id is empty; see `agentd show --help`"),
     (["interrupt", "r" * 129], 2, "agentd: argument RUN|NODE: the run id is 129 characters; an id has at most 128; "
                                   "see `agentd interrupt --help`"),

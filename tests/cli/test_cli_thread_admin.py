@@ -82,3 +82,39 @@ async def test_a_fork_of_a_deleted_thread_says_its_source_was_deleted(daemon):
     lineage = (await run(daemon, "lineage", fork)).stdout.decode()
     assert f"parent {source} (fork, deleted)" in lineage
     assert "fork of " + source in lineage  # the transfer that made it is kept
+
+
+async def test_titles_queries_and_output_files_are_refused_in_a_persons_words(daemon, tmp_path):
+    """Issue 28 item 9, found by hand: `rename` refused a 129-character title
+    as "the title id" although titles may have 500; an empty or overlong
+    query answered in the protocol's words; an unwritable `-o` was an
+    "unexpected error"."""
+    thread_id = await _thread(daemon, "limits", "about limits")
+    long_title = "t" * 400  # longer than any id, within a title's 500
+    assert "now titled" in (await run(daemon, "rename", thread_id, long_title)).stdout.decode()
+    for argv, said in (
+        (["rename", thread_id, "x" * 501], "the title is 501 characters; it may have at most 500"),
+        (["rename", thread_id, "  "], "the title is empty"),
+        (["new", "--title", "y" * 600], "the title is 600 characters; it may have at most 500"),
+        (["fork", thread_id, "--title", "z" * 501], "the title is 501 characters"),
+        (["search", ""], "the search query is empty"),
+        (["search", "q" * 1001], "the search query is 1,001 characters; it may have at most 1,000"),
+    ):
+        refused = await run(daemon, *argv, check=False)
+        err = refused.stderr.decode()
+        assert refused.returncode == 2 and said in err and "$." not in err and " id " not in err, (argv, err)
+    unwritable = await run(daemon, "export", thread_id, "-o", str(tmp_path / "no-such-dir" / "t.md"), check=False)
+    err = unwritable.stderr.decode()
+    assert unwritable.returncode == 1 and "cannot write" in err and "No such file" in err and "unexpected" not in err
+
+
+def test_the_clis_text_limits_are_the_protocols():
+    """The CLI keeps its own copies (importing protocol/wire.py loads msgspec)."""
+    import msgspec
+
+    from agentd import parser
+    from agentd.protocol import wire
+
+    title_meta = [m for m in wire.Title.__metadata__ if isinstance(m, msgspec.Meta)][0]
+    assert parser.MAX_TITLE == title_meta.max_length
+    assert parser.MAX_QUERY == wire.MAX_QUERY
