@@ -62,7 +62,7 @@ ARGUMENTS = {
     "baseCheckpointId": "--base", "handoffId": "HANDOFF", "title": "--title", "workspace": "--workspace",
     "provider": "--provider", "afterSeq": "--after", "targetOrdinal": "ORDINAL", "text": "TEXT",
     "answers": "KEY=VALUE", "runIds": "RUN…", "include": "--include", "sourcePoint.runId": "--from",
-    "mergeBack.forkThreadId": "--merge-back",
+    "mergeBack.forkThreadId": "--merge-back", "query": "QUERY", "limit": "--limit",
 }
 
 

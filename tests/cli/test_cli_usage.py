@@ -126,6 +126,8 @@ def test_every_protocol_phrase_is_said_in_cli_terms():
         "no thread thr_a; list threads with thread.list": "no thread thr_a; `agentd threads` lists the threads",
         "invalid params for events.subscribe: Expected `int` >= 0 - at `$.afterSeq`": "--after: expected `int` >= 0",
         "invalid params for thread.fork: Expected `str` - at `$.sourcePoint.runId`": "--from: expected `str`",
+        "invalid params for thread.search: Expected `str` of length >= 1 - at `$.query`":
+            "QUERY: expected `str` of length >= 1",
     }
     assert {message: in_cli_terms(message, data) for message in said} == said
 
